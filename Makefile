@@ -1,0 +1,31 @@
+# Top-level entry points. `make demo` and `make test` are README's quick start.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all setup build demo test test-full bench clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt: | setup
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	bash scripts/demo.sh $(BUILD)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -L fast -j 2
+
+test-full: build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+
+bench: build
+	bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ptdp builds against, when any is missing.
+# Called by `make demo`, `make test` and `make bench`; safe to run again.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev libcjson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,151 @@
+/* base.h - the lowest layer of ptdp: error codes, rank-tagged logging, the
+ * counter-based RNG, the arena allocator, timers and the command-line option
+ * parser. Uses libc only. Nothing here knows about MPI, tensors or models.
+ *
+ * Error convention (STYLE.md habit 4): recoverable failures return a negative
+ * PTDP_E* code; the function that detects the failure records one human
+ * message with ptdp_errorf(), which the CLI prints. Broken internal contracts
+ * hit PTDP_ASSERT, which is always on. */
+#ifndef PTDP_BASE_H
+#define PTDP_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- errors ------------------------------------------------------------ */
+#define PTDP_ERRORS(X)                                                    \
+    X(PTDP_OK, 0, "success")                                              \
+    X(PTDP_EINVAL, -1, "invalid argument")                                \
+    X(PTDP_ECONFIG, -2, "inconsistent configuration")                     \
+    X(PTDP_EIO, -3, "input/output error")                                 \
+    X(PTDP_EFORMAT, -4, "malformed file")                                 \
+    X(PTDP_ENOMEM, -5, "out of memory")                                   \
+    X(PTDP_ENOTFOUND, -6, "not found")                                    \
+    X(PTDP_ECOMM, -7, "communication error")                              \
+    X(PTDP_EBACKEND, -8, "compute backend error")                         \
+    X(PTDP_EUNSUPPORTED, -9, "not supported")
+
+enum {
+#define PTDP__ERR_ENUM(name, val, msg) name = val,
+    PTDP_ERRORS(PTDP__ERR_ENUM)
+#undef PTDP__ERR_ENUM
+};
+
+/* Static description of an error code; never NULL. */
+const char *ptdp_strerror(int code);
+
+/* Records a formatted message for the calling thread and returns `code`, so
+ * a failing function can `return ptdp_errorf(PTDP_EINVAL, "...", ...)`. */
+int ptdp_errorf(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The last message recorded by ptdp_errorf on this thread ("" if none). */
+const char *ptdp_last_error(void);
+
+/* Called by PTDP_ASSERT after printing; defaults to abort(). The comm layer
+ * installs one that takes the whole MPI job down. */
+typedef void (*ptdp_abort_fn)(void);
+void ptdp_set_abort_hook(ptdp_abort_fn fn);
+_Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
+
+#define PTDP_ASSERT(expr)                                                    \
+    do {                                                                     \
+        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, NULL);     \
+    } while (0)
+#define PTDP_ASSERT_MSG(expr, msg)                                           \
+    do {                                                                     \
+        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, (msg));    \
+    } while (0)
+
+/* ---- logging ------------------------------------------------------------ */
+/* Every line is prefixed "[dp,pp,tp]" once the rank is known. Rank-0 lines
+ * (ptdp_log0) are printed only by the global rank 0. */
+void ptdp_log_set_rank(int global_rank, int dp, int pp, int tp);
+int ptdp_log_rank(void);
+void ptdp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ptdp_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Error line to stderr: "ptdp: error: <msg>" with the rank prefix. */
+void ptdp_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- RNG: Philox4x32-10, counter based ---------------------------------- */
+/* A key is (seed, stream); streams are derived from names so every global
+ * tensor / dropout site has its own independent sequence. Element i of a
+ * stream is a pure function of (key, i): a shard can draw exactly the values
+ * the full tensor would have at its indices. */
+typedef struct {
+    uint64_t seed;
+    uint64_t stream;
+} ptdp_rng_key;
+
+void ptdp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+uint64_t ptdp_hash_str(const char *s); /* FNV-1a 64 */
+uint64_t ptdp_hash_mix(uint64_t a, uint64_t b);
+ptdp_rng_key ptdp_rng_key_make(uint64_t seed, const char *name);
+/* Uniform in (0, 1], and standard normal (Box-Muller on one Philox block). */
+float ptdp_rng_uniform(ptdp_rng_key k, uint64_t idx);
+float ptdp_rng_normal(ptdp_rng_key k, uint64_t idx);
+/* Four uniform 32-bit words for counter idx (used by dropout kernels). */
+void ptdp_rng_u32x4(ptdp_rng_key k, uint64_t idx, uint32_t out[4]);
+
+/* ---- arena --------------------------------------------------------------- */
+/* One allocation made up front; carve() hands out aligned pieces; mark and
+ * reset give stack discipline for scratch use. `peak` records the high-water
+ * mark so start-up and end-of-run logs can print real usage. */
+typedef struct {
+    const char *name;
+    char *base;
+    size_t size;
+    size_t used;
+    size_t peak;
+} ptdp_arena;
+
+/* Returns PTDP_ENOMEM (with message) when the block cannot be allocated. */
+int ptdp_arena_init(ptdp_arena *a, const char *name, size_t bytes);
+void ptdp_arena_free(ptdp_arena *a);
+/* Asserts on overflow: sizes are planned before carving, so running out is a
+ * bug in the plan, not bad input. Memory is zeroed. */
+void *ptdp_arena_carve(ptdp_arena *a, size_t bytes);
+size_t ptdp_arena_mark(const ptdp_arena *a);
+void ptdp_arena_reset(ptdp_arena *a, size_t mark);
+/* Bytes a carve of `bytes` consumes (alignment included); plans use it. */
+size_t ptdp_arena_need(size_t bytes);
+
+/* ---- time ------------------------------------------------------------- */
+double ptdp_now(void); /* seconds, monotonic */
+
+/* Human readable byte count, e.g. "12.5 MiB"; buf must hold 32 chars. */
+const char *ptdp_fmt_bytes(double bytes, char *buf);
+
+/* ---- command-line options ------------------------------------------------ */
+/* A table-driven parser for Megatron-style flags (--name value, --flag).
+ * Each option writes into caller-owned storage. */
+typedef enum {
+    PTDP_OPT_INT,    /* int64_t */
+    PTDP_OPT_FLOAT,  /* double */
+    PTDP_OPT_STR,    /* const char * (points into argv or the JSON config) */
+    PTDP_OPT_BOOL,   /* int; "--name" sets 1 */
+    PTDP_OPT_NEGBOOL /* int; "--name" sets 0 (e.g. --no-overlap-grad-reduce) */
+} ptdp_opt_type;
+
+typedef struct {
+    const char *name;    /* without leading dashes, e.g. "num-layers" */
+    ptdp_opt_type type;
+    void *dst;
+    const char *help;
+    const char *choices; /* for STR: "a|b|c" or NULL */
+    double min;          /* for INT/FLOAT: inclusive bounds */
+    double max;
+    int seen;            /* set by the parser */
+} ptdp_opt;
+
+/* Parses argv[0..argc) (no program name). Returns PTDP_OK, or PTDP_EINVAL
+ * with a message naming the flag and what is allowed. "--help"/"-h" sets
+ * *want_help. Unknown flags suggest the closest known one. */
+int ptdp_opts_parse(ptdp_opt *opts, int nopts, int argc, char **argv, int *want_help);
+/* Sets one option from its name and textual value (used for JSON configs). */
+int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value, const char *origin);
+ptdp_opt *ptdp_opt_find(ptdp_opt *opts, int nopts, const char *name);
+/* Prints "  --name VALUE   help (default: ...)" lines. */
+void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts);
+
+#endif

@@ -1,0 +1,13 @@
+/* cli.h - the `ptdp <command>` entry points. Each command parses its own
+ * flags, prints one clear message on bad input and returns the process exit
+ * status (0 ok, 1 runtime failure, 2 bad usage). Only cli/ exits. */
+#ifndef PTDP_CLI_H
+#define PTDP_CLI_H
+
+int ptdp_cmd_train(int argc, char **argv);
+int ptdp_cmd_export(int argc, char **argv);
+int ptdp_cmd_tokenize(int argc, char **argv);
+int ptdp_cmd_preprocess(int argc, char **argv);
+int ptdp_cmd_schedule(int argc, char **argv);
+
+#endif

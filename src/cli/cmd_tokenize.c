@@ -1,0 +1,11 @@
+/* cmd_tokenize.c - placeholder until the command lands; says so and exits 2. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+int ptdp_cmd_tokenize(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "ptdp: error: 'tokenize' is not available in this build yet\n");
+    return 2;
+}

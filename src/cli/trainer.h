@@ -1,0 +1,48 @@
+/* trainer.h - one rank's training state and iteration: the model chunk, the
+ * optimizer, the LR schedule and the micro-batch loop that accumulates
+ * gradients over the global batch. The CLI and the golden tests drive it.
+ * Not here: pipeline schedules across ranks, data-parallel reduction. */
+#ifndef PTDP_TRAINER_H
+#define PTDP_TRAINER_H
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct {
+    ptdp_gpt_config cfg;   /* finished (ptdp_gpt_config_finish) */
+    int64_t micro_batch;   /* b */
+    int64_t global_batch;  /* B, a multiple of b */
+    ptdp_lr_schedule lr;
+    ptdp_adamw_params adam;
+    const ptdp_ops *ops;
+    ptdp_comm *comm;
+    const char *init_from; /* HF GPT-2 safetensors or NULL for Megatron init */
+} ptdp_trainer_params;
+
+typedef struct {
+    int64_t iteration;  /* 1-based, after the step */
+    double loss;        /* mean token loss over the global batch */
+    double grad_norm;   /* before clipping */
+    double lr;          /* used by this step */
+    int skipped;        /* 1 when the gradient was not finite and the step was skipped */
+} ptdp_step_stats;
+
+typedef struct ptdp_trainer ptdp_trainer;
+
+/* Plans memory, allocates, initialises (or loads init_from). Errors:
+ * PTDP_ENOMEM, and the loader's PTDP_ENOTFOUND/PTDP_EFORMAT/PTDP_EIO. */
+int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p);
+void ptdp_trainer_free(ptdp_trainer *tr);
+
+/* One iteration over the global batch: tokens [B, s+1] (sample k of the batch
+ * in row k). Runs forward/backward per micro-batch, the gradient norm,
+ * clipping and AdamW. Blocking; every rank of the job calls it. */
+void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
+
+ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr);
+/* Logs the memory budget (rank 0). */
+void ptdp_trainer_log_memory(const ptdp_trainer *tr);
+
+#endif

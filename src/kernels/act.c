@@ -1,0 +1,105 @@
+/* act.c - the element-wise kernels around the GEMMs, fused as in the paper:
+ * bias + GeLU, bias + dropout + residual add, plus plain bias add/backward.
+ * Column reductions (bias gradients) are split by columns across threads so
+ * every sum runs over rows in one fixed order: bitwise reproducible. */
+#include "kernels/fastmath.h"
+#include "kernels/cpu.h"
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+int ptdp__dropout_keep(ptdp_dropout d, uint64_t e) {
+    uint32_t r[4];
+    ptdp_rng_u32x4(d.key, (d.offset + e) >> 2, r);
+    uint32_t thr = (uint32_t)((double)d.p * 4294967296.0);
+    return r[(d.offset + e) & 3] >= thr;
+}
+
+void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
+}
+
+void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n) {
+    const int64_t blk = 64;
+    int64_t nblk = (n + blk - 1) / blk;
+#pragma omp parallel for schedule(static)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t j0 = cb * blk, j1 = j0 + blk < n ? j0 + blk : n;
+        float acc[64] = {0};
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t j = j0; j < j1; j++) acc[j - j0] += dy[r * n + j];
+        for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+    }
+}
+
+void ptdp__bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        for (int64_t j = 0; j < n; j++) {
+            float u = xr[j] + bias[j];
+            float t = ptdp__tanhf(GELU_C * (u + GELU_A * u * u * u));
+            o[j] = 0.5f * u * (1.0f + t);
+        }
+    }
+}
+
+void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
+                         float *dbias, int64_t N, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = x + r * n, *g = dout + r * n;
+        float *d = dx + r * n;
+        for (int64_t j = 0; j < n; j++) {
+            float u = xr[j] + bias[j];
+            float t = ptdp__tanhf(GELU_C * (u + GELU_A * u * u * u));
+            float dg = 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * u * u);
+            d[j] = g[j] * dg;
+        }
+    }
+    ptdp__bias_bwd(dx, dbias, N, n);
+}
+
+void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
+                                int64_t N, int64_t h, ptdp_dropout drop) {
+    if (drop.p == 0.0f) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t j = 0; j < h; j++) out[r * h + j] = resid[r * h + j] + (x[r * h + j] + bias[j]);
+        return;
+    }
+    float sc = 1.0f / (1.0f - drop.p);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < h; j++) {
+            int64_t e = r * h + j;
+            float v = ptdp__dropout_keep(drop, (uint64_t)e) ? (x[e] + bias[j]) * sc : 0.0f;
+            out[e] = resid[e] + v;
+        }
+}
+
+void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
+                                ptdp_dropout drop) {
+    if (drop.p == 0.0f) {
+        if (dx != dout) {
+#pragma omp parallel for schedule(static)
+            for (int64_t e = 0; e < N * h; e++) dx[e] = dout[e];
+        }
+    } else {
+        float sc = 1.0f / (1.0f - drop.p);
+#pragma omp parallel for schedule(static)
+        for (int64_t e = 0; e < N * h; e++) dx[e] = ptdp__dropout_keep(drop, (uint64_t)e) ? dout[e] * sc : 0.0f;
+    }
+    ptdp__bias_bwd(dx, dbias, N, h);
+}
+
+/* Forward and backward are the same operation: keep-mask times 1/(1-p). */
+void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop) {
+    if (drop.p == 0.0f) return;
+    float sc = 1.0f / (1.0f - drop.p);
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < n; e++) x[e] = ptdp__dropout_keep(drop, (uint64_t)e) ? x[e] * sc : 0.0f;
+}

@@ -1,0 +1,103 @@
+/* embed_xent.c - vocabulary-parallel embedding lookup and the pieces of the
+ * vocabulary-parallel cross-entropy (Megatron's fused form: all-reduce the
+ * max, the target logit and the sum of exponentials; never gather logits).
+ * Padded vocabulary columns (global id >= V) never win the max, never enter
+ * the sum and get zero gradient. Scatter-adds are split by columns so each
+ * element is summed in token order: bitwise reproducible. */
+#include <math.h>
+
+#include "kernels/fastmath.h"
+#include "kernels/cpu.h"
+
+void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
+                     float *out, int64_t s, int64_t b, int64_t h) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s * b; n++) {
+        int64_t si = n / b, bi = n % b;
+        int64_t t = (int64_t)tokens[bi * ld + si] - v0;
+        float *o = out + n * h;
+        if (t >= 0 && t < Vl)
+            for (int64_t i = 0; i < h; i++) o[i] = wte[t * h + i];
+        else
+            for (int64_t i = 0; i < h; i++) o[i] = 0.0f;
+    }
+}
+
+void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
+                     int64_t Vl, int64_t s, int64_t b, int64_t h) {
+    const int64_t blk = 64;
+    int64_t nblk = (h + blk - 1) / blk;
+#pragma omp parallel for schedule(static)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t j0 = cb * blk, j1 = j0 + blk < h ? j0 + blk : h;
+        for (int64_t n = 0; n < s * b; n++) {
+            int64_t si = n / b, bi = n % b;
+            int64_t t = (int64_t)tokens[bi * ld + si] - v0;
+            if (t < 0 || t >= Vl) continue;
+            for (int64_t j = j0; j < j1; j++) dwte[t * h + j] += dout[n * h + j];
+        }
+    }
+}
+
+void ptdp__pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s * b; n++) {
+        const float *w = wpe + (n / b) * h;
+        for (int64_t i = 0; i < h; i++) out[n * h + i] += w[i];
+    }
+}
+
+void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h) {
+#pragma omp parallel for schedule(static)
+    for (int64_t si = 0; si < s; si++)
+        for (int64_t bi = 0; bi < b; bi++)
+            for (int64_t i = 0; i < h; i++) dwpe[si * h + i] += dout[(si * b + bi) * h + i];
+}
+
+static int64_t valid_cols(int64_t Vl, int64_t v0, int64_t V) {
+    int64_t n = V - v0;
+    return n < 0 ? 0 : n > Vl ? Vl : n;
+}
+
+void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
+    int64_t nv = valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *l = logits + n * Vl;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < nv; c++) m = l[c] > m ? l[c] : m;
+        rowmax[n] = m;
+    }
+}
+
+void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V) {
+    int64_t nv = valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s * b; n++) {
+        const float *l = logits + n * Vl;
+        float m = gmax[n], acc = 0.0f;
+        for (int64_t c = 0; c < nv; c++) acc += ptdp__expf(l[c] - m);
+        sumexp[n] = acc;
+        int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
+        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f;
+    }
+}
+
+void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N) {
+    for (int64_t n = 0; n < N; n++) loss[n] = logf(sumexp[n]) + gmax[n] - tgt[n];
+}
+
+void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
+                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
+    int64_t nv = valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s * b; n++) {
+        float *l = logits + n * Vl;
+        float m = gmax[n], inv = scale / sumexp[n];
+        for (int64_t c = 0; c < nv; c++) l[c] = ptdp__expf(l[c] - m) * inv;
+        for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
+        int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
+        if (t >= 0 && t < nv) l[t] -= scale;
+    }
+}

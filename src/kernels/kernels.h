@@ -1,0 +1,172 @@
+/* kernels.h - compute ops on raw buffers, forward and backward, behind a
+ * table of function pointers (the compute backend, in the manner of
+ * ggml-backend). The model, pipeline and optimizer never touch tensor memory:
+ * they call these ops through `const ptdp_ops *`. The CPU backend fills the
+ * table with the functions below (GEMM by oneDNN or OpenBLAS, the rest are
+ * ptdp's own OpenMP loops); a CUDA backend will add a second table.
+ *
+ * Shape legend: N = s*b token rows (activations are [s, b, h] row-major, so
+ * token (si, bi) is row si*b + bi), h hidden, hl local hidden (h/t), a heads,
+ * al local heads, hd head size, V/Vl (local) padded vocabulary.
+ * Weight-gradient kernels ACCUMULATE (+=) so micro-batches add up; input
+ * gradients overwrite unless stated. All pointers are backend memory. */
+#ifndef PTDP_KERNELS_H
+#define PTDP_KERNELS_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* GEMM library behind ptdp_gemm: chosen at start-up, default oneDNN
+ * (measured fastest on the model's shapes; see docs/performance.md). */
+#define PTDP_GEMM_LIBS(X) \
+    X(PTDP_GEMM_ONEDNN, "onednn") \
+    X(PTDP_GEMM_OPENBLAS, "openblas")
+typedef enum {
+#define PTDP__GEMM_ENUM(e, s) e,
+    PTDP_GEMM_LIBS(PTDP__GEMM_ENUM)
+#undef PTDP__GEMM_ENUM
+} ptdp_gemm_lib;
+int ptdp_gemm_lib_parse(const char *name, ptdp_gemm_lib *out);
+const char *ptdp_gemm_lib_name(ptdp_gemm_lib lib);
+
+/* Dropout site: a counter-based stream plus keep probability. p == 0 means
+ * no dropout (no mask drawn, no scaling). Element e of the site uses counter
+ * offset + e, so a recomputed forward reproduces the mask exactly. */
+typedef struct {
+    float p;
+    ptdp_rng_key key;
+    uint64_t offset;
+} ptdp_dropout;
+
+typedef struct ptdp_ops {
+    const char *name;
+
+    /* memory */
+    void *(*alloc)(size_t bytes); /* NULL on failure */
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *host, size_t bytes);
+    void (*download)(void *host, const void *src, size_t bytes);
+    void (*zero)(float *x, int64_t n);
+    void (*copy)(float *dst, const float *src, int64_t n);
+
+    /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
+     * A is [M,K] (or [K,M] if ta), B is [K,N] (or [N,K] if tb). */
+    void (*gemm)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+    /* LayerNorm over rows of x [N, h]: out = (x - mean) * rstd * w + b; saves
+     * mean, rstd [N]. bwd: dx += ..., dw += ..., db += ... */
+    void (*layernorm_fwd)(const float *x, const float *w, const float *b, float *out, float *mean,
+                          float *rstd, int64_t N, int64_t h, float eps);
+    void (*layernorm_bwd)(const float *dout, const float *x, const float *w, const float *mean,
+                          const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h);
+
+    /* y[N,n] += bias[n] broadcast over rows; bwd: dbias[n] += sum_rows dy */
+    void (*bias_add)(float *y, const float *bias, int64_t N, int64_t n);
+    void (*bias_bwd)(const float *dy, float *dbias, int64_t N, int64_t n);
+
+    /* Fused bias + tanh-GeLU: out = gelu(x + bias), x [N, n] is the GEMM
+     * output (kept for backward). bwd: dx = dout * gelu'(x + bias) (dx may
+     * alias dout), dbias += sum_rows dx. */
+    void (*bias_gelu_fwd)(const float *x, const float *bias, float *out, int64_t N, int64_t n);
+    void (*bias_gelu_bwd)(const float *dout, const float *x, const float *bias, float *dx,
+                          float *dbias, int64_t N, int64_t n);
+
+    /* Fused bias + dropout + residual add: out = resid + dropout(x + bias),
+     * x, resid, out [N, h] (out may alias resid). bwd: dx = dropout'(dout)
+     * (dx may alias dout), dbias += sum_rows dx; the residual's gradient is
+     * dout itself and is left to the caller. */
+    void (*bias_dropout_add_fwd)(const float *x, const float *bias, const float *resid, float *out,
+                                 int64_t N, int64_t h, ptdp_dropout drop);
+    void (*bias_dropout_add_bwd)(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
+                                 ptdp_dropout drop);
+    /* Plain dropout in place on x [n] (embedding output) and its backward. */
+    void (*dropout_fwd)(float *x, int64_t n, ptdp_dropout drop);
+    void (*dropout_bwd)(float *dx, int64_t n, ptdp_dropout drop);
+
+    /* Causal self-attention core for al local heads of size hd over a
+     * micro-batch of b sequences of length s.
+     * qkv [s, b, al, 3, hd] (Megatron's per-head q|k|v order), ctx [s, b, al*hd],
+     * probs [b, al, s, s] softmax(scale * q k^T + causal mask) before dropout
+     * (saved for backward); scratch: ptdp_attention_scratch_floats() floats.
+     * bwd: dqkv (overwritten) from dctx, using qkv and probs. */
+    void (*attention_fwd)(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+                          int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+    void (*attention_bwd)(const float *dctx, const float *qkv, const float *probs, float *dqkv,
+                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                          ptdp_dropout drop);
+
+    /* Vocabulary-parallel token embedding: rows [v0, v0+Vl) of the padded
+     * vocabulary live here. out[si,bi,:] = wte[tok - v0] if owned, else 0.
+     * tokens: [b, ld] with ld >= s (token of sequence bi at position si is
+     * tokens[bi*ld + si]). bwd: dwte[tok - v0] += dout for owned tokens. */
+    void (*embed_fwd)(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
+                      float *out, int64_t s, int64_t b, int64_t h);
+    void (*embed_bwd)(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
+                      int64_t Vl, int64_t s, int64_t b, int64_t h);
+    /* Position embedding: out[si,bi,:] += wpe[si]; bwd: dwpe[si] += sum_b dout */
+    void (*pos_add_fwd)(float *out, const float *wpe, int64_t s, int64_t b, int64_t h);
+    void (*pos_add_bwd)(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
+
+    /* Vocabulary-parallel cross-entropy over logits [N, Vl] holding columns
+     * [v0, v0+Vl) of the padded vocabulary, of which only global ids < V
+     * (the real vocabulary) take part. Pieces between all-reduces:
+     *   xent_max:     rowmax[N] of the local valid logits (-inf if none)
+     *   xent_sums:    sumexp[N] = sum exp(l - gmax), tgt[N] = l[target] if owned else 0
+     *   xent_loss:    loss[N] = log(sumexp) + gmax - tgt
+     *   xent_bwd:     logits <- (softmax - onehot(target)) * scale (in place), 0 at padding
+     * targets: [b, ld] like embed's tokens (target of row si*b+bi is
+     * targets[bi*ld + si]). */
+    void (*xent_max)(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                     int64_t V);
+    void (*xent_sums)(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                      int64_t V);
+    void (*xent_loss)(const float *sumexp, const float *gmax, const float *tgt, float *loss,
+                      int64_t N);
+    void (*xent_bwd)(float *logits, const float *gmax, const float *sumexp,
+                     const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl,
+                     int64_t v0, int64_t V, float scale);
+
+    /* AdamW (decoupled weight decay, PyTorch's order of operations) on n
+     * elements; step is 1-based. */
+    void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int64_t step);
+    /* returns sum of squares (accumulated in double) */
+    double (*sumsq)(const float *x, int64_t n);
+    void (*scale)(float *x, float a, int64_t n);
+    /* returns sum of x (double accumulation): losses */
+    double (*sum)(const float *x, int64_t n);
+} ptdp_ops;
+
+/* The CPU backend's table. ptdp_cpu_set_gemm selects the GEMM library
+ * (process-wide, call before any work). */
+const ptdp_ops *ptdp_cpu_ops(void);
+void ptdp_cpu_set_gemm(ptdp_gemm_lib lib);
+ptdp_gemm_lib ptdp_cpu_gemm(void);
+
+/* Floats of scratch attention_fwd/bwd need for (s, threads). */
+int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
+
+/* Keep-mask element e of a dropout site: 1 keeps, 0 drops. */
+int ptdp__dropout_keep(ptdp_dropout d, uint64_t e);
+
+/* ---- plain references (single thread, double accumulation), for tests ---- */
+void ptdp_ref_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void ptdp_ref_layernorm_fwd(const float *x, const float *w, const float *b, float *out, int64_t N,
+                            int64_t h, float eps);
+float ptdp_ref_gelu(float x);
+void ptdp_ref_softmax_causal(const float *scores, float *probs, int64_t s, float scale);
+void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al,
+                            int64_t hd);
+/* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
+double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad, int64_t V);
+
+/* ---- the CPU functions behind the table (also called by tests) ---- */
+void ptdp_cpu_gemm_call(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                        float *C, int64_t ldc);
+
+#endif

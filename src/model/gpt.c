@@ -1,0 +1,402 @@
+/* gpt.c - one model chunk's memory plan, forward and backward.
+ *
+ * A layer's forward (N = s*b rows, hl = h/t, fl = 4h/t, al = a/t):
+ *   ln1 = LN(x)                     qkv = ln1 Wqkv^T + bqkv      (column-parallel)
+ *   ctx = attention(qkv)            y = all-reduce(ctx Wo^T)     (row-parallel, g)
+ *   xm = x + dropout(y + bo)        ln2 = LN(xm)
+ *   fc = ln2 W1^T                   gl = gelu(fc + b1)           (column-parallel)
+ *   y = all-reduce(gl W2^T)         out = xm + dropout(y + b2)   (row-parallel, g)
+ * Backward mirrors it; the all-reduces of the conjugate operator f sit after
+ * the input-gradient GEMMs of the column-parallel layers. Stashed per
+ * micro-batch slot and layer: x, ln1 (+stats), qkv, probs, ctx, xm, ln2
+ * (+stats), fc, gl. The loss head runs its backward inside the forward (it
+ * needs nothing from later stages), so the last stage keeps the [s,b,h]
+ * gradient of its last layer's output instead of [s,b,V] logits.
+ * Not here: activation recomputation, pipeline communication. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model/model_internal.h"
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *ctx, *xm, *ln2, *ln2_mean, *ln2_rstd, *fc, *gl;
+} layer_act;
+
+typedef struct {
+    float *x;         /* [(nl+1), N, h]: inputs of each layer, then the chunk output
+                         (on the last stage the gradient of the output after fwd) */
+    layer_act *layer; /* [nl] */
+    int32_t *tokens;  /* [b, s+1] (first and last stage) */
+    int64_t iteration, microbatch;
+} slot_act;
+
+struct ptdp_gpt_chunk {
+    ptdp_chunk_params p;
+    const ptdp_gpt_config *cfg;
+    const ptdp_ops *ops;
+    int t, tp;
+    int64_t nl, N, h, hl, fl, al, hd, Vl, v0;
+    ptdp__spec_list specs;
+    float *params, *grads; /* one allocation: params then grads */
+    ptdp_model_ptrs P, G;
+    ptdp_layer_ptrs *lp_storage; /* 2*nl */
+    void *act_mem;
+    size_t param_bytes, act_bytes;
+    slot_act *slots;
+    /* workspace shared by all slots */
+    float *tmp, *dres, *dtmp, *dctx, *dqkv, *dfc, *attn_scratch;
+    float *lnf_out, *lnf_mean, *lnf_rstd, *logits, *gmax, *sumexp, *tgt, *loss;
+};
+
+/* ---- memory plan ---------------------------------------------------------- */
+
+typedef struct {
+    size_t off;
+    int dry; /* count only */
+    char *base;
+} carver;
+
+static void *carve(carver *cv, size_t bytes) {
+    size_t a = (bytes + 63) & ~(size_t)63;
+    void *p = cv->dry ? NULL : cv->base + cv->off;
+    cv->off += a;
+    return p;
+}
+#define CARVE_F(cv, n) ((float *)carve((cv), sizeof(float) * (size_t)(n)))
+
+static void plan_activations(ptdp_gpt_chunk *c, carver *cv) {
+    const ptdp_chunk_params *p = &c->p;
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = p->micro_batch;
+    for (int k = 0; k < p->slots; k++) {
+        slot_act *sa = cv->dry ? NULL : &c->slots[k];
+        float *x = CARVE_F(cv, (c->nl + 1) * N * h);
+        int32_t *tok = (p->pre || p->post) ? carve(cv, sizeof(int32_t) * (size_t)(b * (s + 1))) : NULL;
+        if (sa) {
+            sa->x = x;
+            sa->tokens = tok;
+        }
+        for (int64_t i = 0; i < c->nl; i++) {
+            layer_act la;
+            la.ln1 = CARVE_F(cv, N * h);
+            la.ln1_mean = CARVE_F(cv, N);
+            la.ln1_rstd = CARVE_F(cv, N);
+            la.qkv = CARVE_F(cv, N * 3 * hl);
+            la.probs = CARVE_F(cv, b * c->al * s * s);
+            la.ctx = CARVE_F(cv, N * hl);
+            la.xm = CARVE_F(cv, N * h);
+            la.ln2 = CARVE_F(cv, N * h);
+            la.ln2_mean = CARVE_F(cv, N);
+            la.ln2_rstd = CARVE_F(cv, N);
+            la.fc = CARVE_F(cv, N * fl);
+            la.gl = CARVE_F(cv, N * fl);
+            if (sa) sa->layer[i] = la;
+        }
+    }
+    c->tmp = CARVE_F(cv, N * h);
+    c->dres = CARVE_F(cv, N * h);
+    c->dtmp = CARVE_F(cv, N * h);
+    c->dctx = CARVE_F(cv, N * hl);
+    c->dqkv = CARVE_F(cv, N * 3 * hl);
+    c->dfc = CARVE_F(cv, N * fl);
+    c->attn_scratch = CARVE_F(cv, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    if (p->post) {
+        c->lnf_out = CARVE_F(cv, N * h);
+        c->lnf_mean = CARVE_F(cv, N);
+        c->lnf_rstd = CARVE_F(cv, N);
+        c->logits = CARVE_F(cv, N * c->Vl);
+        c->gmax = CARVE_F(cv, N);
+        c->sumexp = CARVE_F(cv, N);
+        c->tgt = CARVE_F(cv, N);
+        c->loss = CARVE_F(cv, N);
+    }
+}
+
+static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
+    const ptdp_gpt_config *cfg = p->cfg;
+    c->p = *p;
+    c->cfg = cfg;
+    c->ops = p->ops;
+    c->t = p->tp ? p->tp->size : 1;
+    c->tp = p->tp ? p->tp->rank : 0;
+    c->nl = p->layer_end - p->layer_begin;
+    c->N = cfg->seq_length * p->micro_batch;
+    c->h = cfg->hidden;
+    c->hl = cfg->hidden / c->t;
+    c->fl = cfg->ffn_hidden / c->t;
+    c->al = cfg->heads / c->t;
+    c->hd = cfg->hidden / cfg->heads;
+    c->Vl = cfg->vocab_padded / c->t;
+    c->v0 = c->tp * c->Vl;
+}
+
+size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p) {
+    ptdp_gpt_chunk c;
+    memset(&c, 0, sizeof c);
+    set_dims(&c, p);
+    carver cv = {0, 1, NULL};
+    plan_activations(&c, &cv);
+    return cv.off;
+}
+
+static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp_layer_ptrs *lps) {
+    const ptdp__spec_list *L = &c->specs;
+    mp->wte = L->wte >= 0 ? base + L->v[L->wte].offset : NULL;
+    mp->wpe = L->wpe >= 0 ? base + L->v[L->wpe].offset : NULL;
+    mp->lnf_w = L->lnf >= 0 ? base + L->v[L->lnf].offset : NULL;
+    mp->lnf_b = L->lnf >= 0 ? base + L->v[L->lnf + 1].offset : NULL;
+    mp->layers = lps;
+    int first = (L->wte >= 0) + (L->wpe >= 0);
+    for (int64_t i = 0; i < c->nl; i++) {
+        const ptdp_param_spec *s = &L->v[first + 12 * i];
+        float **f = (float **)&lps[i];
+        for (int k = 0; k < 12; k++) f[k] = base + s[k].offset;
+    }
+}
+
+int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
+    *out = NULL;
+    ptdp_gpt_chunk *c = calloc(1, sizeof *c);
+    if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
+    set_dims(c, p);
+    ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp);
+    c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
+    c->slots = calloc((size_t)p->slots, sizeof(slot_act));
+    for (int k = 0; c->slots && k < p->slots; k++)
+        c->slots[k].layer = calloc((size_t)c->nl + 1, sizeof(layer_act));
+    c->param_bytes = 2 * sizeof(float) * (size_t)c->specs.total;
+    c->params = c->ops->alloc(c->param_bytes);
+    carver dry = {0, 1, NULL};
+    plan_activations(c, &dry);
+    c->act_bytes = dry.off;
+    c->act_mem = c->ops->alloc(c->act_bytes);
+    if (!c->lp_storage || !c->slots || !c->params || !c->act_mem) {
+        char b1[32], b2[32];
+        int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate the model: %s of parameters+gradients and %s of "
+                                          "activations; reduce --micro-batch-size or the model size",
+                             ptdp_fmt_bytes((double)c->param_bytes, b1), ptdp_fmt_bytes((double)c->act_bytes, b2));
+        ptdp_gpt_chunk_free(c);
+        return rc;
+    }
+    c->grads = c->params + c->specs.total;
+    carver cv = {0, 0, c->act_mem};
+    plan_activations(c, &cv);
+    PTDP_ASSERT(cv.off == c->act_bytes);
+    layer_ptrs(c, c->params, &c->P, c->lp_storage);
+    layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
+    *out = c;
+    return PTDP_OK;
+}
+
+void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
+    if (!c) return;
+    if (c->params) c->ops->free(c->params);
+    if (c->act_mem) c->ops->free(c->act_mem);
+    for (int k = 0; c->slots && k < c->p.slots; k++) free(c->slots[k].layer);
+    free(c->slots);
+    free(c->lp_storage);
+    free(c);
+}
+
+const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n) {
+    *n = c->specs.n;
+    return c->specs.v;
+}
+float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c) { return c->params; }
+float *ptdp_gpt_chunk_grads(ptdp_gpt_chunk *c) { return c->grads; }
+int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c) { return c->specs.total; }
+void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes) {
+    *param_bytes = c->param_bytes;
+    *act_bytes = c->act_bytes;
+}
+
+void ptdp_gpt_chunk_init_params(ptdp_gpt_chunk *c) {
+    /* Drawn on the host, then uploaded: init is not on the hot path. */
+    for (int i = 0; i < c->specs.n; i++) {
+        const ptdp_param_spec *sp = &c->specs.v[i];
+        float *host = malloc(sizeof(float) * (size_t)(sp->numel ? sp->numel : 1));
+        PTDP_ASSERT_MSG(host, "out of memory while initialising parameters");
+        ptdp__init_spec(sp, c->cfg, c->tp, host);
+        c->ops->upload(c->params + sp->offset, host, sizeof(float) * (size_t)sp->numel);
+        free(host);
+    }
+}
+
+void ptdp_gpt_chunk_upload_params(ptdp_gpt_chunk *c, const float *host) {
+    c->ops->upload(c->params, host, sizeof(float) * (size_t)c->specs.total);
+}
+void ptdp_gpt_chunk_download_params(ptdp_gpt_chunk *c, float *host) {
+    c->ops->download(host, c->params, sizeof(float) * (size_t)c->specs.total);
+}
+void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host) {
+    c->ops->download(host, c->grads, sizeof(float) * (size_t)c->specs.total);
+}
+
+void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) { c->ops->zero(c->grads, c->specs.total); }
+
+/* ---- dropout streams ------------------------------------------------------- */
+
+/* site: 0 embedding, 1 attention probs, 2 after attention, 3 after MLP.
+ * Attention-probability dropout is inside the tensor-parallel region, so its
+ * stream differs per TP rank; the others act on replicated activations and
+ * must be identical on all TP ranks. */
+static ptdp_dropout dropout_site(const ptdp_gpt_chunk *c, float p, int site, int64_t layer, const slot_act *sa) {
+    ptdp_dropout d = {p, {0, 0}, 0};
+    if (p == 0.0f) return d;
+    uint64_t seed = ptdp_hash_mix(c->cfg->seed, ptdp_hash_mix((uint64_t)sa->iteration, (uint64_t)sa->microbatch));
+    uint64_t stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
+    if (site == 1) stream = ptdp_hash_mix(stream, (uint64_t)c->tp + 1000);
+    d.key.seed = seed;
+    d.key.stream = stream;
+    return d;
+}
+
+/* ---- forward -------------------------------------------------------------- */
+
+static void layer_fwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_layer_ptrs *W = &c->P.layers[i];
+    layer_act *A = &sa->layer[i];
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t gl = c->p.layer_begin + i;
+    float *x = sa->x + i * N * h, *y = sa->x + (i + 1) * N * h;
+
+    o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, 3 * hl, h, 1.0f, A->ln1, h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
+    o->bias_add(A->qkv, W->qkv_b, N, 3 * hl);
+    o->attention_fwd(A->qkv, A->ctx, A->probs, c->attn_scratch, s, b, c->al, c->hd,
+                     dropout_site(c, c->cfg->attention_dropout, 1, gl, sa));
+    o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
+    ptdp_allreduce_sum_f32(c->p.tp, c->tmp, N * h);
+    o->bias_dropout_add_fwd(c->tmp, W->proj_b, x, A->xm, N, h, dropout_site(c, c->cfg->hidden_dropout, 2, gl, sa));
+
+    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, fl, h, 1.0f, A->ln2, h, W->fc1_w, h, 0.0f, A->fc, fl);
+    o->bias_gelu_fwd(A->fc, W->fc1_b, A->gl, N, fl);
+    o->gemm(0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
+    ptdp_allreduce_sum_f32(c->p.tp, c->tmp, N * h);
+    o->bias_dropout_add_fwd(c->tmp, W->fc2_b, A->xm, y, N, h, dropout_site(c, c->cfg->hidden_dropout, 3, gl, sa));
+}
+
+void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld, float *logits) {
+    PTDP_ASSERT(c->p.pre && c->p.post);
+    const ptdp_ops *o = c->ops;
+    slot_act *sa = &c->slots[0];
+    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    sa->iteration = sa->microbatch = 0;
+    for (int64_t bi = 0; bi < b; bi++) o->upload(sa->tokens + bi * (s + 1), tokens + bi * ld, sizeof(int32_t) * (size_t)s);
+    o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x, s, b, h);
+    ptdp_allreduce_sum_f32(c->p.tp, sa->x, N * h);
+    o->pos_add_fwd(sa->x, c->P.wpe, s, b, h);
+    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i);
+    float *xL = sa->x + c->nl * N * h;
+    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, c->Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, c->Vl);
+    o->download(logits, c->logits, sizeof(float) * (size_t)(N * c->Vl));
+}
+
+/* Loss head and its backward: leaves d(out)/d(x_L) in sa->x[nl]. */
+static void head_fwd_bwd(ptdp_gpt_chunk *c, slot_act *sa, float loss_scale, double *loss_sum) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_gpt_config *cfg = c->cfg;
+    const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->p.micro_batch;
+    float *xL = sa->x + c->nl * N * h;
+    const int32_t *targets = sa->tokens + 1;
+
+    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, cfg->ln_eps);
+    o->gemm(0, 1, N, Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, Vl);
+    o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
+    ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
+    o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0, cfg->vocab);
+    ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
+    ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
+    o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
+    *loss_sum = o->sum(c->loss, N);
+
+    o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
+    o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
+    o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
+    ptdp_allreduce_sum_f32(c->p.tp, c->dtmp, N * h);
+    o->zero(c->dres, N * h);
+    o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w, c->G.lnf_b, N, h);
+    o->copy(xL, c->dres, N * h);
+}
+
+void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in, float *x_out,
+                        float loss_scale, double *loss_sum, int64_t iteration, int64_t microbatch) {
+    PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
+    const ptdp_ops *o = c->ops;
+    slot_act *sa = &c->slots[slot];
+    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    sa->iteration = iteration;
+    sa->microbatch = microbatch;
+    if (sa->tokens) {
+        PTDP_ASSERT(tokens);
+        o->upload(sa->tokens, tokens, sizeof(int32_t) * (size_t)(b * (s + 1)));
+    }
+    if (c->p.pre) {
+        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x, s, b, h);
+        ptdp_allreduce_sum_f32(c->p.tp, sa->x, N * h);
+        o->pos_add_fwd(sa->x, c->P.wpe, s, b, h);
+        o->dropout_fwd(sa->x, N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
+    } else {
+        o->copy(sa->x, x_in, N * h);
+    }
+    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i);
+    if (c->p.post)
+        head_fwd_bwd(c, sa, loss_scale, loss_sum);
+    else
+        o->copy(x_out, sa->x + c->nl * N * h, N * h);
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+static void layer_bwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
+    layer_act *A = &sa->layer[i];
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t gl = c->p.layer_begin + i;
+    const float *x = sa->x + i * N * h;
+    float *dres = c->dres, *dtmp = c->dtmp;
+
+    /* MLP: dres holds d(out) */
+    o->bias_dropout_add_bwd(dres, dtmp, G->fc2_b, N, h, dropout_site(c, c->cfg->hidden_dropout, 3, gl, sa));
+    o->gemm(1, 0, h, fl, N, 1.0f, dtmp, h, A->gl, fl, 1.0f, G->fc2_w, fl);
+    o->gemm(0, 0, N, fl, h, 1.0f, dtmp, h, W->fc2_w, fl, 0.0f, c->dfc, fl);
+    o->bias_gelu_bwd(c->dfc, A->fc, W->fc1_b, c->dfc, G->fc1_b, N, fl);
+    o->gemm(1, 0, fl, h, N, 1.0f, c->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
+    o->gemm(0, 0, N, h, fl, 1.0f, c->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
+    ptdp_allreduce_sum_f32(c->p.tp, dtmp, N * h);
+    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N, h);
+
+    /* attention: dres holds d(xm) */
+    o->bias_dropout_add_bwd(dres, dtmp, G->proj_b, N, h, dropout_site(c, c->cfg->hidden_dropout, 2, gl, sa));
+    o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
+    o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
+    o->attention_bwd(c->dctx, A->qkv, A->probs, c->dqkv, c->attn_scratch, s, b, c->al, c->hd,
+                     dropout_site(c, c->cfg->attention_dropout, 1, gl, sa));
+    o->bias_bwd(c->dqkv, G->qkv_b, N, 3 * hl);
+    o->gemm(1, 0, 3 * hl, h, N, 1.0f, c->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
+    o->gemm(0, 0, N, h, 3 * hl, 1.0f, c->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
+    ptdp_allreduce_sum_f32(c->p.tp, dtmp, N * h);
+    o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, N, h);
+}
+
+void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx) {
+    PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
+    const ptdp_ops *o = c->ops;
+    slot_act *sa = &c->slots[slot];
+    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    o->copy(c->dres, c->p.post ? sa->x + c->nl * N * h : dy, N * h);
+    for (int64_t i = c->nl - 1; i >= 0; i--) layer_bwd(c, sa, i);
+    if (c->p.pre) {
+        o->dropout_bwd(c->dres, N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
+        o->pos_add_bwd(c->dres, c->G.wpe, s, b, h);
+        o->embed_bwd(sa->tokens, s + 1, c->dres, c->G.wte, c->v0, c->Vl, s, b, h);
+    } else {
+        o->copy(dx, c->dres, N * h);
+    }
+}

@@ -1,0 +1,177 @@
+/* model.h - the GPT model as ptdp runs it: parameter specs (global name,
+ * global shape, how the tensor is split over the t tensor-parallel ranks),
+ * layout-independent initialisation, and one model chunk's forward and
+ * backward (a chunk is a contiguous range of layers, plus the embedding on
+ * the first pipeline stage and the loss head on the last).
+ *
+ * Layout conventions (Megatron's): activations [s, b, h]; weights stored
+ * [out, in] so y = x W^T; the QKV projection's output columns are ordered
+ * per head [a][q|k|v][hd], so a tensor-parallel split of its rows into t
+ * contiguous blocks hands each rank a/t whole heads. The output layer is tied
+ * to the token embedding. The padded vocabulary rows (V..Vp) are zero and
+ * masked out of the loss.
+ *
+ * Memory: ptdp_gpt_chunk_init plans every buffer from the configuration and
+ * makes two allocations through the backend (parameters+gradients, and
+ * activations+workspace); forward and backward allocate nothing. */
+#ifndef PTDP_MODEL_H
+#define PTDP_MODEL_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+    int64_t num_layers;      /* l */
+    int64_t hidden;          /* h */
+    int64_t heads;           /* a */
+    int64_t ffn_hidden;      /* 4h by default */
+    int64_t seq_length;      /* s */
+    int64_t max_positions;   /* rows of the position embedding */
+    int64_t vocab;           /* V, the real vocabulary */
+    int64_t vocab_padded;    /* Vp, multiple of make_vocab_divisible_by * t */
+    float init_std;          /* 0.02 */
+    float hidden_dropout;    /* after the attention and MLP output projections */
+    float attention_dropout; /* on the attention probabilities */
+    float ln_eps;            /* 1e-5 */
+    uint64_t seed;
+} ptdp_gpt_config;
+
+/* Fills the derived fields (vocab_padded from `divisible_by` and t,
+ * ffn_hidden = 4h when 0) and validates: heads and 4h divisible by t, hidden
+ * divisible by heads, s <= max positions. PTDP_ECONFIG with a message naming
+ * the flag otherwise. */
+int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t);
+
+/* How a global parameter is split over the tensor-parallel group. */
+#define PTDP_SPLITS(X)                                                          \
+    X(PTDP_SPLIT_NONE, "replicated")  /* every TP rank holds all of it */     \
+    X(PTDP_SPLIT_DIM0, "dim0")        /* rows: column-parallel, vocabulary */ \
+    X(PTDP_SPLIT_DIM1, "dim1")        /* columns: row-parallel weights */
+typedef enum {
+#define PTDP__SPLIT_ENUM(e, s) e,
+    PTDP_SPLITS(PTDP__SPLIT_ENUM)
+#undef PTDP__SPLIT_ENUM
+} ptdp_split;
+
+#define PTDP_INITS(X)                                                    \
+    X(PTDP_INIT_NORMAL, "normal")          /* N(0, init_std) */        \
+    X(PTDP_INIT_SCALED, "scaled-normal")   /* N(0, init_std/sqrt(2l)) */ \
+    X(PTDP_INIT_ZERO, "zero")                                           \
+    X(PTDP_INIT_ONE, "one")
+typedef enum {
+#define PTDP__INIT_ENUM(e, s) e,
+    PTDP_INITS(PTDP__INIT_ENUM)
+#undef PTDP__INIT_ENUM
+} ptdp_init;
+
+typedef struct {
+    char name[96];       /* global name, e.g. "layers.3.mlp.dense_h_to_4h.weight" */
+    int ndim;            /* 1 or 2 */
+    int64_t gshape[2];   /* global shape ([out, in] for weights) */
+    int64_t lshape[2];   /* this rank's shape */
+    ptdp_split split;
+    ptdp_init init;
+    int weight_decay;    /* 0 for biases and LayerNorm parameters */
+    int64_t offset;      /* element offset in the chunk's flat buffer */
+    int64_t numel;       /* local elements */
+    int64_t valid_rows;  /* dim0 rows that hold real data (the vocabulary's
+                            padding rows are excluded); = lshape[0] otherwise */
+} ptdp_param_spec;
+
+/* Pointers into the flat parameter (or gradient) buffer for one layer. */
+typedef struct {
+    float *ln1_w, *ln1_b;   /* [h] */
+    float *qkv_w, *qkv_b;   /* [3h/t, h], [3h/t] */
+    float *proj_w, *proj_b; /* [h, h/t], [h] */
+    float *ln2_w, *ln2_b;   /* [h] */
+    float *fc1_w, *fc1_b;   /* [4h/t, h], [4h/t] */
+    float *fc2_w, *fc2_b;   /* [h, 4h/t], [h] */
+} ptdp_layer_ptrs;
+
+typedef struct {
+    float *wte;          /* [Vp/t, h] */
+    float *wpe;          /* [max_positions, h] (first stage) */
+    float *lnf_w, *lnf_b; /* [h] (last stage) */
+    ptdp_layer_ptrs *layers; /* [nl] */
+} ptdp_model_ptrs;
+
+typedef struct {
+    const ptdp_gpt_config *cfg;
+    int64_t layer_begin, layer_end; /* global layers [begin, end) */
+    int pre, post;                  /* holds embedding / loss head */
+    int64_t micro_batch;            /* b */
+    int slots;                      /* micro-batches whose activations can be stashed */
+    const ptdp_ops *ops;
+    ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
+} ptdp_chunk_params;
+
+typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
+
+/* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
+ * allocate. The chunk keeps pointers to cfg, ops and tp (caller owns them). */
+int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);
+void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
+
+/* Parameter specs of the chunk (in buffer order), flat buffers and counts. */
+const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n);
+float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c);
+float *ptdp_gpt_chunk_grads(ptdp_gpt_chunk *c);
+int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c);
+/* Bytes of the parameter+gradient and activation+workspace allocations. */
+void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes);
+/* Static helper for the planner: the same activation bytes without
+ * allocating anything. */
+size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p);
+
+/* Initialises every parameter as Megatron does, element by element from
+ * (seed, global name, global index): a shard draws exactly the values of its
+ * slice of the full tensor. Padded vocabulary rows are zero. */
+void ptdp_gpt_chunk_init_params(ptdp_gpt_chunk *c);
+/* Copies every parameter from / to a host image of the flat buffer
+ * (ptdp_gpt_chunk_numel floats, spec offsets). */
+void ptdp_gpt_chunk_upload_params(ptdp_gpt_chunk *c, const float *host);
+void ptdp_gpt_chunk_download_params(ptdp_gpt_chunk *c, float *host);
+void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host);
+/* Zeroes the gradient buffer (start of an iteration). */
+void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c);
+
+/* Fills this rank's shard of spec `sp` from the full global tensor `global`
+ * (row-major, global shape), or writes this rank's shard into `global` at its
+ * place. Host memory on both sides. */
+void ptdp_spec_scatter(const ptdp_param_spec *sp, int tp, const float *global, float *local);
+void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, float *global);
+
+/* Forward of one micro-batch into activation slot `slot`.
+ * tokens: [b, s+1] (inputs are columns 0..s-1, targets 1..s); needed on the
+ * first and last stage, ignored elsewhere (may be NULL there).
+ * x_in: [s, b, h] input activation when !pre (NULL on the first stage).
+ * x_out: [s, b, h] receives the output activation when !post.
+ * On the last stage the loss head runs here and, because it needs nothing
+ * from later stages, so does its backward: the slot keeps only the gradient
+ * of the last layer's output. loss_scale multiplies each token's loss
+ * gradient (1/(tokens in the global batch)); *loss_sum receives the sum of
+ * this micro-batch's token losses (post only). `iteration` and `microbatch`
+ * key the dropout streams. */
+void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in,
+                        float *x_out, float loss_scale, double *loss_sum, int64_t iteration,
+                        int64_t microbatch);
+/* Backward of the micro-batch in `slot`: dy [s, b, h] is the gradient of the
+ * chunk's output when !post (NULL on the last stage); dx receives the
+ * gradient of its input when !pre. Weight gradients accumulate into the
+ * gradient buffer. */
+void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx);
+
+/* Forward only, on a chunk holding the whole model (pre and post): logits of
+ * this rank's vocabulary slice for tokens [b, ld] (positions 0..s-1), into
+ * host memory logits [s, b, Vp/t]. Uses activation slot 0. For tests and
+ * generation. */
+void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld, float *logits);
+
+/* The paper's model FLOPs per iteration: 72 B s l h^2 (1 + s/6h + V/16lh),
+ * 96 instead of 72 with full recomputation. */
+double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t global_batch, int recompute);
+
+#endif

@@ -1,0 +1,158 @@
+/* spec.c - GPT parameter specs: global names and shapes, tensor-parallel
+ * split rules, Megatron's initialisation drawn element by element from the
+ * counter-based RNG, and scatter/gather between a full tensor and a shard.
+ * Not here: the forward/backward (gpt.c) or file formats (ckpt/). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model/model_internal.h"
+
+int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
+    if (cfg->ffn_hidden == 0) cfg->ffn_hidden = 4 * cfg->hidden;
+    if (cfg->num_layers < 1) return ptdp_errorf(PTDP_ECONFIG, "--num-layers must be >= 1");
+    if (cfg->hidden < 1 || cfg->heads < 1)
+        return ptdp_errorf(PTDP_ECONFIG, "--hidden-size and --num-attention-heads must be >= 1");
+    if (cfg->hidden % cfg->heads)
+        return ptdp_errorf(PTDP_ECONFIG, "--hidden-size %lld is not divisible by --num-attention-heads %lld",
+                           (long long)cfg->hidden, (long long)cfg->heads);
+    if (cfg->heads % t)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %d "
+                           "(each tensor-parallel rank computes a/t whole heads)",
+                           (long long)cfg->heads, t);
+    if (cfg->ffn_hidden % t)
+        return ptdp_errorf(PTDP_ECONFIG, "the MLP width %lld (4 x --hidden-size) is not divisible by "
+                                         "--tensor-model-parallel-size %d",
+                           (long long)cfg->ffn_hidden, t);
+    if (cfg->max_positions == 0) cfg->max_positions = cfg->seq_length;
+    if (cfg->seq_length < 1) return ptdp_errorf(PTDP_ECONFIG, "--seq-length must be >= 1");
+    if (cfg->seq_length > cfg->max_positions)
+        return ptdp_errorf(PTDP_ECONFIG, "--seq-length %lld exceeds --max-position-embeddings %lld",
+                           (long long)cfg->seq_length, (long long)cfg->max_positions);
+    if (cfg->vocab < 2) return ptdp_errorf(PTDP_ECONFIG, "the vocabulary size must be >= 2");
+    if (divisible_by < 1) return ptdp_errorf(PTDP_ECONFIG, "--make-vocab-size-divisible-by must be >= 1");
+    int64_t mult = divisible_by * t;
+    cfg->vocab_padded = (cfg->vocab + mult - 1) / mult * mult;
+    if (cfg->ln_eps == 0.0f) cfg->ln_eps = 1e-5f;
+    return PTDP_OK;
+}
+
+static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, int ndim, int64_t d0, int64_t d1,
+                            ptdp_split split, ptdp_init init, int wd, int t) {
+    PTDP_ASSERT(L->n < PTDP__MAX_SPECS);
+    ptdp_param_spec *s = &L->v[L->n++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = ndim;
+    s->gshape[0] = d0;
+    s->gshape[1] = ndim == 2 ? d1 : 1;
+    s->lshape[0] = s->gshape[0];
+    s->lshape[1] = s->gshape[1];
+    if (split == PTDP_SPLIT_DIM0) s->lshape[0] /= t;
+    if (split == PTDP_SPLIT_DIM1) s->lshape[1] /= t;
+    s->split = split;
+    s->init = init;
+    s->weight_decay = wd;
+    s->numel = s->lshape[0] * s->lshape[1];
+    s->valid_rows = s->lshape[0];
+    s->offset = L->total;
+    L->total += (s->numel + 15) / 16 * 16; /* keep every tensor 64-byte aligned */
+    return s;
+}
+
+void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1, int pre,
+                       int post, int t, int tp) {
+    const int64_t h = cfg->hidden, f = cfg->ffn_hidden;
+    char nm[96];
+    L->n = 0;
+    L->total = 0;
+    L->wte = L->wpe = L->lnf = -1;
+    if (pre || post) {
+        L->wte = L->n;
+        ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", 2, cfg->vocab_padded, h,
+                                 PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
+        int64_t v0 = tp * s->lshape[0], valid = cfg->vocab - v0;
+        s->valid_rows = valid < 0 ? 0 : valid > s->lshape[0] ? s->lshape[0] : valid;
+    }
+    if (pre) {
+        L->wpe = L->n;
+        add(L, "embedding.position_embeddings.weight", 2, cfg->max_positions, h, PTDP_SPLIT_NONE,
+            PTDP_INIT_NORMAL, 1, t);
+    }
+    for (int64_t i = l0; i < l1; i++) {
+#define NAME(suffix) (snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix), nm)
+        add(L, NAME("input_layernorm.weight"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
+        add(L, NAME("input_layernorm.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+        add(L, NAME("self_attention.query_key_value.weight"), 2, 3 * h, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
+        add(L, NAME("self_attention.query_key_value.bias"), 1, 3 * h, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO, 0, t);
+        add(L, NAME("self_attention.dense.weight"), 2, h, h, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED, 1, t);
+        add(L, NAME("self_attention.dense.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+        add(L, NAME("post_attention_layernorm.weight"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
+        add(L, NAME("post_attention_layernorm.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+        add(L, NAME("mlp.dense_h_to_4h.weight"), 2, f, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
+        add(L, NAME("mlp.dense_h_to_4h.bias"), 1, f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO, 0, t);
+        add(L, NAME("mlp.dense_4h_to_h.weight"), 2, h, f, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED, 1, t);
+        add(L, NAME("mlp.dense_4h_to_h.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+#undef NAME
+    }
+    if (post) {
+        L->lnf = L->n;
+        add(L, "final_layernorm.weight", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
+        add(L, "final_layernorm.bias", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+    }
+}
+
+/* Global flat index of local element (r, c) of the shard on TP rank tp. */
+static int64_t global_index(const ptdp_param_spec *sp, int tp, int64_t r, int64_t c) {
+    int64_t gr = r, gc = c;
+    if (sp->split == PTDP_SPLIT_DIM0) gr += (int64_t)tp * sp->lshape[0];
+    if (sp->split == PTDP_SPLIT_DIM1) gc += (int64_t)tp * sp->lshape[1];
+    return gr * sp->gshape[1] + gc;
+}
+
+void ptdp__init_spec(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int tp, float *dst) {
+    float std = cfg->init_std;
+    if (sp->init == PTDP_INIT_SCALED) std = cfg->init_std / sqrtf(2.0f * (float)cfg->num_layers);
+    ptdp_rng_key key = ptdp_rng_key_make(cfg->seed, sp->name);
+    const int64_t rows = sp->lshape[0], cols = sp->lshape[1];
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = 0.0f;
+            if (r < sp->valid_rows) {
+                switch (sp->init) {
+                case PTDP_INIT_NORMAL:
+                case PTDP_INIT_SCALED:
+                    v = std * ptdp_rng_normal(key, (uint64_t)global_index(sp, tp, r, c));
+                    break;
+                case PTDP_INIT_ONE:
+                    v = 1.0f;
+                    break;
+                case PTDP_INIT_ZERO:
+                    v = 0.0f;
+                    break;
+                }
+            }
+            dst[r * cols + c] = v;
+        }
+}
+
+void ptdp_spec_scatter(const ptdp_param_spec *sp, int tp, const float *global, float *local) {
+    for (int64_t r = 0; r < sp->lshape[0]; r++)
+        for (int64_t c = 0; c < sp->lshape[1]; c++)
+            local[r * sp->lshape[1] + c] = global[global_index(sp, tp, r, c)];
+}
+
+void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, float *global) {
+    for (int64_t r = 0; r < sp->lshape[0]; r++)
+        for (int64_t c = 0; c < sp->lshape[1]; c++)
+            global[global_index(sp, tp, r, c)] = local[r * sp->lshape[1] + c];
+}
+
+double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recompute) {
+    double s = (double)cfg->seq_length, l = (double)cfg->num_layers, h = (double)cfg->hidden;
+    double V = (double)cfg->vocab_padded;
+    return (recompute ? 96.0 : 72.0) * (double)B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}

@@ -1,0 +1,240 @@
+/* schedule.c - generators of per-rank action lists for GPipe, 1F1B
+ * (PipeDream-Flush) and interleaved 1F1B, the name tables, and the
+ * point-to-point transfers each action implies.
+ *
+ * Deliberately not here: validation (validate.c), timing (plan/sim.c), and
+ * anything that touches MPI or tensors. Generators allocate nothing except
+ * ptdp_schedule_init, which allocates the [p][2*m*v] action array once. */
+#include "pipeline/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+static const char *const act_short[] = {
+#define PTDP__X(e, s, l) s,
+    PTDP_ACTION_KINDS(PTDP__X)
+#undef PTDP__X
+};
+static const char *const act_long[] = {
+#define PTDP__X(e, s, l) l,
+    PTDP_ACTION_KINDS(PTDP__X)
+#undef PTDP__X
+};
+static const char *const sched_names[] = {
+#define PTDP__X(e, s) s,
+    PTDP_SCHEDULE_KINDS(PTDP__X)
+#undef PTDP__X
+};
+
+ptdp_schedule_params ptdp_schedule_default_params(void) {
+    ptdp_schedule_params sp = {.p = 1, .m = 1, .v = 1, .kind = -1};
+    return sp;
+}
+
+const char *ptdp_action_kind_short(int kind) {
+    return kind >= 0 && kind < PTDP_ACT_COUNT ? act_short[kind] : "?";
+}
+
+const char *ptdp_action_kind_name(int kind) {
+    return kind >= 0 && kind < PTDP_ACT_COUNT ? act_long[kind] : "?";
+}
+
+const char *ptdp_schedule_kind_name(int kind) {
+    return kind >= 0 && kind < PTDP_SCHED_COUNT ? sched_names[kind] : "?";
+}
+
+int ptdp_schedule_parse_kind(const char *name) {
+    for (int k = 0; k < PTDP_SCHED_COUNT; k++)
+        if (name && !strcmp(name, sched_names[k])) return k;
+    return ptdp_errorf(PTDP_EINVAL, "--pipeline-schedule must be one of gpipe|1f1b|interleaved, got '%s'",
+                       name ? name : "(null)");
+}
+
+int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp) {
+    if (sp->kind >= 0) return sp->kind;
+    return sp->v > 1 ? PTDP_SCHED_INTERLEAVED : PTDP_SCHED_1F1B;
+}
+
+int ptdp_schedule_check(const ptdp_schedule_params *sp) {
+    if (sp->p < 1)
+        return ptdp_errorf(PTDP_EINVAL, "--pipeline-model-parallel-size must be at least 1, got %d", sp->p);
+    if (sp->m < 1) return ptdp_errorf(PTDP_EINVAL, "--num-microbatches must be at least 1, got %d", sp->m);
+    if (sp->v < 1)
+        return ptdp_errorf(PTDP_EINVAL, "--virtual-pipeline-model-parallel-size must be at least 1, got %d",
+                           sp->v);
+    if (sp->kind < -1 || sp->kind >= PTDP_SCHED_COUNT)
+        return ptdp_errorf(PTDP_EINVAL, "--pipeline-schedule: unknown schedule %d", sp->kind);
+    /* Overflow guard: tags and array sizes are ints. */
+    if ((long long)sp->p * sp->m * sp->v > 10000000LL)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--num-microbatches %d x --pipeline-model-parallel-size %d x "
+                           "--virtual-pipeline-model-parallel-size %d is too large",
+                           sp->m, sp->p, sp->v);
+    int kind = ptdp_schedule_resolve_kind(sp);
+    if (sp->v > 1 && sp->p == 1)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
+                           sp->v);
+    if (sp->v > 1 && kind != PTDP_SCHED_INTERLEAVED)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--pipeline-schedule %s supports only --virtual-pipeline-model-parallel-size 1 "
+                           "(got %d); use interleaved",
+                           sched_names[kind], sp->v);
+    if (kind == PTDP_SCHED_INTERLEAVED) {
+        if (sp->v < 2)
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--pipeline-schedule interleaved needs --virtual-pipeline-model-parallel-size "
+                               ">= 2, got %d",
+                               sp->v);
+        if (sp->m % sp->p)
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--num-microbatches (%d) must be a multiple of --pipeline-model-parallel-size "
+                               "(%d) for the interleaved schedule",
+                               sp->m, sp->p);
+    }
+    return PTDP_OK;
+}
+
+int ptdp_schedule_len(const ptdp_schedule_params *sp) { return 2 * sp->m * sp->v; }
+
+int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank) {
+    int kind = ptdp_schedule_resolve_kind(sp), w;
+    switch (kind) {
+    case PTDP_SCHED_GPIPE:
+        return sp->m * sp->v;
+    case PTDP_SCHED_1F1B:
+        w = sp->p - rank - 1;
+        return w < sp->m ? w : sp->m;
+    default:
+        w = (sp->p - rank - 1) * 2 + (sp->v - 1) * sp->p;
+        return w < sp->m * sp->v ? w : sp->m * sp->v;
+    }
+}
+
+int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank) {
+    int total = sp->m * sp->v;
+    if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_GPIPE) return total;
+    int w = ptdp_schedule_warmup(sp, rank) + 1;
+    return w < total ? w : total;
+}
+
+/* k-th forward (or backward) of the interleaved order. Forwards take
+ * micro-batches in groups of p: the group's micro-batches on chunk 0, then
+ * on chunk 1, ...; the k-th backward is the k-th forward's micro-batch on
+ * the mirrored chunk v-1-c, so the deepest stage's backward comes first. */
+static ptdp_action interleaved_kth(const ptdp_schedule_params *sp, int k, int kind) {
+    int pv = sp->p * sp->v;
+    int group = k / pv, in_group = k % pv;
+    ptdp_action a;
+    a.kind = kind;
+    a.microbatch = group * sp->p + in_group % sp->p;
+    a.chunk = in_group / sp->p;
+    if (kind == PTDP_ACT_BWD) a.chunk = sp->v - 1 - a.chunk;
+    return a;
+}
+
+static ptdp_action kth(const ptdp_schedule_params *sp, int kind, int k, int sched) {
+    if (sched == PTDP_SCHED_INTERLEAVED) return interleaved_kth(sp, k, kind);
+    ptdp_action a = {kind, k, 0};
+    return a;
+}
+
+int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap, int *n) {
+    int rc = ptdp_schedule_check(sp);
+    if (rc) return rc;
+    if (rank < 0 || rank >= sp->p)
+        return ptdp_errorf(PTDP_EINVAL, "pipeline rank %d out of range [0, %d)", rank, sp->p);
+    int len = ptdp_schedule_len(sp);
+    if (cap < len) return ptdp_errorf(PTDP_EINVAL, "schedule needs %d actions, buffer holds %d", len, cap);
+    int sched = ptdp_schedule_resolve_kind(sp);
+    int total = sp->m * sp->v, warm = ptdp_schedule_warmup(sp, rank);
+    int i = 0, nf = 0, nb = 0;
+    /* Warm-up forwards, then steady state (one forward, one backward), then
+     * the remaining backwards. GPipe is the case warm-up = all forwards. */
+    for (; nf < warm; nf++) out[i++] = kth(sp, PTDP_ACT_FWD, nf, sched);
+    while (nf < total) {
+        out[i++] = kth(sp, PTDP_ACT_FWD, nf++, sched);
+        out[i++] = kth(sp, PTDP_ACT_BWD, nb++, sched);
+    }
+    while (nb < total) out[i++] = kth(sp, PTDP_ACT_BWD, nb++, sched);
+    PTDP_ASSERT(i == len);
+    *n = len;
+    return PTDP_OK;
+}
+
+int ptdp_schedule_init(ptdp_schedule *s, const ptdp_schedule_params *sp) {
+    memset(s, 0, sizeof *s);
+    int rc = ptdp_schedule_check(sp);
+    if (rc) return rc;
+    s->params = *sp;
+    s->params.kind = ptdp_schedule_resolve_kind(sp);
+    s->len = ptdp_schedule_len(sp);
+    s->acts = malloc(sizeof(ptdp_action) * (size_t)s->len * (size_t)sp->p);
+    if (!s->acts) {
+        memset(s, 0, sizeof *s);
+        return ptdp_errorf(PTDP_ENOMEM, "schedule: cannot allocate %d x %d actions", sp->p, 2 * sp->m * sp->v);
+    }
+    for (int r = 0; r < sp->p; r++) {
+        int n;
+        rc = ptdp_schedule_build(&s->params, r, s->acts + (size_t)r * s->len, s->len, &n);
+        if (rc) {
+            ptdp_schedule_free(s);
+            return rc;
+        }
+    }
+    return PTDP_OK;
+}
+
+void ptdp_schedule_free(ptdp_schedule *s) {
+    if (!s) return;
+    free(s->acts);
+    memset(s, 0, sizeof *s);
+}
+
+const ptdp_action *ptdp_schedule_rank(const ptdp_schedule *s, int rank) {
+    PTDP_ASSERT(rank >= 0 && rank < s->params.p);
+    return s->acts + (size_t)rank * s->len;
+}
+
+int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk) { return chunk * sp->p + rank; }
+
+static ptdp_p2p stage_peer(const ptdp_schedule_params *sp, int stage) {
+    ptdp_p2p x = {-1, -1, -1};
+    if (stage < 0 || stage >= sp->p * sp->v) return x;
+    x.peer_rank = stage % sp->p;
+    x.peer_chunk = stage / sp->p;
+    x.peer_stage = stage;
+    return x;
+}
+
+void ptdp_action_p2p(const ptdp_schedule_params *sp, int rank, const ptdp_action *a, ptdp_p2p *recv,
+                     ptdp_p2p *send) {
+    PTDP_ASSERT(rank >= 0 && rank < sp->p && a->chunk >= 0 && a->chunk < sp->v);
+    PTDP_ASSERT(a->kind == PTDP_ACT_FWD || a->kind == PTDP_ACT_BWD);
+    int k = ptdp_schedule_stage(sp, rank, a->chunk);
+    int up = a->kind == PTDP_ACT_FWD ? k - 1 : k + 1;   /* where the input comes from */
+    int down = a->kind == PTDP_ACT_FWD ? k + 1 : k - 1; /* where the output goes */
+    if (recv) *recv = stage_peer(sp, up);
+    if (send) *send = stage_peer(sp, down);
+}
+
+int ptdp_p2p_tag(const ptdp_schedule_params *sp, int kind, int microbatch, int dst_stage) {
+    return (microbatch * sp->p * sp->v + dst_stage) * 2 + kind;
+}
+
+char *ptdp_action_str(const ptdp_schedule_params *sp, const ptdp_action *a, char *buf) {
+    if (sp->v > 1)
+        snprintf(buf, 32, "%s%d.%d", ptdp_action_kind_short(a->kind), a->microbatch, a->chunk);
+    else
+        snprintf(buf, 32, "%s%d", ptdp_action_kind_short(a->kind), a->microbatch);
+    return buf;
+}
+
+void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank) {
+    const ptdp_action *acts = ptdp_schedule_rank(s, rank);
+    char buf[32];
+    fprintf(f, "rank %d:", rank);
+    for (int i = 0; i < s->len; i++) fprintf(f, " %s", ptdp_action_str(&s->params, &acts[i], buf));
+}

@@ -1,0 +1,170 @@
+/* schedule.h - pipeline schedules as data: pure generators of each pipeline
+ * rank's ordered list of compute actions (GPipe, 1F1B, interleaved 1F1B),
+ * the point-to-point transfers each action implies, and a validator that
+ * proves a set of lists well formed and free of deadlock.
+ *
+ * Deliberately not here: MPI, tensors, timing (see plan/plan.h for the
+ * discrete-event simulator) and the executor that runs one rank's list.
+ *
+ * Vocabulary (legend of DESIGN.md): p pipeline ranks, v model chunks per
+ * rank, m micro-batches per iteration. Chunk c on pipeline rank r is virtual
+ * stage c*p + r, so the model's pipeline is stages 0 .. p*v-1 and a
+ * micro-batch's forward visits them in increasing order (its backward in
+ * decreasing order). Virtual stage 0 embeds tokens, stage p*v-1 computes the
+ * loss; every other forward receives its input from the previous stage and
+ * every backward (except the last stage's) receives its output gradient from
+ * the next stage. */
+#ifndef PTDP_SCHEDULE_H
+#define PTDP_SCHEDULE_H
+
+#include <stdio.h>
+
+/* Action kinds: X(enum, short name used in printed lists, long name). */
+#define PTDP_ACTION_KINDS(X)                  \
+    X(PTDP_ACT_FWD, "F", "forward")           \
+    X(PTDP_ACT_BWD, "B", "backward")
+
+typedef enum {
+#define PTDP__ACT_ENUM(e, s, l) e,
+    PTDP_ACTION_KINDS(PTDP__ACT_ENUM)
+#undef PTDP__ACT_ENUM
+    PTDP_ACT_COUNT
+} ptdp_action_kind;
+
+/* Schedules: X(enum, name accepted by --pipeline-schedule). */
+#define PTDP_SCHEDULE_KINDS(X)                \
+    X(PTDP_SCHED_GPIPE, "gpipe")              \
+    X(PTDP_SCHED_1F1B, "1f1b")                \
+    X(PTDP_SCHED_INTERLEAVED, "interleaved")
+
+typedef enum {
+#define PTDP__SCHED_ENUM(e, s) e,
+    PTDP_SCHEDULE_KINDS(PTDP__SCHED_ENUM)
+#undef PTDP__SCHED_ENUM
+    PTDP_SCHED_COUNT
+} ptdp_schedule_kind;
+
+/* One compute action of one rank. */
+typedef struct {
+    int kind;       /* ptdp_action_kind */
+    int microbatch; /* 0 .. m-1 */
+    int chunk;      /* 0 .. v-1, local model chunk on this rank */
+} ptdp_action;
+
+typedef struct {
+    int p;    /* pipeline-model-parallel size, >= 1 */
+    int m;    /* micro-batches per iteration, >= 1 */
+    int v;    /* model chunks per rank (virtual pipeline size), >= 1 */
+    int kind; /* ptdp_schedule_kind, or -1: interleaved if v > 1, else 1f1b */
+} ptdp_schedule_params;
+
+/* p = m = v = 1, kind -1 (automatic). */
+ptdp_schedule_params ptdp_schedule_default_params(void);
+
+/* "F"/"B", "forward"/"backward", "gpipe"/"1f1b"/"interleaved"; "?" when out
+ * of range. Static strings. */
+const char *ptdp_action_kind_short(int kind);
+const char *ptdp_action_kind_name(int kind);
+const char *ptdp_schedule_kind_name(int kind);
+
+/* Name -> kind. Returns the kind (>= 0), or PTDP_EINVAL with a message
+ * listing the accepted names. */
+int ptdp_schedule_parse_kind(const char *name);
+
+/* Resolves kind -1 to the default (interleaved if v > 1, else 1f1b). */
+int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp);
+
+/* Checks the parameters. Returns PTDP_OK or PTDP_EINVAL with a message that
+ * names the offending flag (--pipeline-model-parallel-size,
+ * --num-microbatches, --virtual-pipeline-model-parallel-size,
+ * --pipeline-schedule). Rules: p, m, v >= 1; v > 1 needs p > 1 and the
+ * interleaved schedule; interleaved needs v > 1 and m a multiple of p. */
+int ptdp_schedule_check(const ptdp_schedule_params *sp);
+
+/* Actions per rank: 2*m*v (one forward and one backward per micro-batch and
+ * chunk). Assumes checked params. */
+int ptdp_schedule_len(const ptdp_schedule_params *sp);
+
+/* Forwards rank `rank` runs before its first backward. GPipe: m; 1F1B:
+ * min(p-r-1, m); interleaved: min((p-r-1)*2 + (v-1)*p, m*v). */
+int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank);
+
+/* The most (micro-batch, chunk) activations rank `rank` may hold stashed at
+ * once (forward done, backward not yet): GPipe m; otherwise
+ * min(warmup + 1, m*v), i.e. min(p-r, m) for 1F1B. */
+int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank);
+
+/* Writes rank `rank`'s ordered actions into the caller's out[0..cap) and
+ * their count into *n (= ptdp_schedule_len). Pure: no allocation, no I/O.
+ * Returns PTDP_EINVAL (message) for bad params or rank, or when cap is too
+ * small. */
+int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap, int *n);
+
+/* ---- the whole pipeline's lists ------------------------------------------ */
+typedef struct {
+    ptdp_schedule_params params; /* kind resolved */
+    int len;                     /* actions per rank, 2*m*v */
+    ptdp_action *acts;           /* [p][len], owned */
+} ptdp_schedule;
+
+/* Builds every rank's list. Returns PTDP_EINVAL for bad params,
+ * PTDP_ENOMEM; on failure *s is left freed. Free with ptdp_schedule_free. */
+int ptdp_schedule_init(ptdp_schedule *s, const ptdp_schedule_params *sp);
+/* Frees and zeroes; NULL or a zeroed struct is a no-op. */
+void ptdp_schedule_free(ptdp_schedule *s);
+/* Rank r's list of s->len actions (borrowed). */
+const ptdp_action *ptdp_schedule_rank(const ptdp_schedule *s, int rank);
+
+/* ---- communication implied by an action --------------------------------- */
+/* One point-to-point transfer of an action. A forward receives the
+ * activation [s, b, h] of the same micro-batch from virtual stage k-1 and
+ * sends its output to stage k+1; a backward receives the output gradient
+ * from stage k+1 and sends the input gradient to stage k-1. Missing ends
+ * (stage 0's input, stage p*v-1's output) have peer_rank -1. The message is
+ * identified by (kind, microbatch, receiving stage): an executor can derive
+ * a unique MPI tag from ptdp_p2p_tag. With p = 1 there are no transfers. */
+typedef struct {
+    int peer_rank;  /* pipeline rank on the other end, or -1: no transfer */
+    int peer_chunk; /* the peer's local chunk */
+    int peer_stage; /* the peer's virtual stage */
+} ptdp_p2p;
+
+/* Virtual stage of chunk `chunk` on rank `rank`: chunk*p + rank. */
+int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk);
+
+/* Fills *recv and *send for action a run by rank `rank`. Either may be NULL.
+ * Assumes checked params and an action within range (asserts). */
+void ptdp_action_p2p(const ptdp_schedule_params *sp, int rank, const ptdp_action *a, ptdp_p2p *recv,
+                     ptdp_p2p *send);
+
+/* A tag unique within one iteration for the message that the action
+ * (kind, microbatch) delivers to virtual stage `dst_stage`:
+ * (microbatch * p*v + dst_stage) * 2 + kind. Non-negative. */
+int ptdp_p2p_tag(const ptdp_schedule_params *sp, int kind, int microbatch, int dst_stage);
+
+/* Formats an action as "F3" (v == 1) or "F3.1" (micro-batch 3, chunk 1).
+ * buf must hold 32 chars; returns buf. */
+char *ptdp_action_str(const ptdp_schedule_params *sp, const ptdp_action *a, char *buf);
+
+/* Prints "rank R: F0 F1 B0 ..." for one rank (no trailing newline). */
+void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank);
+
+/* ---- validation ----------------------------------------------------------- */
+/* Proves the lists in s (any content, e.g. edited by hand) well formed:
+ *  1. every action is in range, and each (micro-batch, chunk) has exactly one
+ *     forward and one backward on every rank;
+ *  2. every backward comes after its own forward on the same rank;
+ *  3. the number of stashed activations never exceeds
+ *     ptdp_schedule_max_inflight for the rank (GPipe m, 1F1B p-r, ...);
+ *  4. the set of lists is free of deadlock under the executor's model:
+ *     sends are eager (posted non-blocking, never wait for the receiver),
+ *     a compute action blocks until the transfer it receives was sent. The
+ *     check replays all ranks until each list is finished; if no rank can
+ *     progress, it reports every blocked rank and what it waits for. This
+ *     also proves the forward of virtual stage k of a micro-batch exists and
+ *     is ordered after stage k-1's on the previous rank.
+ * peak, if not NULL, receives each rank's peak stashed count ([p]).
+ * Returns PTDP_OK or PTDP_EINVAL with a message naming rank and action. */
+int ptdp_schedule_validate(const ptdp_schedule *s, int *peak);
+
+#endif

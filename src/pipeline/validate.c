@@ -1,0 +1,132 @@
+/* validate.c - proves a set of per-rank action lists well formed and free of
+ * deadlock (see ptdp_schedule_validate in schedule.h for the exact rules and
+ * the communication model: eager non-blocking sends, blocking receives).
+ *
+ * Deliberately not here: a rendezvous (synchronous-send) model, which would
+ * also constrain the order in which a rank posts its sends; the executor
+ * posts every send non-blocking and waits for it lazily, so eager semantics
+ * are the ones it relies on. Timing is plan/sim.c's business. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "pipeline/schedule.h"
+
+static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *peak_out) {
+    const ptdp_schedule_params *sp = &s->params;
+    const ptdp_action *acts = ptdp_schedule_rank(s, r);
+    int total = sp->m * sp->v, inflight = 0, peak = 0, limit = ptdp_schedule_max_inflight(sp, r);
+    char buf[32];
+    for (int i = 0; i < total; i++) fpos[i] = bpos[i] = -1;
+    for (int i = 0; i < s->len; i++) {
+        const ptdp_action *a = &acts[i];
+        if ((a->kind != PTDP_ACT_FWD && a->kind != PTDP_ACT_BWD) || a->microbatch < 0 || a->microbatch >= sp->m ||
+            a->chunk < 0 || a->chunk >= sp->v)
+            return ptdp_errorf(PTDP_EINVAL, "rank %d action %d (kind %d, micro-batch %d, chunk %d) is out of range",
+                               r, i, a->kind, a->microbatch, a->chunk);
+        int id = a->microbatch * sp->v + a->chunk;
+        ptdp_action_str(sp, a, buf);
+        if (a->kind == PTDP_ACT_FWD) {
+            if (fpos[id] >= 0)
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf, fpos[id], i);
+            fpos[id] = i;
+            if (++inflight > peak) peak = inflight;
+            if (inflight > limit)
+                return ptdp_errorf(PTDP_EINVAL,
+                                   "rank %d holds %d stashed activations at action %d (%s); the %s schedule "
+                                   "allows %d",
+                                   r, inflight, i, buf, ptdp_schedule_kind_name(sp->kind), limit);
+        } else {
+            if (bpos[id] >= 0)
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf, bpos[id], i);
+            if (fpos[id] < 0)
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs backward %s (action %d) before its forward", r,
+                                   buf, i);
+            bpos[id] = i;
+            inflight--;
+        }
+    }
+    for (int id = 0; id < total; id++) {
+        ptdp_action a = {fpos[id] < 0 ? PTDP_ACT_FWD : PTDP_ACT_BWD, id / sp->v, id % sp->v};
+        if (fpos[id] < 0 || bpos[id] < 0)
+            return ptdp_errorf(PTDP_EINVAL, "rank %d never runs %s", r, ptdp_action_str(sp, &a, buf));
+    }
+    if (peak_out) *peak_out = peak;
+    return PTDP_OK;
+}
+
+/* Index of the "(kind, micro-batch, stage) has run" flag. */
+static size_t done_idx(const ptdp_schedule_params *sp, int kind, int mb, int stage) {
+    return ((size_t)kind * sp->m + (size_t)mb) * (size_t)(sp->p * sp->v) + (size_t)stage;
+}
+
+/* Whether action a of rank r has its input: the transfer it receives has
+ * been sent (eager sends make "sent" the same as "the producer ran"). */
+static int ready(const ptdp_schedule_params *sp, const unsigned char *done, int r, const ptdp_action *a,
+                 ptdp_p2p *from) {
+    ptdp_action_p2p(sp, r, a, from, NULL);
+    int k = ptdp_schedule_stage(sp, r, a->chunk);
+    if (from->peer_rank < 0) /* first stage's forward, or last stage's backward */
+        return a->kind == PTDP_ACT_FWD || done[done_idx(sp, PTDP_ACT_FWD, a->microbatch, k)];
+    return done[done_idx(sp, a->kind, a->microbatch, from->peer_stage)];
+}
+
+static int check_deadlock(const ptdp_schedule *s) {
+    const ptdp_schedule_params *sp = &s->params;
+    int p = sp->p;
+    size_t nflags = 2 * (size_t)sp->m * (size_t)p * (size_t)sp->v;
+    unsigned char *done = calloc(nflags, 1);
+    int *next = calloc((size_t)p, sizeof(int));
+    if (!done || !next) {
+        free(done);
+        free(next);
+        return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
+    }
+    int finished = 0, progress = 1;
+    ptdp_p2p from;
+    while (progress && finished < p) {
+        progress = 0;
+        for (int r = 0; r < p; r++) {
+            const ptdp_action *acts = ptdp_schedule_rank(s, r);
+            while (next[r] < s->len && ready(sp, done, r, &acts[next[r]], &from)) {
+                const ptdp_action *a = &acts[next[r]];
+                done[done_idx(sp, a->kind, a->microbatch, ptdp_schedule_stage(sp, r, a->chunk))] = 1;
+                if (++next[r] == s->len) finished++;
+                progress = 1;
+            }
+        }
+    }
+    int rc = PTDP_OK;
+    if (finished < p) {
+        char msg[512], buf[32];
+        int off = 0;
+        for (int r = 0; r < p && off < (int)sizeof msg - 80; r++) {
+            if (next[r] == s->len) continue;
+            const ptdp_action *a = &ptdp_schedule_rank(s, r)[next[r]];
+            ready(sp, done, r, a, &from);
+            ptdp_action_str(sp, a, buf);
+            off += snprintf(msg + off, sizeof msg - (size_t)off, "%srank %d at %s waits for rank %d",
+                            off ? "; " : "", r, buf, from.peer_rank);
+        }
+        rc = ptdp_errorf(PTDP_EINVAL, "schedule deadlocks: %s", msg);
+    }
+    free(done);
+    free(next);
+    return rc;
+}
+
+int ptdp_schedule_validate(const ptdp_schedule *s, int *peak) {
+    const ptdp_schedule_params *sp = &s->params;
+    int rc = ptdp_schedule_check(sp);
+    if (rc) return rc;
+    if (s->len != ptdp_schedule_len(sp))
+        return ptdp_errorf(PTDP_EINVAL, "schedule has %d actions per rank, expected 2*m*v = %d", s->len,
+                           ptdp_schedule_len(sp));
+    int total = sp->m * sp->v;
+    int *pos = malloc(sizeof(int) * 2 * (size_t)total);
+    if (!pos) return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
+    for (int r = 0; r < sp->p && !rc; r++) rc = check_rank(s, r, pos, pos + total, peak ? &peak[r] : NULL);
+    free(pos);
+    if (rc) return rc;
+    return check_deadlock(s);
+}

@@ -1,0 +1,67 @@
+/* plan.h - the planner: a discrete-event simulator that times the pipeline
+ * schedules of pipeline/schedule.h, and an SVG timeline of the result.
+ *
+ * Uses base and the schedule generators only; never comm or kernels, so it
+ * runs anywhere (laptop, login node). Deliberately not here yet: the memory
+ * model, per-stage cost estimates from the model shape, and the search over
+ * (t, p, d, v, b) configurations. */
+#ifndef PTDP_PLAN_H
+#define PTDP_PLAN_H
+
+#include <stdio.h>
+
+#include "pipeline/schedule.h"
+
+/* Costs of one action on one model chunk (any time unit). With a model of
+ * l layers split over p ranks and v chunks, a chunk holds l/(p*v) layers:
+ * pass tf/v and tb/v where tf, tb are a rank's whole-stage times. */
+typedef struct {
+    double forward;  /* one forward of one micro-batch through one chunk */
+    double backward; /* one backward of one micro-batch through one chunk */
+    double comm;     /* latency of one point-to-point transfer between ranks;
+                        it delays the receiver but occupies no compute time */
+} ptdp_sim_costs;
+
+/* forward 1, backward 2, comm 0. */
+ptdp_sim_costs ptdp_sim_default_costs(void);
+
+typedef struct {
+    double start, end;
+} ptdp_sim_span;
+
+typedef struct {
+    int p;                /* pipeline ranks */
+    int len;              /* actions per rank */
+    ptdp_sim_span *spans; /* [p][len], aligned with ptdp_schedule_rank(s, r) */
+    double *busy;         /* [p] compute time of each rank */
+    int *peak_stash;      /* [p] peak stashed (micro-batch, chunk) activations */
+    double makespan;      /* end of the last action (all ranks start at 0) */
+    double ideal;         /* max over ranks of busy: the time without bubble */
+    /* The paper's bubble time fraction: (makespan - ideal) / ideal, i.e.
+     * bubble time / ideal time; (p-1)/m for GPipe and 1F1B and (p-1)/(v*m)
+     * for interleaved with uniform costs and comm 0. */
+    double bubble_fraction;
+    /* Idle share of the devices: sum_r (makespan - busy_r) / (p * makespan). */
+    double idle_fraction;
+} ptdp_sim_result;
+
+/* Times the lists of s: each rank runs its actions in order; an action
+ * starts when the rank is free and its input has arrived (the producing
+ * action's end, plus costs->comm when the producer is on another rank).
+ * Sends are eager, as in ptdp_schedule_validate. Allocates the result's
+ * arrays (free with ptdp_sim_result_free); on error *res is left freed.
+ * Returns PTDP_EINVAL (negative costs, malformed or deadlocking lists),
+ * PTDP_ENOMEM. Pure: no I/O, no global state. */
+int ptdp_sim_run(const ptdp_schedule *s, const ptdp_sim_costs *costs, ptdp_sim_result *res);
+
+/* Frees and zeroes; NULL or a zeroed result is a no-op. */
+void ptdp_sim_result_free(ptdp_sim_result *res);
+
+/* Writes an SVG timeline in the style of the paper's Figures 3 and 4: one
+ * row per rank, forward and backward boxes labelled with the micro-batch
+ * (chunk shown by shade), the bubble as empty space, a time axis. `title`
+ * may be NULL. Returns PTDP_OK or PTDP_EIO if writing fails. Does not close
+ * f. */
+int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, const char *title);
+
+#endif

@@ -1,0 +1,354 @@
+/* test_schedule.c - pipeline schedules: hand-derived action lists, the
+ * validator over a sweep of (p, m, v) and on deliberately broken lists, the
+ * communication each action implies, and the simulator's bubble fractions,
+ * makespans and stash counts against the paper's formulas. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "pipeline/schedule.h"
+#include "plan/plan.h"
+#include "test.h"
+
+/* Rank r's list as "F0 F1 B0 ..." in buf. */
+static const char *list_str(const ptdp_schedule *s, int r, char *buf, size_t cap) {
+    const ptdp_action *a = ptdp_schedule_rank(s, r);
+    char one[32];
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->len && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? " " : "", ptdp_action_str(&s->params, &a[i], one));
+    return buf;
+}
+
+static int list_is(int p, int m, int v, int kind, int rank, const char *want) {
+    ptdp_schedule_params sp = {p, m, v, kind};
+    ptdp_schedule s;
+    if (ptdp_schedule_init(&s, &sp)) return 0;
+    char buf[4096];
+    int ok = !strcmp(list_str(&s, rank, buf, sizeof buf), want);
+    if (!ok) fprintf(stderr, "p=%d m=%d v=%d kind=%d rank %d:\n  got  %s\n  want %s\n", p, m, v, kind, rank, buf, want);
+    ptdp_schedule_free(&s);
+    return ok;
+}
+
+static void test_hand_lists(void) {
+    /* GPipe: all forwards, then all backwards in micro-batch order. */
+    CHECK(list_is(2, 3, 1, PTDP_SCHED_GPIPE, 0, "F0 F1 F2 B0 B1 B2"));
+    CHECK(list_is(2, 3, 1, PTDP_SCHED_GPIPE, 1, "F0 F1 F2 B0 B1 B2"));
+    /* 1F1B p=2 m=4: rank 0 warms up with p-r-1 = 1 forward. */
+    CHECK(list_is(2, 4, 1, PTDP_SCHED_1F1B, 0, "F0 F1 B0 F2 B1 F3 B2 B3"));
+    CHECK(list_is(2, 4, 1, PTDP_SCHED_1F1B, 1, "F0 B0 F1 B1 F2 B2 F3 B3"));
+    /* 1F1B p=4 m=8, every rank (kind -1 resolves to 1f1b with v = 1). */
+    CHECK(list_is(4, 8, 1, -1, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"));
+    CHECK(list_is(4, 8, 1, -1, 1, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7"));
+    CHECK(list_is(4, 8, 1, -1, 2, "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7"));
+    CHECK(list_is(4, 8, 1, -1, 3, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7"));
+    /* Warm-up capped at m: p=4 m=2. */
+    CHECK(list_is(4, 2, 1, PTDP_SCHED_1F1B, 0, "F0 F1 B0 B1"));
+    /* Interleaved p=2 v=2 m=4. Forward order: (0,c0) (1,c0) (0,c1) (1,c1)
+     * (2,c0) (3,c0) (2,c1) (3,c1); backward order mirrors the chunk.
+     * Rank 0 warm-up (2-0-1)*2 + (2-1)*2 = 4, rank 1 warm-up 2. */
+    CHECK(list_is(2, 4, 2, -1, 0,
+                  "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0"));
+    CHECK(list_is(2, 4, 2, PTDP_SCHED_INTERLEAVED, 1,
+                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"));
+    /* Interleaved p=4 v=2 m=8: rank 0 warm-up 3*2 + 4 = 10, rank 3 warm-up 4. */
+    CHECK(list_is(4, 8, 2, -1, 0,
+                  "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 "
+                  "F6.0 B0.1 F7.0 B1.1 F4.1 B2.1 F5.1 B3.1 F6.1 B0.0 F7.1 B1.0 "
+                  "B2.0 B3.0 B4.1 B5.1 B6.1 B7.1 B4.0 B5.0 B6.0 B7.0"));
+    CHECK(list_is(4, 8, 2, -1, 3,
+                  "F0.0 F1.0 F2.0 F3.0 "
+                  "F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 F3.1 B3.1 F4.0 B0.0 F5.0 B1.0 F6.0 B2.0 F7.0 B3.0 "
+                  "F4.1 B4.1 F5.1 B5.1 F6.1 B6.1 F7.1 B7.1 "
+                  "B4.0 B5.0 B6.0 B7.0"));
+}
+
+static void test_params(void) {
+    ptdp_schedule_params sp = ptdp_schedule_default_params();
+    CHECK(sp.p == 1 && sp.m == 1 && sp.v == 1 && sp.kind == -1);
+    CHECK(ptdp_schedule_parse_kind("gpipe") == PTDP_SCHED_GPIPE);
+    CHECK(ptdp_schedule_parse_kind("1f1b") == PTDP_SCHED_1F1B);
+    CHECK(ptdp_schedule_parse_kind("interleaved") == PTDP_SCHED_INTERLEAVED);
+    CHECK(ptdp_schedule_parse_kind("zb") == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "--pipeline-schedule") != NULL);
+    CHECK(!strcmp(ptdp_schedule_kind_name(PTDP_SCHED_1F1B), "1f1b"));
+    CHECK(!strcmp(ptdp_action_kind_short(PTDP_ACT_BWD), "B"));
+    CHECK(!strcmp(ptdp_action_kind_name(PTDP_ACT_FWD), "forward"));
+    CHECK(!strcmp(ptdp_schedule_kind_name(99), "?"));
+    struct {
+        ptdp_schedule_params sp;
+        const char *flag;
+    } bad[] = {
+        {{0, 4, 1, -1}, "--pipeline-model-parallel-size"},
+        {{2, 0, 1, -1}, "--num-microbatches"},
+        {{2, 4, 0, -1}, "--virtual-pipeline-model-parallel-size"},
+        {{1, 4, 2, -1}, "--virtual-pipeline-model-parallel-size"},
+        {{4, 6, 2, -1}, "--num-microbatches"},
+        {{2, 4, 1, PTDP_SCHED_INTERLEAVED}, "--virtual-pipeline-model-parallel-size"},
+        {{2, 4, 2, PTDP_SCHED_1F1B}, "--pipeline-schedule"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(ptdp_schedule_check(&bad[i].sp) == PTDP_EINVAL);
+        CHECK(strstr(ptdp_last_error(), bad[i].flag) != NULL);
+        ptdp_schedule s;
+        CHECK(ptdp_schedule_init(&s, &bad[i].sp) == PTDP_EINVAL);
+        CHECK(s.acts == NULL);
+    }
+    /* Caller-owned buffer too small, rank out of range. */
+    ptdp_schedule_params ok = {2, 4, 1, -1};
+    ptdp_action buf[8];
+    int n = -1;
+    CHECK(ptdp_schedule_build(&ok, 0, buf, 7, &n) == PTDP_EINVAL);
+    CHECK(ptdp_schedule_build(&ok, 2, buf, 8, &n) == PTDP_EINVAL);
+    CHECK_OK(ptdp_schedule_build(&ok, 1, buf, 8, &n));
+    CHECK(n == 8 && buf[0].kind == PTDP_ACT_FWD && buf[1].kind == PTDP_ACT_BWD);
+    ptdp_schedule_free(NULL);
+}
+
+static void test_p2p(void) {
+    /* 16 layers, p=4, v=2: each chunk holds 2 layers; rank 0 holds virtual
+     * stages 0 (layers 1-2) and 4 (layers 9-10). */
+    ptdp_schedule_params sp = {4, 8, 2, -1};
+    CHECK(ptdp_schedule_stage(&sp, 0, 0) == 0 && ptdp_schedule_stage(&sp, 0, 1) == 4);
+    CHECK(ptdp_schedule_stage(&sp, 3, 1) == 7);
+    ptdp_p2p rx, tx;
+    ptdp_action f00 = {PTDP_ACT_FWD, 5, 0}, f01 = {PTDP_ACT_FWD, 5, 1};
+    ptdp_action_p2p(&sp, 0, &f00, &rx, &tx);
+    CHECK(rx.peer_rank == -1);
+    CHECK(tx.peer_rank == 1 && tx.peer_chunk == 0 && tx.peer_stage == 1);
+    ptdp_action_p2p(&sp, 0, &f01, &rx, &tx); /* stage 4 <- stage 3 on rank 3 */
+    CHECK(rx.peer_rank == 3 && rx.peer_chunk == 0 && rx.peer_stage == 3);
+    CHECK(tx.peer_rank == 1 && tx.peer_chunk == 1 && tx.peer_stage == 5);
+    ptdp_action b31 = {PTDP_ACT_BWD, 2, 1}, b00 = {PTDP_ACT_BWD, 2, 0}, b30 = {PTDP_ACT_BWD, 2, 0};
+    ptdp_action_p2p(&sp, 3, &b31, &rx, &tx); /* last stage: gradient from the loss */
+    CHECK(rx.peer_rank == -1);
+    CHECK(tx.peer_rank == 2 && tx.peer_chunk == 1 && tx.peer_stage == 6);
+    ptdp_action_p2p(&sp, 0, &b00, &rx, &tx);
+    CHECK(rx.peer_rank == 1 && rx.peer_stage == 1 && tx.peer_rank == -1);
+    ptdp_action_p2p(&sp, 3, &b30, &rx, NULL); /* stage 3 <- stage 4 on rank 0 */
+    CHECK(rx.peer_rank == 0 && rx.peer_chunk == 1 && rx.peer_stage == 4);
+    /* Tags are distinct over (kind, micro-batch, stage). */
+    int seen = 0, dup = 0;
+    char *used = calloc(2 * 8 * 8, 1);
+    for (int k = 0; k < 2; k++)
+        for (int mb = 0; mb < 8; mb++)
+            for (int st = 0; st < 8; st++) {
+                int t = ptdp_p2p_tag(&sp, k, mb, st);
+                if (t < 0 || t >= 128 || used[t]) dup++;
+                else used[t] = 1, seen++;
+            }
+    CHECK(dup == 0 && seen == 128);
+    free(used);
+}
+
+/* Every valid (kind, p, m, v) validates, with the expected peak stash, and
+ * simulates to the paper's bubble fraction under uniform costs. */
+static void test_sweep(void) {
+    int valid = 0, invalid = 0, val_fail = 0, peak_fail = 0, bubble_fail = 0;
+    int counts[PTDP_SCHED_COUNT] = {0};
+    for (int kind = -1; kind < PTDP_SCHED_COUNT; kind++)
+        for (int p = 1; p <= 5; p++)
+            for (int m = 1; m <= 12; m++)
+                for (int v = 1; v <= 3; v++) {
+                    ptdp_schedule_params sp = {p, m, v, kind};
+                    ptdp_schedule s;
+                    if (ptdp_schedule_init(&s, &sp)) {
+                        invalid++;
+                        continue;
+                    }
+                    valid++;
+                    counts[s.params.kind]++;
+                    int peak[5];
+                    if (ptdp_schedule_validate(&s, peak)) {
+                        val_fail++;
+                        fprintf(stderr, "validate p=%d m=%d v=%d kind=%d: %s\n", p, m, v, kind, ptdp_last_error());
+                    }
+                    for (int r = 0; r < p; r++) {
+                        int want = ptdp_schedule_max_inflight(&s.params, r);
+                        if (peak[r] != want) peak_fail++;
+                        if (s.params.kind == PTDP_SCHED_GPIPE && peak[r] != m) peak_fail++;
+                        if (s.params.kind == PTDP_SCHED_1F1B && (peak[r] > p || peak[r] != (p - r < m ? p - r : m)))
+                            peak_fail++;
+                    }
+                    /* Uniform per-chunk costs tf/v, tb/v for several tb/tf ratios. */
+                    for (int ratio = 1; ratio <= 3; ratio++) {
+                        ptdp_sim_costs c = {1.0 / v, (double)ratio / v, 0.0};
+                        ptdp_sim_result res;
+                        if (ptdp_sim_run(&s, &c, &res)) {
+                            bubble_fail++;
+                            continue;
+                        }
+                        double want = (double)(p - 1) / ((double)v * m);
+                        if (fabs(res.bubble_fraction - want) > 1e-12) {
+                            bubble_fail++;
+                            fprintf(stderr, "bubble p=%d m=%d v=%d kind=%d ratio %d: %.12g want %.12g\n", p, m,
+                                    v, s.params.kind, ratio, res.bubble_fraction, want);
+                        }
+                        for (int r = 0; r < p; r++)
+                            if (res.peak_stash[r] != peak[r]) peak_fail++;
+                        ptdp_sim_result_free(&res);
+                    }
+                    ptdp_schedule_free(&s);
+                }
+    CHECK(val_fail == 0);
+    CHECK(peak_fail == 0);
+    CHECK(bubble_fail == 0);
+    CHECK(counts[PTDP_SCHED_GPIPE] == 5 * 12 && counts[PTDP_SCHED_1F1B] == 2 * 5 * 12);
+    /* interleaved: p in 2..5, v in 2..3, m a multiple of p, twice (kind -1 and explicit). */
+    CHECK(counts[PTDP_SCHED_INTERLEAVED] == 2 * 2 * (6 + 4 + 3 + 2));
+    CHECK(valid > 0 && invalid > 0);
+}
+
+static void test_sim_exact(void) {
+    /* Makespans by hand with tf=1, tb=2: GPipe and 1F1B (m+p-1)(tf+tb);
+     * interleaved m*(tf+tb) + (p-1)(tf+tb)/v. */
+    struct {
+        int p, m, v, kind;
+        double makespan;
+    } cases[] = {
+        {4, 8, 1, PTDP_SCHED_GPIPE, 33}, {4, 8, 1, PTDP_SCHED_1F1B, 33}, {3, 5, 1, PTDP_SCHED_1F1B, 21},
+        {4, 8, 2, -1, 28.5},             {2, 4, 3, -1, 13},             {1, 4, 1, -1, 12},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ptdp_schedule_params sp = {cases[i].p, cases[i].m, cases[i].v, cases[i].kind};
+        ptdp_schedule s;
+        CHECK_OK(ptdp_schedule_init(&s, &sp));
+        ptdp_sim_costs c = {1.0 / sp.v, 2.0 / sp.v, 0};
+        ptdp_sim_result res;
+        CHECK_OK(ptdp_sim_run(&s, &c, &res));
+        CHECK_CLOSE(res.makespan, cases[i].makespan, 1e-12, 1e-12);
+        CHECK_CLOSE(res.ideal, 3.0 * sp.m, 1e-12, 1e-12);
+        ptdp_sim_result_free(&res);
+        ptdp_schedule_free(&s);
+    }
+    /* GPipe stashes m per rank, 1F1B at most p (rank 0). */
+    ptdp_schedule_params g = {4, 8, 1, PTDP_SCHED_GPIPE}, o = {4, 8, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule sg, sf;
+    CHECK_OK(ptdp_schedule_init(&sg, &g));
+    CHECK_OK(ptdp_schedule_init(&sf, &o));
+    int pg[4], pf[4];
+    CHECK_OK(ptdp_schedule_validate(&sg, pg));
+    CHECK_OK(ptdp_schedule_validate(&sf, pf));
+    CHECK(pg[0] == 8 && pg[3] == 8);
+    CHECK(pf[0] == 4 && pf[1] == 3 && pf[2] == 2 && pf[3] == 1);
+    ptdp_schedule_free(&sg);
+    /* Communication latency: p=2 m=1, tf=1 tb=2 tc=0.5:
+     * F on rank 0 [0,1], F on rank 1 [1.5,2.5], B on rank 1 [2.5,4.5],
+     * B on rank 0 [5,7]. */
+    ptdp_schedule_params one = {2, 1, 1, -1};
+    ptdp_schedule s1;
+    CHECK_OK(ptdp_schedule_init(&s1, &one));
+    ptdp_sim_costs c = {1, 2, 0.5};
+    ptdp_sim_result res;
+    CHECK_OK(ptdp_sim_run(&s1, &c, &res));
+    CHECK_CLOSE(res.makespan, 7.0, 0, 1e-12);
+    CHECK_CLOSE(res.spans[1 * 2 + 0].start, 1.5, 0, 1e-12);
+    CHECK_CLOSE(res.spans[0 * 2 + 1].start, 5.0, 0, 1e-12);
+    CHECK_CLOSE(res.bubble_fraction, 4.0 / 3.0, 0, 1e-12);
+    CHECK_CLOSE(res.idle_fraction, 8.0 / 14.0, 0, 1e-12);
+    ptdp_sim_result_free(&res);
+    ptdp_sim_result_free(NULL);
+    ptdp_sim_costs neg = {-1, 1, 0};
+    CHECK(ptdp_sim_run(&s1, &neg, &res) == PTDP_EINVAL);
+    ptdp_schedule_free(&s1);
+
+    /* SVG: one box per action, well-formed ends. */
+    CHECK_OK(ptdp_schedule_init(&s1, &(ptdp_schedule_params){4, 8, 2, -1}));
+    ptdp_sim_costs cu = {0.5, 1, 0};
+    CHECK_OK(ptdp_sim_run(&s1, &cu, &res));
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (f) {
+        CHECK_OK(ptdp_svg_write(f, &s1, &res, "interleaved"));
+        long sz = ftell(f);
+        rewind(f);
+        char *text = calloc((size_t)sz + 1, 1);
+        CHECK(fread(text, 1, (size_t)sz, f) == (size_t)sz);
+        CHECK(!strncmp(text, "<svg", 4) && strstr(text, "</svg>") != NULL);
+        int boxes = 0;
+        for (const char *q = text; (q = strstr(q, "<title>rank ")) != NULL; q++) boxes++;
+        CHECK(boxes == 4 * 32);
+        CHECK(strstr(text, "<title>rank 0 backward B7.0</title>") != NULL);
+        free(text);
+        fclose(f);
+    }
+    ptdp_sim_result_free(&res);
+    ptdp_schedule_free(&s1);
+    ptdp_schedule_free(&sf);
+}
+
+static void swap(ptdp_action *a, int i, int j) {
+    ptdp_action t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+}
+
+static void test_broken(void) {
+    ptdp_schedule s;
+    ptdp_schedule_params sp = {2, 4, 1, PTDP_SCHED_1F1B};
+    /* Backward before forward: rank 0 "F0 F1 B0 ..." -> "B0 F1 F0 ...". */
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    swap(s.acts, 0, 2);
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "before its forward") != NULL);
+    ptdp_schedule_free(&s);
+    /* Duplicate forward, missing one. */
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    s.acts[1].microbatch = 0;
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "twice") != NULL);
+    ptdp_schedule_free(&s);
+    /* Out of range. */
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    s.acts[3].chunk = 1;
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    ptdp_schedule_free(&s);
+    /* Too many in flight: rank 1 of 1F1B may hold p-r = 1; "F0 F1 B0 B1 ...". */
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    ptdp_action *r1 = s.acts + s.len;
+    swap(r1, 1, 2); /* F0 B0 F1 -> F0 F1 B0 */
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "stashed") != NULL);
+    ptdp_schedule_free(&s);
+    /* A deadlocking pair: each list is fine alone, but rank 0 waits for B0
+     * from rank 1 while rank 1 waits for F1 that rank 0 sends only after. */
+    ptdp_schedule_params two = {2, 2, 1, PTDP_SCHED_1F1B};
+    CHECK_OK(ptdp_schedule_init(&s, &two));
+    const ptdp_action r0[4] = {{PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}, {PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}};
+    const ptdp_action r1d[4] = {{PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}, {PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}};
+    memcpy(s.acts, r0, sizeof r0);
+    memcpy(s.acts + 4, r1d, sizeof r1d);
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "deadlock") != NULL);
+    CHECK(strstr(ptdp_last_error(), "rank 0 at B0 waits for rank 1") != NULL);
+    ptdp_sim_result res;
+    ptdp_sim_costs c = ptdp_sim_default_costs();
+    CHECK(ptdp_sim_run(&s, &c, &res) == PTDP_EINVAL);
+    CHECK(res.spans == NULL);
+    /* The same pair in a consistent order is fine. */
+    memcpy(s.acts + 4, r0, sizeof r0);
+    CHECK_OK(ptdp_schedule_validate(&s, NULL));
+    ptdp_schedule_free(&s);
+    /* Interleaved: chunk 1's forward before chunk 0's on the previous rank
+     * exists -> rank 0 would wait on itself via rank 1; a cross-rank cycle. */
+    ptdp_schedule_params il = {2, 2, 2, -1};
+    CHECK_OK(ptdp_schedule_init(&s, &il));
+    ptdp_action *a0 = s.acts; /* F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 */
+    CHECK(a0[0].chunk == 0 && a0[2].chunk == 1);
+    swap(a0, 0, 2); /* F0.1 first: needs stage 1 (rank 1, chunk 0) of micro-batch 0 */
+    CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "deadlock") != NULL);
+    ptdp_schedule_free(&s);
+}
+
+int main(void) {
+    test_hand_lists();
+    test_params();
+    test_p2p();
+    test_sweep();
+    test_sim_exact();
+    test_broken();
+    return test_done("test_schedule");
+}

@@ -1,0 +1,83 @@
+# test_schedule_cli.sh - `ptdp schedule`: output format of the lists and of
+# --simulate, --draw, --help, and every documented bad input (exit status 2,
+# one "ptdp: error:" line naming the flag).
+set -u
+: "${PTDP:?PTDP must point at the ptdp binary}"
+if [ ! -x "$PTDP" ]; then
+    echo "FAIL: ptdp binary $PTDP is missing (did the build link it?)" >&2
+    exit 1
+fi
+fails=0
+pass=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_error "flag named in the message" args...
+expect_error() {
+    local flag=$1
+    shift
+    "$PTDP" schedule "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" -eq 2 ] && ok || bad "ptdp schedule $* exited $rc, want 2"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "ptdp schedule $*: want one stderr line, got: $(cat "$tmp/err")"
+    grep -q "ptdp: error: .*$flag" "$tmp/err" && ok || bad "ptdp schedule $*: message lacks '$flag': $(cat "$tmp/err")"
+    [ ! -s "$tmp/out" ] && ok || bad "ptdp schedule $*: printed to stdout on error"
+}
+
+expect_error --num-microbatches --pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 6
+expect_error --pipeline-model-parallel-size --virtual-pipeline-model-parallel-size 2 --num-microbatches 4
+expect_error --virtual-pipeline-model-parallel-size --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 0 --num-microbatches 4
+expect_error --num-microbatches --pipeline-model-parallel-size 2 --num-microbatches 0
+expect_error --pipeline-model-parallel-size --pipeline-model-parallel-size 0 --num-microbatches 4
+expect_error --pipeline-schedule --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule pipedream
+expect_error --num-microbatches --pipeline-model-parallel-size 2
+expect_error --forward-time --num-microbatches 2 --forward-time -1
+expect_error --pipeline-schedule --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule 1f1b
+expect_error --num-microbatches --num-microbatchs 4
+
+# Output format: one line per rank.
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 4)
+[ $? -eq 0 ] && ok || bad "1f1b p=2 m=4 failed"
+want="rank 0: F0 F1 B0 F2 B1 F3 B2 B3
+rank 1: F0 B0 F1 B1 F2 B2 F3 B3"
+[ "$out" = "$want" ] && ok || bad "1f1b p=2 m=4 printed:
+$out"
+
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4)
+want="rank 0: F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0
+rank 1: F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"
+[ "$out" = "$want" ] && ok || bad "interleaved p=2 v=2 m=4 printed:
+$out"
+
+out=$("$PTDP" schedule --pipeline-model-parallel-size 3 --num-microbatches 2 --pipeline-schedule gpipe)
+[ "$(echo "$out" | grep -c '^rank [0-2]: F0 F1 B0 B1$')" -eq 3 ] && ok || bad "gpipe printed: $out"
+
+# --simulate: paper's bubble (p-1)/(v*m) and stash counts.
+out=$("$PTDP" schedule --pipeline-model-parallel-size 4 --num-microbatches 8 --simulate)
+echo "$out" | grep -q '^makespan 33$' && ok || bad "1f1b makespan: $out"
+echo "$out" | grep -q '^bubble fraction 0.375 ' && ok || bad "1f1b bubble: $out"
+echo "$out" | grep -q '^peak stashed activations per rank (micro-batch x chunk): 4 3 2 1$' && ok || bad "1f1b stash: $out"
+out=$("$PTDP" schedule --pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 \
+    --num-microbatches 8 --simulate --draw "$tmp/t.svg")
+echo "$out" | grep -q '^bubble fraction 0.1875 ' && ok || bad "interleaved bubble: $out"
+head -c 4 "$tmp/t.svg" | grep -q '<svg' && tail -1 "$tmp/t.svg" | grep -q '</svg>' && ok || bad "svg not written"
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 1 --simulate --comm-time 0.5)
+echo "$out" | grep -q '^makespan 7$' && ok || bad "comm time makespan: $out"
+
+# --draw into a directory that does not exist: runtime failure, status 1.
+"$PTDP" schedule --num-microbatches 2 --draw "$tmp/no/such/dir.svg" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q 'ptdp: error: --draw' "$tmp/err" && ok || bad "bad --draw path: $(cat "$tmp/err")"
+
+# --help names every flag.
+help=$("$PTDP" schedule --help)
+[ $? -eq 0 ] && ok || bad "--help status"
+for f in pipeline-model-parallel-size num-microbatches virtual-pipeline-model-parallel-size pipeline-schedule \
+    simulate draw forward-time backward-time comm-time; do
+    echo "$help" | grep -q -- "--$f" && ok || bad "--help lacks --$f"
+done
+
+echo "test_schedule_cli: $pass checks passed, $fails failed"
+[ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
