@@ -1,11 +1,104 @@
-/* cmd_preprocess.c - placeholder until the command lands; says so and exits 2. */
+/* cmd_preprocess.c - `ptdp preprocess`: Megatron's tools/preprocess_data.py
+ * for GPT-2 BPE without sentence splitting. Parses and checks the flags, then
+ * runs data/preprocess.c. Not here: the conversion itself. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/base.h"
 #include "cli/cli.h"
+#include "data/data.h"
+
+int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges);
+
+static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
+    fprintf(f,
+            "usage: ptdp preprocess --input FILE --output-prefix P --vocab-file encoder.json\n"
+            "                       --merge-file vocab.bpe [--append-eod] [--json-keys text]\n"
+            "                       [--workers N]\n\n"
+            "Writes P_KEY_document.bin/.idx (Megatron indexed dataset, byte-identical to\n"
+            "tools/preprocess_data.py with --tokenizer-type GPT2BPETokenizer). FILE ending in .json or\n"
+            ".jsonl is JSON lines (one document per line, the string under the key); any other FILE is\n"
+            "plain text whose documents are separated by blank lines.\n\n"
+            "flags:\n");
+    ptdp_opts_help(f, opts, nopts);
+}
 
 int ptdp_cmd_preprocess(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ptdp: error: 'preprocess' is not available in this build yet\n");
-    return 2;
+    const char *input = NULL, *prefix = NULL, *vocab = NULL, *merges = NULL, *keys = "text";
+    const char *tokenizer_type = "GPT2BPETokenizer";
+    int append_eod = 0;
+    int64_t workers = 1;
+    ptdp_opt opts[] = {
+        {"input", PTDP_OPT_STR, &input, "input file: JSON lines (.json/.jsonl) or plain text (required)",
+         NULL, 0, 0, 0},
+        {"output-prefix", PTDP_OPT_STR, &prefix, "output prefix (required)", NULL, 0, 0, 0},
+        {"vocab-file", PTDP_OPT_STR, &vocab, "GPT-2 encoder.json (required)", NULL, 0, 0, 0},
+        {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 vocab.bpe (required)", NULL, 0, 0, 0},
+        {"append-eod", PTDP_OPT_BOOL, &append_eod, "append <|endoftext|> to every non-empty document",
+         NULL, 0, 0, 0},
+        {"json-keys", PTDP_OPT_STR, &keys, "the JSON key holding the text (one key)", NULL, 0, 0, 0},
+        {"workers", PTDP_OPT_INT, &workers, "tokenizing threads; the output does not depend on it",
+         NULL, 1, 1024, 0},
+        {"tokenizer-type", PTDP_OPT_STR, &tokenizer_type, "accepted for Megatron compatibility",
+         "GPT2BPETokenizer", 0, 0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]), help = 0;
+    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return 2;
+    }
+    if (help) {
+        usage(stdout, opts, nopts);
+        return 0;
+    }
+    if (!input) {
+        ptdp_log_error("--input is required (see ptdp preprocess --help)");
+        return 2;
+    }
+    if (!prefix) {
+        ptdp_log_error("--output-prefix is required (see ptdp preprocess --help)");
+        return 2;
+    }
+    if (!*keys || strpbrk(keys, " ,")) {
+        ptdp_log_error("--json-keys: give exactly one key, got '%s'", keys);
+        return 2;
+    }
+    struct stat st;
+    if (stat(input, &st) != 0 || !S_ISREG(st.st_mode) || access(input, R_OK) != 0) {
+        ptdp_log_error("--input: cannot read '%s'", input);
+        return 2;
+    }
+    {
+        /* the directory of the prefix must exist */
+        char *dir = strdup(prefix);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        int bad = 0;
+        if (slash) {
+            if (slash == dir) slash[1] = 0; else *slash = 0;
+            bad = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
+            if (bad) ptdp_log_error("--output-prefix: directory '%s' does not exist", dir);
+        }
+        free(dir);
+        if (bad) return 2;
+    }
+    ptdp_tokenizer *tok = NULL;
+    int status = ptdp__cli_open_tokenizer(&tok, vocab, merges);
+    if (status) return status;
+    ptdp_preprocess_params p = ptdp_preprocess_default_params();
+    p.input = input;
+    p.output_prefix = prefix;
+    p.json_key = keys;
+    p.append_eod = append_eod;
+    p.workers = (int)workers;
+    p.progress = isatty(2);
+    int rc = ptdp_preprocess_run(tok, &p, NULL);
+    ptdp_tokenizer_free(tok);
+    if (rc) {
+        ptdp_log_error("%s%s", rc == PTDP_EFORMAT ? "--input: " : "", ptdp_last_error());
+        return rc == PTDP_EFORMAT ? 2 : 1;
+    }
+    return 0;
 }

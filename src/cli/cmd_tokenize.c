@@ -1,11 +1,148 @@
-/* cmd_tokenize.c - placeholder until the command lands; says so and exits 2. */
+/* cmd_tokenize.c - `ptdp tokenize`: GPT-2 BPE on stdin, one input line at a
+ * time. Encoding prints one line of space-separated ids per input line; the
+ * newline that ends a line is not encoded (so a text with newlines inside a
+ * document cannot be tokenized exactly with this command: use `ptdp
+ * preprocess` for documents). --decode reads lines of ids and prints the
+ * decoded bytes of each followed by a newline. Not here: the tokenizer itself
+ * (data/bpe.c). */
+#define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/base.h"
 #include "cli/cli.h"
+#include "data/data.h"
+
+static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
+    fprintf(f,
+            "usage: ptdp tokenize --vocab-file encoder.json --merge-file vocab.bpe [--decode]\n\n"
+            "Reads stdin line by line. Encoding: prints the GPT-2 BPE ids of each line, space\n"
+            "separated, one output line per input line; the line's newline is not encoded.\n"
+            "--decode: each input line holds ids; prints their text followed by a newline.\n\n"
+            "flags:\n");
+    ptdp_opts_help(f, opts, nopts);
+}
+
+/* Opens the tokenizer, naming the flag whose file is at fault. Returns 0 or an
+ * exit status (2 bad files, 1 out of memory). Shared with cmd_preprocess.c,
+ * which declares it itself because cli.h belongs to main.c's owner. */
+int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges);
+int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges) {
+    if (!vocab) {
+        ptdp_log_error("--vocab-file is required (GPT-2's encoder.json; see scripts/fetch_data.sh)");
+        return 2;
+    }
+    if (!merges) {
+        ptdp_log_error("--merge-file is required (GPT-2's vocab.bpe; see scripts/fetch_data.sh)");
+        return 2;
+    }
+    int rc = ptdp_tokenizer_open(tok, vocab, merges);
+    if (rc) {
+        const char *msg = ptdp_last_error();
+        ptdp_log_error("%s: %s", strstr(msg, "merge file") ? "--merge-file" : "--vocab-file", msg);
+        return rc == PTDP_ENOMEM ? 1 : 2;
+    }
+    return 0;
+}
+
+static int encode_lines(const ptdp_tokenizer *tok) {
+    ptdp_tok_cache *cache = ptdp_tok_cache_new();
+    ptdp_tokens t = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int status = 0;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        if (n > 0 && line[n - 1] == '\n') n--;
+        t.n = 0;
+        if (ptdp_tokenizer_encode(tok, cache, line, (size_t)n, &t)) {
+            ptdp_log_error("%s", ptdp_last_error());
+            status = 1;
+            break;
+        }
+        for (size_t i = 0; i < t.n; i++) printf(i ? " %d" : "%d", t.ids[i]);
+        putchar('\n');
+    }
+    free(line);
+    ptdp_tokens_free(&t);
+    ptdp_tok_cache_free(cache);
+    return status;
+}
+
+static int decode_lines(const ptdp_tokenizer *tok) {
+    ptdp_tokens t = {0};
+    char *line = NULL, *buf = NULL;
+    size_t cap = 0, blen = 0, bcap = 0, lineno = 0;
+    int status = 0;
+    while (!status && getline(&line, &cap, stdin) >= 0) {
+        lineno++;
+        t.n = 0;
+        for (char *p = line;;) {
+            while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+            if (!*p) break;
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || (*end && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') ||
+                v < 0 || v >= ptdp_tokenizer_vocab_size(tok)) {
+                ptdp_log_error("--decode: stdin line %zu: '%.*s' is not a token id (0..%d)", lineno,
+                               (int)strcspn(p, " \t\r\n"), p, ptdp_tokenizer_vocab_size(tok) - 1);
+                status = 2;
+                break;
+            }
+            if (ptdp_tokens_reserve(&t, 1)) {
+                status = 1;
+                break;
+            }
+            t.ids[t.n++] = (int32_t)v;
+            p = end;
+        }
+        if (status) break;
+        blen = 0;
+        int rc = ptdp_tokenizer_decode(tok, t.ids, t.n, &buf, &blen, &bcap);
+        if (rc) {
+            ptdp_log_error("--decode: stdin line %zu: %s", lineno, ptdp_last_error());
+            status = rc == PTDP_EINVAL ? 2 : 1;
+            break;
+        }
+        fwrite(buf, 1, blen, stdout);
+        putchar('\n');
+    }
+    free(line);
+    free(buf);
+    ptdp_tokens_free(&t);
+    return status;
+}
 
 int ptdp_cmd_tokenize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ptdp: error: 'tokenize' is not available in this build yet\n");
-    return 2;
+    const char *vocab = NULL, *merges = NULL;
+    int decode = 0;
+    ptdp_opt opts[] = {
+        {"vocab-file", PTDP_OPT_STR, &vocab, "GPT-2 vocabulary, encoder.json / vocab.json (required)",
+         NULL, 0, 0, 0},
+        {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 merges, vocab.bpe / merges.txt (required)", NULL,
+         0, 0, 0},
+        {"decode", PTDP_OPT_BOOL, &decode, "read lines of ids, print text", NULL, 0, 0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]), help = 0;
+    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return 2;
+    }
+    if (help) {
+        usage(stdout, opts, nopts);
+        return 0;
+    }
+    ptdp_tokenizer *tok = NULL;
+    int status = ptdp__cli_open_tokenizer(&tok, vocab, merges);
+    if (status) return status;
+    static char outbuf[1 << 16];
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    status = decode ? decode_lines(tok) : encode_lines(tok);
+    if (fflush(stdout) != 0 && !status) {
+        ptdp_log_error("error writing stdout");
+        status = 1;
+    }
+    ptdp_tokenizer_free(tok);
+    return status;
 }

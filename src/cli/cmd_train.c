@@ -1,4 +1,239 @@
-/* cmd_train.c - placeholder, replaced below */
+/* cmd_train.c - `ptdp train` and `ptdp export`: parse and check the flags
+ * (before any work), start MPI, build the trainer, loop, log Megatron's
+ * iteration line and optional JSON lines, write weights at the end. */
+#define _POSIX_C_SOURCE 200809L
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "cli/args.h"
+#include "cli/batches.h"
 #include "cli/cli.h"
-int ptdp_cmd_train(int argc, char **argv) { (void)argc; (void)argv; return 2; }
-int ptdp_cmd_export(int argc, char **argv) { (void)argc; (void)argv; return 2; }
+#include "cli/trainer.h"
+
+static void usage(FILE *f, const char *cmd, int which) {
+    ptdp_args a;
+    ptdp_args_defaults(&a);
+    ptdp_opt opts[96];
+    int n = ptdp_args_table(&a, which, opts, 96);
+    if (which == PTDP_ARGS_TRAIN)
+        fprintf(f, "usage: ptdp train [flags]   (Megatron-LM's flag names; --config FILE.json takes the same keys)\n\n"
+                   "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
+                   "--train-iters --lr and a data source (--mock-data or --token-file FILE).\n\n");
+    else
+        fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE]\n\n"
+                   "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
+                   "GPT-2 safetensors, with config.json beside it.\n\n", cmd);
+    ptdp_opts_help(f, opts, n);
+}
+
+/* Parse + validate; returns 0 to go on, else the exit status (help: 0). */
+static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv, void **keep, int *done) {
+    int help = 0;
+    ptdp_args_defaults(a);
+    *done = 0;
+    int rc = ptdp_args_parse(a, which, argc, argv, &help, keep);
+    if (help) {
+        usage(stdout, cmd, which);
+        *done = 1;
+        return 0;
+    }
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        *done = 1;
+        return 2;
+    }
+    return 0;
+}
+
+/* config.json beside the weights file */
+static void config_json_path(const char *weights, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", weights);
+    char *slash = strrchr(buf, '/');
+    char *name = slash ? slash + 1 : buf;
+    snprintf(name, cap - (size_t)(name - buf), "config.json");
+}
+
+static void set_threads(const ptdp_comm *c) {
+    if (getenv("OMP_NUM_THREADS")) return;
+    /* Share the cores between the ranks of this node instead of letting every
+     * rank start one thread per core. */
+    int local = 1;
+    if (c->mpi_initialized && c->world_size > 1) {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    int cores = omp_get_num_procs();
+    int th = cores / local;
+    omp_set_num_threads(th < 1 ? 1 : th);
+}
+
+int ptdp_cmd_train(int argc, char **argv) {
+    ptdp_args a;
+    void *keep = NULL;
+    int done;
+    int status = parse(&a, PTDP_ARGS_TRAIN, "train", argc, argv, &keep, &done);
+    if (done) {
+        ptdp_args_free(keep);
+        return status;
+    }
+    ptdp_comm comm;
+    if (ptdp_comm_init(&comm, &argc, &argv)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        ptdp_args_free(keep);
+        return 1;
+    }
+    ptdp_trainer_params tp = {0};
+    int rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg);
+    ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
+    if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
+    if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, 1);
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        ptdp_comm_finalize(&comm);
+        ptdp_args_free(keep);
+        return rc == PTDP_ENOMEM || rc == PTDP_EIO ? 1 : 2;
+    }
+    set_threads(&comm);
+    ptdp_cpu_set_gemm(lib);
+    const int64_t s = tp.cfg.seq_length;
+    tp.micro_batch = a.micro_batch_size;
+    tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size;
+    ptdp_args_optim(&a, &tp.lr, &tp.adam);
+    tp.ops = ptdp_cpu_ops();
+    tp.comm = &comm;
+    tp.init_from = a.init_from;
+
+    ptdp_batches data;
+    if (a.token_file)
+        rc = ptdp_batches_open_file(&data, a.token_file, s, tp.cfg.vocab);
+    else
+        ptdp_batches_mock(&data, s, tp.cfg.vocab, (uint64_t)a.seed);
+    FILE *jsonl = NULL;
+    if (rc == PTDP_OK && a.log_jsonl && !(jsonl = fopen(a.log_jsonl, "w")))
+        rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
+    ptdp_trainer *tr = NULL;
+    if (rc == PTDP_OK) rc = ptdp_trainer_init(&tr, &tp);
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        if (jsonl) fclose(jsonl);
+        ptdp_batches_close(&data);
+        ptdp_comm_finalize(&comm);
+        ptdp_args_free(keep);
+        return rc == PTDP_EINVAL || rc == PTDP_ECONFIG ? 2 : 1;
+    }
+
+    const ptdp_gpt_config *cfg = &tp.cfg;
+    const int64_t B = tp.global_batch;
+    ptdp_log0("ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations, "
+              "%d rank(s) x %d thread(s), GEMM %s",
+              (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->heads, (long long)s,
+              (long long)cfg->vocab, (long long)cfg->vocab_padded, (long long)tp.micro_batch, (long long)B,
+              (long long)a.train_iters, comm.world_size, omp_get_max_threads(), ptdp_gemm_lib_name(lib));
+    ptdp_trainer_log_memory(tr);
+
+    int32_t *batch = malloc(sizeof(int32_t) * (size_t)(B * (s + 1)));
+    PTDP_ASSERT_MSG(batch, "out of memory for the batch");
+    const double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
+    double t_interval = 0, loss_interval = 0, t_total = 0;
+    int64_t n_interval = 0, skipped_total = 0;
+    ptdp_step_stats st = {0};
+    for (int64_t it = 0; it < a.train_iters; it++) {
+        ptdp_batches_get(&data, it * B, B, batch);
+        double t0 = ptdp_now();
+        ptdp_trainer_step(tr, batch, &st);
+        double dt = ptdp_now() - t0;
+        t_interval += dt;
+        t_total += dt;
+        loss_interval += st.loss;
+        n_interval++;
+        skipped_total += st.skipped;
+        double tflops = flops / dt / comm.world_size / 1e12, tps = (double)(B * s) / dt;
+        if (jsonl && comm.world_rank == 0) {
+            fprintf(jsonl,
+                    "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
+                    "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
+                    (long long)st.iteration, (long long)(st.iteration * B), st.loss, st.grad_norm, st.lr, dt * 1e3, tps,
+                    tflops, st.skipped);
+            fflush(jsonl);
+        }
+        if (st.iteration % a.log_interval == 0 || it == a.train_iters - 1) {
+            double ms = t_interval / (double)n_interval * 1e3;
+            ptdp_log0(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                      "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+                      "global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
+                      "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+                      (long long)st.iteration, (long long)a.train_iters, (long long)(st.iteration * B), ms,
+                      flops / (ms / 1e3) / comm.world_size / 1e12, (double)(B * s) / (ms / 1e3), st.lr, (long long)B,
+                      loss_interval / (double)n_interval, st.grad_norm, (long long)skipped_total,
+                      (long long)skipped_total);
+            t_interval = loss_interval = 0;
+            n_interval = 0;
+        }
+    }
+    ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
+              (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
+    if (a.log_comm) ptdp_comm_log_counters(&comm);
+    status = 0;
+    if (a.save_safetensors && comm.world_rank == 0) {
+        char cfgpath[4096];
+        config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
+        if (ptdp_hf_export_chunk(ptdp_trainer_chunk(tr), cfg, a.save_safetensors, cfgpath)) {
+            ptdp_log_error("%s", ptdp_last_error());
+            status = 1;
+        } else {
+            ptdp_log0("wrote %s and %s", a.save_safetensors, cfgpath);
+        }
+    }
+    free(batch);
+    if (jsonl) fclose(jsonl);
+    ptdp_trainer_free(tr);
+    ptdp_batches_close(&data);
+    ptdp_comm_finalize(&comm);
+    ptdp_args_free(keep);
+    return status;
+}
+
+int ptdp_cmd_export(int argc, char **argv) {
+    ptdp_args a;
+    void *keep = NULL;
+    int done;
+    int status = parse(&a, PTDP_ARGS_EXPORT, "export", argc, argv, &keep, &done);
+    if (done) {
+        ptdp_args_free(keep);
+        return status;
+    }
+    ptdp_gpt_config cfg;
+    int rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg);
+    ptdp_comm comm;
+    ptdp_comm_init_single(&comm);
+    ptdp_gpt_chunk *chunk = NULL;
+    if (rc == PTDP_OK) {
+        ptdp_chunk_params cp = {&cfg, 0, cfg.num_layers, 1, 1, 1, 1, ptdp_cpu_ops(), &comm.tensor};
+        rc = ptdp_gpt_chunk_init(&chunk, &cp);
+    }
+    if (rc == PTDP_OK) {
+        if (a.init_from)
+            rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
+        else
+            ptdp_gpt_chunk_init_params(chunk);
+    }
+    char cfgpath[4096];
+    if (rc == PTDP_OK) {
+        config_json_path(a.out, cfgpath, sizeof cfgpath);
+        rc = ptdp_hf_export_chunk(chunk, &cfg, a.out, cfgpath);
+    }
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        status = rc == PTDP_EINVAL || rc == PTDP_ECONFIG || rc == PTDP_EUNSUPPORTED ? 2 : 1;
+    } else {
+        printf("wrote %s and %s\n", a.out, cfgpath);
+    }
+    ptdp_gpt_chunk_free(chunk);
+    ptdp_args_free(keep);
+    return status;
+}

@@ -14,7 +14,9 @@
 static inline float ptdp__expf(float x) {
     if (x < -87.0f) x = -87.0f; /* exp underflows to ~1e-38: fine for softmax */
     if (x > 88.0f) x = 88.0f;
-    float kf = __builtin_roundf(x * 1.44269504088896341f);
+    /* round to nearest by the 1.5*2^23 trick: plain float adds, so gcc
+     * vectorises (roundf is a libm call) */
+    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - kf * 0.693145751953125f;
     r = r - kf * 1.428606765330187045e-06f;
     float p = 1.0f / 720.0f;

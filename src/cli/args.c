@@ -1,0 +1,241 @@
+/* args.c - Megatron-style flags for train/export, and --config JSON. */
+#include "cli/args.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ptdp_args_defaults(ptdp_args *a) {
+    memset(a, 0, sizeof *a);
+    a->vocab_size = 50257;
+    a->make_vocab_size_divisible_by = 128;
+    a->init_method_std = 0.02;
+    a->hidden_dropout = 0.1;
+    a->attention_dropout = 0.1;
+    a->seed = 1234;
+    a->micro_batch_size = 1;
+    a->lr = -1; /* required */
+    a->min_lr = 0.0;
+    a->weight_decay = 0.01;
+    a->clip_grad = 1.0;
+    a->adam_beta1 = 0.9;
+    a->adam_beta2 = 0.999;
+    a->adam_eps = 1e-8;
+    a->lr_decay_style = "linear";
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->log_interval = 100;
+    a->gemm = "onednn";
+}
+
+#define I(name, field, help, lo, hi) {name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0}
+#define F(name, field, help, lo, hi) {name, PTDP_OPT_FLOAT, &a->field, help, NULL, lo, hi, 0}
+#define S(name, field, help, choices) {name, PTDP_OPT_STR, &a->field, help, choices, 0, 0, 0}
+#define B(name, field, help) {name, PTDP_OPT_BOOL, &a->field, help, NULL, 0, 1, 0}
+#define BIG 1e15
+
+int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
+    const ptdp_opt model[] = {
+        I("num-layers", num_layers, "transformer layers l (required)", 1, 100000),
+        I("hidden-size", hidden_size, "hidden size h (required)", 1, 1000000),
+        I("num-attention-heads", num_attention_heads, "attention heads a (required)", 1, 100000),
+        I("ffn-hidden-size", ffn_hidden_size, "MLP width (0: 4h)", 0, 10000000),
+        I("seq-length", seq_length, "sequence length s (required)", 1, 1000000),
+        I("max-position-embeddings", max_position_embeddings, "position embedding rows (0: seq-length)", 0, 1000000),
+        I("vocab-size", vocab_size, "vocabulary size V for --mock-data/--token-file", 2, 100000000),
+        I("make-vocab-size-divisible-by", make_vocab_size_divisible_by, "pad V to a multiple of this x t", 1, 1000000),
+        F("init-method-std", init_method_std, "std of the normal initialisation", 0, 10),
+        F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0, 0.99),
+        F("attention-dropout", attention_dropout, "dropout on attention probabilities", 0, 0.99),
+        I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
+        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1, 4096),
+        S("init-from", init_from, "start from Hugging Face GPT-2 safetensors weights", NULL),
+        S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
+    };
+    const ptdp_opt train[] = {
+        I("micro-batch-size", micro_batch_size, "micro-batch size b", 1, 1000000),
+        I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)", 0, BIG),
+        I("train-iters", train_iters, "iterations to train (required)", 0, BIG),
+        F("lr", lr, "peak learning rate (required)", 0, 1e3),
+        F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
+        S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
+        I("lr-warmup-iters", lr_warmup_iters, "linear warm-up iterations", 0, BIG),
+        F("lr-warmup-fraction", lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters", 0, 1),
+        I("lr-decay-iters", lr_decay_iters, "iterations of decay (0: --train-iters)", 0, BIG),
+        F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0, 100),
+        F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
+        F("adam-beta1", adam_beta1, "AdamW beta1", 0, 0.999999),
+        F("adam-beta2", adam_beta2, "AdamW beta2", 0, 0.999999999),
+        F("adam-eps", adam_eps, "AdamW epsilon", 0, 1),
+        I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p", 1, 4096),
+        B("mock-data", mock_data, "train on deterministic synthetic tokens"),
+        S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
+        I("log-interval", log_interval, "iterations between log lines", 1, BIG),
+        S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
+        B("log-comm", log_comm, "print per-group communication counters at the end"),
+        S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors", NULL),
+        S("gemm", gemm, "GEMM library", "onednn|openblas"),
+    };
+    const ptdp_opt export_[] = {
+        S("out", out, "output .safetensors file (config.json is written beside it)", NULL),
+    };
+    int n = 0;
+#define APPEND(tab)                                                      \
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {            \
+        PTDP_ASSERT(n < cap);                                            \
+        opts[n++] = tab[i];                                              \
+    }
+    APPEND(model);
+    if (which == PTDP_ARGS_TRAIN) APPEND(train);
+    if (which == PTDP_ARGS_EXPORT) APPEND(export_);
+#undef APPEND
+    return n;
+}
+
+static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ptdp_errorf(PTDP_EIO, "--config %s: cannot open the file", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(text);
+        return ptdp_errorf(PTDP_EIO, "--config %s: cannot read the file", path);
+    }
+    fclose(f);
+    text[len] = 0;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return ptdp_errorf(PTDP_EINVAL, "--config %s: not a JSON object of flag names to values", path);
+    }
+    *json_keep = root;
+    for (cJSON *it = root->child; it; it = it->next) {
+        char name[128], val[64];
+        snprintf(name, sizeof name, "%s", it->string);
+        for (char *c = name; *c; c++)
+            if (*c == '_') *c = '-';
+        const char *v = val;
+        if (cJSON_IsBool(it))
+            v = cJSON_IsTrue(it) ? "true" : "false";
+        else if (cJSON_IsNumber(it)) {
+            double d = it->valuedouble;
+            if (d == (double)(long long)d)
+                snprintf(val, sizeof val, "%lld", (long long)d);
+            else
+                snprintf(val, sizeof val, "%.17g", d);
+        } else if (cJSON_IsString(it))
+            v = it->valuestring;
+        else
+            return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a number, string or boolean", path,
+                               it->string);
+        char origin[300];
+        snprintf(origin, sizeof origin, "key in %s:", path);
+        int rc = ptdp_opt_set(opts, n, name, v, origin);
+        if (rc) return rc;
+    }
+    return PTDP_OK;
+}
+
+int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep) {
+    ptdp_opt opts[96];
+    int n = ptdp_args_table(a, which, opts, 96);
+    *json_keep = NULL;
+    /* find --config first so the command line overrides the file */
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) v = argv[i + 1];
+        if (!strncmp(argv[i], "--config=", 9)) v = argv[i] + 9;
+        if (v) {
+            int rc = apply_json(opts, n, v, json_keep);
+            if (rc) return rc;
+            a->config = v;
+        }
+    }
+    return ptdp_opts_parse(opts, n, argc, argv, want_help);
+}
+
+void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
+
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg) {
+    const struct {
+        int missing;
+        const char *flag;
+    } req[] = {
+        {a->num_layers == 0, "--num-layers"},
+        {a->hidden_size == 0, "--hidden-size"},
+        {a->num_attention_heads == 0, "--num-attention-heads"},
+        {a->seq_length == 0, "--seq-length"},
+        {which == PTDP_ARGS_TRAIN && a->train_iters == 0, "--train-iters"},
+        {which == PTDP_ARGS_TRAIN && a->lr < 0, "--lr"},
+        {which == PTDP_ARGS_EXPORT && !a->out, "--out"},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
+    if (which == PTDP_ARGS_TRAIN) {
+        if (!a->mock_data && !a->token_file)
+            return ptdp_errorf(PTDP_EINVAL, "no training data: give --mock-data or --token-file FILE");
+        if (a->mock_data && a->token_file)
+            return ptdp_errorf(PTDP_EINVAL, "--mock-data and --token-file exclude each other; give one");
+        if (a->pipeline_model_parallel_size != 1)
+            return ptdp_errorf(PTDP_EUNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline parallelism is "
+                                                  "not in this build yet; use 1",
+                               (long long)a->pipeline_model_parallel_size);
+    }
+    int64_t t = a->tensor_model_parallel_size;
+    if (t != 1)
+        return ptdp_errorf(PTDP_EUNSUPPORTED, "--tensor-model-parallel-size %lld: tensor parallelism is not in "
+                                              "this build yet; use 1",
+                           (long long)t);
+    if (world_size != 1 && which == PTDP_ARGS_TRAIN)
+        return ptdp_errorf(PTDP_ECONFIG, "this job has %d ranks but the layout (t=1, p=1, no data parallelism yet) "
+                                         "uses 1; run without mpirun or with -np 1",
+                           world_size);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->num_layers = a->num_layers;
+    cfg->hidden = a->hidden_size;
+    cfg->heads = a->num_attention_heads;
+    cfg->ffn_hidden = a->ffn_hidden_size;
+    cfg->seq_length = a->seq_length;
+    cfg->max_positions = a->max_position_embeddings;
+    cfg->vocab = a->vocab_size;
+    cfg->init_std = (float)a->init_method_std;
+    cfg->hidden_dropout = (float)a->hidden_dropout;
+    cfg->attention_dropout = (float)a->attention_dropout;
+    cfg->seed = (uint64_t)a->seed;
+    int rc = ptdp_gpt_config_finish(cfg, a->make_vocab_size_divisible_by, (int)t);
+    if (rc) return rc;
+    if (which == PTDP_ARGS_TRAIN) {
+        int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size;
+        if (B % a->micro_batch_size)
+            return ptdp_errorf(PTDP_ECONFIG, "--global-batch-size %lld is not a multiple of --micro-batch-size %lld",
+                               (long long)B, (long long)a->micro_batch_size);
+        if (a->lr_decay_iters && a->lr_warmup_iters >= a->lr_decay_iters && strcmp(a->lr_decay_style, "constant"))
+            return ptdp_errorf(PTDP_ECONFIG, "--lr-warmup-iters %lld must be below --lr-decay-iters %lld",
+                               (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);
+        if (a->lr_warmup_iters && a->lr_warmup_fraction > 0)
+            return ptdp_errorf(PTDP_ECONFIG, "give --lr-warmup-iters or --lr-warmup-fraction, not both");
+        if (a->min_lr > a->lr)
+            return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
+    }
+    return PTDP_OK;
+}
+
+void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam) {
+    lr->max_lr = a->lr;
+    lr->min_lr = a->min_lr;
+    lr->decay_iters = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+    lr->warmup_iters = a->lr_warmup_iters;
+    if (a->lr_warmup_fraction > 0) lr->warmup_iters = (int64_t)(a->lr_warmup_fraction * (double)lr->decay_iters);
+    if (lr->decay_iters <= lr->warmup_iters) lr->decay_iters = lr->warmup_iters + 1;
+    PTDP_ASSERT(ptdp_lr_style_parse(a->lr_decay_style, &lr->style) == PTDP_OK);
+    adam->beta1 = a->adam_beta1;
+    adam->beta2 = a->adam_beta2;
+    adam->eps = a->adam_eps;
+    adam->weight_decay = a->weight_decay;
+    adam->clip_grad = a->clip_grad;
+}

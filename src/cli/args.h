@@ -1,0 +1,55 @@
+/* args.h - the flags shared by `ptdp train`, `ptdp export` and friends:
+ * Megatron-LM's names and defaults, one table, `--config FILE.json` with the
+ * same keys. Parsing validates everything before any work starts. */
+#ifndef PTDP_CLI_ARGS_H
+#define PTDP_CLI_ARGS_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct {
+    /* model */
+    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, max_position_embeddings;
+    int64_t vocab_size, make_vocab_size_divisible_by;
+    double init_method_std, hidden_dropout, attention_dropout;
+    int64_t seed;
+    /* batch and schedule */
+    int64_t micro_batch_size, global_batch_size, train_iters;
+    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, lr_warmup_fraction;
+    int64_t lr_warmup_iters, lr_decay_iters;
+    const char *lr_decay_style;
+    /* parallelism */
+    int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+    /* data */
+    int mock_data;
+    const char *token_file;
+    /* io and logging */
+    const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
+    int64_t log_interval;
+    int log_comm;
+} ptdp_args;
+
+/* Which flags a command takes. */
+#define PTDP_ARGS_TRAIN 1
+#define PTDP_ARGS_EXPORT 2
+
+/* Megatron's defaults. */
+void ptdp_args_defaults(ptdp_args *a);
+/* Fills opts (capacity `cap`) with the flags of `which`; returns the count. */
+int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap);
+/* Parses argv (after the command name), applying --config FILE.json first so
+ * flags on the command line win. Sets *want_help. PTDP_EINVAL/PTDP_EIO with
+ * one message naming the flag or file. *json_keep receives the parsed JSON
+ * tree whose strings the args point into (free with ptdp_args_free). */
+int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep);
+void ptdp_args_free(void *json_keep);
+/* Checks required flags and cross-flag consistency for `which`, given the
+ * world size; fills cfg. PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg);
+/* The LR schedule and AdamW settings from the flags. */
+void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
+
+#endif

@@ -1,0 +1,76 @@
+/* batches.c - mock and token-file sample sources (see batches.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "cli/batches.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+void ptdp_batches_mock(ptdp_batches *b, int64_t seq_length, int64_t vocab, uint64_t seed) {
+    memset(b, 0, sizeof *b);
+    b->seq_length = seq_length;
+    b->vocab = vocab;
+    b->seed = seed;
+}
+
+int ptdp_batches_open_file(ptdp_batches *b, const char *path, int64_t seq_length, int64_t vocab) {
+    memset(b, 0, sizeof *b);
+    b->seq_length = seq_length;
+    b->vocab = vocab;
+    b->path = path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return ptdp_errorf(PTDP_EIO, "--token-file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return ptdp_errorf(PTDP_EIO, "--token-file %s: %s", path, strerror(errno));
+    }
+    if (st.st_size % 2) {
+        close(fd);
+        return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: %lld bytes is not a whole number of uint16 tokens", path,
+                           (long long)st.st_size);
+    }
+    if (st.st_size / 2 < seq_length + 1) {
+        close(fd);
+        return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: holds %lld tokens, fewer than one sample (--seq-length + 1 = %lld)",
+                           path, (long long)(st.st_size / 2), (long long)(seq_length + 1));
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return ptdp_errorf(PTDP_EIO, "--token-file %s: mmap: %s", path, strerror(errno));
+    b->tokens = m;
+    b->ntokens = st.st_size / 2;
+    b->map_bytes = (size_t)st.st_size;
+    for (int64_t i = 0; i < b->ntokens; i++)
+        if (b->tokens[i] >= vocab) {
+            int64_t bad = b->tokens[i];
+            ptdp_batches_close(b);
+            return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: token %lld at position %lld is not below the vocabulary size %lld (--vocab-size)",
+                               path, (long long)bad, (long long)i, (long long)vocab);
+        }
+    return PTDP_OK;
+}
+
+void ptdp_batches_close(ptdp_batches *b) {
+    if (b->tokens) munmap((void *)b->tokens, b->map_bytes);
+    b->tokens = NULL;
+}
+
+void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32_t *out) {
+    const int64_t s = b->seq_length;
+    for (int64_t k = 0; k < count; k++)
+        for (int64_t q = 0; q <= s; q++) {
+            uint64_t pos = (uint64_t)(first + k) * (uint64_t)s + (uint64_t)q;
+            int32_t tok;
+            if (b->tokens)
+                tok = b->tokens[pos % (uint64_t)b->ntokens];
+            else
+                tok = (int32_t)(ptdp_hash_mix(b->seed, pos) % (uint64_t)b->vocab);
+            out[k * (s + 1) + q] = tok;
+        }
+}

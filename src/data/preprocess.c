@@ -1,0 +1,222 @@
+/* preprocess.c - Megatron's tools/preprocess_data.py without sentence
+ * splitting: each input document becomes one sequence of GPT-2 BPE ids (plus
+ * the EOD id when asked and the document is not empty) in
+ * OUTPUT_PREFIX_KEY_document.{bin,idx}. Input is JSON lines (.json/.jsonl:
+ * one object per line, the document is the string under the key; blank lines
+ * are skipped) or plain text (anything else: documents are separated by one
+ * or more blank lines - lines of only spaces, tabs or CR - and keep their
+ * inner newlines but not the final one). Documents are tokenized in parallel
+ * batches with OpenMP and written in input order, so the output does not
+ * depend on the number of workers. Not supported: several JSON keys at once,
+ * sentence splitting, "\u0000" inside JSON strings (cJSON ends the string). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <omp.h>
+
+#include "base/base.h"
+#include "data/data.h"
+
+ptdp_preprocess_params ptdp_preprocess_default_params(void) {
+    ptdp_preprocess_params p = {0};
+    p.json_key = "text";
+    p.workers = 1;
+    return p;
+}
+
+typedef struct {
+    size_t begin, end; /* byte range in the input: a JSON line, or a document */
+    size_t lineno;     /* 1-based line of the range's start (for messages) */
+} ptdp__item;
+
+typedef struct {
+    const ptdp_tokenizer *tok;
+    const ptdp_preprocess_params *p;
+    const char *data;
+    int json;
+    int32_t eod;
+} ptdp__pp_ctx;
+
+static int ptdp__ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Tokenizes one item into *out (cleared first). */
+static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptdp__item *it,
+                         ptdp_tokens *out) {
+    out->n = 0;
+    int rc;
+    if (c->json) {
+        cJSON *obj = cJSON_ParseWithLength(c->data + it->begin, it->end - it->begin);
+        if (!obj || !cJSON_IsObject(obj)) {
+            cJSON_Delete(obj);
+            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", c->p->input, it->lineno);
+        }
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, c->p->json_key);
+        if (!cJSON_IsString(v)) {
+            cJSON_Delete(obj);
+            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", c->p->input,
+                               it->lineno, c->p->json_key);
+        }
+        rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, strlen(v->valuestring), out);
+        cJSON_Delete(obj);
+    } else {
+        rc = ptdp_tokenizer_encode(c->tok, cache, c->data + it->begin, it->end - it->begin, out);
+    }
+    if (!rc && c->p->append_eod && out->n > 0) {
+        rc = ptdp_tokens_reserve(out, 1);
+        if (!rc) out->ids[out->n++] = c->eod;
+    }
+    return rc;
+}
+
+static int ptdp__blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
+    return 1;
+}
+
+/* Finds the next item at *pos; returns 0 at the end of input. */
+static int ptdp__next_item(const char *d, size_t n, int json, size_t *pos, size_t *lineno,
+                           ptdp__item *it) {
+    while (*pos < n) {
+        const char *nl = memchr(d + *pos, '\n', n - *pos);
+        size_t le = nl ? (size_t)(nl - d) : n, next = nl ? le + 1 : n;
+        size_t start = *pos;
+        (*lineno)++;
+        if (ptdp__blank(d + start, le - start)) {
+            *pos = next;
+            continue;
+        }
+        it->begin = start;
+        it->lineno = *lineno;
+        if (json) {
+            it->end = le;
+            *pos = next;
+            return 1;
+        }
+        /* plain text: extend over following non-blank lines */
+        size_t end = le;
+        *pos = next;
+        while (*pos < n) {
+            nl = memchr(d + *pos, '\n', n - *pos);
+            le = nl ? (size_t)(nl - d) : n;
+            next = nl ? le + 1 : n;
+            if (ptdp__blank(d + *pos, le - *pos)) break;
+            (*lineno)++;
+            end = le;
+            *pos = next;
+        }
+        it->end = end;
+        return 1;
+    }
+    return 0;
+}
+
+#define PTDP__BATCH_ITEMS 4096
+#define PTDP__BATCH_BYTES ((size_t)16 << 20)
+
+int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params *p,
+                        ptdp_preprocess_stats *stats) {
+    if (p->workers < 1) return ptdp_errorf(PTDP_EINVAL, "workers must be >= 1, got %d", p->workers);
+    ptdp__pp_ctx c = {tok, p, NULL, ptdp__ends_with(p->input, ".json") ||
+                                        ptdp__ends_with(p->input, ".jsonl"),
+                      ptdp_tokenizer_eod(tok)};
+    if (p->append_eod && c.eod < 0)
+        return ptdp_errorf(PTDP_EINVAL, "the vocabulary has no <|endoftext|> to append");
+    int fd = open(p->input, O_RDONLY);
+    if (fd < 0) return ptdp_errorf(PTDP_EIO, "cannot open '%s': %s", p->input, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ptdp_errorf(PTDP_EIO, "'%s' is not a regular file", p->input);
+    }
+    size_t n = (size_t)st.st_size;
+    void *map = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (map == MAP_FAILED) return ptdp_errorf(PTDP_EIO, "cannot map '%s'", p->input);
+    c.data = map;
+
+    size_t plen = strlen(p->output_prefix) + strlen(p->json_key) + 16;
+    char *prefix = malloc(plen);
+    ptdp__item *items = malloc(PTDP__BATCH_ITEMS * sizeof(ptdp__item));
+    ptdp_tokens *toks = calloc(PTDP__BATCH_ITEMS, sizeof(ptdp_tokens));
+    int *rcs = malloc(PTDP__BATCH_ITEMS * sizeof(int));
+    ptdp_tok_cache **caches = calloc((size_t)p->workers, sizeof(*caches));
+    int rc = PTDP_OK;
+    if (!prefix || !items || !toks || !rcs || !caches) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    for (int w = 0; !rc && w < p->workers; w++)
+        if (!(caches[w] = ptdp_tok_cache_new())) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    ptdp_idx_writer *wr = NULL;
+    if (!rc) {
+        snprintf(prefix, plen, "%s_%s_document", p->output_prefix, p->json_key);
+        rc = ptdp_idx_writer_open(&wr, prefix, ptdp_idx_dtype_for_vocab(ptdp_tokenizer_vocab_size(tok)));
+    }
+    ptdp_preprocess_stats s = {0};
+    double t0 = ptdp_now(), last_print = t0;
+    size_t pos = 0, lineno = 0;
+    while (!rc) {
+        int nb = 0;
+        size_t bytes = 0;
+        while (nb < PTDP__BATCH_ITEMS && bytes < PTDP__BATCH_BYTES &&
+               ptdp__next_item(c.data, n, c.json, &pos, &lineno, &items[nb])) {
+            bytes += items[nb].end - items[nb].begin;
+            nb++;
+        }
+        if (nb == 0) break;
+#pragma omp parallel for schedule(dynamic, 8) num_threads(p->workers)
+        for (int i = 0; i < nb; i++)
+            rcs[i] = ptdp__pp_item(&c, caches[omp_get_thread_num()], &items[i], &toks[i]);
+        for (int i = 0; i < nb && !rc; i++) {
+            if (rcs[i]) {
+                /* redo the first failure on this thread so its message is the one recorded */
+                rc = ptdp__pp_item(&c, caches[0], &items[i], &toks[i]);
+                if (!rc) rc = ptdp_errorf(PTDP_EIO, "%s:%zu: tokenizing failed", p->input,
+                                          items[i].lineno);
+                break;
+            }
+            rc = ptdp_idx_writer_add_document(wr, toks[i].ids, toks[i].n);
+            s.documents++;
+            s.empty_documents += toks[i].n == 0;
+            s.tokens += (int64_t)toks[i].n;
+        }
+        s.bytes_in = (int64_t)pos;
+        double now = ptdp_now();
+        if (p->progress && now - last_print > 0.2) {
+            last_print = now;
+            fprintf(stderr, "\rpreprocess: %5.1f%%  %lld docs  %.1f MB/s ",
+                    n ? 100.0 * (double)pos / (double)n : 100.0, (long long)s.documents,
+                    (double)pos / 1e6 / (now - t0 + 1e-9));
+        }
+    }
+    if (!rc) {
+        rc = ptdp_idx_writer_finish(wr);
+        wr = NULL;
+    }
+    s.seconds = ptdp_now() - t0;
+    if (p->progress) fprintf(stderr, "\n");
+    if (!rc)
+        fprintf(stderr, "preprocess: %lld documents (%lld empty), %lld tokens, %.1f MB in %.2f s "
+                "(%.1f MB/s, %d workers) -> %s.bin/.idx\n", (long long)s.documents,
+                (long long)s.empty_documents, (long long)s.tokens, (double)s.bytes_in / 1e6,
+                s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9), p->workers, prefix);
+    if (stats) *stats = s;
+    ptdp_idx_writer_free(wr);
+    for (int i = 0; toks && i < PTDP__BATCH_ITEMS; i++) ptdp_tokens_free(&toks[i]);
+    for (int w = 0; caches && w < p->workers; w++) ptdp_tok_cache_free(caches[w]);
+    free(caches);
+    free(rcs);
+    free(toks);
+    free(items);
+    free(prefix);
+    if (map) munmap(map, n);
+    return rc;
+}

