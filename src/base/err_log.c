@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char g_errmsg[1024];
 /* Rank identity is process-wide, written once at start-up before any thread
@@ -42,6 +43,20 @@ static void prefix(FILE *f) {
     if (g_rank >= 0) fprintf(f, "[%d,%d,%d] ", g_dp, g_pp, g_tp);
 }
 
+/* Formats one whole line and hands it to the kernel in one write, so lines
+ * from several ranks sharing a terminal or pipe never interleave. */
+static void emit(int fd, int with_prefix, const char *lead, const char *fmt, va_list ap) {
+    char buf[4096];
+    int n = 0;
+    if (with_prefix && g_rank >= 0) n = snprintf(buf, sizeof buf, "[%d,%d,%d] ", g_dp, g_pp, g_tp);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s", lead);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    n = m < 0 ? n : (n + m < (int)sizeof buf - 1 ? n + m : (int)sizeof buf - 2);
+    buf[n++] = '\n';
+    ssize_t w = write(fd, buf, (size_t)n);
+    (void)w;
+}
+
 _Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg) {
     fflush(stdout);
     prefix(stderr);
@@ -64,10 +79,8 @@ int ptdp_log_rank(void) { return g_rank < 0 ? 0 : g_rank; }
 void ptdp_log(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    prefix(stdout);
-    vfprintf(stdout, fmt, ap);
-    fputc('\n', stdout);
     fflush(stdout);
+    emit(1, 1, "", fmt, ap);
     va_end(ap);
 }
 
@@ -75,9 +88,8 @@ void ptdp_log0(const char *fmt, ...) {
     if (g_rank > 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    fputc('\n', stdout);
     fflush(stdout);
+    emit(1, 0, "", fmt, ap);
     va_end(ap);
 }
 
@@ -85,11 +97,7 @@ void ptdp_log_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fflush(stdout);
-    prefix(stderr);
-    fputs("ptdp: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    fflush(stderr);
+    emit(2, 1, "ptdp: error: ", fmt, ap);
     va_end(ap);
 }
 

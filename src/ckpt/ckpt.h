@@ -37,10 +37,11 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
  * when a tensor fails (all tensors are checked before any upload). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
 
-/* Writes the model of a single chunk holding everything (t = p = 1) as an HF
- * GPT-2 safetensors file plus config.json beside it when config_json is
- * non-NULL. PTDP_EIO on write failure. */
-int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, const char *path,
+/* Writes a chunk holding every layer (p = 1) as an HF GPT-2 safetensors
+ * file plus config.json beside it when config_json is non-NULL. Collective
+ * over the tensor-parallel group `tp` (shards are gathered to its rank 0,
+ * which writes). PTDP_EIO on write failure (on rank 0). */
+int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp, const char *path,
                          const char *config_json);
 
 #endif

@@ -171,30 +171,37 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
     return rc;
 }
 
-int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, const char *path, const char *config_json) {
+int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp, const char *path,
+                         const char *config_json) {
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(chunk, &n);
-    int64_t total = ptdp_gpt_chunk_numel(chunk);
+    int64_t total = ptdp_gpt_chunk_numel(chunk), maxnumel = 1;
+    for (int i = 0; i < n; i++) maxnumel = specs[i].numel > maxnumel ? specs[i].numel : maxnumel;
+    const int root = tp->rank == 0, t = tp->size;
     float *host = malloc(sizeof(float) * (size_t)total + 64);
+    float *gathered = root ? malloc(sizeof(float) * (size_t)(maxnumel * t)) : NULL;
+    float *global = root ? malloc(sizeof(float) * (size_t)(maxnumel * t)) : NULL;
     float **hfbuf = calloc((size_t)n, sizeof(float *));
     char (*names)[128] = calloc((size_t)n, 128);
+    PTDP_ASSERT_MSG(host && hfbuf && names && (!root || (gathered && global)), "out of memory exporting");
     ptdp_st_writer *w = NULL;
-    int rc = (!host || !hfbuf || !names) ? ptdp_errorf(PTDP_ENOMEM, "out of memory exporting") : ptdp_st_writer_init(&w);
-    if (rc == PTDP_OK) ptdp_gpt_chunk_download_params(chunk, host);
-    for (int i = 0; i < n && rc == PTDP_OK; i++) {
+    int rc = root ? ptdp_st_writer_init(&w) : PTDP_OK;
+    ptdp_gpt_chunk_download_params(chunk, host);
+    for (int i = 0; i < n; i++) {
         const ptdp_param_spec *sp = &specs[i];
+        /* every rank takes part in the gather, whatever happened on rank 0 */
+        ptdp_gather_f32(tp, host + sp->offset, sp->numel, gathered, 0);
+        if (!root || rc != PTDP_OK) continue;
+        for (int r = 0; r < t; r++) ptdp_spec_gather(sp, r, gathered + (int64_t)r * sp->numel, global);
         int64_t shape[2];
         int nd = ptdp_hf_name(sp, cfg, names[i], 128, shape);
         hfbuf[i] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1] + 1));
-        if (!hfbuf[i]) {
-            rc = ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
-            break;
-        }
-        ptdp_hf_from_global(sp, cfg, host + sp->offset, hfbuf[i]);
+        PTDP_ASSERT_MSG(hfbuf[i], "out of memory exporting");
+        ptdp_hf_from_global(sp, cfg, global, hfbuf[i]);
         rc = ptdp_st_writer_add(w, names[i], PTDP_ST_F32, nd, shape, hfbuf[i]);
     }
-    if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
-    if (rc == PTDP_OK && config_json) {
+    if (root && rc == PTDP_OK) rc = ptdp_st_write(w, path);
+    if (root && rc == PTDP_OK && config_json) {
         FILE *cf = fopen(config_json, "w");
         if (!cf) {
             rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
@@ -209,9 +216,11 @@ int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, cons
         }
     }
     ptdp_st_writer_free(w);
-    for (int i = 0; hfbuf && i < n; i++) free(hfbuf[i]);
+    for (int i = 0; i < n; i++) free(hfbuf[i]);
     free(hfbuf);
     free(names);
     free(host);
+    free(gathered);
+    free(global);
     return rc;
 }

@@ -161,7 +161,7 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
 
 void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
 
-int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg) {
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg, int *d_out) {
     const struct {
         int missing;
         const char *flag;
@@ -186,15 +186,16 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                                                   "not in this build yet; use 1",
                                (long long)a->pipeline_model_parallel_size);
     }
-    int64_t t = a->tensor_model_parallel_size;
-    if (t != 1)
-        return ptdp_errorf(PTDP_EUNSUPPORTED, "--tensor-model-parallel-size %lld: tensor parallelism is not in "
-                                              "this build yet; use 1",
-                           (long long)t);
-    if (world_size != 1 && which == PTDP_ARGS_TRAIN)
-        return ptdp_errorf(PTDP_ECONFIG, "this job has %d ranks but the layout (t=1, p=1, no data parallelism yet) "
-                                         "uses 1; run without mpirun or with -np 1",
-                           world_size);
+    int64_t t = a->tensor_model_parallel_size, pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
+    if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "this job has %d ranks, which is not a multiple of --tensor-model-parallel-size %lld x "
+                           "--pipeline-model-parallel-size %lld; launch with mpirun -np a multiple of %lld",
+                           world_size, (long long)t, (long long)pp, (long long)(t * pp));
+    if (which != PTDP_ARGS_TRAIN && t != 1)
+        return ptdp_errorf(PTDP_EUNSUPPORTED, "--tensor-model-parallel-size: export works on one process; use 1");
+    int64_t d = which == PTDP_ARGS_TRAIN ? world_size / (t * pp) : 1;
+    if (d_out) *d_out = (int)d;
     memset(cfg, 0, sizeof *cfg);
     cfg->num_layers = a->num_layers;
     cfg->hidden = a->hidden_size;
@@ -210,10 +211,13 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     int rc = ptdp_gpt_config_finish(cfg, a->make_vocab_size_divisible_by, (int)t);
     if (rc) return rc;
     if (which == PTDP_ARGS_TRAIN) {
-        int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size;
-        if (B % a->micro_batch_size)
-            return ptdp_errorf(PTDP_ECONFIG, "--global-batch-size %lld is not a multiple of --micro-batch-size %lld",
-                               (long long)B, (long long)a->micro_batch_size);
+        int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
+        if (B % (a->micro_batch_size * d))
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--global-batch-size %lld is not a multiple of --micro-batch-size %lld x "
+                               "data-parallel size %lld (= ranks / (t x p)); each data-parallel rank needs "
+                               "a whole number of micro-batches",
+                               (long long)B, (long long)a->micro_batch_size, (long long)d);
         if (a->lr_decay_iters && a->lr_warmup_iters >= a->lr_decay_iters && strcmp(a->lr_decay_style, "constant"))
             return ptdp_errorf(PTDP_ECONFIG, "--lr-warmup-iters %lld must be below --lr-decay-iters %lld",
                                (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);

@@ -47,8 +47,9 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap);
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep);
 void ptdp_args_free(void *json_keep);
 /* Checks required flags and cross-flag consistency for `which`, given the
- * world size; fills cfg. PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
-int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg);
+ * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
+ * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg, int *d_out);
 /* The LR schedule and AdamW settings from the flags. */
 void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 

@@ -88,10 +88,11 @@ int ptdp_cmd_train(int argc, char **argv) {
         return 1;
     }
     ptdp_trainer_params tp = {0};
-    int rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg);
+    int d = 1;
+    int rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
-    if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, 1);
+    if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, d);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         ptdp_comm_finalize(&comm);
@@ -102,7 +103,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp_cpu_set_gemm(lib);
     const int64_t s = tp.cfg.seq_length;
     tp.micro_batch = a.micro_batch_size;
-    tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size;
+    tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
     ptdp_args_optim(&a, &tp.lr, &tp.adam);
     tp.ops = ptdp_cpu_ops();
     tp.comm = &comm;
@@ -129,21 +130,23 @@ int ptdp_cmd_train(int argc, char **argv) {
 
     const ptdp_gpt_config *cfg = &tp.cfg;
     const int64_t B = tp.global_batch;
-    ptdp_log0("ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations, "
-              "%d rank(s) x %d thread(s), GEMM %s",
+    ptdp_log0("ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
+              "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
               (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->heads, (long long)s,
               (long long)cfg->vocab, (long long)cfg->vocab_padded, (long long)tp.micro_batch, (long long)B,
-              (long long)a.train_iters, comm.world_size, omp_get_max_threads(), ptdp_gemm_lib_name(lib));
+              (long long)a.train_iters, comm.t, comm.p, comm.d, comm.world_size, omp_get_max_threads(),
+              ptdp_gemm_lib_name(lib));
     ptdp_trainer_log_memory(tr);
 
-    int32_t *batch = malloc(sizeof(int32_t) * (size_t)(B * (s + 1)));
+    const int64_t Bl = B / d; /* this data-parallel rank's share */
+    int32_t *batch = malloc(sizeof(int32_t) * (size_t)(Bl * (s + 1)));
     PTDP_ASSERT_MSG(batch, "out of memory for the batch");
     const double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
     double t_interval = 0, loss_interval = 0, t_total = 0;
     int64_t n_interval = 0, skipped_total = 0;
     ptdp_step_stats st = {0};
     for (int64_t it = 0; it < a.train_iters; it++) {
-        ptdp_batches_get(&data, it * B, B, batch);
+        ptdp_batches_get(&data, it * B + comm.dp * Bl, Bl, batch);
         double t0 = ptdp_now();
         ptdp_trainer_step(tr, batch, &st);
         double dt = ptdp_now() - t0;
@@ -179,10 +182,10 @@ int ptdp_cmd_train(int argc, char **argv) {
               (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
     if (a.log_comm) ptdp_comm_log_counters(&comm);
     status = 0;
-    if (a.save_safetensors && comm.world_rank == 0) {
+    if (a.save_safetensors && comm.dp == 0 && comm.pp == 0) {
         char cfgpath[4096];
         config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
-        if (ptdp_hf_export_chunk(ptdp_trainer_chunk(tr), cfg, a.save_safetensors, cfgpath)) {
+        if (ptdp_hf_export_chunk(ptdp_trainer_chunk(tr), cfg, &comm.tensor, a.save_safetensors, cfgpath)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;
         } else {
@@ -208,7 +211,7 @@ int ptdp_cmd_export(int argc, char **argv) {
         return status;
     }
     ptdp_gpt_config cfg;
-    int rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg);
+    int rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_gpt_chunk *chunk = NULL;
@@ -225,7 +228,7 @@ int ptdp_cmd_export(int argc, char **argv) {
     char cfgpath[4096];
     if (rc == PTDP_OK) {
         config_json_path(a.out, cfgpath, sizeof cfgpath);
-        rc = ptdp_hf_export_chunk(chunk, &cfg, a.out, cfgpath);
+        rc = ptdp_hf_export_chunk(chunk, &cfg, &comm.tensor, a.out, cfgpath);
     }
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());

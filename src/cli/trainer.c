@@ -64,18 +64,25 @@ ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunk; }
 
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_trainer_params *p = &tr->p;
-    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->global_batch / b;
+    ptdp_comm *comm = p->comm;
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch, d = comm->d;
+    const int64_t m = p->global_batch / (b * d);
     const float loss_scale = (float)(1.0 / ((double)p->global_batch * (double)s));
     ptdp_gpt_chunk_zero_grads(tr->chunk);
     double loss_sum = 0.0;
     for (int64_t k = 0; k < m; k++) {
         double ls = 0.0;
-        ptdp_gpt_chunk_fwd(tr->chunk, 0, batch + k * b * (s + 1), NULL, NULL, loss_scale, &ls, tr->iteration, k);
+        ptdp_gpt_chunk_fwd(tr->chunk, 0, batch + k * b * (s + 1), NULL, NULL, loss_scale, &ls, tr->iteration,
+                           comm->dp * m + k);
         ptdp_gpt_chunk_bwd(tr->chunk, 0, NULL, NULL);
         loss_sum += ls;
     }
+    /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
+     * replicas is the gradient of the global mean */
+    ptdp_allreduce_sum_f32(&comm->data, ptdp_gpt_chunk_grads(tr->chunk), ptdp_gpt_chunk_numel(tr->chunk));
+    ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
     double sumsq = ptdp_optim_grad_sumsq(&tr->opt);
-    ptdp_allreduce_sum_f64(&p->comm->model, &sumsq, 1);
+    ptdp_allreduce_sum_f64(&comm->model, &sumsq, 1);
     double norm = sqrt(sumsq);
     double lr = ptdp_lr_at(&p->lr, tr->opt.step);
     st->skipped = !isfinite(norm);

@@ -1,7 +1,9 @@
 /* trainer.h - one rank's training state and iteration: the model chunk, the
  * optimizer, the LR schedule and the micro-batch loop that accumulates
  * gradients over the global batch. The CLI and the golden tests drive it.
- * Not here: pipeline schedules across ranks, data-parallel reduction. */
+ * Data parallelism is the plain form (one all-reduce of the whole gradient
+ * after the last micro-batch). Not here: pipeline schedules across ranks,
+ * bucketed/overlapped reduction, ZeRO-1. */
 #ifndef PTDP_TRAINER_H
 #define PTDP_TRAINER_H
 
@@ -36,8 +38,8 @@ typedef struct ptdp_trainer ptdp_trainer;
 int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p);
 void ptdp_trainer_free(ptdp_trainer *tr);
 
-/* One iteration over the global batch: tokens [B, s+1] (sample k of the batch
- * in row k). Runs forward/backward per micro-batch, the gradient norm,
+/* One iteration over the global batch. tokens [B/d, s+1]: this data-parallel
+ * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per micro-batch, the gradient norm,
  * clipping and AdamW. Blocking; every rank of the job calls it. */
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
 

@@ -149,6 +149,16 @@ void ptdp_barrier(ptdp_group *g) {
     if (g->size > 1) MPI_CHECK(MPI_Barrier(g->comm));
 }
 
+void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
+    if (g->size <= 1) {
+        for (int64_t i = 0; i < n; i++) recv[i] = send[i];
+        return;
+    }
+    PTDP_ASSERT(n <= INT32_MAX);
+    count(g, PTDP_OP_GATHER, n * 4);
+    MPI_CHECK(MPI_Gather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, root, g->comm));
+}
+
 void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, MPI_Request *req) {
     PTDP_ASSERT(g->size > 1 && n <= INT32_MAX);
     count(g, PTDP_OP_SEND, n * 4);

@@ -18,6 +18,7 @@
 #define PTDP_COMM_OPS(X)                \
     X(PTDP_OP_ALLREDUCE, "all-reduce")   \
     X(PTDP_OP_ALLGATHER, "all-gather")   \
+    X(PTDP_OP_GATHER, "gather")          \
     X(PTDP_OP_REDUCE_SCATTER, "reduce-scatter") \
     X(PTDP_OP_BROADCAST, "broadcast")    \
     X(PTDP_OP_SEND, "send")              \
@@ -75,6 +76,9 @@ void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n);
 void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n);
 void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n);
 void ptdp_barrier(ptdp_group *g);
+/* Gathers n floats from every member into recv [size, n] on `root` (recv
+ * may be NULL elsewhere). */
+void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);
 
 /* Non-blocking point-to-point on a group (peer is the rank in the group).
  * The request must be completed with ptdp_wait before the buffer is reused. */
