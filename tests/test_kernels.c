@@ -1,0 +1,541 @@
+/* test_kernels.c - every fast CPU kernel in ptdp_cpu_ops() against a plain
+ * reference (ptdp_ref_* or a double-precision loop written here): GEMM in all
+ * transpose combinations with padded leading dimensions on both libraries,
+ * LayerNorm, bias + GeLU, attention (context and probabilities), embedding and
+ * position lookups on a vocabulary slice, the vocabulary-parallel
+ * cross-entropy pieces split over t = 2 and 3 slices with padded columns,
+ * AdamW against PyTorch's formula, the reductions, the fast exp/tanh, and the
+ * dropout masks. Gradients are checked by finite differences in
+ * test_kernels_grad.c, not here.
+ *
+ * Tolerances: fp32 kernels against double references. A length-K dot product
+ * of O(1) values carries about K * 6e-8 relative error at worst, so GEMMs
+ * (K <= 67) get 1e-5 + 2e-5 relative; element-wise kernels using fastmath get
+ * 2e-6 (a few ulps, fastmath itself is < 3e-7 relative). */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/fastmath.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static float *fmalloc(int64_t n) {
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    PTDP_ASSERT(p);
+    return p;
+}
+
+static void fill_normal(float *x, int64_t n, uint64_t seed, float scale) {
+    ptdp_rng_key k = ptdp_rng_key_make(seed, "test_kernels");
+    for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
+}
+
+static void fill_const(float *x, int64_t n, float v) {
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+
+/* One check per array: all |got - want| <= atol + rtol |want|; prints the
+ * first offender and the count. */
+static void check_arr(const char *what, const float *got, const float *want, int64_t n, double rtol,
+                      double atol) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        int ok = (isnan(w) && isnan(g)) || (isinf(w) && g == w) || fabs(g - w) <= atol + rtol * fabs(w);
+        if (!ok) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] got %.9g want %.9g\n", what,
+                (long long)bad, (long long)n, (long long)first, got[first], want[first]);
+    CHECK(bad == 0);
+}
+
+/* ---- GEMM --------------------------------------------------------------- */
+
+static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           float alpha, float beta, uint64_t seed) {
+    /* stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K]; each row padded */
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int64_t lda = ac + 3, ldb = bc + 5, ldc = N + 2;
+    float *A = fmalloc(ar * lda), *B = fmalloc(br * ldb), *C = fmalloc(M * ldc), *R = fmalloc(M * ldc);
+    fill_normal(A, ar * lda, seed, 1.0f);
+    fill_normal(B, br * ldb, seed + 1, 1.0f);
+    if (beta == 0.0f) {
+        /* beta = 0 must overwrite, whatever C held (BLAS semantics: NaN too) */
+        fill_const(C, M * ldc, NAN);
+        fill_const(R, M * ldc, NAN);
+    } else {
+        fill_normal(C, M * ldc, seed + 2, 1.0f);
+        memcpy(R, C, sizeof(float) * (size_t)(M * ldc));
+    }
+    float pad_mark = 12345.0f;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = N; j < ldc; j++) C[i * ldc + j] = R[i * ldc + j] = pad_mark;
+    o->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ptdp_ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    char what[128];
+    snprintf(what, sizeof what, "gemm %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g",
+             ptdp_gemm_lib_name(ptdp_cpu_gemm()), ta, tb, (long long)M, (long long)N, (long long)K,
+             (double)beta);
+    check_arr(what, C, R, M * ldc, 2e-5, 1e-5 * (double)K); /* padding columns compared too */
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+}
+
+static void test_gemm(const ptdp_ops *o) {
+    const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
+    const int64_t sizes[][3] = {{13, 7, 19}, {1, 9, 5}, {67, 45, 33}, {5, 64, 1}};
+    for (int l = 0; l < 2; l++) {
+        ptdp_cpu_set_gemm(libs[l]);
+        CHECK(ptdp_cpu_gemm() == libs[l]);
+        uint64_t seed = 100;
+        for (int sz = 0; sz < 4; sz++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int bb = 0; bb < 2; bb++)
+                        test_gemm_case(o, ta, tb, sizes[sz][0], sizes[sz][1], sizes[sz][2],
+                                       bb ? 1.0f : 0.75f, bb ? 1.0f : 0.0f, seed++);
+    }
+    ptdp_cpu_set_gemm(PTDP_GEMM_ONEDNN);
+    ptdp_gemm_lib lib;
+    CHECK_OK(ptdp_gemm_lib_parse("openblas", &lib));
+    CHECK(lib == PTDP_GEMM_OPENBLAS);
+    CHECK(ptdp_gemm_lib_parse("mkl", &lib) < 0);
+}
+
+/* ---- LayerNorm, GeLU, bias ------------------------------------------------ */
+
+static void test_layernorm(const ptdp_ops *o) {
+    const int64_t N = 5, h = 37;
+    const float eps = 1e-5f;
+    float *x = fmalloc(N * h), *w = fmalloc(h), *b = fmalloc(h), *out = fmalloc(N * h),
+          *ref = fmalloc(N * h), mean[5], rstd[5];
+    fill_normal(x, N * h, 1, 2.0f);
+    for (int64_t i = 0; i < N * h; i++) x[i] += 3.0f; /* nonzero mean */
+    fill_normal(w, h, 2, 1.0f);
+    fill_normal(b, h, 3, 1.0f);
+    o->layernorm_fwd(x, w, b, out, mean, rstd, N, h, eps);
+    ptdp_ref_layernorm_fwd(x, w, b, ref, N, h, eps);
+    check_arr("layernorm_fwd out", out, ref, N * h, 2e-5, 2e-5);
+    float mref[5], rref[5];
+    for (int64_t n = 0; n < N; n++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < h; i++) m += x[n * h + i];
+        m /= (double)h;
+        for (int64_t i = 0; i < h; i++) v += (x[n * h + i] - m) * (x[n * h + i] - m);
+        v /= (double)h;
+        mref[n] = (float)m;
+        rref[n] = (float)(1.0 / sqrt(v + eps));
+    }
+    check_arr("layernorm_fwd mean", mean, mref, N, 1e-5, 1e-6);
+    check_arr("layernorm_fwd rstd", rstd, rref, N, 1e-5, 0);
+    free(x);
+    free(w);
+    free(b);
+    free(out);
+    free(ref);
+}
+
+static void test_bias_gelu(const ptdp_ops *o) {
+    const int64_t N = 4, n = 33;
+    float *x = fmalloc(N * n), *bias = fmalloc(n), *out = fmalloc(N * n), *ref = fmalloc(N * n);
+    fill_normal(x, N * n, 4, 3.0f); /* covers the tails and the small-|u| tanh branch */
+    fill_normal(bias, n, 5, 0.5f);
+    x[0] = -bias[0]; /* u = 0 exactly */
+    x[1] = 0.05f - bias[1];
+    o->bias_gelu_fwd(x, bias, out, N, n);
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < n; j++) ref[r * n + j] = ptdp_ref_gelu(x[r * n + j] + bias[j]);
+    /* for u << 0, 0.5 u (1 + tanh) cancels: tanh's fp32 ulp near -1 (6e-8)
+     * times 0.5 |u| (|u| < 12 here) bounds the absolute error by ~4e-7 */
+    check_arr("bias_gelu_fwd", out, ref, N * n, 2e-6, 5e-7);
+
+    /* bias_add / bias_bwd: dbias accumulates */
+    memcpy(out, x, sizeof(float) * (size_t)(N * n));
+    o->bias_add(out, bias, N, n);
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < n; j++) ref[r * n + j] = x[r * n + j] + bias[j];
+    check_arr("bias_add", out, ref, N * n, 0, 0);
+    float db[33], dref[33];
+    for (int64_t j = 0; j < n; j++) {
+        double acc = 1.5;
+        for (int64_t r = 0; r < N; r++) acc += x[r * n + j];
+        db[j] = 1.5f;
+        dref[j] = (float)acc;
+    }
+    o->bias_bwd(x, db, N, n);
+    check_arr("bias_bwd", db, dref, n, 1e-6, 1e-6);
+    free(x);
+    free(bias);
+    free(out);
+    free(ref);
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+static void test_attention(const ptdp_ops *o) {
+    const int64_t s = 7, b = 2, al = 3, hd = 5;
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
+    float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
+    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    float *S = fmalloc(s * s);
+    fill_normal(qkv, s * ld3, 6, 1.5f);
+    ptdp_dropout nodrop = {0};
+    fill_const(probs, b * al * s * s, NAN);
+    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, nodrop);
+    ptdp_ref_attention_fwd(qkv, ref, s, b, al, hd);
+    check_arr("attention_fwd ctx", ctx, ref, s * ldc, 1e-5, 1e-5);
+    /* probs[bi, j] = softmax_causal(q k^T / sqrt(hd)) from the documented layout */
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t j = 0; j < al; j++) {
+            const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd;
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t k = 0; k < s; k++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                    S[i * s + k] = (float)d;
+                }
+            ptdp_ref_softmax_causal(S, pref + (bi * al + j) * s * s, s, 1.0f / sqrtf((float)hd));
+        }
+    check_arr("attention_fwd probs", probs, pref, b * al * s * s, 1e-5, 1e-6);
+
+    /* With dropout the saved probs are unchanged and ctx = dropout(P) V, the
+     * mask element of (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
+    ptdp_dropout drop = {.p = 0.25f, .key = ptdp_rng_key_make(7, "attn"), .offset = 1000};
+    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
+    check_arr("attention_fwd probs (dropout)", probs, pref, b * al * s * s, 1e-5, 1e-6);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t j = 0; j < al; j++) {
+            int64_t task = bi * al + j;
+            const float *V = qkv + bi * al * 3 * hd + j * 3 * hd + 2 * hd, *P = pref + task * s * s;
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int64_t k = 0; k < s; k++)
+                        if (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + i * s + k)))
+                            acc += (double)P[i * s + k] / (1.0 - drop.p) * V[k * ld3 + e];
+                    ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
+                }
+        }
+    check_arr("attention_fwd ctx (dropout)", ctx, ref, s * ldc, 1e-5, 1e-5);
+    free(qkv);
+    free(ctx);
+    free(ref);
+    free(probs);
+    free(pref);
+    free(scratch);
+    free(S);
+}
+
+/* ---- embeddings ----------------------------------------------------------- */
+
+static void test_embed(const ptdp_ops *o) {
+    const int64_t s = 5, b = 2, ld = 7, h = 6, V = 10, v0 = 4, Vl = 3;
+    int32_t tokens[2 * 7];
+    for (int i = 0; i < b * ld; i++) tokens[i] = (int32_t)((i * 7 + 3) % V);
+    tokens[0] = 4;  /* first owned id */
+    tokens[1] = 6;  /* last owned id */
+    tokens[2] = 7;  /* just past the slice */
+    tokens[3] = 3;  /* just before */
+    float *wte = fmalloc(Vl * h), *wpe = fmalloc(s * h), *out = fmalloc(s * b * h), *ref = fmalloc(s * b * h);
+    fill_normal(wte, Vl * h, 8, 1.0f);
+    fill_normal(wpe, s * h, 9, 1.0f);
+    fill_const(out, s * b * h, NAN);
+    o->embed_fwd(tokens, ld, wte, v0, Vl, out, s, b, h);
+    int owned = 0, unowned = 0;
+    for (int64_t si = 0; si < s; si++)
+        for (int64_t bi = 0; bi < b; bi++) {
+            int64_t t = tokens[bi * ld + si] - v0;
+            int in = t >= 0 && t < Vl;
+            owned += in;
+            unowned += !in;
+            for (int64_t i = 0; i < h; i++) ref[(si * b + bi) * h + i] = in ? wte[t * h + i] : 0.0f;
+        }
+    CHECK(owned > 0 && unowned > 0);
+    check_arr("embed_fwd", out, ref, s * b * h, 0, 0);
+    o->pos_add_fwd(out, wpe, s, b, h);
+    for (int64_t si = 0; si < s; si++)
+        for (int64_t bi = 0; bi < b; bi++)
+            for (int64_t i = 0; i < h; i++) ref[(si * b + bi) * h + i] += wpe[si * h + i];
+    check_arr("pos_add_fwd", out, ref, s * b * h, 0, 0);
+    free(wte);
+    free(wpe);
+    free(out);
+    free(ref);
+}
+
+/* ---- vocabulary-parallel cross-entropy ----------------------------------- */
+
+static void test_xent_split(const ptdp_ops *o, int T) {
+    const int64_t s = 3, b = 4, ld = 5, N = s * b, V = 13, Vl = 8, Vpad = Vl * T;
+    int32_t targets[4 * 5];
+    for (int i = 0; i < b * ld; i++) targets[i] = (int32_t)((i * 5 + 1) % V);
+    targets[0] = 0;
+    targets[1] = (int32_t)(V - 1);
+    targets[2] = (int32_t)Vl; /* first column of slice 1 */
+    float *full = fmalloc(N * Vpad), *sl = fmalloc(N * Vl);
+    fill_normal(full, N * Vpad, 10, 2.0f);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = V; c < Vpad; c++) full[n * Vpad + c] = 100.0f; /* padding must not win */
+    float gmax[12], sumexp[12], tgt[12], loss[12], part[12], part2[12];
+    int32_t trow[12]; /* target of row n = si*b + bi */
+    for (int64_t n = 0; n < N; n++) trow[n] = targets[(n % b) * ld + n / b];
+    fill_const(gmax, N, -INFINITY);
+    for (int k = 0; k < T; k++) {
+        for (int64_t n = 0; n < N; n++) memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
+        o->xent_max(sl, part, N, Vl, k * Vl, V);
+        if (k * Vl >= V)
+            for (int64_t n = 0; n < N; n++) CHECK(isinf(part[n]) && part[n] < 0);
+        for (int64_t n = 0; n < N; n++) gmax[n] = fmaxf(gmax[n], part[n]); /* all-reduce max */
+    }
+    fill_const(sumexp, N, 0.0f);
+    fill_const(tgt, N, 0.0f);
+    for (int k = 0; k < T; k++) {
+        for (int64_t n = 0; n < N; n++) memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
+        o->xent_sums(sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
+        for (int64_t n = 0; n < N; n++) { /* all-reduce sums */
+            sumexp[n] += part[n];
+            tgt[n] += part2[n];
+        }
+    }
+    o->xent_loss(sumexp, gmax, tgt, loss, N);
+    float lref[12], mref[12];
+    for (int64_t n = 0; n < N; n++) {
+        const float *l = full + n * Vpad;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < V; c++) mx = fmax(mx, l[c]);
+        for (int64_t c = 0; c < V; c++) sum += exp(l[c] - mx);
+        mref[n] = (float)mx;
+        lref[n] = (float)(log(sum) + mx - l[trow[n]]);
+    }
+    check_arr("xent gmax", gmax, mref, N, 0, 0);
+    check_arr("xent loss", loss, lref, N, 2e-6, 2e-6);
+    double mean = 0;
+    for (int64_t n = 0; n < N; n++) mean += loss[n];
+    mean /= (double)N;
+    CHECK_CLOSE(mean, ptdp_ref_xent(full, trow, N, Vpad, V), 2e-6, 2e-6);
+    free(full);
+    free(sl);
+}
+
+/* ---- optimizer ops --------------------------------------------------------- */
+
+static void test_adamw(const ptdp_ops *o) {
+    const int64_t n = 37;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    float p[37], m[37], v[37], g[37];
+    double pd[37], md[37], vd[37];
+    fill_normal(p, n, 11, 1.0f);
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = v[i] = 0.0f;
+        pd[i] = p[i];
+        md[i] = vd[i] = 0.0;
+    }
+    for (int step = 1; step <= 3; step++) {
+        fill_normal(g, n, 20 + (uint64_t)step, 1.0f);
+        g[0] = 0.0f; /* pure decay on one element */
+        o->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        double bc1 = 1.0 - pow((double)b1, step), bc2 = 1.0 - pow((double)b2, step);
+        for (int64_t i = 0; i < n; i++) {
+            pd[i] *= 1.0 - (double)lr * wd;
+            md[i] = (double)b1 * md[i] + (1.0 - (double)b1) * g[i];
+            vd[i] = (double)b2 * vd[i] + (1.0 - (double)b2) * (double)g[i] * g[i];
+            pd[i] -= (double)lr / bc1 * md[i] / (sqrt(vd[i]) / sqrt(bc2) + eps);
+        }
+    }
+    float pr[37], mr[37], vr[37];
+    for (int64_t i = 0; i < n; i++) {
+        pr[i] = (float)pd[i];
+        mr[i] = (float)md[i];
+        vr[i] = (float)vd[i];
+    }
+    /* updates are lr-sized (1e-2) on O(1) params: fp32 keeps ~1e-7 of p */
+    check_arr("adamw param", p, pr, n, 1e-6, 1e-7);
+    check_arr("adamw m", m, mr, n, 1e-5, 1e-8);
+    check_arr("adamw v", v, vr, n, 1e-5, 1e-10);
+}
+
+static void test_reductions(const ptdp_ops *o) {
+    const int64_t n = 100003;
+    float *x = fmalloc(n), *y = fmalloc(n);
+    fill_normal(x, n, 12, 1.0f);
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += x[i];
+        q += (double)x[i] * x[i];
+    }
+    CHECK_CLOSE(o->sum(x, n), s, 1e-12, 1e-9);
+    CHECK_CLOSE(o->sumsq(x, n), q, 1e-12, 1e-9);
+    CHECK(o->sum(x, 0) == 0.0 && o->sumsq(x, 0) == 0.0);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    o->scale(y, 0.37f, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += y[i] != x[i] * 0.37f;
+    CHECK(bad == 0);
+    o->zero(y, n);
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += y[i] != 0.0f;
+    CHECK(bad == 0);
+    o->copy(y, x, n);
+    CHECK(memcmp(x, y, sizeof(float) * (size_t)n) == 0);
+    free(x);
+    free(y);
+}
+
+/* ---- fastmath -------------------------------------------------------------- */
+
+/* fastmath.h promises < 3e-7 relative for exp and tanh (tanh uses a Taylor
+ * series to x^15 below |x| = 0.55, where (1 - e)/(1 + e) would amplify exp's
+ * error by e/(1-e); measured worst 1.7e-7). */
+#define TANH_RTOL 3e-7
+
+static void test_fastmath(void) {
+    double worst_e = 0, worst_t = 0;
+    float at_e = 0, at_t = 0;
+    for (int64_t i = -2000000; i <= 2000000; i++) {
+        float x = (float)i * 1e-5f;
+        double e = exp((double)x), te = tanh((double)x);
+        float fe = ptdp__expf(x), ft = ptdp__tanhf(x);
+        if (fabs(e) > 1e-30) {
+            double r = fabs(fe - e) / fabs(e);
+            if (r > worst_e) worst_e = r, at_e = x;
+        }
+        if (fabs(te) > 1e-30) {
+            double r = fabs(ft - te) / fabs(te);
+            if (r > worst_t) worst_t = r, at_t = x;
+        }
+    }
+    printf("fastmath: exp max rel err %.3g at %g, tanh max rel err %.3g at %g\n", worst_e,
+           (double)at_e, worst_t, (double)at_t);
+    CHECK(worst_e < 3e-7);
+    CHECK(worst_t < TANH_RTOL);
+    CHECK(ptdp__tanhf(0.0f) == 0.0f);
+    CHECK(ptdp__tanhf(30.0f) == 1.0f && ptdp__tanhf(-30.0f) == -1.0f);
+    CHECK(ptdp__expf(-200.0f) >= 0.0f && ptdp__expf(-200.0f) < 1e-37f);
+    CHECK(isfinite(ptdp__expf(200.0f)));
+}
+
+/* ---- dropout ---------------------------------------------------------------- */
+
+static void test_dropout(const ptdp_ops *o) {
+    const int64_t N = 100, h = 100, n = N * h;
+    float *x = fmalloc(n), *bias = fmalloc(h), *zero = fmalloc(n), *out = fmalloc(n), *out2 = fmalloc(n);
+    float *dx = fmalloc(n), *dout = fmalloc(n), *ones = fmalloc(n);
+    fill_normal(x, n, 13, 1.0f);
+    fill_normal(bias, h, 14, 1.0f);
+    fill_const(zero, n, 0.0f);
+    ptdp_dropout d = {.p = 0.3f, .key = ptdp_rng_key_make(1234, "drop"), .offset = 0};
+    o->bias_dropout_add_fwd(x, bias, zero, out, N, h, d);
+    int64_t kept = 0, badscale = 0;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < h; j++) {
+            float u = x[r * h + j] + bias[j], y = out[r * h + j];
+            if (y != 0.0f) {
+                kept++;
+                if (fabsf(y - u / 0.7f) > 1e-6f * (1.0f + fabsf(u))) badscale++;
+            }
+            if ((y != 0.0f) != ptdp__dropout_keep(d, (uint64_t)(r * h + j))) badscale++;
+        }
+    double frac = (double)kept / (double)n;
+    printf("dropout p=0.3: kept %.4f\n", frac);
+    CHECK(fabs(frac - 0.7) < 0.02);
+    CHECK(badscale == 0);
+    /* same key and offset: same mask */
+    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d);
+    CHECK(memcmp(out, out2, sizeof(float) * (size_t)n) == 0);
+    /* other offset / other key: different masks */
+    ptdp_dropout d_off = d, d_key = d;
+    d_off.offset = 7;
+    d_key.key = ptdp_rng_key_make(1235, "drop");
+    int64_t diff = 0;
+    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d_off);
+    for (int64_t e = 0; e < n; e++) diff += (out[e] == 0.0f) != (out2[e] == 0.0f);
+    CHECK(diff > n / 10);
+    diff = 0;
+    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d_key);
+    for (int64_t e = 0; e < n; e++) diff += (out[e] == 0.0f) != (out2[e] == 0.0f);
+    CHECK(diff > n / 10);
+    /* the offset shifts the stream: element e at offset 7 is element e+7 at 0 */
+    int64_t shift_bad = 0;
+    for (int64_t e = 0; e + 7 < n; e++) shift_bad += (out[e + 7] == 0.0f) != !ptdp__dropout_keep(d_off, (uint64_t)e);
+    CHECK(shift_bad == 0);
+    /* residual is added */
+    o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d);
+    int64_t rbad = 0;
+    for (int64_t e = 0; e < n; e++) rbad += fabsf(out2[e] - (x[e] + out[e])) > 1e-6f * (1.0f + fabsf(out2[e]));
+    CHECK(rbad == 0);
+    /* p = 0: exact x + bias + resid */
+    ptdp_dropout d0 = {0};
+    o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d0);
+    rbad = 0;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < h; j++) rbad += out2[r * h + j] != x[r * h + j] + (x[r * h + j] + bias[j]);
+    CHECK(rbad == 0);
+
+    /* backward: the same mask and scale; dbias accumulates column sums of dx */
+    fill_normal(dout, n, 15, 1.0f);
+    float db[100], dbref[100];
+    fill_const(db, h, 0.5f);
+    o->bias_dropout_add_bwd(dout, dx, db, N, h, d);
+    int64_t mbad = 0;
+    for (int64_t j = 0; j < h; j++) {
+        double acc = 0.5;
+        for (int64_t r = 0; r < N; r++) {
+            int64_t e = r * h + j;
+            float want = out[e] != 0.0f ? dout[e] / 0.7f : 0.0f;
+            if (fabsf(dx[e] - want) > 1e-6f * (1.0f + fabsf(want))) mbad++;
+            acc += dx[e];
+        }
+        dbref[j] = (float)acc;
+    }
+    CHECK(mbad == 0);
+    check_arr("bias_dropout_add_bwd dbias", db, dbref, h, 1e-5, 1e-5);
+
+    /* plain dropout: same mask for the same site, bwd == fwd */
+    fill_const(ones, n, 1.0f);
+    o->dropout_fwd(ones, n, d);
+    mbad = 0;
+    for (int64_t e = 0; e < n; e++) mbad += (ones[e] != 0.0f) != (out[e] != 0.0f);
+    CHECK(mbad == 0);
+    fill_const(ones, n, 1.0f);
+    o->dropout_bwd(ones, n, d);
+    mbad = 0;
+    for (int64_t e = 0; e < n; e++) mbad += (ones[e] != 0.0f) != (out[e] != 0.0f);
+    CHECK(mbad == 0);
+    memcpy(out2, x, sizeof(float) * (size_t)n);
+    o->dropout_fwd(out2, n, d0);
+    CHECK(memcmp(out2, x, sizeof(float) * (size_t)n) == 0);
+    free(x);
+    free(bias);
+    free(zero);
+    free(out);
+    free(out2);
+    free(dx);
+    free(dout);
+    free(ones);
+}
+
+int main(void) {
+    const ptdp_ops *o = ptdp_cpu_ops();
+    CHECK(o && o->name && !strcmp(o->name, "cpu"));
+    test_gemm(o);
+    test_layernorm(o);
+    test_bias_gelu(o);
+    test_attention(o);
+    test_embed(o);
+    test_xent_split(o, 2);
+    test_xent_split(o, 3); /* third slice lies wholly in the padding */
+    test_adamw(o);
+    test_reductions(o);
+    test_fastmath();
+    test_dropout(o);
+    return test_done("test_kernels");
+}
