@@ -26,6 +26,10 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->tensor_model_parallel_size = 1;
     a->pipeline_model_parallel_size = 1;
     a->log_interval = 100;
+    a->tokenizer_type = "GPT2BPETokenizer";
+    a->split = "969,30,1";
+    a->eval_interval = 1000;
+    a->eval_iters = 100;
     a->gemm = "onednn";
 }
 
@@ -71,6 +75,13 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p", 1, 4096),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
+        S("data-path", data_path, "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
+        S("split", split, "train,valid,test proportions of --data-path documents", NULL),
+        S("vocab-file", vocab_file, "GPT-2 encoder.json (vocabulary size, text samples)", NULL),
+        S("merge-file", merge_file, "GPT-2 vocab.bpe merges", NULL),
+        S("tokenizer-type", tokenizer_type, "tokenizer", "GPT2BPETokenizer"),
+        I("eval-interval", eval_interval, "iterations between validation-loss evaluations", 1, BIG),
+        I("eval-iters", eval_iters, "batches per validation-loss evaluation (0: none)", 0, BIG),
         I("log-interval", log_interval, "iterations between log lines", 1, BIG),
         S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
         B("log-comm", log_comm, "print per-group communication counters at the end"),
@@ -156,7 +167,39 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
             a->config = v;
         }
     }
-    return ptdp_opts_parse(opts, n, argc, argv, want_help);
+    /* --data-path takes a list: the values up to the next flag */
+    char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!rest) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    int nrest = 0, from_cli = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--data-path") != 0) {
+            rest[nrest++] = argv[i];
+            continue;
+        }
+        from_cli = 1;
+        a->n_data_paths = 0;
+        while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+            if (a->n_data_paths == 128) {
+                free(rest);
+                return ptdp_errorf(PTDP_EINVAL, "--data-path: at most 64 weighted datasets");
+            }
+            a->data_paths[a->n_data_paths++] = argv[++i];
+        }
+        if (a->n_data_paths == 0) {
+            free(rest);
+            return ptdp_errorf(PTDP_EINVAL, "--data-path needs a dataset prefix (or weights and prefixes)");
+        }
+        a->data_path = a->data_paths[0];
+    }
+    if (!from_cli && a->data_path) { /* from --config: split the string on spaces */
+        snprintf(a->data_path_buf, sizeof a->data_path_buf, "%s", a->data_path);
+        a->n_data_paths = 0;
+        for (char *tok = strtok(a->data_path_buf, " \t"); tok && a->n_data_paths < 128; tok = strtok(NULL, " \t"))
+            a->data_paths[a->n_data_paths++] = tok;
+    }
+    int rc = ptdp_opts_parse(opts, n, nrest, rest, want_help);
+    free(rest);
+    return rc;
 }
 
 void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
@@ -177,10 +220,13 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
     if (which == PTDP_ARGS_TRAIN) {
-        if (!a->mock_data && !a->token_file)
-            return ptdp_errorf(PTDP_EINVAL, "no training data: give --mock-data or --token-file FILE");
-        if (a->mock_data && a->token_file)
-            return ptdp_errorf(PTDP_EINVAL, "--mock-data and --token-file exclude each other; give one");
+        int sources = (a->mock_data != 0) + (a->token_file != NULL) + (a->data_path != NULL);
+        if (sources == 0)
+            return ptdp_errorf(PTDP_EINVAL, "no training data: give --data-path PREFIX, --token-file FILE or --mock-data");
+        if (sources > 1)
+            return ptdp_errorf(PTDP_EINVAL, "--data-path, --token-file and --mock-data exclude each other; give one");
+        if ((a->vocab_file != NULL) != (a->merge_file != NULL))
+            return ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
         if (a->pipeline_model_parallel_size != 1)
             return ptdp_errorf(PTDP_EUNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline parallelism is "
                                                   "not in this build yet; use 1",

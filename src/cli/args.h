@@ -26,6 +26,12 @@ typedef struct {
     /* data */
     int mock_data;
     const char *token_file;
+    const char *data_path;        /* first value (presence); all values below */
+    const char *data_paths[128];  /* "PREFIX" or "W1 P1 W2 P2 ..." */
+    int n_data_paths;
+    char data_path_buf[4096];     /* storage when the list came from --config */
+    const char *vocab_file, *merge_file, *tokenizer_type, *split;
+    int64_t eval_interval, eval_iters;
     /* io and logging */
     const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
     int64_t log_interval;

@@ -18,6 +18,13 @@ void ptdp_batches_mock(ptdp_batches *b, int64_t seq_length, int64_t vocab, uint6
     b->seed = seed;
 }
 
+void ptdp_batches_gpt(ptdp_batches *b, const ptdp_gpt_data *gpt, int split, int64_t seq_length) {
+    memset(b, 0, sizeof *b);
+    b->seq_length = seq_length;
+    b->gpt = gpt;
+    b->split = split;
+}
+
 int ptdp_batches_open_file(ptdp_batches *b, const char *path, int64_t seq_length, int64_t vocab) {
     memset(b, 0, sizeof *b);
     b->seq_length = seq_length;
@@ -63,6 +70,11 @@ void ptdp_batches_close(ptdp_batches *b) {
 
 void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32_t *out) {
     const int64_t s = b->seq_length;
+    if (b->gpt) {
+        for (int64_t k = 0; k < count; k++)
+            PTDP_ASSERT(ptdp_gpt_data_sample(b->gpt, b->split, first + k, out + k * (s + 1)) == PTDP_OK);
+        return;
+    }
     for (int64_t k = 0; k < count; k++)
         for (int64_t q = 0; q <= s; q++) {
             uint64_t pos = (uint64_t)(first + k) * (uint64_t)s + (uint64_t)q;

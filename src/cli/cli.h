@@ -10,4 +10,9 @@ int ptdp_cmd_tokenize(int argc, char **argv);
 int ptdp_cmd_preprocess(int argc, char **argv);
 int ptdp_cmd_schedule(int argc, char **argv);
 
+/* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
+ * one error naming the flag; returns an exit status (0 ok). */
+struct ptdp_tokenizer;
+int ptdp__cli_open_tokenizer(struct ptdp_tokenizer **tok, const char *vocab, const char *merges);
+
 #endif

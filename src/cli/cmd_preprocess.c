@@ -11,8 +11,6 @@
 #include "cli/cli.h"
 #include "data/data.h"
 
-int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges);
-
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
     fprintf(f,
             "usage: ptdp preprocess --input FILE --output-prefix P --vocab-file encoder.json\n"

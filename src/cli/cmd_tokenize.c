@@ -24,10 +24,7 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
     ptdp_opts_help(f, opts, nopts);
 }
 
-/* Opens the tokenizer, naming the flag whose file is at fault. Returns 0 or an
- * exit status (2 bad files, 1 out of memory). Shared with cmd_preprocess.c,
- * which declares it itself because cli.h belongs to main.c's owner. */
-int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges);
+/* Declared in cli.h: shared with cmd_preprocess.c and cmd_train.c. */
 int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges) {
     if (!vocab) {
         ptdp_log_error("--vocab-file is required (GPT-2's encoder.json; see scripts/fetch_data.sh)");

@@ -2,6 +2,7 @@
  * (before any work), start MPI, build the trainer, loop, log Megatron's
  * iteration line and optional JSON lines, write weights at the end. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "cli/batches.h"
 #include "cli/cli.h"
 #include "cli/trainer.h"
+#include "data/data.h"
 
 static void usage(FILE *f, const char *cmd, int which) {
     ptdp_args a;
@@ -88,8 +90,19 @@ int ptdp_cmd_train(int argc, char **argv) {
         return 1;
     }
     ptdp_trainer_params tp = {0};
-    int d = 1;
-    int rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
+    int d = 1, rc = PTDP_OK;
+    if (a.vocab_file) { /* the vocabulary size comes from the tokenizer */
+        ptdp_tokenizer *tok = NULL;
+        int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
+        if (st) {
+            ptdp_comm_finalize(&comm);
+            ptdp_args_free(keep);
+            return st;
+        }
+        a.vocab_size = ptdp_tokenizer_vocab_size(tok);
+        ptdp_tokenizer_free(tok);
+    }
+    rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
     if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, d);
@@ -109,11 +122,36 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.comm = &comm;
     tp.init_from = a.init_from;
 
-    ptdp_batches data;
-    if (a.token_file)
-        rc = ptdp_batches_open_file(&data, a.token_file, s, tp.cfg.vocab);
-    else
-        ptdp_batches_mock(&data, s, tp.cfg.vocab, (uint64_t)a.seed);
+    ptdp_batches data, valid;
+    ptdp_gpt_data *gpt = NULL;
+    memset(&valid, 0, sizeof valid);
+    const int64_t Bg = tp.global_batch;
+    int64_t n_evals = a.eval_iters ? a.train_iters / a.eval_interval + 1 : 0;
+    if (a.data_path) {
+        ptdp_gpt_data_params gp = ptdp_gpt_data_default_params();
+        rc = ptdp_gpt_data_parse_paths(&gp, a.n_data_paths, (char **)a.data_paths);
+        gp.split = a.split;
+        gp.seq_length = s;
+        gp.seed = (uint64_t)a.seed;
+        gp.vocab_size = tp.cfg.vocab;
+        gp.num_samples[PTDP_SPLIT_TRAIN] = a.train_iters * Bg;
+        gp.num_samples[PTDP_SPLIT_VALID] = n_evals * a.eval_iters * Bg;
+        gp.num_samples[PTDP_SPLIT_TEST] = 0;
+        if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&gpt, &gp);
+        if (rc == PTDP_OK) {
+            ptdp_batches_gpt(&data, gpt, PTDP_SPLIT_TRAIN, s);
+            if (n_evals && ptdp_gpt_data_num_samples(gpt, PTDP_SPLIT_VALID) > 0)
+                ptdp_batches_gpt(&valid, gpt, PTDP_SPLIT_VALID, s);
+            else
+                n_evals = 0;
+        }
+    } else {
+        n_evals = 0; /* mock data and token files have no validation split */
+        if (a.token_file)
+            rc = ptdp_batches_open_file(&data, a.token_file, s, tp.cfg.vocab);
+        else
+            ptdp_batches_mock(&data, s, tp.cfg.vocab, (uint64_t)a.seed);
+    }
     FILE *jsonl = NULL;
     if (rc == PTDP_OK && a.log_jsonl && !(jsonl = fopen(a.log_jsonl, "w")))
         rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
@@ -123,9 +161,10 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_log_error("%s", ptdp_last_error());
         if (jsonl) fclose(jsonl);
         ptdp_batches_close(&data);
+        ptdp_gpt_data_free(gpt);
         ptdp_comm_finalize(&comm);
         ptdp_args_free(keep);
-        return rc == PTDP_EINVAL || rc == PTDP_ECONFIG ? 2 : 1;
+        return rc == PTDP_EINVAL || rc == PTDP_ECONFIG || rc == PTDP_EFORMAT ? 2 : 1;
     }
 
     const ptdp_gpt_config *cfg = &tp.cfg;
@@ -143,7 +182,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     PTDP_ASSERT_MSG(batch, "out of memory for the batch");
     const double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
     double t_interval = 0, loss_interval = 0, t_total = 0;
-    int64_t n_interval = 0, skipped_total = 0;
+    int64_t n_interval = 0, skipped_total = 0, eval_round = 0;
     ptdp_step_stats st = {0};
     for (int64_t it = 0; it < a.train_iters; it++) {
         ptdp_batches_get(&data, it * B + comm.dp * Bl, Bl, batch);
@@ -177,6 +216,24 @@ int ptdp_cmd_train(int argc, char **argv) {
             t_interval = loss_interval = 0;
             n_interval = 0;
         }
+        if (n_evals && (st.iteration % a.eval_interval == 0 || it == a.train_iters - 1)) {
+            double vl = 0;
+            for (int64_t e = 0; e < a.eval_iters; e++) {
+                ptdp_batches_get(&valid, (eval_round * a.eval_iters + e) * B + comm.dp * Bl, Bl, batch);
+                vl += ptdp_trainer_eval(tr, batch);
+            }
+            eval_round++;
+            vl /= (double)a.eval_iters;
+            ptdp_log0("-----------------------------------------------------------------------------------------\n"
+                      " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+                      "-----------------------------------------------------------------------------------------",
+                      (long long)st.iteration, vl, exp(vl));
+            if (jsonl && comm.world_rank == 0) {
+                fprintf(jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n", (long long)st.iteration, vl,
+                        exp(vl));
+                fflush(jsonl);
+            }
+        }
     }
     ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
               (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
@@ -196,6 +253,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     if (jsonl) fclose(jsonl);
     ptdp_trainer_free(tr);
     ptdp_batches_close(&data);
+    ptdp_gpt_data_free(gpt);
     ptdp_comm_finalize(&comm);
     ptdp_args_free(keep);
     return status;

@@ -94,6 +94,22 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     st->lr = lr;
 }
 
+double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
+    const ptdp_trainer_params *p = &tr->p;
+    ptdp_comm *comm = p->comm;
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->global_batch / (b * comm->d);
+    double loss_sum = 0.0;
+    ptdp_gpt_chunk_set_training(tr->chunk, 0);
+    for (int64_t k = 0; k < m; k++) {
+        double ls = 0.0;
+        ptdp_gpt_chunk_fwd(tr->chunk, 0, batch + k * b * (s + 1), NULL, NULL, 0.0f, &ls, tr->iteration, k);
+        loss_sum += ls;
+    }
+    ptdp_gpt_chunk_set_training(tr->chunk, 1);
+    ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
+    return loss_sum / ((double)p->global_batch * (double)s);
+}
+
 void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     size_t pb, ab;
     ptdp_gpt_chunk_bytes(tr->chunk, &pb, &ab);

@@ -43,6 +43,10 @@ void ptdp_trainer_free(ptdp_trainer *tr);
  * clipping and AdamW. Blocking; every rank of the job calls it. */
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
 
+/* Mean token loss of a batch laid out like ptdp_trainer_step's, forward
+ * only (no dropout, gradients untouched). Collective like a step. */
+double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch);
+
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr);
 /* Logs the memory budget (rank 0). */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);

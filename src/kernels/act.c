@@ -39,6 +39,7 @@ void ptdp__bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t 
     for (int64_t r = 0; r < N; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
+#pragma omp simd
         for (int64_t j = 0; j < n; j++) {
             float u = xr[j] + bias[j];
             float t = ptdp__tanhf(GELU_C * (u + GELU_A * u * u * u));
@@ -53,6 +54,7 @@ void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, f
     for (int64_t r = 0; r < N; r++) {
         const float *xr = x + r * n, *g = dout + r * n;
         float *d = dx + r * n;
+#pragma omp simd
         for (int64_t j = 0; j < n; j++) {
             float u = xr[j] + bias[j];
             float t = ptdp__tanhf(GELU_C * (u + GELU_A * u * u * u));

@@ -19,8 +19,10 @@ void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float sca
         const float *sr = S + i * s;
         float *pr = P + i * s;
         float mx = sr[0];
+#pragma omp simd reduction(max : mx)
         for (int64_t j = 1; j <= i; j++) mx = sr[j] > mx ? sr[j] : mx;
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j <= i; j++) {
             float e = ptdp__expf(scale * (sr[j] - mx));
             pr[j] = e;
@@ -38,6 +40,7 @@ void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float sc
         const float *pr = P + i * s;
         float *d = dP + i * s;
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j <= i; j++) dot += d[j] * pr[j];
         for (int64_t j = 0; j <= i; j++) d[j] = scale * pr[j] * (d[j] - dot);
         for (int64_t j = i + 1; j < s; j++) d[j] = 0.0f;

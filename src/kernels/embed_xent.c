@@ -65,6 +65,7 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
     for (int64_t n = 0; n < N; n++) {
         const float *l = logits + n * Vl;
         float m = -INFINITY;
+#pragma omp simd reduction(max : m)
         for (int64_t c = 0; c < nv; c++) m = l[c] > m ? l[c] : m;
         rowmax[n] = m;
     }
@@ -77,6 +78,7 @@ void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targ
     for (int64_t n = 0; n < s * b; n++) {
         const float *l = logits + n * Vl;
         float m = gmax[n], acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
         for (int64_t c = 0; c < nv; c++) acc += ptdp__expf(l[c] - m);
         sumexp[n] = acc;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
@@ -95,6 +97,7 @@ void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;
         float m = gmax[n], inv = scale / sumexp[n];
+#pragma omp simd
         for (int64_t c = 0; c < nv; c++) l[c] = ptdp__expf(l[c] - m) * inv;
         for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;

@@ -12,8 +12,8 @@
 
 /* exp(x) = 2^k * exp(r), r = x - k ln2 in [-ln2/2, ln2/2], degree-6 poly. */
 static inline float ptdp__expf(float x) {
-    if (x < -87.0f) x = -87.0f; /* exp underflows to ~1e-38: fine for softmax */
-    if (x > 88.0f) x = 88.0f;
+    x = x < -87.0f ? -87.0f : x; /* exp underflows to ~1e-38: fine for softmax */
+    x = x > 88.0f ? 88.0f : x;
     /* round to nearest by the 1.5*2^23 trick: plain float adds, so gcc
      * vectorises (roundf is a libm call) */
     float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;

@@ -39,6 +39,7 @@ struct ptdp_gpt_chunk {
     const ptdp_ops *ops;
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0;
+    int training; /* 0: no dropout, the loss head skips its backward */
     ptdp__spec_list specs;
     float *params, *grads; /* one allocation: params then grads */
     ptdp_model_ptrs P, G;
@@ -161,6 +162,7 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
+    c->training = 1;
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
     c->slots = calloc((size_t)p->slots, sizeof(slot_act));
@@ -234,6 +236,8 @@ void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host) {
     c->ops->download(host, c->grads, sizeof(float) * (size_t)c->specs.total);
 }
 
+void ptdp_gpt_chunk_set_training(ptdp_gpt_chunk *c, int training) { c->training = training; }
+
 void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) { c->ops->zero(c->grads, c->specs.total); }
 
 /* ---- dropout streams ------------------------------------------------------- */
@@ -243,8 +247,8 @@ void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) { c->ops->zero(c->grads, c->sp
  * stream differs per TP rank; the others act on replicated activations and
  * must be identical on all TP ranks. */
 static ptdp_dropout dropout_site(const ptdp_gpt_chunk *c, float p, int site, int64_t layer, const slot_act *sa) {
-    ptdp_dropout d = {p, {0, 0}, 0};
-    if (p == 0.0f) return d;
+    ptdp_dropout d = {c->training ? p : 0.0f, {0, 0}, 0};
+    if (d.p == 0.0f) return d;
     uint64_t seed = ptdp_hash_mix(c->cfg->seed, ptdp_hash_mix((uint64_t)sa->iteration, (uint64_t)sa->microbatch));
     uint64_t stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
     if (site == 1) stream = ptdp_hash_mix(stream, (uint64_t)c->tp + 1000);
@@ -314,6 +318,7 @@ static void head_fwd_bwd(ptdp_gpt_chunk *c, slot_act *sa, float loss_scale, doub
     ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
     o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
     *loss_sum = o->sum(c->loss, N);
+    if (!c->training) return;
 
     o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
     o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);

@@ -135,6 +135,10 @@ void ptdp_gpt_chunk_init_params(ptdp_gpt_chunk *c);
 void ptdp_gpt_chunk_upload_params(ptdp_gpt_chunk *c, const float *host);
 void ptdp_gpt_chunk_download_params(ptdp_gpt_chunk *c, float *host);
 void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host);
+/* Training mode (the default) or evaluation: no dropout, and the last
+ * stage's forward computes the loss only (no gradient; backward must not be
+ * called for such a micro-batch). */
+void ptdp_gpt_chunk_set_training(ptdp_gpt_chunk *c, int training);
 /* Zeroes the gradient buffer (start of an iteration). */
 void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c);
 
