@@ -103,6 +103,14 @@ cmp -s "$T/j1_text_document.bin" "$T/j4_text_document.bin" &&
     cmp -s "$T/j1_text_document.idx" "$T/j4_text_document.idx" && ok || bad "workers 1 vs 4 (jsonl)"
 grep -q "empty)" "$T/err4" && ok || bad "jsonl summary"
 
+# ---- JSON corner cases checked against Megatron's own preprocessing:
+# Python's json keeps the last of duplicate keys, and "\u0000" is a real
+# character (cJSON alone would end the string there)
+printf '{"text":"x","text":"hello world"}\n{"text":"a\\u0000b"}\n' >"$T/json_corner.jsonl"
+"$PTDP" preprocess --input "$T/json_corner.jsonl" --output-prefix "$T/jc" --vocab-file "$V" --merge-file "$M" >/dev/null 2>&1
+got=$(od -An -tu2 "$T/jc_text_document.bin" | tr -s ' ' | sed 's/^ //')
+if [ "$got" = "31373 995 64 188 65" ]; then ok; else bad "duplicate key / \\u0000: got '$got'"; fi
+
 # ---- preprocess errors
 P=(--vocab-file "$V" --merge-file "$M")
 expect_error 2 "--input is required" -- "$PTDP" preprocess --output-prefix "$T/x" "${P[@]}"

@@ -37,11 +37,13 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
  * when a tensor fails (all tensors are checked before any upload). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
 
-/* Writes a chunk holding every layer (p = 1) as an HF GPT-2 safetensors
- * file plus config.json beside it when config_json is non-NULL. Collective
- * over the tensor-parallel group `tp` (shards are gathered to its rank 0,
- * which writes). PTDP_EIO on write failure (on rank 0). */
-int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp, const char *path,
-                         const char *config_json);
+/* Writes the whole model as an HF GPT-2 safetensors file plus config.json
+ * beside it (when config_json is non-NULL). Collective over `model` (the
+ * tensor x pipeline group of one data-parallel replica): every member sends
+ * the shards of its `nchunks` chunks (tensor-parallel rank `tp`, size `t`)
+ * to the group's rank 0, which assembles the global tensors and writes.
+ * PTDP_EIO / PTDP_ENOMEM on rank 0 when writing fails. */
+int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg, ptdp_group *model, int tp,
+                   int t, const char *path, const char *config_json);
 
 #endif

@@ -171,37 +171,30 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
     return rc;
 }
 
-int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp, const char *path,
-                         const char *config_json) {
+/* Rank 0 of the export: one host image of the full model (t = 1, every
+ * layer), filled shard by shard, then converted and written. */
+static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const char *path, const char *config_json) {
     int n;
-    const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(chunk, &n);
-    int64_t total = ptdp_gpt_chunk_numel(chunk), maxnumel = 1;
-    for (int i = 0; i < n; i++) maxnumel = specs[i].numel > maxnumel ? specs[i].numel : maxnumel;
-    const int root = tp->rank == 0, t = tp->size;
-    float *host = malloc(sizeof(float) * (size_t)total + 64);
-    float *gathered = root ? malloc(sizeof(float) * (size_t)(maxnumel * t)) : NULL;
-    float *global = root ? malloc(sizeof(float) * (size_t)(maxnumel * t)) : NULL;
+    const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(full, &n);
+    float *host = ptdp_gpt_chunk_params(full); /* CPU backend: host memory */
     float **hfbuf = calloc((size_t)n, sizeof(float *));
     char (*names)[128] = calloc((size_t)n, 128);
-    PTDP_ASSERT_MSG(host && hfbuf && names && (!root || (gathered && global)), "out of memory exporting");
     ptdp_st_writer *w = NULL;
-    int rc = root ? ptdp_st_writer_init(&w) : PTDP_OK;
-    ptdp_gpt_chunk_download_params(chunk, host);
-    for (int i = 0; i < n; i++) {
+    int rc = (!hfbuf || !names) ? ptdp_errorf(PTDP_ENOMEM, "out of memory exporting") : ptdp_st_writer_init(&w);
+    for (int i = 0; i < n && rc == PTDP_OK; i++) {
         const ptdp_param_spec *sp = &specs[i];
-        /* every rank takes part in the gather, whatever happened on rank 0 */
-        ptdp_gather_f32(tp, host + sp->offset, sp->numel, gathered, 0);
-        if (!root || rc != PTDP_OK) continue;
-        for (int r = 0; r < t; r++) ptdp_spec_gather(sp, r, gathered + (int64_t)r * sp->numel, global);
         int64_t shape[2];
         int nd = ptdp_hf_name(sp, cfg, names[i], 128, shape);
         hfbuf[i] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1] + 1));
-        PTDP_ASSERT_MSG(hfbuf[i], "out of memory exporting");
-        ptdp_hf_from_global(sp, cfg, global, hfbuf[i]);
+        if (!hfbuf[i]) {
+            rc = ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
+            break;
+        }
+        ptdp_hf_from_global(sp, cfg, host + sp->offset, hfbuf[i]);
         rc = ptdp_st_writer_add(w, names[i], PTDP_ST_F32, nd, shape, hfbuf[i]);
     }
-    if (root && rc == PTDP_OK) rc = ptdp_st_write(w, path);
-    if (root && rc == PTDP_OK && config_json) {
+    if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
+    if (rc == PTDP_OK && config_json) {
         FILE *cf = fopen(config_json, "w");
         if (!cf) {
             rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
@@ -216,11 +209,82 @@ int ptdp_hf_export_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp
         }
     }
     ptdp_st_writer_free(w);
-    for (int i = 0; i < n; i++) free(hfbuf[i]);
+    for (int i = 0; hfbuf && i < n; i++) free(hfbuf[i]);
     free(hfbuf);
     free(names);
-    free(host);
-    free(gathered);
-    free(global);
+    return rc;
+}
+
+/* Serialised shard: name[96], int64 tp, int64 numel, float data[numel]. */
+#define REC_HDR (96 + 16)
+
+int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg, ptdp_group *model, int tp,
+                   int t, const char *path, const char *config_json) {
+    int64_t bytes = 0;
+    for (int c = 0; c < nchunks; c++) {
+        int n;
+        const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(chunks[c], &n);
+        for (int i = 0; i < n; i++) bytes += REC_HDR + 4 * sp[i].numel;
+    }
+    char *mine = malloc((size_t)bytes + 1), *q = mine;
+    PTDP_ASSERT_MSG(mine, "out of memory exporting");
+    for (int c = 0; c < nchunks; c++) {
+        int n;
+        const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(chunks[c], &n);
+        float *host = malloc(sizeof(float) * (size_t)ptdp_gpt_chunk_numel(chunks[c]) + 64);
+        PTDP_ASSERT_MSG(host, "out of memory exporting");
+        ptdp_gpt_chunk_download_params(chunks[c], host);
+        for (int i = 0; i < n; i++) {
+            int64_t hdr[2] = {tp, sp[i].numel};
+            memset(q, 0, 96);
+            memcpy(q, sp[i].name, strlen(sp[i].name));
+            memcpy(q + 96, hdr, 16);
+            memcpy(q + REC_HDR, host + sp[i].offset, (size_t)(4 * sp[i].numel));
+            q += REC_HDR + 4 * sp[i].numel;
+        }
+        free(host);
+    }
+    int64_t counts[4096];
+    PTDP_ASSERT(model->size <= 4096);
+    char *all = ptdp_gatherv_bytes(model, mine, bytes, counts, 0);
+    free(mine);
+    if (model->rank != 0) return PTDP_OK;
+
+    ptdp_group one = {.name = "export", .comm = MPI_COMM_NULL, .size = 1, .rank = 0};
+    ptdp_chunk_params cp = {cfg, 0, cfg->num_layers, 1, 1, 1, 1, ptdp_cpu_ops(), &one};
+    ptdp_gpt_chunk *full = NULL;
+    int rc = ptdp_gpt_chunk_init(&full, &cp);
+    if (rc == PTDP_OK) {
+        int nf;
+        const ptdp_param_spec *fs = ptdp_gpt_chunk_specs(full, &nf);
+        float *fp = ptdp_gpt_chunk_params(full);
+        int64_t total = 0;
+        for (int r = 0; r < model->size; r++) total += counts[r];
+        for (const char *rec = all; rec < all + total;) {
+            int64_t hdr[2];
+            char name[97] = {0};
+            memcpy(name, rec, 96);
+            memcpy(hdr, rec + 96, 16);
+            const ptdp_param_spec *g = NULL;
+            for (int i = 0; i < nf && !g; i++)
+                if (!strcmp(fs[i].name, name)) g = &fs[i];
+            PTDP_ASSERT_MSG(g, name);
+            /* the shard's spec: the global one with t-way split dims */
+            ptdp_param_spec shard = *g;
+            if (shard.split == PTDP_SPLIT_DIM0) shard.lshape[0] /= t;
+            if (shard.split == PTDP_SPLIT_DIM1) shard.lshape[1] /= t;
+            shard.numel = shard.lshape[0] * shard.lshape[1];
+            PTDP_ASSERT(shard.numel == hdr[1]);
+            float *data = malloc(sizeof(float) * (size_t)(hdr[1] + 1));
+            PTDP_ASSERT_MSG(data, "out of memory exporting");
+            memcpy(data, rec + REC_HDR, (size_t)(4 * hdr[1]));
+            ptdp_spec_gather(&shard, (int)hdr[0], data, fp + g->offset);
+            free(data);
+            rec += REC_HDR + 4 * hdr[1];
+        }
+        rc = write_full(full, cfg, path, config_json);
+    }
+    ptdp_gpt_chunk_free(full);
+    free(all);
     return rc;
 }

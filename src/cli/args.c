@@ -15,6 +15,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->attention_dropout = 0.1;
     a->seed = 1234;
     a->micro_batch_size = 1;
+    a->train_iters = -1; /* required; 0 is allowed (load, save, no step) */
     a->lr = -1; /* required */
     a->min_lr = 0.0;
     a->weight_decay = 0.01;
@@ -60,7 +61,7 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
     const ptdp_opt train[] = {
         I("micro-batch-size", micro_batch_size, "micro-batch size b", 1, 1000000),
         I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)", 0, BIG),
-        I("train-iters", train_iters, "iterations to train (required)", 0, BIG),
+        I("train-iters", train_iters, "iterations to train (required; 0 runs no step)", 0, BIG),
         F("lr", lr, "peak learning rate (required)", 0, 1e3),
         F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
         S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
@@ -73,6 +74,13 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         F("adam-beta2", adam_beta2, "AdamW beta2", 0, 0.999999999),
         F("adam-eps", adam_eps, "AdamW epsilon", 0, 1),
         I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p", 1, 4096),
+        I("virtual-pipeline-model-parallel-size", virtual_pipeline_model_parallel_size,
+          "model chunks per pipeline rank v (interleaved schedule)", 0, 4096),
+        I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
+          "layers per model chunk (sets v = l / (p x this))", 0, 100000),
+        S("pipeline-schedule", pipeline_schedule, "pipeline schedule (default: interleaved if v > 1, else 1f1b)",
+          "gpipe|1f1b|interleaved"),
+        S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file", NULL),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path, "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
@@ -131,6 +139,9 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
         for (char *c = name; *c; c++)
             if (*c == '_') *c = '-';
         const char *v = val;
+        ptdp_opt *o = ptdp_opt_find(opts, n, name);
+        if (o && o->type == PTDP_OPT_STR && !cJSON_IsString(it))
+            return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a string", path, it->string);
         if (cJSON_IsBool(it))
             v = cJSON_IsTrue(it) ? "true" : "false";
         else if (cJSON_IsNumber(it)) {
@@ -213,7 +224,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         {a->hidden_size == 0, "--hidden-size"},
         {a->num_attention_heads == 0, "--num-attention-heads"},
         {a->seq_length == 0, "--seq-length"},
-        {which == PTDP_ARGS_TRAIN && a->train_iters == 0, "--train-iters"},
+        {which == PTDP_ARGS_TRAIN && a->train_iters < 0, "--train-iters"},
         {which == PTDP_ARGS_TRAIN && a->lr < 0, "--lr"},
         {which == PTDP_ARGS_EXPORT && !a->out, "--out"},
     };
@@ -227,10 +238,6 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_EINVAL, "--data-path, --token-file and --mock-data exclude each other; give one");
         if ((a->vocab_file != NULL) != (a->merge_file != NULL))
             return ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
-        if (a->pipeline_model_parallel_size != 1)
-            return ptdp_errorf(PTDP_EUNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline parallelism is "
-                                                  "not in this build yet; use 1",
-                               (long long)a->pipeline_model_parallel_size);
     }
     int64_t t = a->tensor_model_parallel_size, pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
     if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
@@ -242,6 +249,46 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         return ptdp_errorf(PTDP_EUNSUPPORTED, "--tensor-model-parallel-size: export works on one process; use 1");
     int64_t d = which == PTDP_ARGS_TRAIN ? world_size / (t * pp) : 1;
     if (d_out) *d_out = (int)d;
+    if (which == PTDP_ARGS_TRAIN) {
+        int64_t v = 1;
+        if (a->virtual_pipeline_model_parallel_size && a->num_layers_per_virtual_pipeline_stage)
+            return ptdp_errorf(PTDP_ECONFIG, "give --virtual-pipeline-model-parallel-size or "
+                                             "--num-layers-per-virtual-pipeline-stage, not both");
+        if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
+        if (a->num_layers_per_virtual_pipeline_stage) {
+            if (a->num_layers % (pp * a->num_layers_per_virtual_pipeline_stage))
+                return ptdp_errorf(PTDP_ECONFIG,
+                                   "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
+                                   "--num-layers-per-virtual-pipeline-stage %lld",
+                                   (long long)a->num_layers, (long long)pp,
+                                   (long long)a->num_layers_per_virtual_pipeline_stage);
+            v = a->num_layers / (pp * a->num_layers_per_virtual_pipeline_stage);
+        }
+        if (v > 1 && pp == 1)
+            return ptdp_errorf(PTDP_ECONFIG, "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
+                               (long long)v);
+        if (a->num_layers % (pp * v))
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
+                               "virtual stages %lld (every stage needs the same number of layers)",
+                               (long long)a->num_layers, (long long)pp, (long long)v);
+        const char *sched = a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
+        if (v > 1 && strcmp(sched, "interleaved"))
+            return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule %s runs one model chunk per rank; virtual stages "
+                                             "(v = %lld) need the interleaved schedule",
+                               sched, (long long)v);
+        if (v == 1 && !strcmp(sched, "interleaved"))
+            return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
+                                             "--virtual-pipeline-model-parallel-size > 1");
+        int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
+        int64_t m = B / (a->micro_batch_size * d);
+        if (v > 1 && B % (a->micro_batch_size * d) == 0 && m % pp)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "the interleaved schedule needs the number of micro-batches (%lld = "
+                               "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple "
+                               "of --pipeline-model-parallel-size %lld",
+                               (long long)m, (long long)pp);
+    }
     memset(cfg, 0, sizeof *cfg);
     cfg->num_layers = a->num_layers;
     cfg->hidden = a->hidden_size;

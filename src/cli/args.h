@@ -23,6 +23,8 @@ typedef struct {
     const char *lr_decay_style;
     /* parallelism */
     int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+    int64_t virtual_pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
+    const char *pipeline_schedule, *trace;
     /* data */
     int mock_data;
     const char *token_file;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
@@ -14,6 +15,12 @@
 #include "cli/cli.h"
 #include "cli/trainer.h"
 #include "data/data.h"
+
+/* Exit status for an error code: 2 for bad usage, configuration or file
+ * contents, 1 for failures of the system (I/O, memory, communication). */
+static int status_of(int rc) {
+    return rc == PTDP_EIO || rc == PTDP_ENOMEM || rc == PTDP_ECOMM || rc == PTDP_EBACKEND ? 1 : 2;
+}
 
 static void usage(FILE *f, const char *cmd, int which) {
     ptdp_args a;
@@ -45,7 +52,7 @@ static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         *done = 1;
-        return 2;
+        return status_of(rc);
     }
     return 0;
 }
@@ -110,7 +117,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_log_error("%s", ptdp_last_error());
         ptdp_comm_finalize(&comm);
         ptdp_args_free(keep);
-        return rc == PTDP_ENOMEM || rc == PTDP_EIO ? 1 : 2;
+        return status_of(rc);
     }
     set_threads(&comm);
     ptdp_cpu_set_gemm(lib);
@@ -121,6 +128,16 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.ops = ptdp_cpu_ops();
     tp.comm = &comm;
     tp.init_from = a.init_from;
+    tp.sched.p = (int)a.pipeline_model_parallel_size;
+    tp.sched.v = a.virtual_pipeline_model_parallel_size ? (int)a.virtual_pipeline_model_parallel_size
+                 : a.num_layers_per_virtual_pipeline_stage
+                     ? (int)(a.num_layers / (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
+                     : 1;
+    tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
+    {
+        int64_t m = tp.global_batch / (tp.micro_batch * d);
+        tp.trace_events = a.trace ? 64 + a.train_iters * (4 * m * tp.sched.v + 8) : 0;
+    }
 
     ptdp_batches data, valid;
     ptdp_gpt_data *gpt = NULL;
@@ -152,6 +169,18 @@ int ptdp_cmd_train(int argc, char **argv) {
         else
             ptdp_batches_mock(&data, s, tp.cfg.vocab, (uint64_t)a.seed);
     }
+    /* outputs written at the end must be writable now, not after training */
+    const char *outputs[2][2] = {{"--save-safetensors", a.save_safetensors}, {"--trace", a.trace}};
+    for (int i = 0; i < 2 && rc == PTDP_OK; i++)
+        if (outputs[i][1]) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s", outputs[i][1]);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
+                rc = ptdp_errorf(PTDP_EIO, "%s %s: the directory is not writable (or does not exist)", outputs[i][0],
+                                 outputs[i][1]);
+        }
     FILE *jsonl = NULL;
     if (rc == PTDP_OK && a.log_jsonl && !(jsonl = fopen(a.log_jsonl, "w")))
         rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
@@ -164,7 +193,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_gpt_data_free(gpt);
         ptdp_comm_finalize(&comm);
         ptdp_args_free(keep);
-        return rc == PTDP_EINVAL || rc == PTDP_ECONFIG || rc == PTDP_EFORMAT ? 2 : 1;
+        return status_of(rc);
     }
 
     const ptdp_gpt_config *cfg = &tp.cfg;
@@ -184,8 +213,20 @@ int ptdp_cmd_train(int argc, char **argv) {
     double t_interval = 0, loss_interval = 0, t_total = 0;
     int64_t n_interval = 0, skipped_total = 0, eval_round = 0;
     ptdp_step_stats st = {0};
+    /* Fault injection for tests: PTDP_FAULT_RANK=R [PTDP_FAULT_ITER=I] makes
+     * global rank R die (abort) at iteration I, so tests can check that the
+     * other ranks do not hang. */
+    const char *fault_rank = getenv("PTDP_FAULT_RANK"), *fault_iter = getenv("PTDP_FAULT_ITER");
+    const int64_t die_at = fault_rank && atoi(fault_rank) == comm.world_rank ? (fault_iter ? atoll(fault_iter) : 1) : -1;
+    /* only the first and last pipeline stage read data */
+    const int reads_data = comm.pp == 0 || comm.pp == comm.p - 1;
     for (int64_t it = 0; it < a.train_iters; it++) {
-        ptdp_batches_get(&data, it * B + comm.dp * Bl, Bl, batch);
+        if (it + 1 == die_at) {
+            ptdp_log_error("PTDP_FAULT_RANK: rank %d dies at iteration %lld (fault injection)", comm.world_rank,
+                           (long long)die_at);
+            abort();
+        }
+        if (reads_data) ptdp_batches_get(&data, it * B + comm.dp * Bl, Bl, batch);
         double t0 = ptdp_now();
         ptdp_trainer_step(tr, batch, &st);
         double dt = ptdp_now() - t0;
@@ -219,7 +260,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         if (n_evals && (st.iteration % a.eval_interval == 0 || it == a.train_iters - 1)) {
             double vl = 0;
             for (int64_t e = 0; e < a.eval_iters; e++) {
-                ptdp_batches_get(&valid, (eval_round * a.eval_iters + e) * B + comm.dp * Bl, Bl, batch);
+                if (reads_data) ptdp_batches_get(&valid, (eval_round * a.eval_iters + e) * B + comm.dp * Bl, Bl, batch);
                 vl += ptdp_trainer_eval(tr, batch);
             }
             eval_round++;
@@ -239,10 +280,19 @@ int ptdp_cmd_train(int argc, char **argv) {
               (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
     if (a.log_comm) ptdp_comm_log_counters(&comm);
     status = 0;
-    if (a.save_safetensors && comm.dp == 0 && comm.pp == 0) {
+    if (a.trace && ptdp_trainer_write_trace(tr, a.trace)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        status = 1;
+    } else if (a.trace) {
+        ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)", a.trace);
+    }
+    if (a.save_safetensors && comm.dp == 0) {
         char cfgpath[4096];
         config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
-        if (ptdp_hf_export_chunk(ptdp_trainer_chunk(tr), cfg, &comm.tensor, a.save_safetensors, cfgpath)) {
+        ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
+        int nc = ptdp_trainer_num_chunks(tr);
+        for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(tr, c);
+        if (ptdp_hf_export(chunks, nc, cfg, &comm.model, comm.tp, comm.t, a.save_safetensors, cfgpath)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;
         } else {
@@ -286,11 +336,11 @@ int ptdp_cmd_export(int argc, char **argv) {
     char cfgpath[4096];
     if (rc == PTDP_OK) {
         config_json_path(a.out, cfgpath, sizeof cfgpath);
-        rc = ptdp_hf_export_chunk(chunk, &cfg, &comm.tensor, a.out, cfgpath);
+        rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath);
     }
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
-        status = rc == PTDP_EINVAL || rc == PTDP_ECONFIG || rc == PTDP_EUNSUPPORTED ? 2 : 1;
+        status = status_of(rc);
     } else {
         printf("wrote %s and %s\n", a.out, cfgpath);
     }

@@ -1,49 +1,91 @@
-/* trainer.c - the iteration: zero gradients, forward and backward each
- * micro-batch (loss gradients scaled by 1/(B*s) so the result is the mean over
- * the global batch whatever b is), global norm, clip, AdamW. */
+/* trainer.c - one rank's iteration: zero gradients, run the pipeline
+ * schedule over this rank's v model chunks (forward/backward per micro-batch;
+ * loss gradients scaled by 1/(B*s) so the result is the mean over the global
+ * batch whatever b, m or d are), all-reduce the tied embedding's gradient
+ * over the first and last stage, all-reduce gradients over the data-parallel
+ * group, global norm, clip, AdamW. With p = v = 1 the schedule is the plain
+ * micro-batch loop (1F1B with no warm-up). */
 #include "cli/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "pipeline/executor.h"
 
 struct ptdp_trainer {
     ptdp_trainer_params p;
-    ptdp_gpt_chunk *chunk;
-    ptdp_optimizer opt;
+    int v;
+    ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
+    ptdp_optimizer opts[PTDP_MAX_CHUNKS];
+    ptdp_executor *ex;
     int64_t iteration;
 };
+
+/* Index of the tied word embedding in a chunk's specs, or -1. */
+static const ptdp_param_spec *find_wte(ptdp_gpt_chunk *c) {
+    int n;
+    const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(sp[i].name, "embedding.word_embeddings.weight")) return &sp[i];
+    return NULL;
+}
 
 int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     *out = NULL;
     ptdp_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     tr->p = *p;
-    ptdp_chunk_params cp = {
-        .cfg = &tr->p.cfg,
-        .layer_begin = 0,
-        .layer_end = p->cfg.num_layers,
-        .pre = 1,
-        .post = 1,
-        .micro_batch = p->micro_batch,
-        .slots = 1,
-        .ops = p->ops,
-        .tp = &p->comm->tensor,
-    };
-    int rc = ptdp_gpt_chunk_init(&tr->chunk, &cp);
-    if (rc == PTDP_OK) {
-        if (p->init_from)
-            rc = ptdp_hf_load_chunk(tr->chunk, &tr->p.cfg, p->comm->tensor.rank, p->init_from);
-        else
-            ptdp_gpt_chunk_init_params(tr->chunk);
+    ptdp_comm *comm = p->comm;
+    ptdp_schedule_params sp = p->sched;
+    if (sp.p == 0) sp = (ptdp_schedule_params){comm->p, 1, 1, -1};
+    sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
+    sp.kind = ptdp_schedule_resolve_kind(&sp);
+    tr->p.sched = sp;
+    int rc = ptdp_schedule_check(&sp);
+    tr->v = sp.v;
+    const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
+    if (rc == PTDP_OK && (p->cfg.num_layers % stages))
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
+                         "(every stage needs the same number of layers)",
+                         (long long)p->cfg.num_layers, sp.p, sp.v);
+    if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
+        rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
+    const int slots = rc == PTDP_OK ? ptdp_schedule_max_inflight(&sp, comm->pp) : 1;
+    for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
+        int64_t stage = (int64_t)c * sp.p + comm->pp;
+        ptdp_chunk_params cp = {
+            .cfg = &tr->p.cfg,
+            .layer_begin = stage * per,
+            .layer_end = (stage + 1) * per,
+            .pre = stage == 0,
+            .post = stage == stages - 1,
+            .micro_batch = p->micro_batch,
+            .slots = slots,
+            .ops = p->ops,
+            .tp = &comm->tensor,
+        };
+        rc = ptdp_gpt_chunk_init(&tr->chunks[c], &cp);
+        if (rc == PTDP_OK) {
+            if (p->init_from)
+                rc = ptdp_hf_load_chunk(tr->chunks[c], &tr->p.cfg, comm->tensor.rank, p->init_from);
+            else
+                ptdp_gpt_chunk_init_params(tr->chunks[c]);
+        }
+        if (rc == PTDP_OK) {
+            int n;
+            const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
+            rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n, ptdp_gpt_chunk_params(tr->chunks[c]),
+                                 ptdp_gpt_chunk_grads(tr->chunks[c]), ptdp_gpt_chunk_numel(tr->chunks[c]),
+                                 comm->tensor.rank, cp.pre);
+        }
     }
     if (rc == PTDP_OK) {
-        int n;
-        const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunk, &n);
-        rc = ptdp_optim_init(&tr->opt, p->ops, &p->adam, specs, n, ptdp_gpt_chunk_params(tr->chunk),
-                             ptdp_gpt_chunk_grads(tr->chunk), ptdp_gpt_chunk_numel(tr->chunk),
-                             p->comm->tensor.rank, 1);
+        ptdp_executor_params ep = {sp, comm->pp, &comm->pipeline, tr->chunks, p->cfg.seq_length * p->micro_batch,
+                                   p->cfg.hidden, p->trace_events};
+        rc = ptdp_executor_init(&tr->ex, &ep);
     }
     if (rc != PTDP_OK) {
         ptdp_trainer_free(tr);
@@ -55,69 +97,120 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
 
 void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
-    ptdp_optim_free(&tr->opt);
-    ptdp_gpt_chunk_free(tr->chunk);
+    for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
+        if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
+        ptdp_gpt_chunk_free(tr->chunks[c]);
+    }
+    ptdp_executor_free(tr->ex);
     free(tr);
 }
 
-ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunk; }
+ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunks[0]; }
+int ptdp_trainer_num_chunks(const ptdp_trainer *tr) { return tr->v; }
+ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c) { return tr->chunks[c]; }
+
+/* The first and last stage each hold the tied word embedding; their
+ * gradients are summed so both copies take the same step. */
+static void reduce_tied_embedding(ptdp_trainer *tr) {
+    ptdp_comm *comm = tr->p.comm;
+    if (comm->p == 1 || !comm->in_embedding_group) return;
+    ptdp_gpt_chunk *c = comm->pp == 0 ? tr->chunks[0] : tr->chunks[tr->v - 1];
+    const ptdp_param_spec *wte = find_wte(c);
+    PTDP_ASSERT(wte);
+    ptdp_allreduce_sum_f32(&comm->embedding, ptdp_gpt_chunk_grads(c) + wte->offset, wte->numel);
+}
 
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
-    const int64_t s = p->cfg.seq_length, b = p->micro_batch, d = comm->d;
-    const int64_t m = p->global_batch / (b * d);
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     const float loss_scale = (float)(1.0 / ((double)p->global_batch * (double)s));
-    ptdp_gpt_chunk_zero_grads(tr->chunk);
+    for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
-    for (int64_t k = 0; k < m; k++) {
-        double ls = 0.0;
-        ptdp_gpt_chunk_fwd(tr->chunk, 0, batch + k * b * (s + 1), NULL, NULL, loss_scale, &ls, tr->iteration,
-                           comm->dp * m + k);
-        ptdp_gpt_chunk_bwd(tr->chunk, 0, NULL, NULL);
-        loss_sum += ls;
-    }
+    ptdp_executor_run(tr->ex, batch, b, s, loss_scale, tr->iteration, comm->dp * m, &loss_sum);
+
+    double t0 = ptdp_executor_now(tr->ex);
+    reduce_tied_embedding(tr);
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
-    ptdp_allreduce_sum_f32(&comm->data, ptdp_gpt_chunk_grads(tr->chunk), ptdp_gpt_chunk_numel(tr->chunk));
-    ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
-    double sumsq = ptdp_optim_grad_sumsq(&tr->opt);
-    ptdp_allreduce_sum_f64(&comm->model, &sumsq, 1);
-    double norm = sqrt(sumsq);
-    double lr = ptdp_lr_at(&p->lr, tr->opt.step);
+    for (int c = 0; c < tr->v; c++)
+        ptdp_allreduce_sum_f32(&comm->data, ptdp_gpt_chunk_grads(tr->chunks[c]), ptdp_gpt_chunk_numel(tr->chunks[c]));
+    double sums[2] = {loss_sum, 0.0};
+    for (int c = 0; c < tr->v; c++) sums[1] += ptdp_optim_grad_sumsq(&tr->opts[c]);
+    /* the loss lives on the last stage, the norm's pieces on every stage */
+    ptdp_allreduce_sum_f64(&comm->data, sums, 1);
+    ptdp_allreduce_sum_f64(&comm->model, sums, 2);
+    ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
+    double norm = sqrt(sums[1]);
+    double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
-    if (!st->skipped) ptdp_optim_step(&tr->opt, norm, lr);
+    t0 = ptdp_executor_now(tr->ex);
+    if (!st->skipped)
+        for (int c = 0; c < tr->v; c++) ptdp_optim_step(&tr->opts[c], norm, lr);
+    ptdp_executor_record(tr->ex, PTDP_EV_OPTIM, t0, ptdp_executor_now(tr->ex), tr->iteration);
     tr->iteration++;
     st->iteration = tr->iteration;
-    st->loss = loss_sum / ((double)p->global_batch * (double)s);
+    /* the model group (TP x PP) summed the loss t times over (every TP rank
+     * of the last stage holds it) */
+    st->loss = sums[0] / (double)comm->t / ((double)p->global_batch * (double)s);
     st->grad_norm = norm;
     st->lr = lr;
 }
 
+/* Forward only, stage after stage with blocking transfers (no schedule
+ * needed: nothing overlaps). Activation slot 0 of each chunk is free between
+ * iterations. */
 double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
-    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->global_batch / (b * comm->d);
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m, P = comm->p;
+    const int64_t n = b * s * p->cfg.hidden, stages = P * tr->v;
+    float *buf = comm->p > 1 ? malloc(sizeof(float) * (size_t)n * 2) : NULL;
+    PTDP_ASSERT_MSG(comm->p == 1 || buf, "out of memory for evaluation");
     double loss_sum = 0.0;
-    ptdp_gpt_chunk_set_training(tr->chunk, 0);
-    for (int64_t k = 0; k < m; k++) {
-        double ls = 0.0;
-        ptdp_gpt_chunk_fwd(tr->chunk, 0, batch + k * b * (s + 1), NULL, NULL, 0.0f, &ls, tr->iteration, k);
-        loss_sum += ls;
-    }
-    ptdp_gpt_chunk_set_training(tr->chunk, 1);
+    for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
+    for (int64_t k = 0; k < m; k++)
+        for (int64_t stage = 0; stage < stages; stage++) {
+            if (stage % P != comm->pp) continue;
+            int c = (int)(stage / P);
+            MPI_Request req;
+            if (stage > 0) {
+                ptdp_irecv_f32(&comm->pipeline, buf, n, (int)((stage - 1) % P), (int)stage, &req);
+                ptdp_wait(&req);
+            }
+            double ls = 0.0;
+            ptdp_gpt_chunk_fwd(tr->chunks[c], 0, batch ? batch + k * b * (s + 1) : NULL, stage > 0 ? buf : NULL,
+                               stage < stages - 1 ? buf + n : NULL, 0.0f, &ls, tr->iteration, k);
+            loss_sum += ls;
+            if (stage < stages - 1) {
+                ptdp_isend_f32(&comm->pipeline, buf + n, n, (int)((stage + 1) % P), (int)(stage + 1), &req);
+                ptdp_wait(&req);
+            }
+        }
+    for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
+    free(buf);
     ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
+    ptdp_allreduce_sum_f64(&comm->pipeline, &loss_sum, 1);
     return loss_sum / ((double)p->global_batch * (double)s);
 }
 
 void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
-    size_t pb, ab;
-    ptdp_gpt_chunk_bytes(tr->chunk, &pb, &ab);
-    int64_t n = ptdp_gpt_chunk_numel(tr->chunk);
+    int64_t n = 0;
+    size_t act = 0;
+    for (int c = 0; c < tr->v; c++) {
+        size_t pb, ab;
+        ptdp_gpt_chunk_bytes(tr->chunks[c], &pb, &ab);
+        n += ptdp_gpt_chunk_numel(tr->chunks[c]);
+        act += ab;
+    }
     char b1[32], b2[32], b3[32], b4[32];
     ptdp_log0("memory (rank 0): parameters %s (%lld), gradients %s, optimizer state %s (AdamW m and v, fp32), "
               "activations+workspace %s",
               ptdp_fmt_bytes((double)n * 4, b1), (long long)n, ptdp_fmt_bytes((double)n * 4, b2),
-              ptdp_fmt_bytes((double)n * 8, b3), ptdp_fmt_bytes((double)ab, b4));
-    (void)pb;
+              ptdp_fmt_bytes((double)n * 8, b3), ptdp_fmt_bytes((double)act, b4));
+}
+
+int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
+    ptdp_comm *c = tr->p.comm;
+    return ptdp_executor_write_trace(tr->ex, &c->world, c->world_rank, c->dp, c->pp, c->tp, path);
 }

@@ -1,9 +1,9 @@
 /* trainer.h - one rank's training state and iteration: the model chunk, the
  * optimizer, the LR schedule and the micro-batch loop that accumulates
  * gradients over the global batch. The CLI and the golden tests drive it.
- * Data parallelism is the plain form (one all-reduce of the whole gradient
- * after the last micro-batch). Not here: pipeline schedules across ranks,
- * bucketed/overlapped reduction, ZeRO-1. */
+ * The pipeline schedule runs through the executor (src/pipeline); data
+ * parallelism is the plain form (one all-reduce of each chunk's gradient
+ * after the flush). Not here: bucketed/overlapped reduction, ZeRO-1. */
 #ifndef PTDP_TRAINER_H
 #define PTDP_TRAINER_H
 
@@ -11,6 +11,9 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pipeline/schedule.h"
+
+#define PTDP_MAX_CHUNKS 16
 
 typedef struct {
     ptdp_gpt_config cfg;   /* finished (ptdp_gpt_config_finish) */
@@ -21,6 +24,8 @@ typedef struct {
     const ptdp_ops *ops;
     ptdp_comm *comm;
     const char *init_from; /* HF GPT-2 safetensors or NULL for Megatron init */
+    ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
+    int64_t trace_events;  /* capacity of the --trace event log (0: off) */
 } ptdp_trainer_params;
 
 typedef struct {
@@ -47,7 +52,11 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
  * only (no dropout, gradients untouched). Collective like a step. */
 double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch);
 
-ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr);
+ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr); /* chunk 0 */
+int ptdp_trainer_num_chunks(const ptdp_trainer *tr);
+ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c);
+/* Writes the Chrome trace of every rank (collective over the world). */
+int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
 /* Logs the memory budget (rank 0). */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 

@@ -4,6 +4,7 @@
 #include "comm/comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static const char *const op_names[] = {
 #define PTDP__OP_NAME(e, s) s,
@@ -157,6 +158,41 @@ void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, i
     PTDP_ASSERT(n <= INT32_MAX);
     count(g, PTDP_OP_GATHER, n * 4);
     MPI_CHECK(MPI_Gather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, root, g->comm));
+}
+
+void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts, int root) {
+    PTDP_ASSERT(nbytes <= INT32_MAX);
+    if (g->size <= 1) {
+        void *out = malloc((size_t)nbytes + 1);
+        PTDP_ASSERT(out);
+        memcpy(out, send, (size_t)nbytes);
+        counts[0] = nbytes;
+        return out;
+    }
+    int n = (int)nbytes, *cnt = NULL, *displ = NULL;
+    char *out = NULL;
+    if (g->rank == root) {
+        cnt = calloc((size_t)g->size, sizeof(int));
+        displ = calloc((size_t)g->size, sizeof(int));
+        PTDP_ASSERT(cnt && displ);
+    }
+    MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, cnt, 1, MPI_INT, root, g->comm));
+    if (g->rank == root) {
+        int64_t total = 0;
+        for (int r = 0; r < g->size; r++) {
+            displ[r] = (int)total;
+            counts[r] = cnt[r];
+            total += cnt[r];
+        }
+        PTDP_ASSERT(total <= INT32_MAX);
+        out = malloc((size_t)total + 1);
+        PTDP_ASSERT(out);
+    }
+    count(g, PTDP_OP_GATHER, nbytes);
+    MPI_CHECK(MPI_Gatherv(send, n, MPI_BYTE, out, cnt, displ, MPI_BYTE, root, g->comm));
+    free(cnt);
+    free(displ);
+    return out;
 }
 
 void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, MPI_Request *req) {

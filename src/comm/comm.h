@@ -80,6 +80,11 @@ void ptdp_barrier(ptdp_group *g);
  * may be NULL elsewhere). */
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);
 
+/* Gathers a variable number of bytes from every member to `root`: returns
+ * on root a malloc'd buffer of all contributions in rank order and fills
+ * counts[size] (caller-owned, root only); NULL elsewhere. */
+void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts, int root);
+
 /* Non-blocking point-to-point on a group (peer is the rank in the group).
  * The request must be completed with ptdp_wait before the buffer is reused. */
 void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, MPI_Request *req);

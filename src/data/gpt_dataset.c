@@ -86,11 +86,15 @@ static int ptdp__split_bounds(const char *split, int64_t size, int64_t bounds[PT
         s = *end ? end + 1 : end;
     }
     if (!(sum > 0)) return ptdp_errorf(PTDP_EINVAL, "--split '%s': parts sum to 0", split);
+    /* Megatron's current rule: boundaries at round(cumulative fraction *
+     * size), rounding half to even like Python's round() */
+    double cum = 0;
     bounds[0] = 0;
-    for (int i = 0; i < PTDP_NUM_SPLITS; i++)
-        bounds[i + 1] = bounds[i] + (int64_t)nearbyint(w[i] / sum * (double)size);
-    int64_t diff = bounds[PTDP_NUM_SPLITS] - size;
-    for (int i = 1; i <= PTDP_NUM_SPLITS; i++) bounds[i] -= diff;
+    for (int i = 0; i < PTDP_NUM_SPLITS; i++) {
+        cum += w[i];
+        bounds[i + 1] = (int64_t)nearbyint(cum / sum * (double)size);
+    }
+    bounds[PTDP_NUM_SPLITS] = size;
     return PTDP_OK;
 }
 

@@ -8,7 +8,8 @@
  * inner newlines but not the final one). Documents are tokenized in parallel
  * batches with OpenMP and written in input order, so the output does not
  * depend on the number of workers. Not supported: several JSON keys at once,
- * sentence splitting, "\u0000" inside JSON strings (cJSON ends the string). */
+ * sentence splitting. As with Python's json.loads, the last of duplicate keys
+ * wins, and "\u0000" escapes are kept as NUL bytes (see ptdp__json_nul). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -49,24 +50,72 @@ static int ptdp__ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* cJSON returns NUL-terminated strings, so a "\u0000" escape would end the
+ * string early. When the line has such an escape (and, being valid UTF-8, no
+ * 0xFF byte), *copy gets the line with each escape replaced by the byte 0xFF,
+ * which cJSON passes through and the caller turns back into NUL. Returns 1 if
+ * a copy was made, 0 if none is needed, -1 on error. */
+static int ptdp__json_nul(const char *d, size_t n, char **copy, size_t *copy_n) {
+    int found = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (d[i] != '\\') continue;
+        if (i + 5 < n && memcmp(d + i + 1, "u0000", 5) == 0) found = 1;
+        i++; /* the escaped character */
+    }
+    if (!found) return 0;
+    if (memchr(d, 0xFF, n)) return -1;
+    char *o = malloc(n + 1);
+    if (!o) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == '\\' && i + 5 < n && memcmp(d + i + 1, "u0000", 5) == 0) {
+            o[k++] = (char)0xFF;
+            i += 5;
+        } else if (d[i] == '\\' && i + 1 < n) {
+            o[k++] = d[i++];
+            o[k++] = d[i];
+        } else {
+            o[k++] = d[i];
+        }
+    }
+    o[k] = 0;
+    *copy = o;
+    *copy_n = k;
+    return 1;
+}
+
 /* Tokenizes one item into *out (cleared first). */
 static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptdp__item *it,
                          ptdp_tokens *out) {
     out->n = 0;
     int rc;
     if (c->json) {
-        cJSON *obj = cJSON_ParseWithLength(c->data + it->begin, it->end - it->begin);
+        const char *line = c->data + it->begin;
+        size_t line_n = it->end - it->begin;
+        char *copy = NULL;
+        int nul = ptdp__json_nul(line, line_n, &copy, &line_n);
+        if (nul < 0)
+            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: cannot decode \\u0000 in this line",
+                               c->p->input, it->lineno);
+        cJSON *obj = cJSON_ParseWithLength(nul ? copy : line, line_n);
+        free(copy);
         if (!obj || !cJSON_IsObject(obj)) {
             cJSON_Delete(obj);
             return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", c->p->input, it->lineno);
         }
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, c->p->json_key);
+        const cJSON *v = NULL; /* the last member with the key, as json.loads keeps */
+        for (const cJSON *e = obj->child; e; e = e->next)
+            if (e->string && strcmp(e->string, c->p->json_key) == 0) v = e;
         if (!cJSON_IsString(v)) {
             cJSON_Delete(obj);
             return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", c->p->input,
                                it->lineno, c->p->json_key);
         }
-        rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, strlen(v->valuestring), out);
+        size_t len = strlen(v->valuestring);
+        if (nul)
+            for (size_t i = 0; i < len; i++)
+                if ((unsigned char)v->valuestring[i] == 0xFF) v->valuestring[i] = 0;
+        rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, len, out);
         cJSON_Delete(obj);
     } else {
         rc = ptdp_tokenizer_encode(c->tok, cache, c->data + it->begin, it->end - it->begin, out);

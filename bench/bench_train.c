@@ -1,0 +1,180 @@
+/* bench_train.c - time whole training iterations (forward, backward, gradient
+ * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
+ * tiny to GPT-2 small. Mock data, fp32, dropout 0, global batch = micro-batch
+ * b, OpenMP threads from OMP_NUM_THREADS or the default. Prints one JSON line
+ * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
+ * (the paper's formula, ptdp_gpt_flops_per_iter) and % of --peak-gflops.
+ * Not here: parallel runs (mpirun), bf16, memory peaks.
+ *
+ * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
+ *                    [--gemm onednn|openblas] [--peak-gflops X]
+ * Defaults: all configurations, 2 warm-up + 5 timed iterations (d: 1 + 3
+ * unless --iters/--warmup are given). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/batches.h"
+#include "cli/trainer.h"
+
+typedef struct {
+    const char *name;
+    int64_t l, h, a, s, b, V;
+} bench_config;
+
+static const bench_config configs[] = {
+    {"a", 2, 128, 4, 64, 8, 512},
+    {"b", 4, 256, 4, 128, 8, 8192},
+    {"c", 6, 384, 6, 256, 4, 50304},
+    {"d", 12, 768, 12, 1024, 1, 50304},
+};
+#define NCONFIGS (int)(sizeof configs / sizeof configs[0])
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
+               "[--peak-gflops X]\n");
+}
+
+/* Runs one configuration; returns 0, or 1 after printing why it could not. */
+static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib, double peak_gflops) {
+    ptdp_comm comm;
+    ptdp_comm_init_single(&comm);
+    ptdp_trainer_params tp;
+    memset(&tp, 0, sizeof tp);
+    ptdp_gpt_config *cfg = &tp.cfg;
+    cfg->num_layers = bc->l;
+    cfg->hidden = bc->h;
+    cfg->heads = bc->a;
+    cfg->seq_length = bc->s;
+    cfg->max_positions = bc->s;
+    cfg->vocab = bc->V;
+    cfg->init_std = 0.02f;
+    cfg->seed = 1234;
+    if (ptdp_gpt_config_finish(cfg, 128, 1)) {
+        fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
+        return 1;
+    }
+    tp.micro_batch = bc->b;
+    tp.global_batch = bc->b;
+    tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, PTDP_LR_CONSTANT};
+    tp.adam = ptdp_adamw_default_params();
+    tp.ops = ptdp_cpu_ops();
+    tp.comm = &comm;
+    ptdp_cpu_set_gemm(lib);
+    ptdp_trainer *tr = NULL;
+    if (ptdp_trainer_init(&tr, &tp)) {
+        fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
+        return 1;
+    }
+    ptdp_batches data;
+    ptdp_batches_mock(&data, bc->s, bc->V, 1234);
+    const int64_t B = bc->b, s = bc->s;
+    int32_t *batch = malloc(sizeof(int32_t) * (size_t)(B * (s + 1)));
+    double *ms = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+    if (!batch || !ms) {
+        fprintf(stderr, "bench_train: out of memory\n");
+        exit(1);
+    }
+    ptdp_step_stats st;
+    for (int it = 0; it < warmup + iters; it++) {
+        ptdp_batches_get(&data, (int64_t)it * B, B, batch);
+        double t0 = ptdp_now();
+        ptdp_trainer_step(tr, batch, &st);
+        double dt = ptdp_now() - t0;
+        if (it >= warmup) ms[it - warmup] = dt * 1e3;
+    }
+    double *sorted = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
+    memcpy(sorted, ms, sizeof(double) * (size_t)iters);
+    qsort(sorted, (size_t)iters, sizeof(double), cmp_double);
+    double med = iters % 2 ? sorted[iters / 2] : 0.5 * (sorted[iters / 2 - 1] + sorted[iters / 2]);
+    double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
+    double tflops = flops / (med / 1e3) / 1e12;
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    printf("{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
+           "\"V\":%lld,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
+           "\"ms_min\":%.3f,\"ms_all\":[",
+           bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
+           (long long)bc->V, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
+    for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
+    printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,", (double)(B * s) / (med / 1e3), tflops);
+    if (peak_gflops > 0)
+        printf("\"peak_gflops\":%.1f,\"pct_of_peak\":%.2f,", peak_gflops, 100.0 * tflops * 1e3 / peak_gflops);
+    else
+        printf("\"pct_of_peak\":null,");
+    printf("\"final_loss\":%.6f,\"env_OPENBLAS_CORETYPE\":\"%s\"}\n", st.loss, coretype ? coretype : "");
+    fflush(stdout);
+    free(sorted);
+    free(ms);
+    free(batch);
+    ptdp_batches_close(&data);
+    ptdp_trainer_free(tr);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *which = "all", *gemm = "onednn";
+    int iters = -1, warmup = -1;
+    double peak = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_train: unknown flag or missing value: %s\n", f);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(f, "--config"))
+            which = v;
+        else if (!strcmp(f, "--gemm"))
+            gemm = v;
+        else if (!strcmp(f, "--iters"))
+            iters = (int)strtol(v, &end, 10);
+        else if (!strcmp(f, "--warmup"))
+            warmup = (int)strtol(v, &end, 10);
+        else if (!strcmp(f, "--peak-gflops"))
+            peak = strtod(v, &end);
+        else {
+            fprintf(stderr, "bench_train: unknown flag %s\n", f);
+            usage(stderr);
+            return 2;
+        }
+        if (end && (*end || end == v)) {
+            fprintf(stderr, "bench_train: %s expects a number, got '%s'\n", f, v);
+            return 2;
+        }
+    }
+    if ((iters != -1 && iters < 1) || warmup < -1) {
+        fprintf(stderr, "bench_train: --iters must be >= 1 and --warmup >= 0\n");
+        return 2;
+    }
+    ptdp_gemm_lib lib;
+    if (ptdp_gemm_lib_parse(gemm, &lib)) {
+        fprintf(stderr, "bench_train: %s\n", ptdp_last_error());
+        return 2;
+    }
+    int found = 0, rc = 0;
+    for (int i = 0; i < NCONFIGS; i++) {
+        if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;
+        found = 1;
+        int big = !strcmp(configs[i].name, "d");
+        int w = warmup >= 0 ? warmup : big ? 1 : 2;
+        int n = iters >= 1 ? iters : big ? 3 : 5;
+        rc |= run(&configs[i], w, n, lib, peak);
+    }
+    if (!found) {
+        fprintf(stderr, "bench_train: --config must be a, b, c, d or all, got '%s'\n", which);
+        return 2;
+    }
+    return rc;
+}

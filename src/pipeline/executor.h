@@ -1,0 +1,62 @@
+/* executor.h - runs one pipeline rank's action list (schedule.h) over its
+ * model chunks: receives activations and gradients from the neighbouring
+ * stages, runs forward/backward, sends results on.
+ *
+ * Communication model (the one ptdp_schedule_validate proves deadlock-free):
+ * sends are eager, each from its own buffer (one per direction, micro-batch
+ * and chunk) and completed at the end of the iteration; a receive is posted
+ * right before the action that needs it and waited for. Activation slots are
+ * taken at a forward and given back at the matching backward.
+ * Not here: the tied-embedding and data-parallel reductions (the trainer
+ * does them after the flush). */
+#ifndef PTDP_EXECUTOR_H
+#define PTDP_EXECUTOR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "model/model.h"
+#include "pipeline/schedule.h"
+
+/* One timed event of the trace (--trace). */
+typedef enum { PTDP_EV_FWD, PTDP_EV_BWD, PTDP_EV_RECV, PTDP_EV_SEND_WAIT, PTDP_EV_OPTIM, PTDP_EV_REDUCE } ptdp_event_kind;
+typedef struct {
+    double start, dur; /* seconds since the executor's epoch */
+    int kind, microbatch, chunk, iteration;
+} ptdp_event;
+
+typedef struct ptdp_executor ptdp_executor;
+
+typedef struct {
+    ptdp_schedule_params sched; /* checked, kind resolved */
+    int pp_rank;
+    ptdp_group *pipeline;
+    ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank */
+    int64_t tokens_per_mb;   /* b * s (rows of an activation) */
+    int64_t hidden;
+    int64_t max_events;      /* trace capacity (0: no trace) */
+} ptdp_executor_params;
+
+/* PTDP_ENOMEM when the send buffers cannot be allocated. */
+int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p);
+void ptdp_executor_free(ptdp_executor *ex);
+
+/* Runs the iteration's list. tokens: [m, b, s+1] this data-parallel rank's
+ * micro-batches (read only on the first and last stage; may be NULL
+ * elsewhere). *loss_sum receives the sum of token losses on the last stage
+ * (0 elsewhere). Blocking; every rank of the pipeline group calls it. */
+void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s, float loss_scale,
+                       int64_t iteration, int64_t mb_base, double *loss_sum);
+
+/* Records an event measured outside the executor (optimizer, reductions). */
+void ptdp_executor_record(ptdp_executor *ex, int kind, double t0, double t1, int64_t iteration);
+double ptdp_executor_now(const ptdp_executor *ex);
+
+/* Writes a Chrome/Perfetto trace of every rank's events (gathered over
+ * `world`; rank 0 writes). Collective over world. PTDP_EIO on rank 0 when
+ * the file cannot be written. */
+int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp, int tp,
+                              const char *path);
+
+#endif

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Pipeline parallelism: GPipe, 1F1B and interleaved 1F1B for p in {2,3,4},
+# v in {1,2}, and combined with t=2, give the same loss and grad norm as one
+# process at every one of 20 iterations (1e-5 relative) and the same final
+# weights (1e-5 absolute). --adam-eps 1e-4: with the default 1e-8, AdamW turns
+# a gradient element of ~1e-9 into a step of ~lr whose sign is decided by
+# fp32 summation order, so single weights would differ by ~lr between equally
+# correct layouts; a larger eps keeps the weight check strict without that.
+# Also: the --trace file, invalid layouts (status 2 on every rank), and a
+# rank that dies bringing the job down instead of hanging.
+source "$PTDP_SRC/tests/parallel_lib.sh"
+
+ARGS="--mock-data --num-layers 24 --hidden-size 48 --num-attention-heads 12 --seq-length 16
+ --micro-batch-size 1 --global-batch-size 12 --vocab-size 300 --train-iters 20 --lr 1e-3
+ --lr-warmup-iters 2 --weight-decay 0.1 --adam-eps 1e-4 --hidden-dropout 0 --attention-dropout 0
+ --log-interval 20"
+
+run_np 1 train $ARGS --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" >"$TMP/ref.out" 2>&1 &&
+    ok || { fail "single-process run"; cat "$TMP/ref.out" >&2; }
+
+check() { # check NAME NP flags...
+    local name=$1 np=$2
+    shift 2
+    if ! run_np "$np" train $ARGS "$@" --log-jsonl "$TMP/$name.jsonl" --save-safetensors "$TMP/$name.safetensors" \
+        >"$TMP/$name.out" 2>&1; then
+        fail "$name: run failed"
+        tail -5 "$TMP/$name.out" >&2
+        return
+    fi
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
+    "$PTDP_TOOLS/st_compare" "$TMP/ref.safetensors" "$TMP/$name.safetensors" 1e-5 >/dev/null && ok ||
+        fail "$name: final weights differ"
+}
+for p in 2 3 4; do
+    check "gpipe_p$p" $p --pipeline-model-parallel-size $p --pipeline-schedule gpipe
+    check "1f1b_p$p" $p --pipeline-model-parallel-size $p --pipeline-schedule 1f1b
+    check "interleaved_p${p}_v2" $p --pipeline-model-parallel-size $p --virtual-pipeline-model-parallel-size 2
+done
+check "t2_1f1b_p2" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+check "t2_gpipe_p2" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
+check "t2_interleaved_p2_v2" 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 6
+
+# The trace: one track per rank with forward and backward boxes.
+run_np 2 train $ARGS --train-iters 2 --pipeline-model-parallel-size 2 --trace "$TMP/trace.json" >"$TMP/trace.out" 2>&1 &&
+    ok || fail "--trace run"
+for r in 0 1; do
+    grep -q "\"name\":\"rank $r " "$TMP/trace.json" && ok || fail "trace has no track for rank $r"
+    [ "$(grep -c "\"tid\":$r,.*\"cat\":\"forward\"\|\"cat\":\"forward\".*\"tid\":$r," "$TMP/trace.json")" -eq 24 ] && ok ||
+        fail "trace: rank $r should have 2 iterations x 12 forwards"
+done
+
+# Invalid layouts: status 2 and the message from every rank, before any work.
+expect_error() { # expect_error NP "message part" flags...
+    local np=$1 msg=$2
+    shift 2
+    run_np "$np" train $ARGS "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
+    local rc=$?
+    [ "$rc" -eq 2 ] || { fail "expected status 2, got $rc for: $*"; cat "$TMP/err.txt" >&2; return; }
+    [ "$(grep -c "ptdp: error:.*$msg" "$TMP/err.txt")" -eq "$np" ] && ok ||
+        { fail "expected '$msg' from each of $np ranks"; cat "$TMP/err.txt" >&2; }
+    grep -q "iteration" "$TMP/err.out" && fail "training started despite: $msg" || ok
+}
+expect_error 2 "interleaved schedule needs the number of micro-batches (5" --pipeline-model-parallel-size 2 \
+    --virtual-pipeline-model-parallel-size 2 --global-batch-size 5
+expect_error 3 "num-layers 24 is not divisible by --pipeline-model-parallel-size 3 x virtual stages 3" \
+    --pipeline-model-parallel-size 3 --virtual-pipeline-model-parallel-size 3
+expect_error 1 "need --pipeline-model-parallel-size > 1" --virtual-pipeline-model-parallel-size 2
+expect_error 2 "need the interleaved schedule" --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
+    --pipeline-schedule 1f1b
+
+# A rank that dies takes the job down (non-zero status, a message), no hang.
+start=$(date +%s)
+PTDP_FAULT_RANK=1 PTDP_FAULT_ITER=3 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_RANK -x PTDP_FAULT_ITER \
+    "$PTDP" train $ARGS --pipeline-model-parallel-size 2 >"$TMP/die.out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || fail "job with a dead rank: status $rc (124 = hung until timeout)"
+grep -q "rank 1 dies at iteration 3" "$TMP/die.out" && ok || fail "no message from the dying rank"
+[ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the job took too long to come down"
+finish

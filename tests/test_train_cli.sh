@@ -1,0 +1,200 @@
+# test_train_cli.sh - `ptdp train` and `ptdp export` from the outside: every
+# documented bad input (exit status 2 for a bad flag, configuration or input
+# file contents, 1 for a file that cannot be opened, read or written; one
+# "ptdp: error:" line naming the flag or file; no training), --help, --config
+# (keys with dashes or underscores, flags win), the --log-jsonl keys, the
+# Megatron LR schedule, export's file layout, and a safetensors round trip.
+set -u
+: "${PTDP:?PTDP must point at the ptdp binary}"
+: "${PTDP_SRC:?PTDP_SRC must point at the source tree}"
+if [ ! -x "$PTDP" ]; then
+    echo "FAIL: ptdp binary $PTDP is missing (did the build link it?)" >&2
+    exit 1
+fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fails=0
+pass=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# Tiny model; the shapes of tests/fixtures/gpt_a.safetensors.
+MODEL="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 128"
+M="$MODEL --train-iters 2 --lr 1e-3"
+FIXTURE=$PTDP_SRC/tests/fixtures/gpt_a.safetensors
+
+# expect_error STATUS "text the message must contain" command args...
+# (STATUS may be an alternation such as "1|2").
+# Errors found after MPI starts carry the "[dp,pp,tp] " log prefix.
+expect_error() {
+    local want=$1 text=$2
+    shift 2
+    "$PTDP" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [[ "$rc" =~ ^($want)$ ]] && ok || bad "ptdp $* exited $rc, want $want"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "ptdp $*: want one stderr line, got: $(cat "$tmp/err")"
+    grep -Eq '^(\[[0-9]+,[0-9]+,[0-9]+\] )?ptdp: error: ' "$tmp/err" && ok ||
+        bad "ptdp $*: stderr does not start with 'ptdp: error:': $(cat "$tmp/err")"
+    grep -qF -- "$text" "$tmp/err" && ok || bad "ptdp $*: message lacks '$text': $(cat "$tmp/err")"
+    ! grep -q 'iteration' "$tmp/out" && ok || bad "ptdp $*: trained before failing"
+}
+
+# ---- flag syntax ----------------------------------------------------------
+expect_error 2 "did you mean '--num-layers'" train $M --mock-data --num-layer 2
+expect_error 2 "did you mean '--hidden-dropout'" train $M --mock-data --hiden-dropout 0
+expect_error 2 "--seed needs a value" train $M --mock-data --seed
+expect_error 2 "--num-layers expects an integer" train $M --mock-data --num-layers two
+expect_error 2 "--micro-batch-size expects an integer" train $M --mock-data --micro-batch-size 1.5
+expect_error 2 "--lr expects a number" train $M --mock-data --lr fast
+expect_error 2 "--hidden-dropout must be between" train $M --mock-data --hidden-dropout 1.5
+expect_error 2 "--num-layers must be between" train $M --mock-data --num-layers 0
+expect_error 2 "--lr-decay-style must be one of" train $M --mock-data --lr-decay-style foo
+expect_error 2 "--gemm must be one of" train $M --mock-data --gemm foo
+expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
+
+# ---- required flags -------------------------------------------------------
+expect_error 2 "--num-layers" train --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
+expect_error 2 "--hidden-size" train --num-layers 2 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
+expect_error 2 "--num-attention-heads" train --num-layers 2 --hidden-size 32 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
+expect_error 2 "--seq-length" train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --train-iters 2 --lr 1e-3 --mock-data
+expect_error 2 "--train-iters" train $MODEL --lr 1e-3 --mock-data
+expect_error 2 "--lr" train $MODEL --train-iters 2 --mock-data
+expect_error 2 "no training data" train $M
+expect_error 2 "--out" export $MODEL
+
+# ---- consistency between flags --------------------------------------------
+printf '\x01\x00%.0s' $(seq 40) >"$tmp/ones.bin"
+expect_error 2 "exclude each other" train $M --mock-data --token-file "$tmp/ones.bin"
+expect_error 2 "--hidden-size 30 is not divisible by --num-attention-heads 4" train $M --mock-data --hidden-size 30
+expect_error 2 "--global-batch-size 3 is not a multiple of --micro-batch-size 2" \
+    train $M --mock-data --micro-batch-size 2 --global-batch-size 3
+expect_error 2 "--max-position-embeddings" train $M --mock-data --max-position-embeddings 8
+expect_error 2 "--min-lr" train $M --mock-data --min-lr 1e-2
+expect_error 2 "--lr-warmup-iters 5 must be below --lr-decay-iters 5" \
+    train $M --mock-data --lr-warmup-iters 5 --lr-decay-iters 5
+
+# ---- --config ------------------------------------------------------------
+expect_error 1 "$tmp/none.json" train $M --mock-data --config "$tmp/none.json"
+printf '{"num_layers": 2,' >"$tmp/broken.json"
+expect_error 2 "$tmp/broken.json" train $M --mock-data --config "$tmp/broken.json"
+printf '[2]' >"$tmp/array.json"
+expect_error 2 "$tmp/array.json" train $M --mock-data --config "$tmp/array.json"
+printf '{"num_layer": 2}' >"$tmp/unknown.json"
+expect_error 2 "did you mean '--num-layers'" train $M --mock-data --config "$tmp/unknown.json"
+printf '{"num_layers": "two"}' >"$tmp/type.json"
+expect_error 2 "--num-layers expects an integer" train $M --mock-data --config "$tmp/type.json"
+printf '{"num_layers": [2]}' >"$tmp/type2.json"
+expect_error 2 "key 'num_layers' must be a number, string or boolean" train $M --mock-data --config "$tmp/type2.json"
+
+# ---- input files (cannot open: 1; bad contents: 2) ---------------------------
+expect_error 1 "$tmp/none.bin" train $M --token-file "$tmp/none.bin"
+printf 'abc' >"$tmp/odd.bin"
+expect_error 2 "$tmp/odd.bin: 3 bytes is not a whole number" train $M --token-file "$tmp/odd.bin"
+printf '\x01\x00%.0s' $(seq 10) >"$tmp/short.bin"
+expect_error 2 "$tmp/short.bin: holds 10 tokens" train $M --token-file "$tmp/short.bin"
+{ cat "$tmp/ones.bin"; printf '\x80\x00'; } >"$tmp/big.bin"
+expect_error 2 "token 128 at position 40 is not below the vocabulary size 128" train $M --token-file "$tmp/big.bin"
+expect_error 1 "$tmp/none.safetensors" train $M --mock-data --init-from "$tmp/none.safetensors"
+expect_error 2 "has shape [128,32] but the model flags need [128,64]" \
+    train $M --mock-data --hidden-size 64 --init-from "$FIXTURE"
+expect_error 1 "--log-jsonl $tmp/nodir/log.jsonl" train $M --mock-data --log-jsonl "$tmp/nodir/log.jsonl"
+# outputs written at the end are checked before training starts
+expect_error 1 "--save-safetensors $tmp/nodir/w.safetensors" train $M --mock-data --save-safetensors "$tmp/nodir/w.safetensors"
+expect_error 1 "--trace $tmp/nodir/t.json" train $M --mock-data --trace "$tmp/nodir/t.json"
+echo '{"save_safetensors": 12345}' >"$tmp/numstr.json"
+expect_error 2 "key 'save_safetensors' must be a string" train $M --mock-data --config "$tmp/numstr.json"
+expect_error 1 "$tmp/none.safetensors" export $MODEL --init-from "$tmp/none.safetensors" --out "$tmp/x.safetensors"
+expect_error 2 "has shape [128,32] but the model flags need [128,64]" \
+    export $MODEL --hidden-size 64 --init-from "$FIXTURE" --out "$tmp/x.safetensors"
+expect_error 1 "$tmp/nodir/x.safetensors" export $MODEL --out "$tmp/nodir/x.safetensors"
+
+# ---- commands and help ------------------------------------------------------
+"$PTDP" >/dev/null 2>&1
+[ $? -eq 2 ] && ok || bad "ptdp with no arguments should exit 2"
+"$PTDP" --help >"$tmp/out" 2>&1
+[ $? -eq 0 ] && grep -q train "$tmp/out" && ok || bad "ptdp --help"
+expect_error 2 "unknown command 'trian'" trian $M
+"$PTDP" train --help >"$tmp/help" 2>&1
+[ $? -eq 0 ] && ok || bad "ptdp train --help status"
+for f in num-layers hidden-size num-attention-heads ffn-hidden-size seq-length max-position-embeddings vocab-size \
+    make-vocab-size-divisible-by init-method-std hidden-dropout attention-dropout seed tensor-model-parallel-size \
+    init-from config micro-batch-size global-batch-size train-iters lr min-lr lr-decay-style lr-warmup-iters \
+    lr-warmup-fraction lr-decay-iters weight-decay clip-grad adam-beta1 adam-beta2 adam-eps \
+    pipeline-model-parallel-size mock-data token-file data-path split vocab-file merge-file tokenizer-type \
+    eval-interval eval-iters log-interval log-jsonl log-comm save-safetensors gemm; do
+    grep -q -- "--$f " "$tmp/help" && ok || bad "ptdp train --help lacks --$f"
+done
+"$PTDP" export --help >"$tmp/help" 2>&1
+[ $? -eq 0 ] && grep -q -- "--out " "$tmp/help" && grep -q -- "--init-from " "$tmp/help" && ok ||
+    bad "ptdp export --help: $(cat "$tmp/help")"
+
+# ---- --config trains; the command line wins --------------------------------
+cat >"$tmp/model.json" <<'JSON'
+{"num-layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq-length": 16, "vocab_size": 128,
+ "train_iters": 5, "lr": 1e-3, "mock_data": true, "log-interval": 1, "hidden_dropout": 0.0}
+JSON
+"$PTDP" train --config "$tmp/model.json" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && [ "$(grep -c ' iteration ' "$tmp/out")" -eq 5 ] && ok || bad "--config run: $(cat "$tmp/out" "$tmp/err")"
+"$PTDP" train --config "$tmp/model.json" --train-iters 2 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && [ "$(grep -c ' iteration ' "$tmp/out")" -eq 2 ] && ok ||
+    bad "--train-iters on the command line should override the config: $(cat "$tmp/out" "$tmp/err")"
+
+# ---- --log-jsonl and the LR schedule ---------------------------------------
+"$PTDP" train $MODEL --mock-data --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style linear \
+    --train-iters 6 --log-jsonl "$tmp/log.jsonl" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "jsonl run failed: $(cat "$tmp/err")"
+[ "$(wc -l <"$tmp/log.jsonl")" -eq 6 ] && ok || bad "want 6 JSON lines, got $(wc -l <"$tmp/log.jsonl")"
+for k in iteration lm_loss grad_norm lr elapsed_ms tokens_per_s tflops; do
+    [ "$(grep -c "\"$k\":[-0-9.eE+]*[,}]" "$tmp/log.jsonl")" -eq 6 ] && ok || bad "JSON lines lack \"$k\""
+done
+seq_iters=$(sed 's/.*"iteration":\([0-9]*\).*/\1/' "$tmp/log.jsonl" | tr '\n' ' ')
+[ "$seq_iters" = "1 2 3 4 5 6 " ] && ok || bad "iterations in the JSON lines: $seq_iters"
+# Megatron: step k = iteration - 1; warm-up lr*k/W for k <= W, then linear
+# from lr at k = W to min-lr at k = decay-iters (6).
+lrs=$(sed 's/.*"lr":\([-0-9.eE+]*\).*/\1/' "$tmp/log.jsonl" | tr '\n' ' ')
+echo "$lrs" | awk '{ split("0 5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4", w, " ")
+    for (i = 1; i <= 6; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > 1e-9) exit 1 } }' && ok ||
+    bad "LR schedule: got $lrs, want 0 5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4"
+# Cosine, no warm-up: lr_min + (lr - lr_min)(1 + cos(pi k/4))/2 for k <= 4, then min-lr.
+"$PTDP" train $MODEL --mock-data --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-decay-iters 4 \
+    --train-iters 6 --log-jsonl "$tmp/cos.jsonl" >/dev/null 2>&1
+lrs=$(sed 's/.*"lr":\([-0-9.eE+]*\).*/\1/' "$tmp/cos.jsonl" | tr '\n' ' ')
+echo "$lrs" | awk '{ split("1e-3 8.68198052e-4 5.5e-4 2.31801948e-4 1e-4 1e-4", w, " ")
+    for (i = 1; i <= 6; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > 1e-9) exit 1 } }' && ok ||
+    bad "cosine LR schedule: got $lrs"
+
+# ---- export layout ------------------------------------------------------------
+"$PTDP" export $MODEL --out "$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "export failed: $(cat "$tmp/err")"
+# safetensors: 8-byte little-endian header length, then the JSON header.
+hlen=$(od -An -tu8 -N8 "$tmp/e.safetensors" | tr -d ' ')
+head -c $((8 + hlen)) "$tmp/e.safetensors" | tail -c "$hlen" >"$tmp/header.json"
+for t in transformer.wte.weight transformer.wpe.weight transformer.h.0.ln_1.weight transformer.h.0.attn.c_attn.weight \
+    transformer.h.1.mlp.c_proj.bias transformer.ln_f.weight transformer.ln_f.bias; do
+    grep -q "\"$t\":{\"dtype\":\"F32\"" "$tmp/header.json" && ok || bad "export header lacks $t"
+done
+grep -q '"transformer.wte.weight":{"dtype":"F32","shape":\[128,32\]' "$tmp/header.json" && ok || bad "wte shape"
+size=$(wc -c <"$tmp/e.safetensors")
+last=$(grep -o '"data_offsets":\[[0-9]*,[0-9]*\]' "$tmp/header.json" | sed 's/.*,\([0-9]*\)\]/\1/' | sort -n | tail -1)
+[ "$size" -eq $((8 + hlen + last)) ] && ok || bad "export size $size != 8 + $hlen + $last"
+for k in '"model_type":"gpt2"' '"n_embd":32' '"n_layer":2' '"n_head":4' '"vocab_size":128' '"n_positions":16'; do
+    grep -qF "$k" "$tmp/config.json" && ok || bad "config.json lacks $k: $(cat "$tmp/config.json")"
+done
+
+# ---- safetensors round trip --------------------------------------------------
+# --train-iters 0 is refused (0 counts as missing), so load-and-save goes
+# through one step at --lr 0, which leaves every weight as it is.
+RT="$MODEL --max-position-embeddings 16 --mock-data --train-iters 1 --lr 0"
+"$PTDP" train $RT --init-from "$FIXTURE" --save-safetensors "$tmp/r1.safetensors" >/dev/null 2>"$tmp/err" &&
+    "$PTDP" train $RT --init-from "$tmp/r1.safetensors" --save-safetensors "$tmp/r2.safetensors" >/dev/null 2>>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "round trip runs failed: $(cat "$tmp/err")"
+cmp -s "$tmp/r1.safetensors" "$tmp/r2.safetensors" && ok || bad "train --init-from/--save-safetensors round trip changed bytes"
+"$PTDP" export $MODEL --init-from "$FIXTURE" --out "$tmp/x1.safetensors" >/dev/null 2>&1 &&
+    "$PTDP" export $MODEL --init-from "$tmp/x1.safetensors" --out "$tmp/x2.safetensors" >/dev/null 2>&1
+cmp -s "$tmp/x1.safetensors" "$tmp/x2.safetensors" && ok || bad "export --init-from round trip changed bytes"
+cmp -s "$tmp/x1.safetensors" "$tmp/r1.safetensors" && ok || bad "export and train --lr 0 wrote different weights"
+
+echo "test_train_cli: $pass checks passed, $fails failed"
+[ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
