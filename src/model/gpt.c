@@ -207,6 +207,8 @@ const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n) {
     return c->specs.v;
 }
 float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c) { return c->params; }
+const ptdp_model_ptrs *ptdp_gpt_chunk_param_ptrs(const ptdp_gpt_chunk *c) { return &c->P; }
+const ptdp_model_ptrs *ptdp_gpt_chunk_grad_ptrs(const ptdp_gpt_chunk *c) { return &c->G; }
 float *ptdp_gpt_chunk_grads(ptdp_gpt_chunk *c) { return c->grads; }
 int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c) { return c->specs.total; }
 void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes) {

@@ -130,6 +130,11 @@ size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p);
  * (seed, global name, global index): a shard draws exactly the values of its
  * slice of the full tensor. Padded vocabulary rows are zero. */
 void ptdp_gpt_chunk_init_params(ptdp_gpt_chunk *c);
+/* Pointers to the chunk's parameters (P) and gradients (G) by role, for code
+ * that runs the model's layers its own way (generation with a KV cache). */
+const ptdp_model_ptrs *ptdp_gpt_chunk_param_ptrs(const ptdp_gpt_chunk *c);
+const ptdp_model_ptrs *ptdp_gpt_chunk_grad_ptrs(const ptdp_gpt_chunk *c);
+
 /* Copies every parameter from / to a host image of the flat buffer
  * (ptdp_gpt_chunk_numel floats, spec offsets). */
 void ptdp_gpt_chunk_upload_params(ptdp_gpt_chunk *c, const float *host);
