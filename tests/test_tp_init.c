@@ -9,7 +9,7 @@
 #include "test.h"
 
 static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
-    ptdp_chunk_params cp = {cfg, 0, cfg->num_layers, 1, 1, 1, 1, ptdp_cpu_ops(), g};
+    ptdp_chunk_params cp = {.cfg = cfg, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = g};
     ptdp_gpt_chunk *c = NULL;
     CHECK_OK(ptdp_gpt_chunk_init(&c, &cp));
     ptdp_gpt_chunk_init_params(c);

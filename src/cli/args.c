@@ -81,6 +81,15 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         S("pipeline-schedule", pipeline_schedule, "pipeline schedule (default: interleaved if v > 1, else 1f1b)",
           "gpipe|1f1b|interleaved"),
         S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file", NULL),
+        S("recompute-granularity", recompute_granularity, "activation recomputation (rerun each layer group's "
+          "forward before its backward)", "full"),
+        S("recompute-method", recompute_method, "uniform: groups of --recompute-num-layers; block: only the first "
+          "--recompute-num-layers layers of each stage", "uniform|block"),
+        I("recompute-num-layers", recompute_num_layers, "layers per recompute group (uniform) or recomputed "
+          "layers per stage (block)", 1, 100000),
+        B("scatter-gather-tensors-in-pipeline", scatter_gather, "send 1/t of each activation between stages and "
+          "all-gather it in the tensor group (default on when t > 1)"),
+        B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather, "send whole activations between stages"),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path, "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
@@ -280,6 +289,15 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
+        if (a->recompute_method && !a->recompute_granularity)
+            return ptdp_errorf(PTDP_ECONFIG, "--recompute-method needs --recompute-granularity full");
+        if (a->recompute_num_layers && !a->recompute_granularity)
+            return ptdp_errorf(PTDP_ECONFIG, "--recompute-num-layers needs --recompute-granularity full");
+        if (a->recompute_granularity && !a->recompute_method)
+            return ptdp_errorf(PTDP_ECONFIG, "--recompute-granularity full needs --recompute-method uniform|block");
+        if (a->scatter_gather && a->no_scatter_gather)
+            return ptdp_errorf(PTDP_ECONFIG, "--scatter-gather-tensors-in-pipeline and "
+                                             "--no-scatter-gather-tensors-in-pipeline exclude each other");
         int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
         int64_t m = B / (a->micro_batch_size * d);
         if (v > 1 && B % (a->micro_batch_size * d) == 0 && m % pp)

@@ -25,6 +25,9 @@ typedef struct {
     int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
     int64_t virtual_pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
     const char *pipeline_schedule, *trace;
+    const char *recompute_granularity, *recompute_method;
+    int64_t recompute_num_layers;
+    int scatter_gather, no_scatter_gather;
     /* data */
     int mock_data;
     const char *token_file;

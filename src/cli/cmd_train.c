@@ -134,6 +134,11 @@ int ptdp_cmd_train(int argc, char **argv) {
                      ? (int)(a.num_layers / (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
                      : 1;
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
+    tp.recompute_method = !a.recompute_method ? PTDP_RECOMPUTE_NONE
+                          : !strcmp(a.recompute_method, "uniform") ? PTDP_RECOMPUTE_UNIFORM
+                                                                    : PTDP_RECOMPUTE_BLOCK;
+    tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
+    tp.scatter_gather = a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
     {
         int64_t m = tp.global_batch / (tp.micro_batch * d);
         tp.trace_events = a.trace ? 64 + a.train_iters * (4 * m * tp.sched.v + 8) : 0;
@@ -209,7 +214,8 @@ int ptdp_cmd_train(int argc, char **argv) {
     const int64_t Bl = B / d; /* this data-parallel rank's share */
     int32_t *batch = malloc(sizeof(int32_t) * (size_t)(Bl * (s + 1)));
     PTDP_ASSERT_MSG(batch, "out of memory for the batch");
-    const double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
+    /* the paper's 96 instead of 72: full recomputation reruns the forward */
+    const double flops = ptdp_gpt_flops_per_iter(cfg, B, tp.recompute_method != PTDP_RECOMPUTE_NONE);
     double t_interval = 0, loss_interval = 0, t_total = 0;
     int64_t n_interval = 0, skipped_total = 0, eval_round = 0;
     ptdp_step_stats st = {0};
@@ -279,6 +285,15 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
               (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
     if (a.log_comm) ptdp_comm_log_counters(&comm);
+    if (comm.tp == 0 && comm.dp == 0 && a.train_iters > 0) {
+        ptdp_act_memory am;
+        ptdp_trainer_activation_memory(tr, &am);
+        char b1[32], b2[32], b3[32];
+        ptdp_log("activation memory (pipeline stage %d): measured peak %s (%.0f bytes; %d micro-batches stashed, "
+                 "%s), predicted %s (%.0f bytes)",
+                 comm.pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
+                 ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
+    }
     status = 0;
     if (a.trace && ptdp_trainer_write_trace(tr, a.trace)) {
         ptdp_log_error("%s", ptdp_last_error());
@@ -324,7 +339,7 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_comm_init_single(&comm);
     ptdp_gpt_chunk *chunk = NULL;
     if (rc == PTDP_OK) {
-        ptdp_chunk_params cp = {&cfg, 0, cfg.num_layers, 1, 1, 1, 1, ptdp_cpu_ops(), &comm.tensor};
+        ptdp_chunk_params cp = {.cfg = &cfg, .layer_end = cfg.num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK) {

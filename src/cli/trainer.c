@@ -11,8 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "ckpt/ckpt.h"
 #include "pipeline/executor.h"
+#include "plan/plan.h"
 
 struct ptdp_trainer {
     ptdp_trainer_params p;
@@ -53,8 +56,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                          (long long)p->cfg.num_layers, sp.p, sp.v);
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
-    const int slots = rc == PTDP_OK ? ptdp_schedule_max_inflight(&sp, comm->pp) : 1;
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
+        const int slots = ptdp_schedule_chunk_inflight(&sp, comm->pp, c);
         int64_t stage = (int64_t)c * sp.p + comm->pp;
         ptdp_chunk_params cp = {
             .cfg = &tr->p.cfg,
@@ -66,6 +69,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .slots = slots,
             .ops = p->ops,
             .tp = &comm->tensor,
+            .recompute_method = p->recompute_method,
+            .recompute_num_layers = p->recompute_num_layers,
         };
         rc = ptdp_gpt_chunk_init(&tr->chunks[c], &cp);
         if (rc == PTDP_OK) {
@@ -83,8 +88,15 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         }
     }
     if (rc == PTDP_OK) {
-        ptdp_executor_params ep = {sp, comm->pp, &comm->pipeline, tr->chunks, p->cfg.seq_length * p->micro_batch,
-                                   p->cfg.hidden, p->trace_events};
+        ptdp_executor_params ep = {sp,
+                                   comm->pp,
+                                   &comm->pipeline,
+                                   tr->chunks,
+                                   p->cfg.seq_length * p->micro_batch,
+                                   p->cfg.hidden,
+                                   p->trace_events,
+                                   &comm->tensor,
+                                   p->scatter_gather};
         rc = ptdp_executor_init(&tr->ex, &ep);
     }
     if (rc != PTDP_OK) {
@@ -208,6 +220,40 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
               "activations+workspace %s",
               ptdp_fmt_bytes((double)n * 4, b1), (long long)n, ptdp_fmt_bytes((double)n * 4, b2),
               ptdp_fmt_bytes((double)n * 8, b3), ptdp_fmt_bytes((double)act, b4));
+}
+
+void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am) {
+    const ptdp_trainer_params *p = &tr->p;
+    const ptdp_comm *comm = p->comm;
+    memset(am, 0, sizeof *am);
+    const int64_t stages = (int64_t)p->sched.p * tr->v, per = p->cfg.num_layers / stages;
+    for (int c = 0; c < tr->v; c++) {
+        size_t slot, sh;
+        ptdp_gpt_chunk_activation_split(tr->chunks[c], &slot, &sh);
+        int peak = ptdp_executor_peak_inflight(tr->ex, c);
+        am->measured += (double)peak * (double)slot + (double)sh;
+        am->stash += (double)peak * (double)slot;
+        am->stashed_microbatches += peak;
+        int64_t stage = (int64_t)c * p->sched.p + comm->pp;
+        ptdp_plan_mem pm = {per,
+                            p->cfg.hidden,
+                            p->cfg.heads,
+                            p->cfg.ffn_hidden,
+                            p->cfg.seq_length,
+                            p->micro_batch,
+                            comm->t,
+                            p->cfg.vocab_padded,
+                            stage == 0,
+                            stage == stages - 1,
+                            p->recompute_method == PTDP_RECOMPUTE_UNIFORM  ? PTDP_PLAN_RECOMPUTE_UNIFORM
+                            : p->recompute_method == PTDP_RECOMPUTE_BLOCK ? PTDP_PLAN_RECOMPUTE_BLOCK
+                                                                           : PTDP_PLAN_RECOMPUTE_NONE,
+                            p->recompute_num_layers,
+                            omp_get_max_threads()};
+        double ps, psh;
+        ptdp_plan_activation_bytes(&pm, &ps, &psh);
+        am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;
+    }
 }
 
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {

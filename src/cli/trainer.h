@@ -26,6 +26,9 @@ typedef struct {
     const char *init_from; /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
     int64_t trace_events;  /* capacity of the --trace event log (0: off) */
+    int recompute_method;  /* PTDP_RECOMPUTE_* */
+    int64_t recompute_num_layers;
+    int scatter_gather;    /* send 1/t slices between stages (t > 1) */
 } ptdp_trainer_params;
 
 typedef struct {
@@ -55,6 +58,15 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch);
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr); /* chunk 0 */
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr);
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c);
+/* Activation memory of this rank: measured = what the model held at the
+ * peak of the run (micro-batches stashed at once x bytes per stashed
+ * micro-batch, plus the shared workspace), predicted = the planner's model
+ * (src/plan/memory.c) for the same configuration and schedule. */
+typedef struct {
+    double measured, predicted, stash;
+    int stashed_microbatches; /* at the peak, summed over chunks */
+} ptdp_act_memory;
+void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am);
 /* Writes the Chrome trace of every rank (collective over the world). */
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
 /* Logs the memory budget (rank 0). */

@@ -150,6 +150,13 @@ void ptdp_barrier(ptdp_group *g) {
     if (g->size > 1) MPI_CHECK(MPI_Barrier(g->comm));
 }
 
+void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
+    if (g->size <= 1) return;
+    PTDP_ASSERT(n <= INT32_MAX);
+    count(g, PTDP_OP_ALLGATHER, n * 4);
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, (int)n, MPI_FLOAT, buf, (int)n, MPI_FLOAT, g->comm));
+}
+
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
     if (g->size <= 1) {
         for (int64_t i = 0; i < n; i++) recv[i] = send[i];

@@ -76,6 +76,9 @@ void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n);
 void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n);
 void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n);
 void ptdp_barrier(ptdp_group *g);
+/* In place: buf holds size blocks of n floats; block `rank` is this member's
+ * contribution, every block is filled from its owner. */
+void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n);
 /* Gathers n floats from every member into recv [size, n] on `root` (recv
  * may be NULL elsewhere). */
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);

@@ -26,9 +26,11 @@ typedef struct {
 } layer_act;
 
 typedef struct {
-    float *x;         /* [(nl+1), N, h]: inputs of each layer, then the chunk output
-                         (on the last stage the gradient of the output after fwd) */
-    layer_act *layer; /* [nl] */
+    float **x;        /* [nl+1] -> [N, h]: input of each layer, then the chunk
+                         output (on the last stage: the gradient of the output
+                         after fwd). Inner inputs of a recompute group point
+                         into the shared recompute workspace. */
+    layer_act *layer; /* [nl]; recomputed layers point into the workspace */
     int32_t *tokens;  /* [b, s+1] (first and last stage) */
     int64_t iteration, microbatch;
 } slot_act;
@@ -40,6 +42,14 @@ struct ptdp_gpt_chunk {
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0;
     int training; /* 0: no dropout, the loss head skips its backward */
+    int64_t *group;   /* [nl]: first layer of layer i's recompute group, -1 if stored */
+    int64_t *group_end; /* [nl]: one past the group's last layer */
+    int64_t max_group;  /* layers in the largest recompute group */
+    layer_act *ws_layer; /* [max_group] recompute workspace */
+    float **ws_x;        /* [max_group] inner inputs of a group being recomputed */
+    float *ws_out;       /* [N, h] a recomputed group's output (discarded) */
+    size_t slot_bytes, shared_bytes; /* activation plan: per slot, shared */
+    int slots_in_use, slots_peak;
     ptdp__spec_list specs;
     float *params, *grads; /* one allocation: params then grads */
     ptdp_model_ptrs P, G;
@@ -68,34 +78,78 @@ static void *carve(carver *cv, size_t bytes) {
 }
 #define CARVE_F(cv, n) ((float *)carve((cv), sizeof(float) * (size_t)(n)))
 
+static void carve_layer(carver *cv, layer_act *la, int64_t N, int64_t h, int64_t hl, int64_t fl, int64_t b,
+                        int64_t al, int64_t s) {
+    la->ln1 = CARVE_F(cv, N * h);
+    la->ln1_mean = CARVE_F(cv, N);
+    la->ln1_rstd = CARVE_F(cv, N);
+    la->qkv = CARVE_F(cv, N * 3 * hl);
+    la->probs = CARVE_F(cv, b * al * s * s);
+    la->ctx = CARVE_F(cv, N * hl);
+    la->xm = CARVE_F(cv, N * h);
+    la->ln2 = CARVE_F(cv, N * h);
+    la->ln2_mean = CARVE_F(cv, N);
+    la->ln2_rstd = CARVE_F(cv, N);
+    la->fc = CARVE_F(cv, N * fl);
+    la->gl = CARVE_F(cv, N * fl);
+}
+
+/* Which layers are recomputed, in which groups (Megatron's semantics):
+ * uniform: consecutive groups of n layers, all recomputed; block: the first n
+ * layers of the chunk, each on its own; none: every layer stored. */
+static void plan_recompute(ptdp_gpt_chunk *c) {
+    const int method = c->p.recompute_method;
+    const int64_t n = c->p.recompute_num_layers < 1 ? 1 : c->p.recompute_num_layers;
+    c->max_group = 0;
+    for (int64_t i = 0; i < c->nl; i++) {
+        int64_t g = -1, e = i + 1;
+        if (method == PTDP_RECOMPUTE_UNIFORM) {
+            g = i / n * n;
+            e = g + n < c->nl ? g + n : c->nl;
+        } else if (method == PTDP_RECOMPUTE_BLOCK && i < n) {
+            g = i;
+        }
+        c->group[i] = g;
+        c->group_end[i] = e;
+        if (g >= 0 && e - g > c->max_group) c->max_group = e - g;
+    }
+}
+
+static int x_stored(const ptdp_gpt_chunk *c, int64_t i) {
+    return i == 0 || i == c->nl || c->group[i] < 0 || c->group[i] == i;
+}
+
 static void plan_activations(ptdp_gpt_chunk *c, carver *cv) {
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = p->micro_batch;
+    size_t before = cv->off;
     for (int k = 0; k < p->slots; k++) {
         slot_act *sa = cv->dry ? NULL : &c->slots[k];
-        float *x = CARVE_F(cv, (c->nl + 1) * N * h);
         int32_t *tok = (p->pre || p->post) ? carve(cv, sizeof(int32_t) * (size_t)(b * (s + 1))) : NULL;
-        if (sa) {
-            sa->x = x;
-            sa->tokens = tok;
+        if (sa) sa->tokens = tok;
+        for (int64_t i = 0; i <= c->nl; i++) {
+            float *x = x_stored(c, i) ? CARVE_F(cv, N * h) : NULL;
+            if (sa) sa->x[i] = x;
         }
         for (int64_t i = 0; i < c->nl; i++) {
+            if (c->group[i] >= 0) continue; /* recomputed: workspace */
             layer_act la;
-            la.ln1 = CARVE_F(cv, N * h);
-            la.ln1_mean = CARVE_F(cv, N);
-            la.ln1_rstd = CARVE_F(cv, N);
-            la.qkv = CARVE_F(cv, N * 3 * hl);
-            la.probs = CARVE_F(cv, b * c->al * s * s);
-            la.ctx = CARVE_F(cv, N * hl);
-            la.xm = CARVE_F(cv, N * h);
-            la.ln2 = CARVE_F(cv, N * h);
-            la.ln2_mean = CARVE_F(cv, N);
-            la.ln2_rstd = CARVE_F(cv, N);
-            la.fc = CARVE_F(cv, N * fl);
-            la.gl = CARVE_F(cv, N * fl);
+            carve_layer(cv, &la, N, h, hl, fl, b, c->al, s);
             if (sa) sa->layer[i] = la;
         }
+        if (k == 0) c->slot_bytes = cv->off - before;
     }
+    before = cv->off;
+    for (int64_t g = 0; g < c->max_group; g++) {
+        layer_act la;
+        carve_layer(cv, &la, N, h, hl, fl, b, c->al, s);
+        float *x = CARVE_F(cv, N * h);
+        if (!cv->dry) {
+            c->ws_layer[g] = la;
+            c->ws_x[g] = x;
+        }
+    }
+    c->ws_out = c->max_group ? CARVE_F(cv, N * h) : NULL;
     c->tmp = CARVE_F(cv, N * h);
     c->dres = CARVE_F(cv, N * h);
     c->dtmp = CARVE_F(cv, N * h);
@@ -113,6 +167,14 @@ static void plan_activations(ptdp_gpt_chunk *c, carver *cv) {
         c->tgt = CARVE_F(cv, N);
         c->loss = CARVE_F(cv, N);
     }
+    c->shared_bytes = cv->off - before;
+    /* slots point their recomputed layers and inner inputs at the workspace */
+    for (int k = 0; !cv->dry && k < p->slots; k++)
+        for (int64_t i = 0; i < c->nl; i++)
+            if (c->group[i] >= 0) {
+                c->slots[k].layer[i] = c->ws_layer[i - c->group[i]];
+                if (!x_stored(c, i)) c->slots[k].x[i] = c->ws_x[i - c->group[i]];
+            }
 }
 
 static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
@@ -137,8 +199,14 @@ size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p) {
     ptdp_gpt_chunk c;
     memset(&c, 0, sizeof c);
     set_dims(&c, p);
+    c.group = calloc((size_t)c.nl + 1, sizeof(int64_t));
+    c.group_end = calloc((size_t)c.nl + 1, sizeof(int64_t));
+    PTDP_ASSERT(c.group && c.group_end);
+    plan_recompute(&c);
     carver cv = {0, 1, NULL};
     plan_activations(&c, &cv);
+    free(c.group);
+    free(c.group_end);
     return cv.off;
 }
 
@@ -166,8 +234,24 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
     c->slots = calloc((size_t)p->slots, sizeof(slot_act));
-    for (int k = 0; c->slots && k < p->slots; k++)
+    for (int k = 0; c->slots && k < p->slots; k++) {
         c->slots[k].layer = calloc((size_t)c->nl + 1, sizeof(layer_act));
+        c->slots[k].x = calloc((size_t)c->nl + 1, sizeof(float *));
+        if (!c->slots[k].layer || !c->slots[k].x) {
+            free(c->slots);
+            c->slots = NULL;
+            break;
+        }
+    }
+    c->group = calloc((size_t)c->nl + 1, sizeof(int64_t));
+    c->group_end = calloc((size_t)c->nl + 1, sizeof(int64_t));
+    c->ws_layer = calloc((size_t)c->nl + 1, sizeof(layer_act));
+    c->ws_x = calloc((size_t)c->nl + 1, sizeof(float *));
+    if (!c->group || !c->group_end || !c->ws_layer || !c->ws_x) {
+        ptdp_gpt_chunk_free(c);
+        return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
+    }
+    plan_recompute(c);
     c->param_bytes = 2 * sizeof(float) * (size_t)c->specs.total;
     c->params = c->ops->alloc(c->param_bytes);
     carver dry = {0, 1, NULL};
@@ -196,10 +280,22 @@ void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     if (!c) return;
     if (c->params) c->ops->free(c->params);
     if (c->act_mem) c->ops->free(c->act_mem);
-    for (int k = 0; c->slots && k < c->p.slots; k++) free(c->slots[k].layer);
+    for (int k = 0; c->slots && k < c->p.slots; k++) {
+        free(c->slots[k].layer);
+        free(c->slots[k].x);
+    }
     free(c->slots);
+    free(c->group);
+    free(c->group_end);
+    free(c->ws_layer);
+    free(c->ws_x);
     free(c->lp_storage);
     free(c);
+}
+
+void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes, size_t *shared_bytes) {
+    *slot_bytes = c->slot_bytes;
+    *shared_bytes = c->shared_bytes;
 }
 
 const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n) {
@@ -261,13 +357,14 @@ static ptdp_dropout dropout_site(const ptdp_gpt_chunk *c, float p, int site, int
 
 /* ---- forward -------------------------------------------------------------- */
 
-static void layer_fwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i) {
+/* y: where the layer's output goes (normally sa->x[i+1]). */
+static void layer_fwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i, float *y) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     layer_act *A = &sa->layer[i];
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
-    float *x = sa->x + i * N * h, *y = sa->x + (i + 1) * N * h;
+    const float *x = sa->x[i];
 
     o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, N, h, c->cfg->ln_eps);
     o->gemm(0, 1, N, 3 * hl, h, 1.0f, A->ln1, h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
@@ -293,11 +390,11 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
     const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
     sa->iteration = sa->microbatch = 0;
     for (int64_t bi = 0; bi < b; bi++) o->upload(sa->tokens + bi * (s + 1), tokens + bi * ld, sizeof(int32_t) * (size_t)s);
-    o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x, s, b, h);
-    ptdp_allreduce_sum_f32(c->p.tp, sa->x, N * h);
-    o->pos_add_fwd(sa->x, c->P.wpe, s, b, h);
-    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i);
-    float *xL = sa->x + c->nl * N * h;
+    o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
+    ptdp_allreduce_sum_f32(c->p.tp, sa->x[0], N * h);
+    o->pos_add_fwd(sa->x[0], c->P.wpe, s, b, h);
+    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i, sa->x[i + 1]);
+    float *xL = sa->x[c->nl];
     o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, c->cfg->ln_eps);
     o->gemm(0, 1, N, c->Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, c->Vl);
     o->download(logits, c->logits, sizeof(float) * (size_t)(N * c->Vl));
@@ -308,7 +405,7 @@ static void head_fwd_bwd(ptdp_gpt_chunk *c, slot_act *sa, float loss_scale, doub
     const ptdp_ops *o = c->ops;
     const ptdp_gpt_config *cfg = c->cfg;
     const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->p.micro_batch;
-    float *xL = sa->x + c->nl * N * h;
+    float *xL = sa->x[c->nl];
     const int32_t *targets = sa->tokens + 1;
 
     o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, cfg->ln_eps);
@@ -344,18 +441,18 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
         o->upload(sa->tokens, tokens, sizeof(int32_t) * (size_t)(b * (s + 1)));
     }
     if (c->p.pre) {
-        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x, s, b, h);
-        ptdp_allreduce_sum_f32(c->p.tp, sa->x, N * h);
-        o->pos_add_fwd(sa->x, c->P.wpe, s, b, h);
-        o->dropout_fwd(sa->x, N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
+        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
+        ptdp_allreduce_sum_f32(c->p.tp, sa->x[0], N * h);
+        o->pos_add_fwd(sa->x[0], c->P.wpe, s, b, h);
+        o->dropout_fwd(sa->x[0], N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
     } else {
-        o->copy(sa->x, x_in, N * h);
+        o->copy(sa->x[0], x_in, N * h);
     }
-    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i);
+    for (int64_t i = 0; i < c->nl; i++) layer_fwd(c, sa, i, sa->x[i + 1]);
     if (c->p.post)
         head_fwd_bwd(c, sa, loss_scale, loss_sum);
     else
-        o->copy(x_out, sa->x + c->nl * N * h, N * h);
+        o->copy(x_out, sa->x[c->nl], N * h);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -366,7 +463,7 @@ static void layer_bwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i) {
     layer_act *A = &sa->layer[i];
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
-    const float *x = sa->x + i * N * h;
+    const float *x = sa->x[i];
     float *dres = c->dres, *dtmp = c->dtmp;
 
     /* MLP: dres holds d(out) */
@@ -397,8 +494,14 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
     const ptdp_ops *o = c->ops;
     slot_act *sa = &c->slots[slot];
     const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
-    o->copy(c->dres, c->p.post ? sa->x + c->nl * N * h : dy, N * h);
-    for (int64_t i = c->nl - 1; i >= 0; i--) layer_bwd(c, sa, i);
+    o->copy(c->dres, c->p.post ? sa->x[c->nl] : dy, N * h);
+    for (int64_t i = c->nl - 1; i >= 0; i--) {
+        /* entering a recompute group from its end: rerun its forward (same
+         * dropout keys: the slot remembers iteration and micro-batch) */
+        if (c->group[i] >= 0 && i == c->group_end[i] - 1)
+            for (int64_t j = c->group[i]; j <= i; j++) layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
+        layer_bwd(c, sa, i);
+    }
     if (c->p.pre) {
         o->dropout_bwd(c->dres, N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
         o->pos_add_bwd(c->dres, c->G.wpe, s, b, h);

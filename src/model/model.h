@@ -98,6 +98,21 @@ typedef struct {
     ptdp_layer_ptrs *layers; /* [nl] */
 } ptdp_model_ptrs;
 
+/* Activation recomputation (Megatron's --recompute-method with
+ * --recompute-granularity full): uniform reruns consecutive groups of
+ * recompute_num_layers layers keeping only each group's input; block reruns
+ * the first recompute_num_layers layers of the chunk one by one and stores
+ * the rest. */
+#define PTDP_RECOMPUTE_METHODS(X) \
+    X(PTDP_RECOMPUTE_NONE, "none") \
+    X(PTDP_RECOMPUTE_UNIFORM, "uniform") \
+    X(PTDP_RECOMPUTE_BLOCK, "block")
+typedef enum {
+#define PTDP__RC_ENUM(e, s) e,
+    PTDP_RECOMPUTE_METHODS(PTDP__RC_ENUM)
+#undef PTDP__RC_ENUM
+} ptdp_recompute_method;
+
 typedef struct {
     const ptdp_gpt_config *cfg;
     int64_t layer_begin, layer_end; /* global layers [begin, end) */
@@ -106,6 +121,8 @@ typedef struct {
     int slots;                      /* micro-batches whose activations can be stashed */
     const ptdp_ops *ops;
     ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
+    int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
+    int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
 } ptdp_chunk_params;
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
@@ -122,9 +139,11 @@ float *ptdp_gpt_chunk_grads(ptdp_gpt_chunk *c);
 int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c);
 /* Bytes of the parameter+gradient and activation+workspace allocations. */
 void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes);
-/* Static helper for the planner: the same activation bytes without
- * allocating anything. */
+/* Static helper: the same activation bytes without allocating anything. */
 size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p);
+/* How the activation allocation splits: bytes per micro-batch slot (stashed
+ * until its backward) and bytes shared by all slots (workspace). */
+void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes, size_t *shared_bytes);
 
 /* Initialises every parameter as Megatron does, element by element from
  * (seed, global name, global index): a shard draws exactly the values of its

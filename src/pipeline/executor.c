@@ -16,11 +16,16 @@ struct ptdp_executor {
     MPI_Request *send_reqs; /* [2][v][m] */
     int *slot_of;        /* [v][m]: activation slot of (chunk, micro-batch) */
     int *slot_used;      /* [v][slots] */
-    int slots;           /* per chunk */
+    int slots;           /* per chunk (the largest of any chunk) */
+    int inflight[64], peak[64]; /* per chunk: now, most so far */
     double epoch;
     ptdp_event *events;
     int64_t nevents;
 };
+
+/* With scatter/gather a message is this TP rank's 1/t slice of the
+ * activation (identical on every TP rank), the rest comes by all-gather. */
+static int sliced(const ptdp_executor *ex) { return ex->p.scatter_gather && ex->p.tensor && ex->p.tensor->size > 1; }
 
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     *out = NULL;
@@ -30,7 +35,13 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     const int m = p->sched.m, v = p->sched.v;
     ex->nacts = ptdp_schedule_len(&p->sched);
     ex->msg = p->tokens_per_mb * p->hidden;
-    ex->slots = ptdp_schedule_max_inflight(&p->sched, p->pp_rank);
+    PTDP_ASSERT(!sliced(ex) || ex->msg % p->tensor->size == 0);
+    ex->slots = 0;
+    for (int c = 0; c < v; c++) {
+        int k = ptdp_schedule_chunk_inflight(&p->sched, p->pp_rank, c);
+        ex->slots = k > ex->slots ? k : ex->slots;
+    }
+    PTDP_ASSERT(v <= 64);
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
     ex->recv_buf = malloc(sizeof(float) * (size_t)ex->msg);
     ex->send_bufs = p->sched.p > 1 ? malloc(sizeof(float) * (size_t)(2 * v * m) * (size_t)ex->msg) : NULL;
@@ -63,6 +74,21 @@ void ptdp_executor_free(ptdp_executor *ex) {
     free(ex->slot_used);
     free(ex->events);
     free(ex);
+}
+
+int ptdp_executor_peak_inflight(const ptdp_executor *ex, int chunk) { return ex->peak[chunk]; }
+
+int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk) {
+    int n = ptdp_schedule_len(sp), got = 0, now = 0, most = 0;
+    ptdp_action *acts = malloc(sizeof(ptdp_action) * (size_t)n);
+    PTDP_ASSERT(acts && ptdp_schedule_build(sp, rank, acts, n, &got) == PTDP_OK);
+    for (int i = 0; i < got; i++)
+        if (acts[i].chunk == chunk) {
+            now += acts[i].kind == PTDP_ACT_FWD ? 1 : -1;
+            most = now > most ? now : most;
+        }
+    free(acts);
+    return most;
 }
 
 double ptdp_executor_now(const ptdp_executor *ex) { return ptdp_now() - ex->epoch; }
@@ -100,10 +126,27 @@ static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb,
                       int64_t it) {
     double t0 = ptdp_executor_now(ex);
     MPI_Request req;
-    ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf, ex->msg, peer->peer_rank,
-                   ptdp_p2p_tag(&ex->p.sched, kind, mb, stage), &req);
-    ptdp_wait(&req);
+    const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
+    if (sliced(ex)) {
+        const int64_t n = ex->msg / ex->p.tensor->size;
+        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf + ex->p.tensor->rank * n, n, peer->peer_rank, tag, &req);
+        ptdp_wait(&req);
+        ptdp_allgather_f32(ex->p.tensor, ex->recv_buf, n);
+    } else {
+        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf, ex->msg, peer->peer_rank, tag, &req);
+        ptdp_wait(&req);
+    }
     record(ex, PTDP_EV_RECV, t0, a, it);
+}
+
+static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, MPI_Request *req) {
+    const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
+    if (sliced(ex)) {
+        const int64_t n = ex->msg / ex->p.tensor->size;
+        ptdp_isend_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, peer->peer_rank, tag, req);
+    } else {
+        ptdp_isend_f32(ex->p.pipeline, buf, ex->msg, peer->peer_rank, tag, req);
+    }
 }
 
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s, float loss_scale,
@@ -121,6 +164,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         if (a->kind == PTDP_ACT_FWD) {
             if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
             int slot = take_slot(ex, a->chunk);
+            if (++ex->inflight[a->chunk] > ex->peak[a->chunk]) ex->peak[a->chunk] = ex->inflight[a->chunk];
             ex->slot_of[a->chunk * m + a->microbatch] = slot;
             float *y = out.peer_rank >= 0 ? send_buf(ex, PTDP_ACT_FWD, a->chunk, a->microbatch) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
@@ -128,10 +172,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
                                iteration, mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
-            if (y)
-                ptdp_isend_f32(ex->p.pipeline, y, ex->msg, out.peer_rank,
-                               ptdp_p2p_tag(sp, PTDP_ACT_FWD, a->microbatch, out.peer_stage),
-                               send_req(ex, PTDP_ACT_FWD, a->chunk, a->microbatch));
+            if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, send_req(ex, PTDP_ACT_FWD, a->chunk, a->microbatch));
         } else {
             if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
@@ -140,10 +181,8 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
             record(ex, PTDP_EV_BWD, t0, a, iteration);
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
-            if (dx)
-                ptdp_isend_f32(ex->p.pipeline, dx, ex->msg, out.peer_rank,
-                               ptdp_p2p_tag(sp, PTDP_ACT_BWD, a->microbatch, out.peer_stage),
-                               send_req(ex, PTDP_ACT_BWD, a->chunk, a->microbatch));
+            ex->inflight[a->chunk]--;
+            if (dx) send_to(ex, dx, &out, PTDP_ACT_BWD, a->microbatch, send_req(ex, PTDP_ACT_BWD, a->chunk, a->microbatch));
         }
     }
     /* flush: every send must be delivered before the buffers are reused */

@@ -32,10 +32,14 @@ typedef struct {
     ptdp_schedule_params sched; /* checked, kind resolved */
     int pp_rank;
     ptdp_group *pipeline;
-    ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank */
+    ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank;
+                                chunk c has ptdp_schedule_chunk_inflight() slots */
     int64_t tokens_per_mb;   /* b * s (rows of an activation) */
     int64_t hidden;
     int64_t max_events;      /* trace capacity (0: no trace) */
+    ptdp_group *tensor;      /* the stage's tensor-parallel group */
+    int scatter_gather;      /* the paper's section 4.1: each TP rank sends 1/t of
+                                an activation, the receiving group all-gathers */
 } ptdp_executor_params;
 
 /* PTDP_ENOMEM when the send buffers cannot be allocated. */
@@ -48,6 +52,13 @@ void ptdp_executor_free(ptdp_executor *ex);
  * (0 elsewhere). Blocking; every rank of the pipeline group calls it. */
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s, float loss_scale,
                        int64_t iteration, int64_t mb_base, double *loss_sum);
+
+/* Most micro-batches chunk `c` held stashed at once in this run, and the
+ * slots each chunk needs for this rank's list (computed from the list). */
+int ptdp_executor_peak_inflight(const ptdp_executor *ex, int chunk);
+/* Slots chunk `chunk` needs on `rank` for a schedule: the most forwards of
+ * that chunk whose backward has not run yet, walking the rank's list. */
+int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk);
 
 /* Records an event measured outside the executor (optimizer, reductions). */
 void ptdp_executor_record(ptdp_executor *ex, int kind, double t0, double t1, int64_t iteration);

@@ -64,4 +64,27 @@ void ptdp_sim_result_free(ptdp_sim_result *res);
  * f. */
 int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, const char *title);
 
+/* ---- activation memory ---------------------------------------------------- */
+#include <stdint.h>
+
+enum { PTDP_PLAN_RECOMPUTE_NONE, PTDP_PLAN_RECOMPUTE_UNIFORM, PTDP_PLAN_RECOMPUTE_BLOCK };
+
+/* One model chunk on one rank (fp32 activations). */
+typedef struct {
+    int64_t layers;           /* layers in the chunk */
+    int64_t h, a, ffn, s, b;  /* hidden, heads, MLP width, sequence, micro-batch */
+    int64_t t;                /* tensor-parallel size */
+    int64_t vocab_padded;
+    int pre, post;            /* first / last pipeline stage */
+    int recompute;            /* PTDP_PLAN_RECOMPUTE_* */
+    int64_t recompute_num_layers;
+    int threads;              /* OpenMP threads (attention scratch) */
+} ptdp_plan_mem;
+
+/* Bytes one stashed micro-batch holds until its backward, and bytes of
+ * workspace shared by all of them; a rank's activation peak is
+ * per_slot x (most micro-batches in flight) + shared. The formula is written
+ * out in memory.c and docs/performance.md. */
+void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared);
+
 #endif
