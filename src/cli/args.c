@@ -31,6 +31,8 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->split = "969,30,1";
     a->eval_interval = 1000;
     a->eval_iters = 100;
+    a->overlap_grad_reduce = 1;
+    a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
 }
 
@@ -90,6 +92,14 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         B("scatter-gather-tensors-in-pipeline", scatter_gather, "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather, "send whole activations between stages"),
+        I("ddp-bucket-size", ddp_bucket_size, "gradient elements per data-parallel reduction bucket", 1, BIG),
+        {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
+         "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
+         NULL, 0, 1, 0},
+        B("check-dp-replicas", check_dp_replicas, "after every iteration, check that data-parallel replicas hold "
+          "bitwise identical weights (fails the run otherwise)"),
+        B("use-distributed-optimizer", use_distributed_optimizer, "ZeRO-1: shard AdamW state and the update "
+          "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path, "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),

@@ -28,6 +28,8 @@ typedef struct {
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     int scatter_gather, no_scatter_gather;
+    int64_t ddp_bucket_size;
+    int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     /* data */
     int mock_data;
     const char *token_file;

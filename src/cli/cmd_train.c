@@ -139,6 +139,9 @@ int ptdp_cmd_train(int argc, char **argv) {
                                                                     : PTDP_RECOMPUTE_BLOCK;
     tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
     tp.scatter_gather = a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
+    tp.ddp_bucket_floats = a.ddp_bucket_size;
+    tp.overlap_grad_reduce = a.overlap_grad_reduce;
+    tp.distributed_optimizer = a.use_distributed_optimizer;
     {
         int64_t m = tp.global_batch / (tp.micro_batch * d);
         tp.trace_events = a.trace ? 64 + a.train_iters * (4 * m * tp.sched.v + 8) : 0;
@@ -221,9 +224,13 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp_step_stats st = {0};
     /* Fault injection for tests: PTDP_FAULT_RANK=R [PTDP_FAULT_ITER=I] makes
      * global rank R die (abort) at iteration I, so tests can check that the
-     * other ranks do not hang. */
+     * other ranks do not hang; PTDP_FAULT_PERTURB (below) proves that
+     * --check-dp-replicas can fail. */
     const char *fault_rank = getenv("PTDP_FAULT_RANK"), *fault_iter = getenv("PTDP_FAULT_ITER");
     const int64_t die_at = fault_rank && atoi(fault_rank) == comm.world_rank ? (fault_iter ? atoll(fault_iter) : 1) : -1;
+    /* PTDP_FAULT_PERTURB=R: rank R nudges one weight after iteration 1 */
+    const char *fault_perturb = getenv("PTDP_FAULT_PERTURB");
+    const int perturb = fault_perturb && atoi(fault_perturb) == comm.world_rank;
     /* only the first and last pipeline stage read data */
     const int reads_data = comm.pp == 0 || comm.pp == comm.p - 1;
     for (int64_t it = 0; it < a.train_iters; it++) {
@@ -236,6 +243,18 @@ int ptdp_cmd_train(int argc, char **argv) {
         double t0 = ptdp_now();
         ptdp_trainer_step(tr, batch, &st);
         double dt = ptdp_now() - t0;
+        if (perturb && st.iteration == 1) { /* fault injection: desynchronise one replica */
+            float one = 1e-3f, *w = ptdp_gpt_chunk_params(ptdp_trainer_chunk(tr));
+            float x;
+            tp.ops->download(&x, w, sizeof x);
+            x += one;
+            tp.ops->upload(w, &x, sizeof x);
+        }
+        if (a.check_dp_replicas && !ptdp_trainer_replicas_identical(tr)) {
+            ptdp_log_error("--check-dp-replicas: data-parallel replicas differ after iteration %lld",
+                           (long long)st.iteration);
+            ptdp_comm_abort(&comm, 1);
+        }
         t_interval += dt;
         t_total += dt;
         loss_interval += st.loss;

@@ -22,6 +22,7 @@ struct ptdp_trainer {
     int v;
     ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
     ptdp_optimizer opts[PTDP_MAX_CHUNKS];
+    ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
     int64_t iteration;
 };
@@ -71,6 +72,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .tp = &comm->tensor,
             .recompute_method = p->recompute_method,
             .recompute_num_layers = p->recompute_num_layers,
+            .numel_multiple = 16 * (int64_t)comm->d,
         };
         rc = ptdp_gpt_chunk_init(&tr->chunks[c], &cp);
         if (rc == PTDP_OK) {
@@ -80,11 +82,24 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                 ptdp_gpt_chunk_init_params(tr->chunks[c]);
         }
         if (rc == PTDP_OK) {
+            /* with p > 1 the tied embedding's gradient is summed over the first
+             * and last stage before its bucket may start */
+            const ptdp_param_spec *wte = (cp.pre || cp.post) && comm->p > 1 ? find_wte(tr->chunks[c]) : NULL;
+            ptdp_ddp_params dp = {&comm->data,
+                                  p->ops,
+                                  ptdp_gpt_chunk_params(tr->chunks[c]),
+                                  ptdp_gpt_chunk_grads(tr->chunks[c]),
+                                  ptdp_gpt_chunk_numel(tr->chunks[c]),
+                                  p->ddp_bucket_floats ? p->ddp_bucket_floats : 40000000,
+                                  p->distributed_optimizer,
+                                  wte ? wte->offset + wte->numel : 0};
+            rc = ptdp_ddp_init(&tr->ddp[c], &dp);
+        }
+        if (rc == PTDP_OK) {
             int n;
             const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
             rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n, ptdp_gpt_chunk_params(tr->chunks[c]),
-                                 ptdp_gpt_chunk_grads(tr->chunks[c]), ptdp_gpt_chunk_numel(tr->chunks[c]),
-                                 comm->tensor.rank, cp.pre);
+                                 tr->ddp[c], comm->tensor.rank, cp.pre);
         }
     }
     if (rc == PTDP_OK) {
@@ -96,7 +111,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                                    p->cfg.hidden,
                                    p->trace_events,
                                    &comm->tensor,
-                                   p->scatter_gather};
+                                   p->scatter_gather,
+                                   p->overlap_grad_reduce && comm->d > 1 ? ptdp_ddp_grads_ready : NULL,
+                                   (void **)tr->ddp};
         rc = ptdp_executor_init(&tr->ex, &ep);
     }
     if (rc != PTDP_OK) {
@@ -111,6 +128,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
     for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
         if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
+        ptdp_ddp_free(tr->ddp[c]);
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
@@ -145,12 +163,12 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     reduce_tied_embedding(tr);
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
-    for (int c = 0; c < tr->v; c++)
-        ptdp_allreduce_sum_f32(&comm->data, ptdp_gpt_chunk_grads(tr->chunks[c]), ptdp_gpt_chunk_numel(tr->chunks[c]));
+    for (int c = 0; c < tr->v; c++) ptdp_ddp_finish(tr->ddp[c]);
     double sums[2] = {loss_sum, 0.0};
     for (int c = 0; c < tr->v; c++) sums[1] += ptdp_optim_grad_sumsq(&tr->opts[c]);
-    /* the loss lives on the last stage, the norm's pieces on every stage */
-    ptdp_allreduce_sum_f64(&comm->data, sums, 1);
+    /* the loss lives on the last stage, the norm's pieces on every stage (and
+     * with ZeRO-1 on every data-parallel shard) */
+    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? 2 : 1);
     ptdp_allreduce_sum_f64(&comm->model, sums, 2);
     ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
     double norm = sqrt(sums[1]);
@@ -158,7 +176,10 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
     if (!st->skipped)
-        for (int c = 0; c < tr->v; c++) ptdp_optim_step(&tr->opts[c], norm, lr);
+        for (int c = 0; c < tr->v; c++) {
+            ptdp_optim_step(&tr->opts[c], norm, lr);
+            ptdp_ddp_gather_params(tr->ddp[c]);
+        }
     ptdp_executor_record(tr->ex, PTDP_EV_OPTIM, t0, ptdp_executor_now(tr->ex), tr->iteration);
     tr->iteration++;
     st->iteration = tr->iteration;
@@ -208,18 +229,23 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
 
 void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     int64_t n = 0;
-    size_t act = 0;
+    size_t act = 0, opt = 0;
     for (int c = 0; c < tr->v; c++) {
         size_t pb, ab;
         ptdp_gpt_chunk_bytes(tr->chunks[c], &pb, &ab);
         n += ptdp_gpt_chunk_numel(tr->chunks[c]);
         act += ab;
+        opt += ptdp_optim_state_bytes(&tr->opts[c]);
     }
+    const int d = tr->p.comm->d;
     char b1[32], b2[32], b3[32], b4[32];
-    ptdp_log0("memory (rank 0): parameters %s (%lld), gradients %s, optimizer state %s (AdamW m and v, fp32), "
-              "activations+workspace %s",
+    ptdp_log0("memory (rank 0): parameters %s (%lld), gradients %s, optimizer state %s, activations+workspace %s",
               ptdp_fmt_bytes((double)n * 4, b1), (long long)n, ptdp_fmt_bytes((double)n * 4, b2),
-              ptdp_fmt_bytes((double)n * 8, b3), ptdp_fmt_bytes((double)act, b4));
+              ptdp_fmt_bytes((double)opt, b3), ptdp_fmt_bytes((double)act, b4));
+    ptdp_log0("memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
+              "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
+              "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
+              (double)opt / (double)(n ? n : 1), 8.0 / d);
 }
 
 void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am) {
@@ -254,6 +280,18 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;
     }
+}
+
+int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
+    uint64_t h = 1469598103934665603ull;
+    for (int c = 0; c < tr->v; c++) {
+        const unsigned char *b = (const unsigned char *)ptdp_gpt_chunk_params(tr->chunks[c]);
+        size_t n = sizeof(float) * (size_t)ptdp_gpt_chunk_numel(tr->chunks[c]);
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    }
+    uint64_t mm[2] = {h, ~h}; /* max of h and of ~h: equal iff all equal */
+    ptdp_allreduce_max_u64(&tr->p.comm->data, mm, 2);
+    return mm[0] == h && mm[1] == ~h;
 }
 
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {

@@ -1,9 +1,8 @@
 /* trainer.h - one rank's training state and iteration: the model chunk, the
  * optimizer, the LR schedule and the micro-batch loop that accumulates
  * gradients over the global batch. The CLI and the golden tests drive it.
- * The pipeline schedule runs through the executor (src/pipeline); data
- * parallelism is the plain form (one all-reduce of each chunk's gradient
- * after the flush). Not here: bucketed/overlapped reduction, ZeRO-1. */
+ * The pipeline schedule runs through the executor (src/pipeline); the
+ * data-parallel reduction (buckets, overlap, ZeRO-1) through src/optim. */
 #ifndef PTDP_TRAINER_H
 #define PTDP_TRAINER_H
 
@@ -29,6 +28,9 @@ typedef struct {
     int recompute_method;  /* PTDP_RECOMPUTE_* */
     int64_t recompute_num_layers;
     int scatter_gather;    /* send 1/t slices between stages (t > 1) */
+    int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
+    int overlap_grad_reduce;   /* start bucket reductions during the last backward */
+    int distributed_optimizer; /* ZeRO-1 */
 } ptdp_trainer_params;
 
 typedef struct {
@@ -67,9 +69,14 @@ typedef struct {
     int stashed_microbatches; /* at the peak, summed over chunks */
 } ptdp_act_memory;
 void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am);
+/* 1 when every data-parallel replica holds bitwise the same parameters
+ * (compares a hash of all chunks' parameter bytes over the data group).
+ * Collective over the data group. */
+int ptdp_trainer_replicas_identical(ptdp_trainer *tr);
 /* Writes the Chrome trace of every rank (collective over the world). */
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
-/* Logs the memory budget (rank 0). */
+/* Logs the memory budget (rank 0): bytes per parameter for weights,
+ * gradients and optimizer state, with and without ZeRO-1, and activations. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 
 #endif

@@ -146,6 +146,27 @@ void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g,
 void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n) { allreduce(g, buf, n, MPI_DOUBLE, MPI_SUM, 8); }
 void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n) { allreduce(g, buf, n, MPI_INT32_T, MPI_MAX, 4); }
 
+void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, MPI_Request *req) {
+    *req = MPI_REQUEST_NULL;
+    if (g->size <= 1) return;
+    PTDP_ASSERT(n <= INT32_MAX);
+    count(g, PTDP_OP_ALLREDUCE, n * 4);
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm, req));
+}
+
+void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, MPI_Request *req) {
+    *req = MPI_REQUEST_NULL;
+    if (g->size <= 1) {
+        memcpy(recv, send, sizeof(float) * (size_t)n);
+        return;
+    }
+    PTDP_ASSERT(n <= INT32_MAX);
+    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm, req));
+}
+
+void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) { allreduce(g, buf, n, MPI_UINT64_T, MPI_MAX, 8); }
+
 void ptdp_barrier(ptdp_group *g) {
     if (g->size > 1) MPI_CHECK(MPI_Barrier(g->comm));
 }
@@ -214,7 +235,9 @@ void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, MPI
     MPI_CHECK(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, req));
 }
 
-void ptdp_wait(MPI_Request *req) { MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE)); }
+void ptdp_wait(MPI_Request *req) {
+    if (*req != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+}
 
 void ptdp_comm_counters_reset(ptdp_comm *c) {
     ptdp_group *gs[] = {&c->world, &c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};

@@ -75,6 +75,7 @@ void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n);
 void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n);
 void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n);
 void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n);
+void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n);
 void ptdp_barrier(ptdp_group *g);
 /* In place: buf holds size blocks of n floats; block `rank` is this member's
  * contribution, every block is filled from its owner. */
@@ -82,6 +83,12 @@ void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n);
 /* Gathers n floats from every member into recv [size, n] on `root` (recv
  * may be NULL elsewhere). */
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);
+
+/* Non-blocking collectives (complete with ptdp_wait). In place for the
+ * all-reduce; the reduce-scatter sums size blocks of n floats of `send` and
+ * leaves this member's block in recv. */
+void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, MPI_Request *req);
+void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, MPI_Request *req);
 
 /* Gathers a variable number of bytes from every member to `root`: returns
  * on root a malloc'd buffer of all contributions in rank order and fills

@@ -49,7 +49,9 @@ struct ptdp_gpt_chunk {
     float **ws_x;        /* [max_group] inner inputs of a group being recomputed */
     float *ws_out;       /* [N, h] a recomputed group's output (discarded) */
     size_t slot_bytes, shared_bytes; /* activation plan: per slot, shared */
-    int slots_in_use, slots_peak;
+    ptdp_grad_hook hook;
+    void *hook_ctx;
+    int64_t *layer_offset; /* [nl]: flat offset of layer i's first parameter */
     ptdp__spec_list specs;
     float *params, *grads; /* one allocation: params then grads */
     ptdp_model_ptrs P, G;
@@ -231,7 +233,8 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
     c->training = 1;
-    ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp);
+    ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
+                      p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
     c->slots = calloc((size_t)p->slots, sizeof(slot_act));
     for (int k = 0; c->slots && k < p->slots; k++) {
@@ -252,6 +255,15 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     }
     plan_recompute(c);
+    c->layer_offset = calloc((size_t)c->nl + 1, sizeof(int64_t));
+    if (!c->layer_offset) {
+        ptdp_gpt_chunk_free(c);
+        return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
+    }
+    {
+        int first = (c->specs.wte >= 0) + (c->specs.wpe >= 0);
+        for (int64_t i = 0; i < c->nl; i++) c->layer_offset[i] = c->specs.v[first + 12 * i].offset;
+    }
     c->param_bytes = 2 * sizeof(float) * (size_t)c->specs.total;
     c->params = c->ops->alloc(c->param_bytes);
     carver dry = {0, 1, NULL};
@@ -289,6 +301,7 @@ void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     free(c->group_end);
     free(c->ws_layer);
     free(c->ws_x);
+    free(c->layer_offset);
     free(c->lp_storage);
     free(c);
 }
@@ -335,6 +348,11 @@ void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host) {
 }
 
 void ptdp_gpt_chunk_set_training(ptdp_gpt_chunk *c, int training) { c->training = training; }
+
+void ptdp_gpt_chunk_set_grad_hook(ptdp_gpt_chunk *c, ptdp_grad_hook fn, void *ctx) {
+    c->hook = fn;
+    c->hook_ctx = ctx;
+}
 
 void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) { c->ops->zero(c->grads, c->specs.total); }
 
@@ -501,6 +519,7 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
         if (c->group[i] >= 0 && i == c->group_end[i] - 1)
             for (int64_t j = c->group[i]; j <= i; j++) layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
         layer_bwd(c, sa, i);
+        if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->p.pre) {
         o->dropout_bwd(c->dres, N * h, dropout_site(c, c->cfg->hidden_dropout, 0, -1, sa));
@@ -509,4 +528,5 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
     } else {
         o->copy(dx, c->dres, N * h);
     }
+    if (c->hook) c->hook(c->hook_ctx, 0);
 }

@@ -123,6 +123,7 @@ typedef struct {
     ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
     int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
     int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
+    int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
 } ptdp_chunk_params;
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
@@ -163,6 +164,12 @@ void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host);
  * stage's forward computes the loss only (no gradient; backward must not be
  * called for such a micro-batch). */
 void ptdp_gpt_chunk_set_training(ptdp_gpt_chunk *c, int training);
+/* While set, backward calls fn(ctx, offset) each time every gradient at flat
+ * offset >= `offset` has received this micro-batch's contribution (after each
+ * layer, and with offset 0 after the embedding). The data-parallel reduction
+ * uses it during the last micro-batch to start bucket all-reduces early. */
+typedef void (*ptdp_grad_hook)(void *ctx, int64_t offset);
+void ptdp_gpt_chunk_set_grad_hook(ptdp_gpt_chunk *c, ptdp_grad_hook fn, void *ctx);
 /* Zeroes the gradient buffer (start of an iteration). */
 void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c);
 

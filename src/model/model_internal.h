@@ -14,7 +14,7 @@ typedef struct {
 } ptdp__spec_list;
 
 void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1, int pre,
-                       int post, int t, int tp);
+                       int post, int t, int tp, int64_t numel_multiple);
 void ptdp__init_spec(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int tp, float *dst);
 
 #endif

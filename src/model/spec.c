@@ -63,7 +63,7 @@ static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, int ndim, int6
 }
 
 void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1, int pre,
-                       int post, int t, int tp) {
+                       int post, int t, int tp, int64_t numel_multiple) {
     const int64_t h = cfg->hidden, f = cfg->ffn_hidden;
     char nm[96];
     L->n = 0;
@@ -102,6 +102,8 @@ void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l
         add(L, "final_layernorm.weight", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
         add(L, "final_layernorm.bias", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
     }
+    /* zero padding at the end, so data-parallel shards divide evenly */
+    if (numel_multiple > 1) L->total = (L->total + numel_multiple - 1) / numel_multiple * numel_multiple;
 }
 
 /* Global flat index of local element (r, c) of the shard on TP rank tp. */

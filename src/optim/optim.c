@@ -37,57 +37,71 @@ ptdp_adamw_params ptdp_adamw_default_params(void) {
 }
 
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
-                    const ptdp_param_spec *specs, int nspecs, float *params, float *grads, int64_t numel,
-                    int tp_rank, int first_stage) {
+                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
+                    int first_stage) {
     memset(o, 0, sizeof *o);
     o->ops = ops;
     o->hp = *hp;
-    o->specs = specs;
-    o->nspecs = nspecs;
     o->params = params;
-    o->grads = grads;
-    o->numel = numel;
-    o->m = ops->alloc(2 * sizeof(float) * (size_t)numel);
-    o->counts_in_norm = malloc((size_t)nspecs + 1);
-    if (!o->m || !o->counts_in_norm) {
+    int nowned = ptdp_ddp_num_owned(ddp);
+    o->runs = calloc((size_t)(nspecs * (nowned + 1) + 1), sizeof(ptdp_optim_run));
+    if (!o->runs) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the optimizer");
+    /* intersect every owned range with every tensor (both sorted by offset) */
+    for (int k = 0; k < nowned; k++) {
+        int64_t lo, len;
+        ptdp_ddp_owned(ddp, k, &lo, &len);
+        for (int i = 0; i < nspecs; i++) {
+            int64_t a = specs[i].offset > lo ? specs[i].offset : lo;
+            int64_t e = specs[i].offset + specs[i].numel, b = e < lo + len ? e : lo + len;
+            if (a >= b) continue;
+            int counted = 1;
+            if (specs[i].split == PTDP_SPLIT_NONE && tp_rank != 0) counted = 0;
+            if (!first_stage && !strcmp(specs[i].name, "embedding.word_embeddings.weight")) counted = 0;
+            o->runs[o->nruns++] = (ptdp_optim_run){a,
+                                                   b - a,
+                                                   ptdp_ddp_grad_at(ddp, a, b - a),
+                                                   o->state_len,
+                                                   (uint8_t)(specs[i].weight_decay != 0),
+                                                   (uint8_t)counted};
+            PTDP_ASSERT(o->runs[o->nruns - 1].grad);
+            o->state_len += b - a;
+        }
+    }
+    o->m = ops->alloc(2 * sizeof(float) * (size_t)(o->state_len + 1));
+    if (!o->m) {
         ptdp_optim_free(o);
-        return ptdp_errorf(PTDP_ENOMEM, "cannot allocate the optimizer state (%lld parameters)", (long long)numel);
+        return ptdp_errorf(PTDP_ENOMEM, "cannot allocate the optimizer state (%lld parameters)",
+                           (long long)o->state_len);
     }
-    o->v = o->m + numel;
-    for (int i = 0; i < nspecs; i++) {
-        int count = 1;
-        if (specs[i].split == PTDP_SPLIT_NONE && tp_rank != 0) count = 0;
-        if (!first_stage && !strcmp(specs[i].name, "embedding.word_embeddings.weight")) count = 0;
-        o->counts_in_norm[i] = (uint8_t)count;
-    }
+    o->v = o->m + o->state_len;
     return PTDP_OK;
 }
 
 void ptdp_optim_free(ptdp_optimizer *o) {
     if (!o) return;
     if (o->m) o->ops->free(o->m);
-    free(o->counts_in_norm);
+    free(o->runs);
     o->m = o->v = NULL;
-    o->counts_in_norm = NULL;
+    o->runs = NULL;
 }
+
+size_t ptdp_optim_state_bytes(const ptdp_optimizer *o) { return 2 * sizeof(float) * (size_t)o->state_len; }
 
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o) {
     double acc = 0.0;
-    for (int i = 0; i < o->nspecs; i++)
-        if (o->counts_in_norm[i]) acc += o->ops->sumsq(o->grads + o->specs[i].offset, o->specs[i].numel);
+    for (int i = 0; i < o->nruns; i++)
+        if (o->runs[i].counted) acc += o->ops->sumsq(o->runs[i].grad, o->runs[i].len);
     return acc;
 }
 
 void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr) {
-    if (o->hp.clip_grad > 0.0) {
-        double coeff = o->hp.clip_grad / (grad_norm + 1e-6);
-        if (coeff < 1.0) o->ops->scale(o->grads, (float)coeff, o->numel);
-    }
+    double coeff = o->hp.clip_grad > 0.0 ? o->hp.clip_grad / (grad_norm + 1e-6) : 1.0;
     o->step++;
-    for (int i = 0; i < o->nspecs; i++) {
-        const ptdp_param_spec *sp = &o->specs[i];
-        o->ops->adamw(o->params + sp->offset, o->grads + sp->offset, o->m + sp->offset, o->v + sp->offset,
-                      sp->numel, (float)lr, (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
-                      sp->weight_decay ? (float)o->hp.weight_decay : 0.0f, o->step);
+    for (int i = 0; i < o->nruns; i++) {
+        const ptdp_optim_run *r = &o->runs[i];
+        if (coeff < 1.0) o->ops->scale(r->grad, (float)coeff, r->len);
+        o->ops->adamw(o->params + r->off, r->grad, o->m + r->state, o->v + r->state, r->len, (float)lr,
+                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
+                      r->wd ? (float)o->hp.weight_decay : 0.0f, o->step);
     }
 }

@@ -1,8 +1,8 @@
-/* optim.h - learning-rate schedules, the global gradient norm with clipping,
- * and AdamW over a chunk's flat fp32 buffers. Decoupled weight decay is off
+/* optim.h - learning-rate schedules, the data-parallel gradient reduction
+ * (buckets, overlap, ZeRO-1 sharding), the global gradient norm with
+ * clipping, and AdamW over flat fp32 buffers. Decoupled weight decay is off
  * for biases and LayerNorm parameters (spec->weight_decay == 0), as in
- * Megatron. Not here yet: data-parallel reduction, ZeRO-1 sharding, loss
- * scaling. */
+ * Megatron. Not here: loss scaling (fp32 only). */
 #ifndef PTDP_OPTIM_H
 #define PTDP_OPTIM_H
 
@@ -39,29 +39,82 @@ typedef struct {
 } ptdp_adamw_params;
 ptdp_adamw_params ptdp_adamw_default_params(void); /* Megatron: 0.9, 0.999, 1e-8, 0.01, 1.0 */
 
-/* One optimizer per model chunk: AdamW moments [numel] each. */
+/* ---- data-parallel gradient reduction ------------------------------------ */
+/* One chunk's flat gradient buffer is cut into buckets of about
+ * bucket_floats (a multiple of the group size d), the last parameters first
+ * (the order backward produces them). Plain data parallelism all-reduces each
+ * bucket in place; ZeRO-1 reduce-scatters it, so data-parallel rank r keeps
+ * the summed gradient of the r-th 1/d of every bucket (its shard) and updates
+ * only those parameters, then all-gathers them. With overlap, buckets start
+ * (non-blocking) as soon as backward reports their gradients final. */
+typedef struct ptdp_ddp ptdp_ddp;
+
+typedef struct {
+    ptdp_group *data;
+    const ptdp_ops *ops;
+    float *params, *grads;
+    int64_t numel;          /* a multiple of data->size */
+    int64_t bucket_floats;  /* --ddp-bucket-size */
+    int zero;               /* --use-distributed-optimizer */
+    int64_t hold_below;     /* gradients below this offset wait for another
+                               reduction first (the tied embedding); 0: none */
+} ptdp_ddp_params;
+
+int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
+void ptdp_ddp_free(ptdp_ddp *d);
+/* Starts every not yet started bucket lying entirely at offsets >= `offset`
+ * and >= hold_below. Matches ptdp_grad_hook (ctx = the ptdp_ddp). */
+void ptdp_ddp_grads_ready(void *ddp, int64_t offset);
+/* Starts the remaining buckets and waits for all. Afterwards the gradient
+ * (plain) or this rank's shard of it (ZeRO-1) is the sum over the group. */
+void ptdp_ddp_finish(ptdp_ddp *d);
+/* ZeRO-1: all-gathers the updated parameter shards (no-op otherwise). */
+void ptdp_ddp_gather_params(ptdp_ddp *d);
+/* Where this rank's gradient for flat offsets [off, off+len) lives after
+ * finish when it owns them (ZeRO-1: the shard buffer), else NULL.
+ * Plain: always grads + off. */
+float *ptdp_ddp_grad_at(ptdp_ddp *d, int64_t off, int64_t len);
+/* Owned ranges (ZeRO-1: this rank's shard of every bucket; plain: all). */
+int ptdp_ddp_num_owned(const ptdp_ddp *d);
+void ptdp_ddp_owned(const ptdp_ddp *d, int i, int64_t *off, int64_t *len);
+
+/* ---- optimizer ------------------------------------------------------------ */
+/* A run: a contiguous piece of one parameter tensor this rank updates. */
+typedef struct {
+    int64_t off;      /* flat offset in the parameter buffer */
+    int64_t len;
+    float *grad;      /* its gradient after the reduction */
+    int64_t state;    /* offset into m and v */
+    uint8_t wd;       /* weight decay applies */
+    uint8_t counted;  /* counts in the global norm on this rank */
+} ptdp_optim_run;
+
 typedef struct {
     const ptdp_ops *ops;
     ptdp_adamw_params hp;
-    const ptdp_param_spec *specs;
-    int nspecs;
-    float *params, *grads, *m, *v; /* m, v owned (one allocation) */
-    int64_t numel;
-    uint8_t *counts_in_norm;       /* [nspecs]: 1 if this rank counts the spec in the norm */
-    int64_t step;                  /* optimizer steps taken */
+    float *params;
+    float *m, *v;          /* [state_len] each, one allocation */
+    int64_t state_len;
+    ptdp_optim_run *runs;
+    int nruns;
+    int64_t step;          /* optimizer steps taken */
 } ptdp_optimizer;
 
-/* `tp_rank` and `first_stage` decide which copies count in the global norm:
- * tensor-parallel replicated parameters on TP rank 0 only, the tied word
- * embedding on the first pipeline stage only. PTDP_ENOMEM on failure. */
+/* Builds the runs of the ranges `ddp` says this rank owns, split at tensor
+ * boundaries, with their decay and norm flags: tensor-parallel replicated
+ * parameters count on TP rank 0 only, the tied word embedding on the first
+ * pipeline stage only. PTDP_ENOMEM on failure. */
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
-                    const ptdp_param_spec *specs, int nspecs, float *params, float *grads, int64_t numel,
-                    int tp_rank, int first_stage);
+                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
+                    int first_stage);
 void ptdp_optim_free(ptdp_optimizer *o);
-/* Sum of squares of this rank's counted gradient elements. */
+/* Sum of squares of this rank's counted gradient elements (ZeRO-1: of its
+ * shard; the caller sums over the data-parallel group). */
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o);
 /* Clips by the global norm (coefficient clip / (norm + 1e-6) when below 1,
- * as Megatron and PyTorch), then one AdamW step at `lr`. */
+ * as Megatron and PyTorch), then one AdamW step at `lr` on the runs. */
 void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr);
+/* Bytes of optimizer state this rank holds. */
+size_t ptdp_optim_state_bytes(const ptdp_optimizer *o);
 
 #endif

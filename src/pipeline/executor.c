@@ -18,6 +18,7 @@ struct ptdp_executor {
     int *slot_used;      /* [v][slots] */
     int slots;           /* per chunk (the largest of any chunk) */
     int inflight[64], peak[64]; /* per chunk: now, most so far */
+    int last_bwd[64];           /* index in acts of chunk c's last backward */
     double epoch;
     ptdp_event *events;
     int64_t nevents;
@@ -59,6 +60,8 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
     for (int i = 0; i < 2 * v * m; i++) ex->send_reqs[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < ex->nacts; i++)
+        if (ex->acts[i].kind == PTDP_ACT_BWD) ex->last_bwd[ex->acts[i].chunk] = i;
     ex->epoch = ptdp_now();
     *out = ex;
     return PTDP_OK;
@@ -178,7 +181,10 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
             float *dx = out.peer_rank >= 0 ? send_buf(ex, PTDP_ACT_BWD, a->chunk, a->microbatch) : NULL;
             double t0 = ptdp_executor_now(ex);
+            const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
+            if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
             ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
+            if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, NULL, NULL);
             record(ex, PTDP_EV_BWD, t0, a, iteration);
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
             ex->inflight[a->chunk]--;

@@ -40,6 +40,9 @@ typedef struct {
     ptdp_group *tensor;      /* the stage's tensor-parallel group */
     int scatter_gather;      /* the paper's section 4.1: each TP rank sends 1/t of
                                 an activation, the receiving group all-gathers */
+    ptdp_grad_hook last_bwd_hook; /* set on chunk c for its last backward of the
+                                     iteration (gradients final), or NULL */
+    void **hook_ctx;         /* [v] */
 } ptdp_executor_params;
 
 /* PTDP_ENOMEM when the send buffers cannot be allocated. */

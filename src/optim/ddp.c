@@ -1,0 +1,121 @@
+/* ddp.c - data-parallel gradient reduction in buckets, optionally overlapped
+ * with the last micro-batch's backward, and ZeRO-1's reduce-scatter /
+ * all-gather. On CPU, Open MPI progresses non-blocking collectives inside
+ * MPI calls, so the overlap is partial; the bucket structure is the same one
+ * NCCL will run fully in the background. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim.h"
+
+typedef struct {
+    int64_t off, len; /* flat range; len is a multiple of d */
+    int started;
+    MPI_Request req;
+} bucket;
+
+struct ptdp_ddp {
+    ptdp_ddp_params p;
+    int d, r;
+    bucket *b;
+    int nb;
+    float *shard; /* ZeRO-1: summed gradients of this rank's shards */
+    int64_t *shard_off; /* [nb]: where bucket k's shard sits in `shard` */
+};
+
+int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
+    *out = NULL;
+    ptdp_ddp *d = calloc(1, sizeof *d);
+    if (!d) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the gradient buckets");
+    d->p = *p;
+    d->d = p->data->size;
+    d->r = p->data->rank;
+    PTDP_ASSERT(p->numel % d->d == 0);
+    int64_t size = p->bucket_floats < d->d ? d->d : p->bucket_floats / d->d * d->d;
+    int nb = (int)((p->numel + size - 1) / size);
+    d->b = calloc((size_t)nb + 1, sizeof(bucket));
+    d->shard_off = calloc((size_t)nb + 1, sizeof(int64_t));
+    if (!d->b || !d->shard_off) {
+        ptdp_ddp_free(d);
+        return ptdp_errorf(PTDP_ENOMEM, "out of memory for the gradient buckets");
+    }
+    /* buckets from the end of the buffer: the last layers' gradients are
+     * final first */
+    int64_t end = p->numel, soff = 0;
+    for (int k = 0; end > 0; k++) {
+        int64_t len = end >= size ? size : end;
+        d->b[k] = (bucket){end - len, len, 0, MPI_REQUEST_NULL};
+        d->shard_off[k] = soff;
+        soff += len / d->d;
+        end -= len;
+        d->nb = k + 1;
+    }
+    if (p->zero) {
+        d->shard = p->ops->alloc(sizeof(float) * (size_t)(soff + 1));
+        if (!d->shard) {
+            ptdp_ddp_free(d);
+            return ptdp_errorf(PTDP_ENOMEM, "out of memory for the ZeRO-1 gradient shard");
+        }
+    }
+    *out = d;
+    return PTDP_OK;
+}
+
+void ptdp_ddp_free(ptdp_ddp *d) {
+    if (!d) return;
+    if (d->shard) d->p.ops->free(d->shard);
+    free(d->b);
+    free(d->shard_off);
+    free(d);
+}
+
+static void start(ptdp_ddp *d, int k) {
+    bucket *b = &d->b[k];
+    b->started = 1;
+    if (d->p.zero)
+        ptdp_ireduce_scatter_f32(d->p.data, d->p.grads + b->off, d->shard + d->shard_off[k], b->len / d->d, &b->req);
+    else
+        ptdp_iallreduce_sum_f32(d->p.data, d->p.grads + b->off, b->len, &b->req);
+}
+
+void ptdp_ddp_grads_ready(void *ddp, int64_t offset) {
+    ptdp_ddp *d = ddp;
+    if (offset < d->p.hold_below) offset = d->p.hold_below;
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].started && d->b[k].off >= offset) start(d, k);
+}
+
+void ptdp_ddp_finish(ptdp_ddp *d) {
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].started) start(d, k);
+    for (int k = 0; k < d->nb; k++) {
+        ptdp_wait(&d->b[k].req);
+        d->b[k].started = 0;
+    }
+}
+
+void ptdp_ddp_gather_params(ptdp_ddp *d) {
+    if (!d->p.zero) return;
+    for (int k = 0; k < d->nb; k++) ptdp_allgather_f32(d->p.data, d->p.params + d->b[k].off, d->b[k].len / d->d);
+}
+
+int ptdp_ddp_num_owned(const ptdp_ddp *d) { return d->p.zero ? d->nb : 1; }
+
+void ptdp_ddp_owned(const ptdp_ddp *d, int i, int64_t *off, int64_t *len) {
+    if (!d->p.zero) {
+        *off = 0;
+        *len = d->p.numel;
+        return;
+    }
+    *len = d->b[i].len / d->d;
+    *off = d->b[i].off + (int64_t)d->r * *len;
+}
+
+float *ptdp_ddp_grad_at(ptdp_ddp *d, int64_t off, int64_t len) {
+    if (!d->p.zero) return d->p.grads + off;
+    for (int k = 0; k < d->nb; k++) {
+        int64_t n = d->b[k].len / d->d, o = d->b[k].off + (int64_t)d->r * n;
+        if (off >= o && off + len <= o + n) return d->shard + d->shard_off[k] + (off - o);
+    }
+    return NULL;
+}

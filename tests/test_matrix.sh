@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The invariance matrix (issue 7): one fixed model with awkward sizes (8
+# layers, h=48, 12 heads, V=300 padded per t, s=16), seed, data and global
+# batch B=16, trained for 20 iterations under many (t, p, d, v, schedule, b,
+# recomputation, scatter/gather, ZeRO-1, overlap) layouts with up to 8 ranks:
+# each must give the single process's loss and grad norm at every iteration
+# (1e-5 relative) and its final weights (1e-5 absolute), and data-parallel
+# replicas must hold bitwise identical weights after every iteration
+# (--check-dp-replicas, shown able to fail at the end). --adam-eps 1e-4: see
+# test_pp.sh (AdamW turns ~1e-9 gradient elements into sign-decided steps).
+# MATRIX=full (test_full_matrix.sh) adds more layouts.
+source "$PTDP_SRC/tests/parallel_lib.sh"
+
+ARGS="--mock-data --num-layers 8 --hidden-size 48 --num-attention-heads 12 --seq-length 16
+ --global-batch-size 16 --vocab-size 300 --train-iters 20 --lr 1e-3 --lr-warmup-iters 3
+ --lr-decay-style cosine --weight-decay 0.1 --adam-eps 1e-4 --hidden-dropout 0 --attention-dropout 0
+ --log-interval 100 --check-dp-replicas"
+
+run_np 1 train $ARGS --micro-batch-size 1 --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" \
+    >"$TMP/ref.out" 2>&1 && ok || { fail "single process"; cat "$TMP/ref.out" >&2; }
+
+SG_OFF=--no-scatter-gather-tensors-in-pipeline
+RCU="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+RCB="--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+ZERO=--use-distributed-optimizer
+V2=--virtual-pipeline-model-parallel-size
+# name : t p d : extra flags
+MATRIX_FAST=(
+    "t2p2d2_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO"
+    "t1p4d2_1f1b:1 4 2:--micro-batch-size 1"
+    "t2p1d4_zero:2 1 4:--micro-batch-size 1 $ZERO --ddp-bucket-size 3000"
+    "t3p1d2_b2:3 1 2:--micro-batch-size 2"
+    "t1p2d4_gpipe:1 2 4:--micro-batch-size 1 --pipeline-schedule gpipe"
+    "t1p1d2_b2_nooverlap:1 1 2:--micro-batch-size 2 --no-overlap-grad-reduce --ddp-bucket-size 5000"
+    "t1p1d4_zero_buckets:1 1 4:--micro-batch-size 1 $ZERO --ddp-bucket-size 4000"
+    "t2p2d1_nosg_rcu:2 2 1:--micro-batch-size 2 $SG_OFF $RCU"
+    "t1p2d2_interleaved_rcb_zero:1 2 2:--micro-batch-size 1 $V2 2 $RCB $ZERO"
+    "t3p2d1_1f1b_b2:3 2 1:--micro-batch-size 2"
+    "t2p4d1_interleaved:2 4 1:--micro-batch-size 1 $V2 2"
+    "t1p4d1_gpipe_rcu:1 4 1:--micro-batch-size 1 --pipeline-schedule gpipe $RCU"
+    "t2p1d2_rcu_b2:2 1 2:--micro-batch-size 2 $RCU"
+    "t1p2d1_1f1b_b2:1 2 1:--micro-batch-size 2"
+    "t3p1d1:3 1 1:--micro-batch-size 1"
+    "t1p1d8_b2:1 1 8:--micro-batch-size 2"
+    "t4p1d2_zero:4 1 2:--micro-batch-size 1 $ZERO"
+)
+MATRIX_FULL=(
+    "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
+    "t1p4d2_interleaved_zero:1 4 2:--micro-batch-size 1 $V2 2 $ZERO"
+    "t2p2d2_1f1b_nosg_nooverlap:2 2 2:--micro-batch-size 2 $SG_OFF --no-overlap-grad-reduce"
+    "t1p2d4_interleaved_b2:1 2 4:--micro-batch-size 2 $V2 2"
+    "t3p2d1_interleaved_rcu:3 2 1:--micro-batch-size 1 $V2 2 $RCU"
+    "t1p8d1_1f1b:1 8 1:--micro-batch-size 1"
+    "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
+    "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
+)
+entries=("${MATRIX_FAST[@]}")
+[ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")
+for entry in "${entries[@]}"; do
+    IFS=: read -r name tpd flags <<<"$entry"
+    read -r t p d <<<"$tpd"
+    n=$((t * p * d))
+    if ! run_np "$n" train $ARGS --tensor-model-parallel-size "$t" --pipeline-model-parallel-size "$p" $flags \
+        --log-jsonl "$TMP/$name.jsonl" --save-safetensors "$TMP/$name.safetensors" >"$TMP/$name.out" 2>&1; then
+        fail "$name: run failed"
+        grep -m3 "error" "$TMP/$name.out" >&2
+        continue
+    fi
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
+    "$PTDP_TOOLS/st_compare" "$TMP/ref.safetensors" "$TMP/$name.safetensors" 1e-5 >/dev/null && ok ||
+        fail "$name: final weights differ"
+done
+
+# --check-dp-replicas can fail: one replica nudged after iteration 1
+PTDP_FAULT_PERTURB=1 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_PERTURB "$PTDP" train $ARGS --micro-batch-size 1 \
+    >"$TMP/perturb.out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "replicas differ after iteration 1" "$TMP/perturb.out" && ok ||
+    fail "--check-dp-replicas did not catch a desynchronised replica (status $rc)"
+finish
