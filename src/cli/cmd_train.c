@@ -30,7 +30,9 @@ static void usage(FILE *f, const char *cmd, int which) {
     if (which == PTDP_ARGS_TRAIN)
         fprintf(f, "usage: ptdp train [flags]   (Megatron-LM's flag names; --config FILE.json takes the same keys)\n\n"
                    "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
-                   "--train-iters --lr and a data source (--mock-data or --token-file FILE).\n\n");
+                   "--train-iters --lr and a data source (--data-path PREFIX, --token-file FILE or --mock-data).\n"
+                   "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
+                   "--pipeline-model-parallel-size p; d is derived).\n\n");
     else
         fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE]\n\n"
                    "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"

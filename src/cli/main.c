@@ -26,7 +26,9 @@ static void usage(FILE *f) {
             "ptdp trains GPT models with Megatron-LM's PTD-P parallelism, in C.\n\ncommands:\n");
     for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\nexample: ptdp train --mock-data --num-layers 2 --hidden-size 128 "
-               "--num-attention-heads 4 --seq-length 64 --train-iters 20\n");
+               "--num-attention-heads 4 --seq-length 64 --train-iters 20 --lr 1e-3\n"
+               "         mpirun -np 8 ptdp train ... --tensor-model-parallel-size 2 "
+               "--pipeline-model-parallel-size 2   (d = 8 / (t x p) = 2)\n");
 }
 
 int main(int argc, char **argv) {
