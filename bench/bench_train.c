@@ -1,13 +1,15 @@
 /* bench_train.c - time whole training iterations (forward, backward, gradient
  * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
- * tiny to GPT-2 small. Mock data, fp32, dropout 0, global batch = micro-batch
+ * tiny to GPT-2 small. Mock data, fp32, dropout 0 (--dropout), global batch = micro-batch
  * b, OpenMP threads from OMP_NUM_THREADS or the default. Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
  * (the paper's formula, ptdp_gpt_flops_per_iter) and % of --peak-gflops.
  * Not here: parallel runs (mpirun), bf16, memory peaks.
  *
  * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
- *                    [--gemm onednn|openblas] [--peak-gflops X]
+ *                    [--gemm onednn|openblas] [--peak-gflops X] [--dropout P]
+ * --dropout sets the hidden and attention dropout (default 0; Megatron's
+ * GPT default is 0.1), to time the mask generation.
  * Defaults: all configurations, 2 warm-up + 5 timed iterations (d: 1 + 3
  * unless --iters/--warmup are given). */
 #include <omp.h>
@@ -38,11 +40,12 @@ static int cmp_double(const void *x, const void *y) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
-               "[--peak-gflops X]\n");
+               "[--peak-gflops X] [--dropout P]\n");
 }
 
 /* Runs one configuration; returns 0, or 1 after printing why it could not. */
-static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib, double peak_gflops) {
+static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib, double peak_gflops,
+               float dropout) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp;
@@ -56,6 +59,8 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     cfg->vocab = bc->V;
     cfg->init_std = 0.02f;
     cfg->seed = 1234;
+    cfg->hidden_dropout = dropout;
+    cfg->attention_dropout = dropout;
     if (ptdp_gpt_config_finish(cfg, 128, 1)) {
         fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
         return 1;
@@ -97,10 +102,10 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     double tflops = flops / (med / 1e3) / 1e12;
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
-           "\"V\":%lld,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
+           "\"V\":%lld,\"dropout\":%g,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
            "\"ms_min\":%.3f,\"ms_all\":[",
            bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
-           (long long)bc->V, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
+           (long long)bc->V, (double)dropout, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
     for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
     printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,", (double)(B * s) / (med / 1e3), tflops);
     if (peak_gflops > 0)
@@ -120,7 +125,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
 int main(int argc, char **argv) {
     const char *which = "all", *gemm = "onednn";
     int iters = -1, warmup = -1;
-    double peak = 0;
+    double peak = 0, dropout = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -144,6 +149,8 @@ int main(int argc, char **argv) {
             warmup = (int)strtol(v, &end, 10);
         else if (!strcmp(f, "--peak-gflops"))
             peak = strtod(v, &end);
+        else if (!strcmp(f, "--dropout"))
+            dropout = strtod(v, &end);
         else {
             fprintf(stderr, "bench_train: unknown flag %s\n", f);
             usage(stderr);
@@ -158,6 +165,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: --iters must be >= 1 and --warmup >= 0\n");
         return 2;
     }
+    if (dropout < 0 || dropout >= 1) {
+        fprintf(stderr, "bench_train: --dropout must be in [0, 1)\n");
+        return 2;
+    }
     ptdp_gemm_lib lib;
     if (ptdp_gemm_lib_parse(gemm, &lib)) {
         fprintf(stderr, "bench_train: %s\n", ptdp_last_error());
@@ -170,7 +181,7 @@ int main(int argc, char **argv) {
         int big = !strcmp(configs[i].name, "d");
         int w = warmup >= 0 ? warmup : big ? 1 : 2;
         int n = iters >= 1 ? iters : big ? 3 : 5;
-        rc |= run(&configs[i], w, n, lib, peak);
+        rc |= run(&configs[i], w, n, lib, peak, (float)dropout);
     }
     if (!found) {
         fprintf(stderr, "bench_train: --config must be a, b, c, d or all, got '%s'\n", which);

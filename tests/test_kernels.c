@@ -235,6 +235,103 @@ static void test_attention(const ptdp_ops *o) {
     free(S);
 }
 
+/* The causal attention runs its GEMMs in row/column blocks that skip the
+ * masked upper triangle (64 rows at s > 128). s = 300 leaves a ragged last
+ * block; forward and backward (with and without dropout) are checked against
+ * plain double loops over the full matrices. */
+static void test_attention_blocked(const ptdp_ops *o) {
+    const int64_t s = 300, b = 2, al = 1, hd = 16;
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
+    float *dctx = fmalloc(s * ldc), *dqkv = fmalloc(s * ld3), *dref = fmalloc(s * ld3);
+    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    float *S = fmalloc(s * s);
+    double *dP = malloc(sizeof(double) * (size_t)(s * s));
+    fill_normal(qkv, s * ld3, 16, 1.0f);
+    fill_normal(dctx, s * ldc, 17, 1.0f);
+    for (int pass = 0; pass < 2; pass++) {
+        ptdp_dropout drop = {0};
+        if (pass) drop = (ptdp_dropout){.p = 0.2f, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
+        fill_const(probs, b * al * s * s, NAN);
+        o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
+        o->attention_bwd(dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
+        for (int64_t task = 0; task < b * al; task++) {
+            int64_t bi = task / al, j = task % al;
+            const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+            const float *dC = dctx + bi * al * hd + j * hd;
+            float *P = pref + task * s * s;
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t k = 0; k < s; k++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                    S[i * s + k] = (float)d;
+                }
+            ptdp_ref_softmax_causal(S, P, s, scale);
+            /* keep-mask factor of element (i, k) */
+#define MK(i, k) (drop.p > 0.0f ? (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + (i) * s + (k))) ? 1.0 / (1.0 - drop.p) : 0.0) : 1.0)
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int64_t k = 0; k <= i; k++) acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
+                    ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
+                }
+            float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
+            for (int64_t i = 0; i < s; i++) {
+                double dot = 0;
+                for (int64_t k = 0; k <= i; k++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hd; e++) d += (double)dC[i * ldc + e] * V[k * ld3 + e];
+                    dP[i * s + k] = d * MK(i, k);
+                    dot += dP[i * s + k] * P[i * s + k];
+                }
+                for (int64_t k = 0; k <= i; k++) dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
+            }
+            for (int64_t r = 0; r < s; r++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double q = 0, kk = 0, v = 0;
+                    for (int64_t k = 0; k <= r; k++) q += dP[r * s + k] * K[k * ld3 + e];
+                    for (int64_t i = r; i < s; i++) {
+                        kk += dP[i * s + r] * Q[i * ld3 + e];
+                        v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
+                    }
+                    dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk, dV[r * ld3 + e] = (float)v;
+                }
+#undef MK
+        }
+        const char *tag = pass ? " (blocked, dropout)" : " (blocked)";
+        char w[64];
+        snprintf(w, sizeof w, "attention_fwd probs%s", tag);
+        check_arr(w, probs, pref, b * al * s * s, 1e-5, 1e-6);
+        snprintf(w, sizeof w, "attention_fwd ctx%s", tag);
+        check_arr(w, ctx, ref, s * ldc, 1e-4, 1e-5);
+        snprintf(w, sizeof w, "attention_bwd dqkv%s", tag);
+        check_arr(w, dqkv, dref, s * ld3, 1e-4, 1e-5);
+    }
+    free(qkv), free(ctx), free(ref), free(dctx), free(dqkv), free(dref);
+    free(probs), free(pref), free(scratch), free(S), free(dP);
+}
+
+/* Dropout masks are drawn 64 elements per Philox batch: odd offsets and
+ * lengths must still give element e the mask ptdp__dropout_keep(e). */
+static void test_dropout_batched(const ptdp_ops *o) {
+    const int64_t N = 7, h = 203, n = N * h;
+    ptdp_dropout d = {.p = 0.1f, .key = ptdp_rng_key_make(99, "drop"), .offset = 3};
+    float *x = fmalloc(n), *y = fmalloc(n), *db = fmalloc(h);
+    fill_normal(x, n, 21, 1.0f);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    o->dropout_fwd(y, n, d);
+    int64_t bad = 0;
+    for (int64_t e = 0; e < n; e++) bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    fill_const(db, h, 0.0f);
+    o->bias_dropout_add_bwd(x, y, db, N, h, d);
+    for (int64_t e = 0; e < n; e++) bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    printf("dropout batched masks: %lld mismatches\n", (long long)bad);
+    CHECK(bad == 0);
+    free(x), free(y), free(db);
+}
+
 /* ---- embeddings ----------------------------------------------------------- */
 
 static void test_embed(const ptdp_ops *o) {
@@ -530,6 +627,8 @@ int main(void) {
     test_layernorm(o);
     test_bias_gelu(o);
     test_attention(o);
+    test_attention_blocked(o);
+    test_dropout_batched(o);
     test_embed(o);
     test_xent_split(o, 2);
     test_xent_split(o, 3); /* third slice lies wholly in the padding */

@@ -114,9 +114,16 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         B("log-comm", log_comm, "print per-group communication counters at the end"),
         S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors", NULL),
         S("gemm", gemm, "GEMM library", "onednn|openblas"),
+        S("save", save, "write checkpoints to this directory (every --save-interval and at the end)", NULL),
+        I("save-interval", save_interval, "iterations between checkpoints (0: only at the end)", 0, BIG),
+        S("load", load, "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
+        B("no-load-optim", no_load_optim, "with --load: load weights and iteration, start a fresh optimizer"),
+        B("finetune", finetune, "with --load: load weights only; iteration 0, fresh optimizer and data position"),
     };
     const ptdp_opt export_[] = {
         S("out", out, "output .safetensors file (config.json is written beside it)", NULL),
+        S("load", load, "export the weights of this checkpoint directory (any layout; model flags come from it)",
+          NULL),
     };
     int n = 0;
 #define APPEND(tab)                                                      \
@@ -247,6 +254,8 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         {which == PTDP_ARGS_TRAIN && a->lr < 0, "--lr"},
         {which == PTDP_ARGS_EXPORT && !a->out, "--out"},
     };
+    if (which == PTDP_ARGS_TRAIN && a->save_interval && !a->save)
+        return ptdp_errorf(PTDP_EINVAL, "--save-interval needs --save DIR");
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
     if (which == PTDP_ARGS_TRAIN) {

@@ -43,6 +43,10 @@ typedef struct {
     const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
     int64_t log_interval;
     int log_comm;
+    /* checkpoints */
+    const char *save, *load;
+    int64_t save_interval;
+    int no_load_optim, finetune;
 } ptdp_args;
 
 /* Which flags a command takes. */

@@ -4,16 +4,23 @@
 #ifndef PTDP_CLI_H
 #define PTDP_CLI_H
 
+#include "comm/comm.h"
+
 int ptdp_cmd_train(int argc, char **argv);
 int ptdp_cmd_export(int argc, char **argv);
 int ptdp_cmd_tokenize(int argc, char **argv);
 int ptdp_cmd_preprocess(int argc, char **argv);
 int ptdp_cmd_schedule(int argc, char **argv);
 int ptdp_cmd_generate(int argc, char **argv);
+int ptdp_cmd_checkpoint(int argc, char **argv);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */
 struct ptdp_tokenizer;
 int ptdp__cli_open_tokenizer(struct ptdp_tokenizer **tok, const char *vocab, const char *merges);
+
+/* Unless OMP_NUM_THREADS is set, shares the node's cores between the ranks
+ * running on it (every rank would otherwise start one thread per core). */
+void ptdp__cli_set_threads(const ptdp_comm *comm);
 
 #endif

@@ -143,19 +143,6 @@ static int model_shape(gen_args *a, const char *weights) {
     return PTDP_OK;
 }
 
-static void set_threads(const ptdp_comm *c) {
-    if (getenv("OMP_NUM_THREADS")) return;
-    int local = 1;
-    if (c->mpi_initialized && c->world_size > 1) {
-        MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    int th = omp_get_num_procs() / local;
-    omp_set_num_threads(th < 1 ? 1 : th);
-}
-
 /* Prompt ids from text or a list of ids; *ids malloc'd (caller frees). */
 static int prompt_ids(const gen_args *a, const ptdp_tokenizer *tok, int32_t **ids, int64_t *n) {
     *ids = NULL;
@@ -283,7 +270,7 @@ int ptdp_cmd_generate(int argc, char **argv) {
     ptdp_gpt_chunk *chunk = NULL;
     ptdp_generator *g = NULL;
     if (rc == PTDP_OK) {
-        set_threads(&comm);
+        ptdp__cli_set_threads(&comm);
         ptdp_cpu_set_gemm(lib);
         ptdp_chunk_params cp = {.cfg = &cfg, .layer_begin = 0, .layer_end = cfg.num_layers, .pre = 1, .post = 1,
                                 .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor};

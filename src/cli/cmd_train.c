@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
 #include "cli/batches.h"
@@ -34,7 +35,7 @@ static void usage(FILE *f, const char *cmd, int which) {
                    "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
                    "--pipeline-model-parallel-size p; d is derived).\n\n");
     else
-        fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE]\n\n"
+        fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
                    "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
                    "GPT-2 safetensors, with config.json beside it.\n\n", cmd);
     ptdp_opts_help(f, opts, n);
@@ -65,22 +66,6 @@ static void config_json_path(const char *weights, char *buf, size_t cap) {
     char *slash = strrchr(buf, '/');
     char *name = slash ? slash + 1 : buf;
     snprintf(name, cap - (size_t)(name - buf), "config.json");
-}
-
-static void set_threads(const ptdp_comm *c) {
-    if (getenv("OMP_NUM_THREADS")) return;
-    /* Share the cores between the ranks of this node instead of letting every
-     * rank start one thread per core. */
-    int local = 1;
-    if (c->mpi_initialized && c->world_size > 1) {
-        MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        MPI_Comm_size(node, &local);
-        MPI_Comm_free(&node);
-    }
-    int cores = omp_get_num_procs();
-    int th = cores / local;
-    omp_set_num_threads(th < 1 ? 1 : th);
 }
 
 int ptdp_cmd_train(int argc, char **argv) {
@@ -121,7 +106,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_args_free(keep);
         return status_of(rc);
     }
-    set_threads(&comm);
+    ptdp__cli_set_threads(&comm);
     ptdp_cpu_set_gemm(lib);
     const int64_t s = tp.cfg.seq_length;
     tp.micro_batch = a.micro_batch_size;
@@ -191,11 +176,27 @@ int ptdp_cmd_train(int argc, char **argv) {
                 rc = ptdp_errorf(PTDP_EIO, "%s %s: the directory is not writable (or does not exist)", outputs[i][0],
                                  outputs[i][1]);
         }
+    if (rc == PTDP_OK && a.save) rc = ptdp_ckpt_prepare_dir(a.save);
     FILE *jsonl = NULL;
     if (rc == PTDP_OK && a.log_jsonl && !(jsonl = fopen(a.log_jsonl, "w")))
         rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
     ptdp_trainer *tr = NULL;
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&tr, &tp);
+    /* Megatron: --finetune loads weights only (iteration 0, fresh optimizer,
+     * data from the start); --no-load-optim keeps the iteration and data
+     * position but starts a fresh optimizer (and so the LR schedule). */
+    ptdp_ckpt_loaded loaded = {0};
+    if (rc == PTDP_OK && a.load) {
+        rc = ptdp_trainer_load(tr, a.load, !a.no_load_optim && !a.finetune, !a.finetune, &loaded);
+        if (rc == PTDP_OK && !loaded.found)
+            ptdp_log0("warning: --load %s holds no checkpoint (no latest_checkpointed_iteration.txt); "
+                      "starting from scratch", a.load);
+        else if (rc == PTDP_OK)
+            ptdp_log0("loaded checkpoint %s: iteration %lld, consumed samples %lld%s", loaded.path,
+                      (long long)loaded.iteration, (long long)loaded.consumed_samples,
+                      a.finetune ? " (--finetune: weights only, starting at iteration 0)"
+                      : a.no_load_optim ? " (--no-load-optim: fresh optimizer)" : "");
+    }
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         if (jsonl) fclose(jsonl);
@@ -235,16 +236,23 @@ int ptdp_cmd_train(int argc, char **argv) {
     const int perturb = fault_perturb && atoi(fault_perturb) == comm.world_rank;
     /* only the first and last pipeline stage read data */
     const int reads_data = comm.pp == 0 || comm.pp == comm.p - 1;
-    for (int64_t it = 0; it < a.train_iters; it++) {
+    const int64_t start_iter = ptdp_trainer_iteration(tr);
+    int64_t consumed = loaded.found && !a.finetune ? loaded.consumed_samples : 0, last_saved = -1;
+    if (loaded.found && !a.finetune && a.save && !strcmp(a.save, a.load)) last_saved = start_iter;
+    eval_round = a.eval_interval ? start_iter / a.eval_interval : 0;
+    st.iteration = start_iter;
+    status = 0;
+    for (int64_t it = start_iter; it < a.train_iters; it++) {
         if (it + 1 == die_at) {
             ptdp_log_error("PTDP_FAULT_RANK: rank %d dies at iteration %lld (fault injection)", comm.world_rank,
                            (long long)die_at);
             abort();
         }
-        if (reads_data) ptdp_batches_get(&data, it * B + comm.dp * Bl, Bl, batch);
+        if (reads_data) ptdp_batches_get(&data, consumed + comm.dp * Bl, Bl, batch);
         double t0 = ptdp_now();
         ptdp_trainer_step(tr, batch, &st);
         double dt = ptdp_now() - t0;
+        consumed += B;
         if (perturb && st.iteration == 1) { /* fault injection: desynchronise one replica */
             float one = 1e-3f, *w = ptdp_gpt_chunk_params(ptdp_trainer_chunk(tr));
             float x;
@@ -267,7 +275,7 @@ int ptdp_cmd_train(int argc, char **argv) {
             fprintf(jsonl,
                     "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
                     "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
-                    (long long)st.iteration, (long long)(st.iteration * B), st.loss, st.grad_norm, st.lr, dt * 1e3, tps,
+                    (long long)st.iteration, (long long)consumed, st.loss, st.grad_norm, st.lr, dt * 1e3, tps,
                     tflops, st.skipped);
             fflush(jsonl);
         }
@@ -277,7 +285,7 @@ int ptdp_cmd_train(int argc, char **argv) {
                       "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
                       "global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
                       "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-                      (long long)st.iteration, (long long)a.train_iters, (long long)(st.iteration * B), ms,
+                      (long long)st.iteration, (long long)a.train_iters, (long long)consumed, ms,
                       flops / (ms / 1e3) / comm.world_size / 1e12, (double)(B * s) / (ms / 1e3), st.lr, (long long)B,
                       loss_interval / (double)n_interval, st.grad_norm, (long long)skipped_total,
                       (long long)skipped_total);
@@ -302,6 +310,23 @@ int ptdp_cmd_train(int argc, char **argv) {
                 fflush(jsonl);
             }
         }
+        if (a.save && a.save_interval && st.iteration % a.save_interval == 0) {
+            if (ptdp_trainer_save(tr, a.save, consumed)) {
+                ptdp_log_error("%s", ptdp_last_error());
+                status = 1;
+                break;
+            }
+            last_saved = st.iteration;
+            ptdp_log0("saved checkpoint %s/iter_%07lld", a.save, (long long)st.iteration);
+        }
+    }
+    if (status == 0 && a.save && last_saved != ptdp_trainer_iteration(tr)) {
+        if (ptdp_trainer_save(tr, a.save, consumed)) {
+            ptdp_log_error("%s", ptdp_last_error());
+            status = 1;
+        } else {
+            ptdp_log0("saved checkpoint %s/iter_%07lld", a.save, (long long)ptdp_trainer_iteration(tr));
+        }
     }
     ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
               (long long)a.train_iters, t_total, a.train_iters ? t_total / (double)a.train_iters * 1e3 : 0.0, st.loss);
@@ -315,7 +340,6 @@ int ptdp_cmd_train(int argc, char **argv) {
                  comm.pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
                  ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
     }
-    status = 0;
     if (a.trace && ptdp_trainer_write_trace(tr, a.trace)) {
         ptdp_log_error("%s", ptdp_last_error());
         status = 1;
@@ -355,7 +379,14 @@ int ptdp_cmd_export(int argc, char **argv) {
         return status;
     }
     ptdp_gpt_config cfg;
-    int rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
+    int rc;
+    if (a.load) { /* the model shape comes from the checkpoint */
+        rc = a.out ? ptdp_ckpt_read_config(a.load, &cfg)
+                   : ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)");
+        if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
+    } else {
+        rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
+    }
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_gpt_chunk *chunk = NULL;
@@ -364,10 +395,15 @@ int ptdp_cmd_export(int argc, char **argv) {
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK) {
-        if (a.init_from)
+        ptdp_ckpt_loaded ld;
+        if (a.load) {
+            rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
+            if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
+        } else if (a.init_from) {
             rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
-        else
+        } else {
             ptdp_gpt_chunk_init_params(chunk);
+        }
     }
     char cfgpath[4096];
     if (rc == PTDP_OK) {

@@ -13,6 +13,7 @@
 
 #include <omp.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "pipeline/executor.h"
 #include "plan/plan.h"
@@ -297,4 +298,22 @@ int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
     ptdp_comm *c = tr->p.comm;
     return ptdp_executor_write_trace(tr->ex, &c->world, c->world_rank, c->dp, c->pp, c->tp, path);
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+int64_t ptdp_trainer_iteration(const ptdp_trainer *tr) { return tr->iteration; }
+
+int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples) {
+    ptdp_ckpt_meta meta = {tr->iteration,       consumed_samples, tr->opts[0].step, &tr->p.cfg,
+                           tr->p.micro_batch,   tr->p.global_batch, &tr->p.lr,      &tr->p.adam,
+                           tr->v,               tr->p.distributed_optimizer};
+    return ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
+}
+
+int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
+                      ptdp_ckpt_loaded *out) {
+    int rc = ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
+    if (rc == PTDP_OK && out->found && restore_iteration) tr->iteration = out->iteration;
+    return rc;
 }

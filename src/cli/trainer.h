@@ -79,4 +79,19 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
  * gradients and optimizer state, with and without ZeRO-1, and activations. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 
+/* Checkpoints (src/ckpt/checkpoint.h): writes every chunk's parameters and
+ * AdamW state with the iteration, consumed samples and optimizer step under
+ * DIR/iter_%07d. Collective over the world; every rank returns the same
+ * code. */
+int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples);
+/* Loads the checkpoint DIR points to, saved under any layout: parameters,
+ * with load_optim the AdamW state and step, with restore_iteration the
+ * iteration counter (Megatron: --finetune restores neither, --no-load-optim
+ * keeps a fresh optimizer). out->found = 0 when DIR holds no checkpoint.
+ * Collective over the world; nothing is changed on error. */
+struct ptdp_ckpt_loaded;
+int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
+                      struct ptdp_ckpt_loaded *out);
+int64_t ptdp_trainer_iteration(const ptdp_trainer *tr);
+
 #endif

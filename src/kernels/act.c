@@ -73,14 +73,17 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
             for (int64_t j = 0; j < h; j++) out[r * h + j] = resid[r * h + j] + (x[r * h + j] + bias[j]);
         return;
     }
-    float sc = 1.0f / (1.0f - drop.p);
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++)
-        for (int64_t j = 0; j < h; j++) {
-            int64_t e = r * h + j;
-            float v = ptdp__dropout_keep(drop, (uint64_t)e) ? (x[e] + bias[j]) * sc : 0.0f;
-            out[e] = resid[e] + v;
+    for (int64_t r = 0; r < N; r++) {
+        float tmp[256];
+        for (int64_t j0 = 0; j0 < h; j0 += 256) {
+            int64_t m = h - j0 < 256 ? h - j0 : 256;
+            const int64_t e0 = r * h + j0;
+            for (int64_t j = 0; j < m; j++) tmp[j] = x[e0 + j] + bias[j0 + j];
+            ptdp__dropout_apply(tmp, tmp, m, drop, (uint64_t)e0);
+            for (int64_t j = 0; j < m; j++) out[e0 + j] = resid[e0 + j] + tmp[j];
         }
+    }
 }
 
 void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
@@ -91,9 +94,8 @@ void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int6
             for (int64_t e = 0; e < N * h; e++) dx[e] = dout[e];
         }
     } else {
-        float sc = 1.0f / (1.0f - drop.p);
 #pragma omp parallel for schedule(static)
-        for (int64_t e = 0; e < N * h; e++) dx[e] = ptdp__dropout_keep(drop, (uint64_t)e) ? dout[e] * sc : 0.0f;
+        for (int64_t r = 0; r < N; r++) ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop, (uint64_t)(r * h));
     }
     ptdp__bias_bwd(dx, dbias, N, h);
 }
@@ -101,7 +103,8 @@ void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int6
 /* Forward and backward are the same operation: keep-mask times 1/(1-p). */
 void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop) {
     if (drop.p == 0.0f) return;
-    float sc = 1.0f / (1.0f - drop.p);
+    const int64_t blk = 4096;
 #pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < n; e++) x[e] = ptdp__dropout_keep(drop, (uint64_t)e) ? x[e] * sc : 0.0f;
+    for (int64_t e0 = 0; e0 < n; e0 += blk)
+        ptdp__dropout_apply(x + e0, x + e0, n - e0 < blk ? n - e0 : blk, drop, (uint64_t)e0);
 }

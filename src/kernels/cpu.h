@@ -19,6 +19,9 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
 void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
                                 ptdp_dropout drop);
 void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
+/* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0 for e < n (dst may alias
+ * src); the masks of ptdp__dropout_keep, drawn 64 elements per Philox batch. */
+void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
 void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale);
 void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale);
 void ptdp__attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,

@@ -24,18 +24,38 @@ void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n,
     }
 }
 
+/* Sum (or sum of squares) of x[i0, i1) in double over 8 interleaved lanes
+ * added in lane order at the end: vectorised, and a fixed order for a
+ * given range. */
+static double range_sum(const float *x, int64_t i0, int64_t i1, int squares) {
+    double lane[8] = {0};
+    int64_t i = i0;
+    if (squares)
+        for (; i + 8 <= i1; i += 8)
+            for (int k = 0; k < 8; k++) lane[k] += (double)x[i + k] * x[i + k];
+    else
+        for (; i + 8 <= i1; i += 8)
+            for (int k = 0; k < 8; k++) lane[k] += (double)x[i + k];
+    for (; i < i1; i++) lane[0] += squares ? (double)x[i] * x[i] : (double)x[i];
+    double acc = 0.0;
+    for (int k = 0; k < 8; k++) acc += lane[k];
+    return acc;
+}
+
+/* Thread t sums the t-th contiguous 1/nthr of x; parts are added in thread
+ * order: bitwise reproducible for a thread count. Small inputs (per-tensor
+ * calls on biases and LayerNorm weights) stay on one thread. */
 static double ordered_sum(const float *x, int64_t n, int squares) {
+    if (n < 32768) return range_sum(x, 0, n, squares);
     double parts[256];
     int nthr = 1;
 #pragma omp parallel
     {
-        double acc = 0.0;
-        int t = omp_get_thread_num();
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
 #pragma omp single
-        nthr = omp_get_num_threads();
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < n; i++) acc += squares ? (double)x[i] * x[i] : (double)x[i];
-        if (t < 256) parts[t] = acc;
+        nthr = nt;
+        int64_t chunk = (n + nt - 1) / nt, i0 = t * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        if (t < 256) parts[t] = i0 < i1 ? range_sum(x, i0, i1, squares) : 0.0;
     }
     double total = 0.0;
     for (int k = 0; k < nthr && k < 256; k++) total += parts[k];

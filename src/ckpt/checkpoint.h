@@ -1,0 +1,91 @@
+/* checkpoint.h - training checkpoints that do not depend on the layout they
+ * were written under (`ptdp train --save/--load`, `ptdp checkpoint`).
+ *
+ * On disk (docs/checkpoint-format.md has the full description):
+ *   DIR/latest_checkpointed_iteration.txt   "100\n" (written last)
+ *   DIR/iter_0000100/manifest.json           self-describing manifest (written after every shard)
+ *   DIR/iter_0000100/rank_00003.safetensors  one file per rank that holds unique data
+ * Every tensor is stored under its global name with its global shape; each
+ * shard record says which rectangle [r0,r1)x[c0,c1) of the global tensor
+ * (viewed as 2-D, 1-D tensors as [n,1]) the stored values belong to and
+ * which elements [e0,e1) of that rectangle, in row-major order, it holds.
+ * Parameters are stored as whole tensor-parallel shards; the AdamW moments
+ * (exp_avg, exp_avg_sq) as the runs a rank updates, which under ZeRO-1 are
+ * pieces of a shard. Any layout reads back exactly the elements it needs.
+ * Each file carries a CRC-32 (IEEE 802.3 polynomial, as zlib's crc32) of its
+ * bytes in the manifest.
+ *
+ * Not here: fp16/bf16 state (ptdp trains in fp32), asynchronous saving,
+ * keeping only the last k checkpoints. */
+#ifndef PTDP_CKPT_CHECKPOINT_H
+#define PTDP_CKPT_CHECKPOINT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+#define PTDP_CKPT_VERSION 1
+#define PTDP_CKPT_MAX_CHUNKS_SAVE 16 /* model chunks per rank (= PTDP_MAX_CHUNKS) */
+
+/* What a save records besides the tensors. */
+typedef struct {
+    int64_t iteration, consumed_samples, optimizer_step;
+    const ptdp_gpt_config *cfg;
+    int64_t micro_batch, global_batch;
+    const ptdp_lr_schedule *lr;
+    const ptdp_adamw_params *adam;
+    int v, zero; /* model chunks per rank, ZeRO-1 */
+} ptdp_ckpt_meta;
+
+/* Writes DIR/iter_%07d/ (shards, then manifest) and then moves
+ * DIR/latest_checkpointed_iteration.txt, only when every rank wrote its
+ * shard. Collective over comm->world; every rank returns the same code
+ * (PTDP_EIO with the message of the lowest failing rank). Blocks on I/O.
+ * Only data-parallel rank 0 writes weights (ZeRO-1: every rank writes its
+ * optimizer shard), only tensor-parallel rank 0 writes replicated tensors,
+ * and the tied embedding is written by the first pipeline stage. */
+int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts,
+                   int nchunks, ptdp_comm *comm);
+
+typedef struct ptdp_ckpt_loaded {
+    int found;               /* 0: DIR holds no checkpoint (nothing loaded) */
+    int64_t iteration, consumed_samples, optimizer_step;
+    char path[4096];         /* the iteration directory loaded */
+} ptdp_ckpt_loaded;
+
+/* Creates DIR (and its parents) for --save and checks it is writable;
+ * PTDP_EIO naming the flag otherwise. Any rank may call it. */
+int ptdp_ckpt_prepare_dir(const char *dir);
+
+/* Loads the checkpoint DIR points to (DIR/latest_checkpointed_iteration.txt,
+ * or DIR itself when it holds manifest.json) into this rank's chunks: the
+ * parameters, and with load_optim the AdamW moments of opts' runs and their
+ * step counter. Reads only the shards it needs, whatever layout wrote them.
+ * Everything is validated (format version, model shape against cfg,
+ * checksums, every needed element present) before any chunk or optimizer is
+ * touched. Collective over comm->world: all ranks return the same code and
+ * message. *out->found = 0 and PTDP_OK when DIR has no latest file and no
+ * manifest. Errors: PTDP_ENOTFOUND, PTDP_EFORMAT, PTDP_ECONFIG (shape does
+ * not match the flags), PTDP_EIO, PTDP_ENOMEM. */
+int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, ptdp_gpt_chunk *const *chunks,
+                   ptdp_optimizer *opts, int nchunks, ptdp_comm *comm, ptdp_ckpt_loaded *out);
+
+/* The model configuration a checkpoint was saved with (for `ptdp export
+ * --load`): fills l, h, a, ffn, s, max positions, V, init std and seed;
+ * vocab_padded must be recomputed by ptdp_gpt_config_finish. */
+int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
+
+/* `ptdp checkpoint info/verify`: print a summary to f / check every file's
+ * size and checksum, every shard record against its file, and that every
+ * global tensor is fully covered. One process; PTDP_OK or an error whose
+ * message names the file and the problem. */
+int ptdp_ckpt_info(const char *dir, FILE *f);
+int ptdp_ckpt_verify(const char *dir, FILE *f);
+
+/* CRC-32 (IEEE, reflected 0xEDB88320, init and final xor 0xFFFFFFFF). */
+uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n);
+
+#endif

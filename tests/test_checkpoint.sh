@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load):
+# - exact resume: a run saved at iteration 10 and resumed with the same layout
+#   gives bitwise the same lm_loss/grad_norm for iterations 11-20 as the
+#   uninterrupted run (plain, t=2 x p=2, d=2 with ZeRO-1);
+# - resharding: a checkpoint saved under one layout resumes under others and
+#   matches the uninterrupted run within 1e-5 relative;
+# - --finetune / --no-load-optim, a failed save leaving the previous
+#   checkpoint loadable, and bad input (truncated, corrupted or missing shard,
+#   newer format, wrong model shape): a message naming the file on every rank,
+#   non-zero status, no training.
+# --lr-decay-iters 20 so a 10-iteration run has the schedule of the 20-iteration
+# one; --adam-eps 1e-4 as in test_pp.sh; dropout 0.
+source "$PTDP_SRC/tests/parallel_lib.sh"
+
+ARGS="--mock-data --num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-length 16
+ --micro-batch-size 1 --global-batch-size 8 --vocab-size 300 --lr 1e-3 --lr-warmup-iters 2 --lr-decay-iters 20
+ --weight-decay 0.1 --adam-eps 1e-4 --hidden-dropout 0 --attention-dropout 0 --log-interval 100"
+T2P2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+ZERO="--use-distributed-optimizer"
+
+fields() { grep -o '"iteration":[0-9]*\|"lm_loss":[^,]*\|"grad_norm":[^,]*' "$1" | paste -d' ' - - -; }
+last10() { fields "$1" | tail -10; }
+
+# exact NAME NP flags...: uninterrupted 20 vs 10 + resume 10, bitwise
+exact() {
+    local name=$1 np=$2
+    shift 2
+    run_np "$np" train $ARGS "$@" --train-iters 20 --log-jsonl "$TMP/$name.full.jsonl" >"$TMP/$name.full.out" 2>&1 ||
+        { fail "$name: uninterrupted run"; tail -5 "$TMP/$name.full.out" >&2; return; }
+    run_np "$np" train $ARGS "$@" --train-iters 10 --save "$TMP/$name.ck" --save-interval 5 \
+        --save-safetensors "$TMP/$name.it10.safetensors" >"$TMP/$name.a.out" 2>&1 ||
+        { fail "$name: first half"; tail -5 "$TMP/$name.a.out" >&2; return; }
+    run_np "$np" train $ARGS "$@" --train-iters 20 --load "$TMP/$name.ck" --log-jsonl "$TMP/$name.res.jsonl" \
+        >"$TMP/$name.b.out" 2>&1 || { fail "$name: resumed run"; tail -5 "$TMP/$name.b.out" >&2; return; }
+    [ "$(fields "$TMP/$name.res.jsonl" | wc -l)" -eq 10 ] && ok || fail "$name: resumed run should log 10 iterations"
+    cmp -s <(last10 "$TMP/$name.full.jsonl") <(last10 "$TMP/$name.res.jsonl") && ok ||
+        { fail "$name: resumed iterations 11-20 are not bitwise equal"; diff <(last10 "$TMP/$name.full.jsonl") \
+            <(last10 "$TMP/$name.res.jsonl") | head -4 >&2; }
+    [ "$(cat "$TMP/$name.ck/latest_checkpointed_iteration.txt")" = 10 ] && [ -d "$TMP/$name.ck/iter_0000005" ] && ok ||
+        fail "$name: expected iter_0000005, iter_0000010 and latest = 10"
+}
+exact plain 1
+exact t2p2 4 $T2P2
+exact d2zero 2 $ZERO
+exact p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
+
+# reshard FROM NAME NP flags...: resume FROM's iteration-10 checkpoint under another layout
+reshard() {
+    local from=$1 name=$2 np=$3
+    shift 3
+    run_np "$np" train $ARGS "$@" --train-iters 20 --load "$TMP/$from.ck" --log-jsonl "$TMP/$name.jsonl" \
+        >"$TMP/$name.out" 2>&1 || { fail "$name: run failed"; tail -5 "$TMP/$name.out" >&2; return; }
+    tail -10 "$TMP/$from.full.jsonl" >"$TMP/$name.ref.jsonl"
+    compare_jsonl "$TMP/$name.ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
+    compare_jsonl "$TMP/$name.ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
+}
+reshard t2p2 t2p2_to_d2zero 2 $ZERO
+reshard t2p2 t2p2_to_p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
+reshard t2p2 t2p2_to_plain 1
+reshard d2zero d2zero_to_t2p2 4 $T2P2
+reshard d2zero d2zero_to_t2d2 4 --tensor-model-parallel-size 2
+reshard p2v2 p2v2_to_t2zero 4 --tensor-model-parallel-size 2 $ZERO
+
+# info and verify
+"$PTDP" checkpoint info "$TMP/t2p2.ck" >"$TMP/info.txt" 2>&1 && ok || fail "checkpoint info failed"
+grep -q "iteration 10, consumed samples 80" "$TMP/info.txt" && grep -q "t=2 p=2 d=1 v=1" "$TMP/info.txt" &&
+    grep -q "rank_00003.safetensors" "$TMP/info.txt" && grep -q "layers.3.mlp.dense_4h_to_h.weight .*\[48, 192\]" \
+    "$TMP/info.txt" && ok || { fail "checkpoint info output"; cat "$TMP/info.txt" >&2; }
+for n in plain t2p2 d2zero p2v2; do
+    "$PTDP" checkpoint verify "$TMP/$n.ck" >"$TMP/verify.txt" 2>&1 && grep -q "OK" "$TMP/verify.txt" && ok ||
+        { fail "checkpoint verify $n"; cat "$TMP/verify.txt" >&2; }
+done
+# d=2 ZeRO-1: both data-parallel ranks wrote their optimizer shard
+[ -f "$TMP/d2zero.ck/iter_0000010/rank_00001.safetensors" ] && ok || fail "ZeRO-1 rank 1 wrote no optimizer shard"
+
+# export --load from a t=2 x p=2 checkpoint equals the run's own export at iteration 10
+"$PTDP" export --load "$TMP/t2p2.ck" --out "$TMP/exp.safetensors" >"$TMP/exp.out" 2>&1 && ok ||
+    { fail "export --load"; cat "$TMP/exp.out" >&2; }
+"$PTDP_TOOLS/st_compare" "$TMP/t2p2.it10.safetensors" "$TMP/exp.safetensors" 0 >/dev/null && ok ||
+    fail "export --load differs from the weights at iteration 10"
+
+# --no-load-optim keeps the iteration, --finetune restarts at 1
+run_np 1 train $ARGS --train-iters 12 --load "$TMP/plain.ck" --no-load-optim --log-jsonl "$TMP/nlo.jsonl" \
+    >"$TMP/nlo.out" 2>&1 && [ "$(fields "$TMP/nlo.jsonl" | head -1 | cut -d' ' -f1)" = '"iteration":11' ] && ok ||
+    fail "--no-load-optim should resume at iteration 11"
+run_np 1 train $ARGS --train-iters 2 --load "$TMP/plain.ck" --finetune --log-jsonl "$TMP/ft.jsonl" \
+    >"$TMP/ft.out" 2>&1 && [ "$(fields "$TMP/ft.jsonl" | head -1 | cut -d' ' -f1)" = '"iteration":1' ] && ok ||
+    fail "--finetune should start at iteration 1"
+# ...with the checkpoint's weights: its first loss is not the fresh model's
+[ "$(fields "$TMP/ft.jsonl" | head -1 | cut -d' ' -f2)" != "$(fields "$TMP/plain.full.jsonl" | head -1 | cut -d' ' -f2)" ] &&
+    ok || fail "--finetune did not load the weights"
+# --load of an empty directory: warning, start from scratch (Megatron)
+mkdir -p "$TMP/empty"
+run_np 1 train $ARGS --train-iters 1 --load "$TMP/empty" >"$TMP/empty.out" 2>&1 &&
+    grep -q "holds no checkpoint" "$TMP/empty.out" && ok || fail "--load of an empty directory"
+
+# A save that fails on one rank leaves the previous checkpoint current.
+cp -r "$TMP/t2p2.ck" "$TMP/fault.ck"
+PTDP_FAULT_SAVE_RANK=2 "$MPIRUN" --oversubscribe -np 4 -x PTDP_FAULT_SAVE_RANK "$PTDP" train $ARGS $T2P2 \
+    --train-iters 12 --load "$TMP/fault.ck" --save "$TMP/fault.ck" >"$TMP/fault.out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && ok || fail "a failed save should fail the run"
+[ "$(grep -c "injected failure" "$TMP/fault.out")" -eq 4 ] && ok || { fail "failed save: message on every rank";
+    cat "$TMP/fault.out" >&2; }
+[ "$(cat "$TMP/fault.ck/latest_checkpointed_iteration.txt")" = 10 ] && [ ! -f "$TMP/fault.ck/iter_0000012/manifest.json" ] &&
+    ok || fail "failed save moved the latest pointer or wrote a manifest"
+"$PTDP" checkpoint verify "$TMP/fault.ck" >/dev/null 2>&1 && ok || fail "previous checkpoint no longer verifies"
+
+# Bad input: message naming the file on each of 2 ranks, non-zero status, no training.
+bad() { # bad NAME "message part" [flags]
+    local name=$1 msg=$2
+    shift 2
+    run_np 2 train $ARGS --train-iters 20 --load "$TMP/$name" "$@" >"$TMP/bad.out" 2>"$TMP/bad.err"
+    local rc=$?
+    [ "$rc" -ne 0 ] || { fail "$name: expected a non-zero status"; return; }
+    [ "$(grep -c "ptdp: error:.*$msg" "$TMP/bad.err")" -eq 2 ] && ok ||
+        { fail "$name: expected '$msg' from each of 2 ranks"; cat "$TMP/bad.err" >&2; }
+    grep -q "iteration .*/" "$TMP/bad.out" && fail "$name: training started" || ok
+    if [ -z "${NOVERIFY:-}" ]; then
+        "$PTDP" checkpoint verify "$TMP/$name" >/dev/null 2>"$TMP/ver.err"
+        [ $? -eq 1 ] && grep -q "ptdp: error:.*$msg" "$TMP/ver.err" && ok ||
+            { fail "$name: verify should fail with '$msg'"; cat "$TMP/ver.err" >&2; }
+    fi
+}
+F=iter_0000010/rank_00001.safetensors
+cp -r "$TMP/t2p2.ck" "$TMP/trunc" && truncate -s -100 "$TMP/trunc/$F"
+bad trunc "rank_00001.safetensors: the file is .* bytes but manifest.json says"
+cp -r "$TMP/t2p2.ck" "$TMP/corrupt" && printf 'X' | dd of="$TMP/corrupt/$F" bs=1 seek=5000 conv=notrunc status=none
+bad corrupt "rank_00001.safetensors: checksum mismatch"
+cp -r "$TMP/t2p2.ck" "$TMP/missing" && rm "$TMP/missing/$F"
+bad missing "rank_00001.safetensors: cannot open"
+cp -r "$TMP/t2p2.ck" "$TMP/newer" && sed -i 's/"version":[[:space:]]*1,/"version": 2,/' "$TMP/newer/iter_0000010/manifest.json"
+bad newer "manifest.json: format version 2 is newer"
+cp -r "$TMP/t2p2.ck" "$TMP/nomanifest" && rm "$TMP/nomanifest/iter_0000010/manifest.json"
+bad nomanifest "manifest.json: cannot open"
+NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
+NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
+"$PTDP" checkpoint verify "$TMP/empty" >/dev/null 2>&1
+[ $? -eq 1 ] && ok || fail "verify of an empty directory should exit 1"
+"$PTDP" checkpoint frobnicate "$TMP/empty" >/dev/null 2>&1
+[ $? -eq 2 ] && ok || fail "bad usage should exit 2"
+run_np 1 train $ARGS --train-iters 1 --save-interval 5 >/dev/null 2>"$TMP/si.err"
+[ $? -eq 2 ] && grep -q "save-interval needs --save" "$TMP/si.err" && ok || fail "--save-interval without --save"
+
+finish
