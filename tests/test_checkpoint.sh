@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load):
+# Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load,
+# generate --load):
 # - exact resume: a run saved at iteration 10 and resumed with the same layout
 #   gives bitwise the same lm_loss/grad_norm for iterations 11-20 as the
 #   uninterrupted run (plain, t=2 x p=2, d=2 with ZeRO-1);
@@ -142,5 +143,14 @@ NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --num-layers 4 but the flags 
 [ $? -eq 2 ] && ok || fail "bad usage should exit 2"
 run_np 1 train $ARGS --train-iters 1 --save-interval 5 >/dev/null 2>"$TMP/si.err"
 [ $? -eq 2 ] && grep -q "save-interval needs --save" "$TMP/si.err" && ok || fail "--save-interval without --save"
+
+# generate --load: the t2p2 checkpoint, read by t=1 and by t=2, samples greedily
+# exactly what --init-from the same weights (exported at iteration 10) does.
+gen() { "$@" --prompt "1 2 3 4" --max-new-tokens 6 --temperature 0 2>/dev/null | tail -1; }
+want=$(gen "$PTDP" generate --init-from "$TMP/t2p2.it10.safetensors")
+got1=$(gen "$PTDP" generate --load "$TMP/t2p2.ck")
+got2=$(gen run_np 2 generate --load "$TMP/t2p2.ck" --tensor-model-parallel-size 2)
+[ -n "$want" ] && [ "$got1" = "$want" ] && [ "$got2" = "$want" ] && ok ||
+    fail "generate --load: '$got1' (t=1), '$got2' (t=2), want '$want'"
 
 finish

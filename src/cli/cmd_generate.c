@@ -20,13 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 #include "data/data.h"
 #include "model/generate.h"
 
 typedef struct {
-    const char *init_from, *prompt, *vocab_file, *merge_file, *gemm;
+    const char *init_from, *load, *prompt, *vocab_file, *merge_file, *gemm;
     int64_t max_new_tokens, top_k, seed, t, divisible_by;
     double temperature, top_p;
     /* model shape: 0 means "from config.json / the file" */
@@ -39,7 +40,8 @@ typedef struct {
 
 static int table(gen_args *a, ptdp_opt *opts) {
     const ptdp_opt t[] = {
-        S("init-from", init_from, "Hugging Face GPT-2 safetensors weights (required)", NULL),
+        S("init-from", init_from, "Hugging Face GPT-2 safetensors weights (or --load)", NULL),
+        S("load", load, "a ptdp checkpoint directory (any layout it was saved from; or --init-from)", NULL),
         S("prompt", prompt, "prompt text (with --vocab-file), else space-separated token ids (required)", NULL),
         I("max-new-tokens", max_new_tokens, "tokens to generate (prompt + these <= positions)", 1, 1e9),
         F("temperature", temperature, "softmax temperature; 0 is greedy (argmax)", 0, 1e6),
@@ -212,8 +214,10 @@ int ptdp_cmd_generate(int argc, char **argv) {
         usage(stdout, opts, nopts);
         return 0;
     }
-    if (rc == PTDP_OK && !a.init_from)
-        rc = ptdp_errorf(PTDP_EINVAL, "missing required flag --init-from FILE.safetensors (see --help)");
+    if (rc == PTDP_OK && !a.init_from && !a.load)
+        rc = ptdp_errorf(PTDP_EINVAL, "missing the weights: give --init-from FILE.safetensors or --load DIR (see --help)");
+    if (rc == PTDP_OK && a.init_from && a.load)
+        rc = ptdp_errorf(PTDP_EINVAL, "--init-from and --load exclude each other; give one");
     if (rc == PTDP_OK && !a.prompt) rc = ptdp_errorf(PTDP_EINVAL, "missing required flag --prompt (see --help)");
     if (rc == PTDP_OK && !(a.top_p > 0.0))
         rc = ptdp_errorf(PTDP_EINVAL, "--top-p must be in (0, 1] (1 turns it off), got %g", a.top_p);
@@ -248,7 +252,19 @@ int ptdp_cmd_generate(int argc, char **argv) {
     if (comm.world_size != a.t)
         rc = ptdp_errorf(PTDP_ECONFIG, "--tensor-model-parallel-size %lld: generate runs on exactly t ranks, this "
                                        "job has %d (mpirun -np %lld)", (long long)a.t, comm.world_size, (long long)a.t);
-    if (rc == PTDP_OK) rc = model_shape(&a, a.init_from);
+    if (rc == PTDP_OK && a.load) { /* the model shape comes from the checkpoint's manifest */
+        ptdp_gpt_config ck;
+        rc = ptdp_ckpt_read_config(a.load, &ck);
+        if (rc == PTDP_OK) {
+            if (!a.num_layers) a.num_layers = ck.num_layers;
+            if (!a.hidden_size) a.hidden_size = ck.hidden;
+            if (!a.num_attention_heads) a.num_attention_heads = ck.heads;
+            if (!a.max_position_embeddings) a.max_position_embeddings = ck.max_positions;
+            if (!a.vocab_size) a.vocab_size = ck.vocab;
+        }
+    } else if (rc == PTDP_OK) {
+        rc = model_shape(&a, a.init_from);
+    }
     if (rc == PTDP_OK) rc = prompt_ids(&a, tok, &ids, &np);
     if (rc == PTDP_OK && np == 0) rc = ptdp_errorf(PTDP_EINVAL, "--prompt: no tokens");
     if (rc == PTDP_OK && np + a.max_new_tokens > a.max_position_embeddings)
@@ -276,7 +292,13 @@ int ptdp_cmd_generate(int argc, char **argv) {
                                 .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
-    if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
+    if (rc == PTDP_OK && a.load) {
+        ptdp_ckpt_loaded ld;
+        rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
+        if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
+    } else if (rc == PTDP_OK) {
+        rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
+    }
     if (rc == PTDP_OK) rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, np + a.max_new_tokens);
     if (rc) {
         if (root) ptdp_log_error("%s", ptdp_last_error());
