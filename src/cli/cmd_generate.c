@@ -10,8 +10,8 @@
  * the output is text; without, the prompt is a space-separated list of ids
  * and the output is ids. Rank 0 prints the prompt and the continuation on
  * stdout and a summary line (tokens/s) on stderr.
- * Not here: --load DIR of ptdp checkpoints (comes with the checkpoint
- * issue), pipeline parallelism, batches of prompts, stopping at
+ * Weights from --init-from (HF safetensors) or --load (a ptdp checkpoint).
+ * Not here: pipeline parallelism, batches of prompts, stopping at
  * <|endoftext|>. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
