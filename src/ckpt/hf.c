@@ -251,7 +251,10 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
     if (model->rank != 0) return PTDP_OK;
 
     ptdp_group one = {.name = "export", .comm = MPI_COMM_NULL, .size = 1, .rank = 0};
-    ptdp_chunk_params cp = {.cfg = cfg, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &one};
+    /* a parameter holder: s = 1 keeps its (unused) activations tiny */
+    ptdp_gpt_config holder = *cfg;
+    holder.seq_length = 1;
+    ptdp_chunk_params cp = {.cfg = &holder, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &one, .inference = 1};
     ptdp_gpt_chunk *full = NULL;
     int rc = ptdp_gpt_chunk_init(&full, &cp);
     if (rc == PTDP_OK) {

@@ -289,7 +289,7 @@ int ptdp_cmd_generate(int argc, char **argv) {
         ptdp__cli_set_threads(&comm);
         ptdp_cpu_set_gemm(lib);
         ptdp_chunk_params cp = {.cfg = &cfg, .layer_begin = 0, .layer_end = cfg.num_layers, .pre = 1, .post = 1,
-                                .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor};
+                                .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor, .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK && a.load) {

@@ -391,7 +391,9 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_comm_init_single(&comm);
     ptdp_gpt_chunk *chunk = NULL;
     if (rc == PTDP_OK) {
-        ptdp_chunk_params cp = {.cfg = &cfg, .layer_end = cfg.num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor};
+        cfg.seq_length = 1; /* a parameter holder: its (unused) activations stay tiny */
+        ptdp_chunk_params cp = {.cfg = &cfg, .layer_end = cfg.num_layers, .pre = 1, .post = 1, .micro_batch = 1,
+                                .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor, .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK) {

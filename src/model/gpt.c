@@ -232,7 +232,7 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
-    c->training = 1;
+    c->training = !p->inference;
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
@@ -264,7 +264,7 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         int first = (c->specs.wte >= 0) + (c->specs.wpe >= 0);
         for (int64_t i = 0; i < c->nl; i++) c->layer_offset[i] = c->specs.v[first + 12 * i].offset;
     }
-    c->param_bytes = 2 * sizeof(float) * (size_t)c->specs.total;
+    c->param_bytes = (p->inference ? 1 : 2) * sizeof(float) * (size_t)c->specs.total;
     c->params = c->ops->alloc(c->param_bytes);
     carver dry = {0, 1, NULL};
     plan_activations(c, &dry);
@@ -278,12 +278,12 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         ptdp_gpt_chunk_free(c);
         return rc;
     }
-    c->grads = c->params + c->specs.total;
+    c->grads = p->inference ? NULL : c->params + c->specs.total;
     carver cv = {0, 0, c->act_mem};
     plan_activations(c, &cv);
     PTDP_ASSERT(cv.off == c->act_bytes);
     layer_ptrs(c, c->params, &c->P, c->lp_storage);
-    layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
+    if (c->grads) layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
     *out = c;
     return PTDP_OK;
 }
@@ -354,7 +354,10 @@ void ptdp_gpt_chunk_set_grad_hook(ptdp_gpt_chunk *c, ptdp_grad_hook fn, void *ct
     c->hook_ctx = ctx;
 }
 
-void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) { c->ops->zero(c->grads, c->specs.total); }
+void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) {
+    PTDP_ASSERT_MSG(c->grads, "an inference chunk has no gradients");
+    c->ops->zero(c->grads, c->specs.total);
+}
 
 /* ---- dropout streams ------------------------------------------------------- */
 
@@ -509,6 +512,7 @@ static void layer_bwd(ptdp_gpt_chunk *c, slot_act *sa, int64_t i) {
 
 void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
+    PTDP_ASSERT_MSG(c->grads, "backward on an inference chunk");
     const ptdp_ops *o = c->ops;
     slot_act *sa = &c->slots[slot];
     const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;

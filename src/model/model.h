@@ -124,6 +124,8 @@ typedef struct {
     int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
     int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
     int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
+    int inference;                  /* no gradient buffer (generation, export): forward only,
+                                       call ptdp_gpt_chunk_set_training(c, 0) */
 } ptdp_chunk_params;
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
