@@ -134,7 +134,7 @@ bad missing "rank_00001.safetensors: cannot open"
 cp -r "$TMP/t2p2.ck" "$TMP/newer" && sed -i 's/"version":[[:space:]]*1,/"version": 2,/' "$TMP/newer/iter_0000010/manifest.json"
 bad newer "manifest.json: format version 2 is newer"
 cp -r "$TMP/t2p2.ck" "$TMP/nomanifest" && rm "$TMP/nomanifest/iter_0000010/manifest.json"
-bad nomanifest "manifest.json: cannot open"
+bad nomanifest "cannot open the checkpoint manifest .*/manifest.json': No such file"
 NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
 NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
 "$PTDP" checkpoint verify "$TMP/empty" >/dev/null 2>&1

@@ -110,6 +110,12 @@ void ptdp_arena_reset(ptdp_arena *a, size_t mark);
 /* Bytes a carve of `bytes` consumes (alignment included); plans use it. */
 size_t ptdp_arena_need(size_t bytes);
 
+/* ---- files -------------------------------------------------------------- */
+/* Reads a whole file (regular file or pipe) into a NUL-terminated malloc'd
+ * buffer (caller frees *out). Errors: PTDP_EIO "cannot open <what> '<path>':
+ * <reason>" or "error reading ...", PTDP_ENOMEM. */
+int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
+
 /* ---- time ------------------------------------------------------------- */
 double ptdp_now(void); /* seconds, monotonic */
 

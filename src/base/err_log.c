@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,4 +117,31 @@ const char *ptdp_fmt_bytes(double bytes, char *buf) {
     }
     snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
     return buf;
+}
+
+/* Grows the buffer by doubling so pipes (unknown size) work too. */
+int ptdp_read_file(const char *path, const char *what, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ptdp_errorf(PTDP_EIO, "cannot open %s '%s': %s", what, path, strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading '%s'", path);
+    if (err) {
+        free(buf);
+        return ptdp_errorf(PTDP_EIO, "error reading %s '%s'", what, path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return PTDP_OK;
 }

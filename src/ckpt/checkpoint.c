@@ -227,21 +227,10 @@ static int manifest_read(manifest *M, const char *dir) {
     int rc = resolve(dir, M->dir, sizeof M->dir);
     if (rc <= 0) return rc;
     snprintf(M->path, sizeof M->path, "%s/%s", M->dir, MANIFEST);
-    FILE *f = fopen(M->path, "rb");
-    if (!f)
-        return ptdp_errorf(errno == ENOENT ? PTDP_ENOTFOUND : PTDP_EIO, "%s: cannot open: %s (incomplete checkpoint?)",
-                           M->path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
-        fclose(f);
-        free(text);
-        return ptdp_errorf(PTDP_EIO, "%s: cannot read", M->path);
-    }
-    fclose(f);
-    text[len] = 0;
+    char *text = NULL;
+    size_t len = 0;
+    rc = ptdp_read_file(M->path, "the checkpoint manifest", &text, &len);
+    if (rc) return rc;
     M->root = cJSON_Parse(text);
     free(text);
     const cJSON *r = M->root;

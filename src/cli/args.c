@@ -139,19 +139,10 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
 }
 
 static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ptdp_errorf(PTDP_EIO, "--config %s: cannot open the file", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
-        fclose(f);
-        free(text);
-        return ptdp_errorf(PTDP_EIO, "--config %s: cannot read the file", path);
-    }
-    fclose(f);
-    text[len] = 0;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ptdp_read_file(path, "--config file", &text, &len);
+    if (rc) return rc;
     cJSON *root = cJSON_Parse(text);
     free(text);
     if (!root || !cJSON_IsObject(root)) {

@@ -22,5 +22,7 @@ int ptdp__cli_open_tokenizer(struct ptdp_tokenizer **tok, const char *vocab, con
 /* Unless OMP_NUM_THREADS is set, shares the node's cores between the ranks
  * running on it (every rank would otherwise start one thread per core). */
 void ptdp__cli_set_threads(const ptdp_comm *comm);
+/* The config.json path beside a weights file (same directory). */
+void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap);
 
 #endif

@@ -85,26 +85,17 @@ static int model_shape(gen_args *a, const char *weights) {
                           &a->num_attention_heads};
     const char *keys[5] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"};
     char cfgpath[4096];
-    snprintf(cfgpath, sizeof cfgpath, "%s", weights);
-    char *slash = strrchr(cfgpath, '/');
-    char *name = slash ? slash + 1 : cfgpath;
-    snprintf(name, sizeof cfgpath - (size_t)(name - cfgpath), "config.json");
-    FILE *f = fopen(cfgpath, "rb");
-    if (f) {
-        char *text = NULL;
-        long len = -1;
-        if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (text = malloc((size_t)len + 1)) && fread(text, 1, (size_t)len, f) == (size_t)len) {
-            text[len] = 0;
-            cJSON *root = cJSON_Parse(text);
-            for (int k = 0; k < 5 && root; k++) {
-                cJSON *it = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-                if (*fields[k] == 0 && cJSON_IsNumber(it)) *fields[k] = (int64_t)it->valuedouble;
-            }
-            cJSON_Delete(root);
+    ptdp__cli_config_json_path(weights, cfgpath, sizeof cfgpath);
+    char *text = NULL;
+    size_t len = 0;
+    if (ptdp_read_file(cfgpath, "config.json", &text, &len) == PTDP_OK) { /* optional */
+        cJSON *root = cJSON_Parse(text);
+        for (int k = 0; k < 5 && root; k++) {
+            cJSON *it = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+            if (*fields[k] == 0 && cJSON_IsNumber(it)) *fields[k] = (int64_t)it->valuedouble;
         }
+        cJSON_Delete(root);
         free(text);
-        fclose(f);
     }
     ptdp_st_file *st = NULL;
     int rc = ptdp_st_open(&st, weights);

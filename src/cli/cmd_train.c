@@ -60,14 +60,6 @@ static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv
     return 0;
 }
 
-/* config.json beside the weights file */
-static void config_json_path(const char *weights, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s", weights);
-    char *slash = strrchr(buf, '/');
-    char *name = slash ? slash + 1 : buf;
-    snprintf(name, cap - (size_t)(name - buf), "config.json");
-}
-
 int ptdp_cmd_train(int argc, char **argv) {
     ptdp_args a;
     void *keep = NULL;
@@ -348,7 +340,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     }
     if (a.save_safetensors && comm.dp == 0) {
         char cfgpath[4096];
-        config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
+        ptdp__cli_config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
         ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
         int nc = ptdp_trainer_num_chunks(tr);
         for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(tr, c);
@@ -409,7 +401,7 @@ int ptdp_cmd_export(int argc, char **argv) {
     }
     char cfgpath[4096];
     if (rc == PTDP_OK) {
-        config_json_path(a.out, cfgpath, sizeof cfgpath);
+        ptdp__cli_config_json_path(a.out, cfgpath, sizeof cfgpath);
         rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath);
     }
     if (rc) {

@@ -1,6 +1,8 @@
 /* common.c - small pieces shared by the commands. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 
@@ -15,4 +17,11 @@ void ptdp__cli_set_threads(const ptdp_comm *c) {
     }
     int th = omp_get_num_procs() / local;
     omp_set_num_threads(th < 1 ? 1 : th);
+}
+
+void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", weights);
+    char *slash = strrchr(buf, '/');
+    char *name = slash ? slash + 1 : buf;
+    snprintf(name, cap - (size_t)(name - buf), "config.json");
 }

@@ -95,37 +95,11 @@ static void ptdp__byte_unicode(uint32_t byte_cp[256]) {
     }
 }
 
-static int ptdp__read_file(const char *path, const char *what, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ptdp_errorf(PTDP_EIO, "cannot open %s '%s'", what, path);
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading '%s'", path);
-    if (err) {
-        free(buf);
-        return ptdp_errorf(PTDP_EIO, "error reading %s '%s'", what, path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return PTDP_OK;
-}
-
 static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *map,
                             cJSON **json_out) {
     char *text;
     size_t len;
-    int rc = ptdp__read_file(path, "vocabulary file", &text, &len);
+    int rc = ptdp_read_file(path, "vocabulary file", &text, &len);
     if (rc) return rc;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
@@ -230,7 +204,7 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
 static int ptdp__load_merges(ptdp_tokenizer *t, const char *path, const ptdp__str_map *map) {
     char *text;
     size_t len;
-    int rc = ptdp__read_file(path, "merge file", &text, &len);
+    int rc = ptdp_read_file(path, "merge file", &text, &len);
     if (rc) return rc;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
