@@ -43,15 +43,9 @@ int ptdp_cmd_preprocess(int argc, char **argv) {
         {"tokenizer-type", PTDP_OPT_STR, &tokenizer_type, "accepted for Megatron compatibility",
          "GPT2BPETokenizer", 0, 0, 0},
     };
-    int nopts = (int)(sizeof opts / sizeof opts[0]), help = 0;
-    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
-        ptdp_log_error("%s", ptdp_last_error());
-        return 2;
-    }
-    if (help) {
-        usage(stdout, opts, nopts);
-        return 0;
-    }
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
+    if (parsed >= 0) return parsed;
     if (!input) {
         ptdp_log_error("--input is required (see ptdp preprocess --help)");
         return 2;

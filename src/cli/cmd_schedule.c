@@ -46,15 +46,9 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         {"backward-time", PTDP_OPT_FLOAT, &tb, "backward time of one micro-batch on one rank", NULL, 0, 1e12, 0},
         {"comm-time", PTDP_OPT_FLOAT, &tc, "time of one point-to-point transfer", NULL, 0, 1e12, 0},
     };
-    int nopts = (int)(sizeof opts / sizeof opts[0]), help = 0;
-    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
-        ptdp_log_error("%s", ptdp_last_error());
-        return 2;
-    }
-    if (help) {
-        usage(stdout, opts, nopts);
-        return 0;
-    }
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
+    if (parsed >= 0) return parsed;
     if (!ptdp_opt_find(opts, nopts, "num-microbatches")->seen) {
         ptdp_log_error("--num-microbatches is required (see ptdp schedule --help)");
         return 2;

@@ -121,15 +121,9 @@ int ptdp_cmd_tokenize(int argc, char **argv) {
          0, 0, 0},
         {"decode", PTDP_OPT_BOOL, &decode, "read lines of ids, print text", NULL, 0, 0, 0},
     };
-    int nopts = (int)(sizeof opts / sizeof opts[0]), help = 0;
-    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
-        ptdp_log_error("%s", ptdp_last_error());
-        return 2;
-    }
-    if (help) {
-        usage(stdout, opts, nopts);
-        return 0;
-    }
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
+    if (parsed >= 0) return parsed;
     ptdp_tokenizer *tok = NULL;
     int status = ptdp__cli_open_tokenizer(&tok, vocab, merges);
     if (status) return status;

@@ -25,3 +25,17 @@ void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap) {
     char *name = slash ? slash + 1 : buf;
     snprintf(name, cap - (size_t)(name - buf), "config.json");
 }
+
+int ptdp__cli_parse(ptdp_opt *opts, int nopts, int argc, char **argv,
+                    void (*usage)(FILE *f, const ptdp_opt *opts, int nopts)) {
+    int help = 0;
+    if (ptdp_opts_parse(opts, nopts, argc, argv, &help)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return 2;
+    }
+    if (help) {
+        usage(stdout, opts, nopts);
+        return 0;
+    }
+    return -1;
+}
