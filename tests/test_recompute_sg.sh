@@ -22,23 +22,45 @@ same_losses() { # same_losses NAME NP flags...  (compares with NAME's baseline)
     run_np "$np" train $ARGS "$@" --log-jsonl "$TMP/x.jsonl" >"$TMP/x.out" 2>&1 || { fail "$name $*: run failed"; tail -3 "$TMP/x.out" >&2; return; }
     compare_jsonl "$TMP/$name.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "$name with $*: loss changed"
 }
-layouts=("p2:2:--pipeline-model-parallel-size 2"
-         "p2v2:2:--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2"
-         "p4g:4:--pipeline-model-parallel-size 4 --pipeline-schedule gpipe")
+# The pipeline issue's matrix (every schedule for p = 2, 3, 4, v = 2, and with
+# t = 2), each with dropout: recomputation (uniform groups of 2; block on the
+# first layer of each stage for some) and scatter/gather (t = 2) must not
+# change any iteration's loss.
+V2="--virtual-pipeline-model-parallel-size 2"
+layouts=("g2:2:--pipeline-model-parallel-size 2 --pipeline-schedule gpipe"
+         "f2:2:--pipeline-model-parallel-size 2 --pipeline-schedule 1f1b"
+         "i2:2:--pipeline-model-parallel-size 2 $V2"
+         "g4:4:--pipeline-model-parallel-size 4 --pipeline-schedule gpipe"
+         "f4:4:--pipeline-model-parallel-size 4 --pipeline-schedule 1f1b"
+         "i4:4:--pipeline-model-parallel-size 4 $V2")
 for entry in "${layouts[@]}"; do
     IFS=: read -r name np flags <<<"$entry"
     run_np "$np" train $ARGS $flags --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 && ok || fail "$name baseline"
     same_losses "$name" "$np" $flags $RC_U
-    same_losses "$name" "$np" $flags $RC_B
+done
+same_losses g2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe $RC_B
+same_losses i4 4 --pipeline-model-parallel-size 4 $V2 $RC_B
+# p = 3 needs a layer count divisible by 3 (and by 3 x 2 interleaved)
+ARGS3="${ARGS/--num-layers 8/--num-layers 6} --global-batch-size 12"
+for entry in "g3:--pipeline-schedule gpipe" "f3:--pipeline-schedule 1f1b" "i3:$V2"; do
+    IFS=: read -r name flags <<<"$entry"
+    run_np 3 train $ARGS3 --pipeline-model-parallel-size 3 $flags --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 && ok || fail "$name baseline"
+    run_np 3 train $ARGS3 --pipeline-model-parallel-size 3 $flags $RC_U --log-jsonl "$TMP/x.jsonl" >/dev/null 2>&1 &&
+        compare_jsonl "$TMP/$name.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "$name with recomputation: loss changed"
 done
 # one process with dropout equals the pipeline layouts too (same masks per global layer)
 run_np 1 train $ARGS --log-jsonl "$TMP/one.jsonl" >/dev/null 2>&1 && ok || fail "single process"
-compare_jsonl "$TMP/one.jsonl" "$TMP/p2v2.jsonl" lm_loss 1e-5 && ok || fail "p2v2 with dropout differs from one process"
-# tensor parallel: scatter/gather on vs off, with recomputation
+compare_jsonl "$TMP/one.jsonl" "$TMP/i2.jsonl" lm_loss 1e-5 && ok || fail "interleaved p=2 with dropout differs from one process"
+# tensor parallel (t = 2) with every schedule: scatter/gather on vs off, and with recomputation
+for entry in "t2g:--pipeline-schedule gpipe" "t2f:--pipeline-schedule 1f1b" "t2i:$V2"; do
+    IFS=: read -r name flags <<<"$entry"
+    T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 $flags"
+    run_np 4 train $ARGS $T2 --no-scatter-gather-tensors-in-pipeline --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 &&
+        ok || fail "$name baseline"
+    same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline
+    same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline $RC_U
+done
 T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
-run_np 4 train $ARGS $T2 --no-scatter-gather-tensors-in-pipeline --log-jsonl "$TMP/t2.jsonl" >/dev/null 2>&1 && ok || fail "t2 baseline"
-same_losses t2 4 $T2 --scatter-gather-tensors-in-pipeline
-same_losses t2 4 $T2 --scatter-gather-tensors-in-pipeline $RC_U
 
 # Exact pipeline traffic on rank 0 over 6 iterations, m = 4 micro-batches of
 # b*s*h = 2*16*48 = 1536 floats: (t=2, p=2) sends m activations forward and
