@@ -78,4 +78,12 @@ rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || fail "job with a dead rank: status $rc (124 = hung until timeout)"
 grep -q "rank 1 dies at iteration 3" "$TMP/die.out" && ok || fail "no message from the dying rank"
 [ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the job took too long to come down"
+# A rank that fails to start (before any collective) takes every rank down
+# with a message, no hang.
+PTDP_FAULT_START_RANK=1 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_START_RANK "$PTDP" train $ARGS \
+    --pipeline-model-parallel-size 2 >"$TMP/start.out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || fail "a rank failing at start: status $rc (124 = hung)"
+grep -q "rank 1 fails to start" "$TMP/start.out" && grep -q "another rank failed to start" "$TMP/start.out" && ok ||
+    fail "failing start: expected the failing rank's message and the others' 'another rank failed to start'"
 finish

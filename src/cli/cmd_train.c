@@ -174,6 +174,21 @@ int ptdp_cmd_train(int argc, char **argv) {
         rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
     ptdp_trainer *tr = NULL;
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&tr, &tp);
+    /* Everything above is local to this rank (no collective). Agree before
+     * the first collective, so a failure on some ranks (memory, a file one
+     * node cannot read) brings every rank down with a message instead of
+     * leaving the others waiting in a collective. */
+    {
+        int32_t bad = rc != PTDP_OK;
+        if (getenv("PTDP_FAULT_START_RANK") && atoi(getenv("PTDP_FAULT_START_RANK")) == comm.world_rank && !bad) {
+            bad = 1; /* fault injection for tests */
+            rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT_START_RANK: rank %d fails to start (fault injection)",
+                             comm.world_rank);
+        }
+        ptdp_allreduce_max_i32(&comm.world, &bad, 1);
+        if (bad && rc == PTDP_OK)
+            rc = ptdp_errorf(PTDP_ECOMM, "another rank failed to start (see its message); stopping");
+    }
     /* Megatron: --finetune loads weights only (iteration 0, fresh optimizer,
      * data from the start); --no-load-optim keeps the iteration and data
      * position but starts a fresh optimizer (and so the LR schedule). */
