@@ -25,6 +25,7 @@ struct ptdp_trainer {
     ptdp_optimizer opts[PTDP_MAX_CHUNKS];
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
+    float *eval_buf; /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
     int64_t iteration;
 };
 
@@ -117,6 +118,10 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                                    (void **)tr->ddp};
         rc = ptdp_executor_init(&tr->ex, &ep);
     }
+    if (rc == PTDP_OK && comm->p > 1) {
+        tr->eval_buf = malloc(sizeof(float) * 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden));
+        if (!tr->eval_buf) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for evaluation buffers");
+    }
     if (rc != PTDP_OK) {
         ptdp_trainer_free(tr);
         return rc;
@@ -133,6 +138,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
+    free(tr->eval_buf);
     free(tr);
 }
 
@@ -199,8 +205,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m, P = comm->p;
     const int64_t n = b * s * p->cfg.hidden, stages = P * tr->v;
-    float *buf = comm->p > 1 ? malloc(sizeof(float) * (size_t)n * 2) : NULL;
-    PTDP_ASSERT_MSG(comm->p == 1 || buf, "out of memory for evaluation");
+    float *buf = tr->eval_buf;
     double loss_sum = 0.0;
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
@@ -222,7 +227,6 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             }
         }
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
-    free(buf);
     ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
     ptdp_allreduce_sum_f64(&comm->pipeline, &loss_sum, 1);
     return loss_sum / ((double)p->global_batch * (double)s);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Training on a real indexed dataset (Moby Dick, preprocessed here) with
+# validation loss: the training losses and the validation losses of (t=2,
+# p=2) and (p=2, d=2, interleaved) equal the single process's (1e-5 relative),
+# so evaluation through the pipeline is the same forward as one process's.
+source "$PTDP_SRC/tests/parallel_lib.sh"
+bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
+D="$PTDP_SRC/data"
+V="--vocab-file $D/gpt2/encoder.json --merge-file $D/gpt2/vocab.bpe"
+"$PTDP" preprocess --input "$D/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 &&
+    ok || fail "preprocess"
+X="--data-path $TMP/moby_text_document $V --split 949,50,1 --num-layers 4 --hidden-size 64
+ --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 --global-batch-size 4 --train-iters 6 --lr 1e-3
+ --log-interval 100 --eval-interval 3 --eval-iters 2 --hidden-dropout 0 --attention-dropout 0"
+run_np 1 train $X --log-jsonl "$TMP/one.jsonl" >"$TMP/one.out" 2>&1 && ok || { fail "one process"; cat "$TMP/one.out" >&2; }
+[ "$(grep -c val_loss "$TMP/one.jsonl")" -eq 2 ] && ok || fail "expected 2 validation lines"
+run_np 4 train $X --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --log-jsonl "$TMP/tp.jsonl" \
+    >/dev/null 2>&1 && ok || fail "t2p2 run"
+run_np 4 train $X --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --log-jsonl "$TMP/pd.jsonl" \
+    >/dev/null 2>&1 && ok || fail "p2d2 interleaved run"
+for r in tp pd; do
+    compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: training loss differs"
+    compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: validation loss differs"
+done
+finish
