@@ -170,7 +170,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         }
     if (rc == PTDP_OK && a.save) rc = ptdp_ckpt_prepare_dir(a.save);
     FILE *jsonl = NULL;
-    if (rc == PTDP_OK && a.log_jsonl && !(jsonl = fopen(a.log_jsonl, "w")))
+    if (rc == PTDP_OK && a.log_jsonl && comm.world_rank == 0 && !(jsonl = fopen(a.log_jsonl, "w")))
         rc = ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", a.log_jsonl);
     ptdp_trainer *tr = NULL;
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&tr, &tp);
@@ -278,7 +278,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         n_interval++;
         skipped_total += st.skipped;
         double tflops = flops / dt / comm.world_size / 1e12, tps = (double)(B * s) / dt;
-        if (jsonl && comm.world_rank == 0) {
+        if (jsonl) {
             fprintf(jsonl,
                     "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
                     "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
@@ -311,7 +311,7 @@ int ptdp_cmd_train(int argc, char **argv) {
                       " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
                       "-----------------------------------------------------------------------------------------",
                       (long long)st.iteration, vl, exp(vl));
-            if (jsonl && comm.world_rank == 0) {
+            if (jsonl) {
                 fprintf(jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n", (long long)st.iteration, vl,
                         exp(vl));
                 fflush(jsonl);
