@@ -239,6 +239,13 @@ void ptdp_wait(MPI_Request *req) {
     if (*req != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
 }
 
+int ptdp_test(MPI_Request *req) {
+    if (*req == MPI_REQUEST_NULL) return 1;
+    int done = 0;
+    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    return done;
+}
+
 void ptdp_comm_counters_reset(ptdp_comm *c) {
     ptdp_group *gs[] = {&c->world, &c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};
     for (int i = 0; i < 6; i++) gs[i]->counters = (ptdp_comm_counters){0};

@@ -100,6 +100,9 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
 void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, MPI_Request *req);
 void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, MPI_Request *req);
 void ptdp_wait(MPI_Request *req);
+/* Non-blocking check; also lets MPI progress the request (Open MPI moves
+ * non-blocking collectives only inside MPI calls). 1 when complete. */
+int ptdp_test(MPI_Request *req);
 
 /* Adds the group's counters to a printable report; returns bytes written. */
 void ptdp_comm_counters_reset(ptdp_comm *c);

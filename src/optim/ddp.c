@@ -83,6 +83,10 @@ void ptdp_ddp_grads_ready(void *ddp, int64_t offset) {
     if (offset < d->p.hold_below) offset = d->p.hold_below;
     for (int k = 0; k < d->nb; k++)
         if (!d->b[k].started && d->b[k].off >= offset) start(d, k);
+    /* called after every layer of the last backward: poke the buckets in
+     * flight so the transfers advance while the next layers compute */
+    for (int k = 0; k < d->nb; k++)
+        if (d->b[k].started) ptdp_test(&d->b[k].req);
 }
 
 void ptdp_ddp_finish(ptdp_ddp *d) {
