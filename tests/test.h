@@ -5,7 +5,11 @@
 #define PTDP_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "base/base.h"
 
 static int test__fail, test__pass;
 
@@ -43,6 +47,19 @@ static int test__fail, test__pass;
                     test__rc, ptdp_last_error());                                         \
         }                                                                                 \
     } while (0)
+
+/* n floats (at least one), asserting on failure. */
+static inline float *fmalloc(int64_t n) {
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    PTDP_ASSERT(p);
+    return p;
+}
+
+/* x[i] = scale * N(0, 1), element i drawn from (seed, "test", i). */
+static inline void fill_normal(float *x, int64_t n, uint64_t seed, float scale) {
+    ptdp_rng_key k = ptdp_rng_key_make(seed, "test");
+    for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
+}
 
 static inline int test_done(const char *name) {
     printf("%s: %d checks passed, %d failed\n", name, test__pass, test__fail);

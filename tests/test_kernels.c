@@ -21,17 +21,6 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
-static float *fmalloc(int64_t n) {
-    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    PTDP_ASSERT(p);
-    return p;
-}
-
-static void fill_normal(float *x, int64_t n, uint64_t seed, float scale) {
-    ptdp_rng_key k = ptdp_rng_key_make(seed, "test_kernels");
-    for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
-}
-
 static void fill_const(float *x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }

@@ -31,17 +31,6 @@
 
 static const ptdp_ops *O;
 
-static float *fmalloc(int64_t n) {
-    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    PTDP_ASSERT(p);
-    return p;
-}
-
-static void fill_normal(float *x, int64_t n, uint64_t seed, float scale) {
-    ptdp_rng_key k = ptdp_rng_key_make(seed, "test_kernels_grad");
-    for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
-}
-
 static double dot(const float *a, const float *b, int64_t n) {
     double acc = 0;
     for (int64_t i = 0; i < n; i++) acc += (double)a[i] * b[i];
