@@ -1,12 +1,7 @@
 # parallel_lib.sh - shared by the multi-rank script tests (sourced, not run).
-# Needs PTDP, PTDP_TOOLS, MPIRUN from CTest's environment.
-set -u
-FAILS=0
-PASSES=0
-ok() { PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+# Needs PTDP, PTDP_SRC, PTDP_TOOLS, MPIRUN from CTest's environment; ok, fail,
+# $TMP and finish come from script_lib.sh.
+source "$PTDP_SRC/tests/script_lib.sh"
 MPIRUN=${MPIRUN:-mpirun}
 run_np() { # run_np N args...  (ptdp train under mpirun)
     local n=$1
@@ -25,9 +20,4 @@ compare_jsonl() {
     local rc=$?
     [ -n "$out" ] && echo "$out" | head -3 >&2
     return $rc
-}
-
-finish() {
-    echo "$(basename "$0"): $PASSES passed, $FAILS failed"
-    [ "$FAILS" -eq 0 ] && [ "$PASSES" -gt 0 ]
 }

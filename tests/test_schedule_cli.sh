@@ -1,19 +1,7 @@
 # test_schedule_cli.sh - `ptdp schedule`: output format of the lists and of
 # --simulate, --draw, --help, and every documented bad input (exit status 2,
 # one "ptdp: error:" line naming the flag).
-set -u
-: "${PTDP:?PTDP must point at the ptdp binary}"
-if [ ! -x "$PTDP" ]; then
-    echo "FAIL: ptdp binary $PTDP is missing (did the build link it?)" >&2
-    exit 1
-fi
-fails=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+source "$PTDP_SRC/tests/script_lib.sh"
 
 # expect_error "flag named in the message" args...
 expect_error() {
@@ -79,5 +67,4 @@ for f in pipeline-model-parallel-size num-microbatches virtual-pipeline-model-pa
     echo "$help" | grep -q -- "--$f" && ok || bad "--help lacks --$f"
 done
 
-echo "test_schedule_cli: $pass checks passed, $fails failed"
-[ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
+finish

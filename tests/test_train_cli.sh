@@ -4,21 +4,8 @@
 # "ptdp: error:" line naming the flag or file; no training), --help, --config
 # (keys with dashes or underscores, flags win), the --log-jsonl keys, the
 # Megatron LR schedule, export's file layout, and a safetensors round trip.
-set -u
-: "${PTDP:?PTDP must point at the ptdp binary}"
-: "${PTDP_SRC:?PTDP_SRC must point at the source tree}"
-if [ ! -x "$PTDP" ]; then
-    echo "FAIL: ptdp binary $PTDP is missing (did the build link it?)" >&2
-    exit 1
-fi
+source "$PTDP_SRC/tests/script_lib.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-fails=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # Tiny model; the shapes of tests/fixtures/gpt_a.safetensors.
 MODEL="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 128"
@@ -196,5 +183,4 @@ cmp -s "$tmp/r1.safetensors" "$tmp/r2.safetensors" && ok || bad "train --init-fr
 cmp -s "$tmp/x1.safetensors" "$tmp/x2.safetensors" && ok || bad "export --init-from round trip changed bytes"
 cmp -s "$tmp/x1.safetensors" "$tmp/r1.safetensors" && ok || bad "export and train --lr 0 wrote different weights"
 
-echo "test_train_cli: $pass checks passed, $fails failed"
-[ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
+finish

@@ -3,21 +3,8 @@
 # first value within 60 iterations; as a control, on --mock-data (hashed
 # tokens, nothing to learn) it must stay near ln(V). Loss values come from
 # --log-jsonl. Dropout is off so the run is deterministic.
-set -u
-: "${PTDP:?PTDP must point at the ptdp binary}"
-: "${PTDP_SRC:?PTDP_SRC must point at the source tree}"
-if [ ! -x "$PTDP" ]; then
-    echo "FAIL: ptdp binary $PTDP is missing (did the build link it?)" >&2
-    exit 1
-fi
+source "$PTDP_SRC/tests/script_lib.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-fails=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 bash "$PTDP_SRC/scripts/make_pattern_tokens.sh" "$tmp/pattern.bin" 4096 count 16 &&
     [ "$(wc -c <"$tmp/pattern.bin")" -eq 8192 ] && ok || bad "make_pattern_tokens.sh failed"
@@ -43,5 +30,4 @@ echo "$l" | awk '{ if (!($60 < 0.5 * $10)) exit 1 }' && ok || bad "loss stopped 
 l=$(losses "$tmp/mock.jsonl")
 echo "$l" | awk '{ if (!($NF > 0.8 * log(64))) exit 1 }' && ok || bad "mock data (random tokens) should not be learnable: $l"
 
-echo "test_train_learns: $pass checks passed, $fails failed"
-[ "$fails" -eq 0 ] && [ "$pass" -gt 0 ]
+finish
