@@ -17,8 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/batches.h"
-#include "cli/trainer.h"
+#include "train/train.h"
 
 typedef struct {
     const char *name;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "cli/trainer.h"
+#include "train/train.h"
 #include "test.h"
 
 static int64_t meta_i(ptdp_st_file *f, const char *k) { return atoll(ptdp_st_metadata(f, k)); }

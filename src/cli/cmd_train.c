@@ -12,9 +12,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
-#include "cli/batches.h"
 #include "cli/cli.h"
-#include "cli/trainer.h"
+#include "train/train.h"
 #include "data/data.h"
 
 /* Exit status for an error code: 2 for bad usage, configuration or file

@@ -5,7 +5,7 @@
  * over the first and last stage, all-reduce gradients over the data-parallel
  * group, global norm, clip, AdamW. With p = v = 1 the schedule is the plain
  * micro-batch loop (1F1B with no warm-up). */
-#include "cli/trainer.h"
+#include "train/train.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* batches.c - mock and token-file sample sources (see batches.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "cli/batches.h"
+#include "train/train.h"
 
 #include <errno.h>
 #include <fcntl.h>
