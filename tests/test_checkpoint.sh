@@ -98,7 +98,7 @@ run_np 1 train $ARGS --train-iters 1 --load "$TMP/empty" >"$TMP/empty.out" 2>&1 
 
 # A save that fails on one rank leaves the previous checkpoint current.
 cp -r "$TMP/t2p2.ck" "$TMP/fault.ck"
-PTDP_FAULT_SAVE_RANK=2 "$MPIRUN" --oversubscribe -np 4 -x PTDP_FAULT_SAVE_RANK "$PTDP" train $ARGS $T2P2 \
+PTDP_FAULT=save@2 "$MPIRUN" --oversubscribe -np 4 -x PTDP_FAULT "$PTDP" train $ARGS $T2P2 \
     --train-iters 12 --load "$TMP/fault.ck" --save "$TMP/fault.ck" >"$TMP/fault.out" 2>&1
 rc=$?
 [ "$rc" -ne 0 ] && ok || fail "a failed save should fail the run"

@@ -73,7 +73,7 @@ for entry in "${entries[@]}"; do
 done
 
 # --check-dp-replicas can fail: one replica nudged after iteration 1
-PTDP_FAULT_PERTURB=1 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_PERTURB "$PTDP" train $ARGS --micro-batch-size 1 \
+PTDP_FAULT=perturb@1:1 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" train $ARGS --micro-batch-size 1 \
     >"$TMP/perturb.out" 2>&1
 rc=$?
 [ "$rc" -ne 0 ] && grep -q "replicas differ after iteration 1" "$TMP/perturb.out" && ok ||

@@ -72,7 +72,7 @@ expect_error 2 "need the interleaved schedule" --pipeline-model-parallel-size 2 
 
 # A rank that dies takes the job down (non-zero status, a message), no hang.
 start=$(date +%s)
-PTDP_FAULT_RANK=1 PTDP_FAULT_ITER=3 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_RANK -x PTDP_FAULT_ITER \
+PTDP_FAULT=die@1:3 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT \
     "$PTDP" train $ARGS --pipeline-model-parallel-size 2 >"$TMP/die.out" 2>&1
 rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || fail "job with a dead rank: status $rc (124 = hung until timeout)"
@@ -80,7 +80,7 @@ grep -q "rank 1 dies at iteration 3" "$TMP/die.out" && ok || fail "no message fr
 [ $(($(date +%s) - start)) -lt 60 ] && ok || fail "the job took too long to come down"
 # A rank that fails to start (before any collective) takes every rank down
 # with a message, no hang.
-PTDP_FAULT_START_RANK=1 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT_START_RANK "$PTDP" train $ARGS \
+PTDP_FAULT=start@1 timeout 60 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" train $ARGS \
     --pipeline-model-parallel-size 2 >"$TMP/start.out" 2>&1
 rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || fail "a rank failing at start: status $rc (124 = hung)"

@@ -78,7 +78,11 @@ typedef struct {
 } ptdp_rng_key;
 
 void ptdp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-uint64_t ptdp_hash_str(const char *s); /* FNV-1a 64 */
+/* FNV-1a 64 over n bytes, continuing from h (PTDP_FNV1A_INIT to start): the
+ * one hash of the project (stream names, vocabulary tables, replica checks). */
+#define PTDP_FNV1A_INIT 1469598103934665603ull
+uint64_t ptdp_fnv1a(const void *data, size_t n, uint64_t h);
+uint64_t ptdp_hash_str(const char *s); /* ptdp_fnv1a of the string's bytes */
 uint64_t ptdp_hash_mix(uint64_t a, uint64_t b);
 ptdp_rng_key ptdp_rng_key_make(uint64_t seed, const char *name);
 /* Uniform in (0, 1], and standard normal (Box-Muller on one Philox block). */
@@ -115,6 +119,20 @@ size_t ptdp_arena_need(size_t bytes);
  * buffer (caller frees *out). Errors: PTDP_EIO "cannot open <what> '<path>':
  * <reason>" or "error reading ...", PTDP_ENOMEM. */
 int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
+
+/* ---- fault injection (tests) -------------------------------------------- */
+/* The one hook through which tests make ptdp fail on purpose. It is compiled
+ * into every build and driven by one environment variable:
+ *   PTDP_FAULT=NAME[@RANK][:ITER][,NAME[@RANK][:ITER]...]
+ * ptdp_fault(NAME) is 1 when an entry names NAME and, if it gives @RANK, the
+ * calling process is that global rank (ptdp_log_rank); ptdp_fault_at also
+ * needs :ITER to equal `iteration` when the entry gives one. The points
+ * (docs/testing.md lists them): start (a rank fails at start-up), die (a
+ * rank aborts before training iteration ITER), perturb (a data-parallel
+ * replica nudges one weight after iteration ITER), save (a rank's checkpoint
+ * shard write fails). Reads the environment on each call; keeps no state. */
+int ptdp_fault(const char *name);
+int ptdp_fault_at(const char *name, int64_t iteration);
 
 /* ---- time ------------------------------------------------------------- */
 double ptdp_now(void); /* seconds, monotonic */

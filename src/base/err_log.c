@@ -145,3 +145,41 @@ int ptdp_read_file(const char *path, const char *what, char **out, size_t *len) 
     *len = n;
     return PTDP_OK;
 }
+
+/* One entry of PTDP_FAULT: NAME[@RANK][:ITER]. Matches when the name is
+ * equal and the rank (if given) is this process's global rank; *iter
+ * receives ITER or -1. */
+static int fault_entry(const char *e, size_t len, const char *name, int64_t *iter) {
+    char buf[128];
+    if (len >= sizeof buf) return 0;
+    memcpy(buf, e, len);
+    buf[len] = 0;
+    *iter = -1;
+    char *colon = strchr(buf, ':');
+    if (colon) {
+        *colon = 0;
+        *iter = strtoll(colon + 1, NULL, 10);
+    }
+    char *at = strchr(buf, '@');
+    if (at) {
+        *at = 0;
+        if (atoi(at + 1) != ptdp_log_rank()) return 0;
+    }
+    return strcmp(buf, name) == 0;
+}
+
+static int fault_match(const char *name, int check_iter, int64_t iteration) {
+    const char *spec = getenv("PTDP_FAULT");
+    if (!spec || !*spec) return 0;
+    for (const char *e = spec; *e;) {
+        size_t len = strcspn(e, ",");
+        int64_t it;
+        if (fault_entry(e, len, name, &it) && (!check_iter || it < 0 || it == iteration)) return 1;
+        e += len;
+        if (*e == ',') e++;
+    }
+    return 0;
+}
+
+int ptdp_fault(const char *name) { return fault_match(name, 0, 0); }
+int ptdp_fault_at(const char *name, int64_t iteration) { return fault_match(name, 1, iteration); }

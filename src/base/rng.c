@@ -6,6 +6,7 @@
 #include "base.h"
 
 #include <math.h>
+#include <string.h>
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -33,14 +34,13 @@ void ptdp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[
     out[3] = c3;
 }
 
-uint64_t ptdp_hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
+uint64_t ptdp_fnv1a(const void *data, size_t n, uint64_t h) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
+
+uint64_t ptdp_hash_str(const char *s) { return ptdp_fnv1a(s, strlen(s), PTDP_FNV1A_INIT); }
 
 uint64_t ptdp_hash_mix(uint64_t a, uint64_t b) {
     /* splitmix64 finaliser over a combination: cheap and well mixed */

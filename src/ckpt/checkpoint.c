@@ -495,10 +495,8 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
         snprintf(name, sizeof name, "rank_%05d.safetensors", comm->world_rank);
         snprintf(path, sizeof path, "%s/%s", itdir, name);
         ptdp_st_writer_meta(w, "ptdp_checkpoint_iteration", "see manifest.json");
-        /* test hook: PTDP_FAULT_SAVE_RANK=R makes rank R's write fail */
-        const char *fault = getenv("PTDP_FAULT_SAVE_RANK");
-        if (fault && atoi(fault) == comm->world_rank)
-            rc = ptdp_errorf(PTDP_EIO, "%s: cannot write: injected failure (PTDP_FAULT_SAVE_RANK)", path);
+        if (ptdp_fault("save")) /* PTDP_FAULT=save@R: rank R's write fails */
+            rc = ptdp_errorf(PTDP_EIO, "%s: cannot write: injected failure (PTDP_FAULT=save)", path);
         if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
         uint32_t crc = 0;
         int64_t size = 0;

@@ -179,9 +179,9 @@ int ptdp_cmd_train(int argc, char **argv) {
      * leaving the others waiting in a collective. */
     {
         int32_t bad = rc != PTDP_OK;
-        if (getenv("PTDP_FAULT_START_RANK") && atoi(getenv("PTDP_FAULT_START_RANK")) == comm.world_rank && !bad) {
-            bad = 1; /* fault injection for tests */
-            rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT_START_RANK: rank %d fails to start (fault injection)",
+        if (!bad && ptdp_fault("start")) {
+            bad = 1;
+            rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT=start: rank %d fails to start (fault injection)",
                              comm.world_rank);
         }
         ptdp_allreduce_max_i32(&comm.world, &bad, 1);
@@ -231,15 +231,6 @@ int ptdp_cmd_train(int argc, char **argv) {
     double t_interval = 0, loss_interval = 0, t_total = 0;
     int64_t n_interval = 0, skipped_total = 0, eval_round = 0;
     ptdp_step_stats st = {0};
-    /* Fault injection for tests: PTDP_FAULT_RANK=R [PTDP_FAULT_ITER=I] makes
-     * global rank R die (abort) at iteration I, so tests can check that the
-     * other ranks do not hang; PTDP_FAULT_PERTURB (below) proves that
-     * --check-dp-replicas can fail. */
-    const char *fault_rank = getenv("PTDP_FAULT_RANK"), *fault_iter = getenv("PTDP_FAULT_ITER");
-    const int64_t die_at = fault_rank && atoi(fault_rank) == comm.world_rank ? (fault_iter ? atoll(fault_iter) : 1) : -1;
-    /* PTDP_FAULT_PERTURB=R: rank R nudges one weight after iteration 1 */
-    const char *fault_perturb = getenv("PTDP_FAULT_PERTURB");
-    const int perturb = fault_perturb && atoi(fault_perturb) == comm.world_rank;
     /* only the first and last pipeline stage read data */
     const int reads_data = comm.pp == 0 || comm.pp == comm.p - 1;
     const int64_t start_iter = ptdp_trainer_iteration(tr);
@@ -249,9 +240,9 @@ int ptdp_cmd_train(int argc, char **argv) {
     st.iteration = start_iter;
     status = 0;
     for (int64_t it = start_iter; it < a.train_iters; it++) {
-        if (it + 1 == die_at) {
-            ptdp_log_error("PTDP_FAULT_RANK: rank %d dies at iteration %lld (fault injection)", comm.world_rank,
-                           (long long)die_at);
+        if (ptdp_fault_at("die", it + 1)) { /* tests: the other ranks must not hang */
+            ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)", comm.world_rank,
+                           (long long)(it + 1));
             abort();
         }
         if (reads_data) ptdp_batches_get(&data, consumed + comm.dp * Bl, Bl, batch);
@@ -259,7 +250,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_trainer_step(tr, batch, &st);
         double dt = ptdp_now() - t0;
         consumed += B;
-        if (perturb && st.iteration == 1) { /* fault injection: desynchronise one replica */
+        if (ptdp_fault_at("perturb", st.iteration)) { /* tests: --check-dp-replicas must fail */
             float one = 1e-3f, *w = ptdp_gpt_chunk_params(ptdp_trainer_chunk(tr));
             float x;
             tp.ops->download(&x, w, sizeof x);

@@ -31,9 +31,7 @@ void ptdp_tokens_free(ptdp_tokens *t) {
 }
 
 static uint64_t ptdp__hash_bytes(const void *p, size_t n) {
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    uint64_t h = ptdp_fnv1a(p, n, PTDP_FNV1A_INIT);
     return h ^ (h >> 29);
 }
 
