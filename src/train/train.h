@@ -133,5 +133,55 @@ struct ptdp_ckpt_loaded;
 int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
                       struct ptdp_ckpt_loaded *out);
 int64_t ptdp_trainer_iteration(const ptdp_trainer *tr);
+/* Fault injection (PTDP_FAULT=perturb): nudges this rank's first weight by
+ * 1e-3 so a replica check must fail. */
+void ptdp_trainer_perturb(ptdp_trainer *tr);
+
+/* ---- a whole run ----------------------------------------------------------- */
+/* What `ptdp train` asks for, in library terms. Strings are borrowed (the
+ * caller keeps them alive until ptdp_run_free). */
+typedef struct {
+    ptdp_trainer_params trainer; /* model, layout, optimizer; trainer.comm set up */
+    int64_t train_iters;
+    /* data: --data-path (n_data_paths > 0), else --token-file, else mock */
+    int n_data_paths;
+    const char *const *data_paths; /* Megatron's "[weight] prefix ..." list */
+    const char *split;             /* "969,30,1" */
+    const char *token_file;
+    uint64_t seed;                 /* sample order, mock data */
+    /* evaluation: every eval_interval iterations, eval_iters batches */
+    int64_t eval_interval, eval_iters;
+    /* logging */
+    int64_t log_interval;
+    const char *log_jsonl;         /* rank 0 writes one JSON object per iteration */
+    int log_comm;                  /* print the communication counters at the end */
+    const char *gemm_name;         /* for the start-up line */
+    int check_dp_replicas;         /* compare replica hashes after every step */
+    /* checkpoints */
+    const char *save, *load;
+    int64_t save_interval;
+    int finetune, no_load_optim;
+    /* outputs at the end */
+    const char *trace;             /* Chrome trace */
+    const char *save_safetensors, *save_safetensors_config;
+} ptdp_run_params;
+ptdp_run_params ptdp_run_default_params(void);
+
+typedef struct ptdp_run ptdp_run;
+/* Opens the data, checks that the outputs are writable, builds the trainer,
+ * agrees with every other rank that all started (so a failure on one rank
+ * stops all, with a message, before any other collective), loads --load and
+ * logs the start-up lines. Collective over the world; every rank returns
+ * the same success or failure (the failing rank's message is recorded). */
+int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p);
+/* Runs the iterations from the current one to train_iters: data, the step,
+ * logging, evaluation, periodic checkpoints. Returns 0, or 1 when a
+ * checkpoint could not be written (message logged). Collective. */
+int ptdp_run_loop(ptdp_run *r);
+/* Final checkpoint (when the loop ended well and the last iteration is not
+ * saved), end-of-run report, trace and weights. Takes the loop's status and
+ * returns the run's. Collective. */
+int ptdp_run_finish(ptdp_run *r, int status);
+void ptdp_run_free(ptdp_run *r);
 
 #endif

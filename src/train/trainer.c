@@ -287,13 +287,17 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
     }
 }
 
+void ptdp_trainer_perturb(ptdp_trainer *tr) {
+    float x, *w = ptdp_gpt_chunk_params(tr->chunks[0]);
+    tr->p.ops->download(&x, w, sizeof x);
+    x += 1e-3f;
+    tr->p.ops->upload(w, &x, sizeof x);
+}
+
 int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
-    uint64_t h = 1469598103934665603ull;
-    for (int c = 0; c < tr->v; c++) {
-        const unsigned char *b = (const unsigned char *)ptdp_gpt_chunk_params(tr->chunks[c]);
-        size_t n = sizeof(float) * (size_t)ptdp_gpt_chunk_numel(tr->chunks[c]);
-        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    }
+    uint64_t h = PTDP_FNV1A_INIT;
+    for (int c = 0; c < tr->v; c++)
+        h = ptdp_fnv1a(ptdp_gpt_chunk_params(tr->chunks[c]), sizeof(float) * (size_t)ptdp_gpt_chunk_numel(tr->chunks[c]), h);
     uint64_t mm[2] = {h, ~h}; /* max of h and of ~h: equal iff all equal */
     ptdp_allreduce_max_u64(&tr->p.comm->data, mm, 2);
     return mm[0] == h && mm[1] == ~h;

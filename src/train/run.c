@@ -1,0 +1,239 @@
+/* run.c - a whole training run as a library: set-up (data sources, output
+ * checks, the trainer, the start-up agreement, --load), the loop (iterations,
+ * evaluation, checkpoint cadence) and the finish (final checkpoint, reports,
+ * trace, exported weights). `ptdp train` fills a ptdp_run_params from its
+ * flags and calls ptdp_run_setup / ptdp_run_loop / ptdp_run_finish; logging
+ * sinks live in log.c. Not here: flag parsing and MPI start-up (cli/). */
+#define _POSIX_C_SOURCE 200809L
+#include "train/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt.h"
+#include "train/train_internal.h"
+
+ptdp_run_params ptdp_run_default_params(void) {
+    return (ptdp_run_params){
+        .train_iters = 0,
+        .log_interval = 100,
+        .eval_interval = 1000,
+        .eval_iters = 100,
+        .seed = 1234,
+        .split = "969,30,1",
+    };
+}
+
+/* Opens the training (and validation) samples; sets r->n_evals. */
+static int open_data(ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    const int64_t s = p->trainer.cfg.seq_length, Bg = p->trainer.global_batch;
+    int rc = PTDP_OK;
+    r->n_evals = p->eval_iters ? p->train_iters / p->eval_interval + 1 : 0;
+    if (p->n_data_paths) {
+        ptdp_gpt_data_params gp = ptdp_gpt_data_default_params();
+        rc = ptdp_gpt_data_parse_paths(&gp, p->n_data_paths, (char **)p->data_paths);
+        gp.split = p->split;
+        gp.seq_length = s;
+        gp.seed = p->seed;
+        gp.vocab_size = p->trainer.cfg.vocab;
+        gp.num_samples[PTDP_SPLIT_TRAIN] = p->train_iters * Bg;
+        gp.num_samples[PTDP_SPLIT_VALID] = r->n_evals * p->eval_iters * Bg;
+        gp.num_samples[PTDP_SPLIT_TEST] = 0;
+        if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&r->gpt, &gp);
+        if (rc == PTDP_OK) {
+            ptdp_batches_gpt(&r->data, r->gpt, PTDP_SPLIT_TRAIN, s);
+            if (r->n_evals && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_VALID) > 0)
+                ptdp_batches_gpt(&r->valid, r->gpt, PTDP_SPLIT_VALID, s);
+            else
+                r->n_evals = 0;
+        }
+    } else {
+        r->n_evals = 0; /* mock data and token files have no validation split */
+        if (p->token_file)
+            rc = ptdp_batches_open_file(&r->data, p->token_file, s, p->trainer.cfg.vocab);
+        else
+            ptdp_batches_mock(&r->data, s, p->trainer.cfg.vocab, p->seed);
+    }
+    return rc;
+}
+
+/* Outputs written at the end must be writable now, not after training. */
+static int check_outputs(const ptdp_run_params *p) {
+    const char *outputs[2][2] = {{"--save-safetensors", p->save_safetensors}, {"--trace", p->trace}};
+    for (int i = 0; i < 2; i++)
+        if (outputs[i][1]) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s", outputs[i][1]);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
+                return ptdp_errorf(PTDP_EIO, "%s %s: the directory is not writable (or does not exist)",
+                                   outputs[i][0], outputs[i][1]);
+        }
+    return p->save ? ptdp_ckpt_prepare_dir(p->save) : PTDP_OK;
+}
+
+/* Everything before it is local to this rank (no collective). Agree before
+ * the first collective, so a failure on some ranks (memory, a file one node
+ * cannot read) brings every rank down with a message instead of leaving the
+ * others waiting in a collective. */
+static int agree_on_start(ptdp_comm *comm, int rc) {
+    int32_t bad = rc != PTDP_OK;
+    if (!bad && ptdp_fault("start")) {
+        bad = 1;
+        rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT=start: rank %d fails to start (fault injection)",
+                         comm->world_rank);
+    }
+    ptdp_allreduce_max_i32(&comm->world, &bad, 1);
+    if (bad && rc == PTDP_OK)
+        rc = ptdp_errorf(PTDP_ECOMM, "another rank failed to start (see its message); stopping");
+    return rc;
+}
+
+/* Megatron: --finetune loads weights only (iteration 0, fresh optimizer,
+ * data from the start); --no-load-optim keeps the iteration and data
+ * position but starts a fresh optimizer (and so the LR schedule). */
+static int load_checkpoint(ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    int rc = ptdp_trainer_load(r->tr, p->load, !p->no_load_optim && !p->finetune, !p->finetune, &r->loaded);
+    if (rc == PTDP_OK && !r->loaded.found)
+        ptdp_log0("warning: --load %s holds no checkpoint (no latest_checkpointed_iteration.txt); "
+                  "starting from scratch",
+                  p->load);
+    else if (rc == PTDP_OK)
+        ptdp_log0("loaded checkpoint %s: iteration %lld, consumed samples %lld%s", r->loaded.path,
+                  (long long)r->loaded.iteration, (long long)r->loaded.consumed_samples,
+                  p->finetune        ? " (--finetune: weights only, starting at iteration 0)"
+                  : p->no_load_optim ? " (--no-load-optim: fresh optimizer)"
+                                     : "");
+    return rc;
+}
+
+int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
+    *out = NULL;
+    ptdp_run *r = calloc(1, sizeof *r);
+    if (!r) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    r->p = *p;
+    r->comm = p->trainer.comm;
+    int rc = open_data(r);
+    if (rc == PTDP_OK) rc = check_outputs(p);
+    if (rc == PTDP_OK) rc = ptdp__log_open(r);
+    if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &p->trainer);
+    rc = agree_on_start(r->comm, rc);
+    if (rc == PTDP_OK && p->load) rc = load_checkpoint(r);
+    if (rc == PTDP_OK) {
+        const int64_t Bl = p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */
+        r->batch = malloc(sizeof(int32_t) * (size_t)(Bl * (p->trainer.cfg.seq_length + 1)));
+        if (!r->batch) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
+    }
+    if (rc != PTDP_OK) {
+        ptdp_run_free(r);
+        return rc;
+    }
+    ptdp__log_start(r);
+    *out = r;
+    return PTDP_OK;
+}
+
+/* Validation loss over --eval-iters batches of the validation split. */
+static double evaluate(ptdp_run *r, int reads_data) {
+    const ptdp_run_params *p = &r->p;
+    const int64_t B = p->trainer.global_batch, Bl = B / r->comm->d;
+    double vl = 0;
+    for (int64_t e = 0; e < p->eval_iters; e++) {
+        if (reads_data)
+            ptdp_batches_get(&r->valid, (r->eval_round * p->eval_iters + e) * B + r->comm->dp * Bl, Bl, r->batch);
+        vl += ptdp_trainer_eval(r->tr, r->batch);
+    }
+    r->eval_round++;
+    return vl / (double)p->eval_iters;
+}
+
+/* Saves a checkpoint of the current iteration; 0 or an exit status of 1. */
+static int save(ptdp_run *r) {
+    if (ptdp_trainer_save(r->tr, r->p.save, r->consumed)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return 1;
+    }
+    r->last_saved = ptdp_trainer_iteration(r->tr);
+    ptdp_log0("saved checkpoint %s/iter_%07lld", r->p.save, (long long)r->last_saved);
+    return 0;
+}
+
+int ptdp_run_loop(ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    ptdp_comm *comm = r->comm;
+    const int64_t B = p->trainer.global_batch, Bl = B / comm->d;
+    /* only the first and last pipeline stage read data */
+    const int reads_data = comm->pp == 0 || comm->pp == comm->p - 1;
+    const int64_t start_iter = ptdp_trainer_iteration(r->tr);
+    r->consumed = r->loaded.found && !p->finetune ? r->loaded.consumed_samples : 0;
+    r->last_saved = -1;
+    if (r->loaded.found && !p->finetune && p->save && !strcmp(p->save, p->load)) r->last_saved = start_iter;
+    r->eval_round = p->eval_interval ? start_iter / p->eval_interval : 0;
+    r->st.iteration = start_iter;
+    for (int64_t it = start_iter; it < p->train_iters; it++) {
+        if (ptdp_fault_at("die", it + 1)) { /* tests: the other ranks must not hang */
+            ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)", comm->world_rank,
+                           (long long)(it + 1));
+            abort();
+        }
+        if (reads_data) ptdp_batches_get(&r->data, r->consumed + comm->dp * Bl, Bl, r->batch);
+        double t0 = ptdp_now();
+        ptdp_trainer_step(r->tr, r->batch, &r->st);
+        double dt = ptdp_now() - t0;
+        r->consumed += B;
+        if (ptdp_fault_at("perturb", r->st.iteration)) /* tests: --check-dp-replicas must fail */
+            ptdp_trainer_perturb(r->tr);
+        if (p->check_dp_replicas && !ptdp_trainer_replicas_identical(r->tr)) {
+            ptdp_log_error("--check-dp-replicas: data-parallel replicas differ after iteration %lld",
+                           (long long)r->st.iteration);
+            ptdp_comm_abort(comm, 1);
+        }
+        ptdp__log_iteration(r, dt, it == p->train_iters - 1);
+        if (r->n_evals && (r->st.iteration % p->eval_interval == 0 || it == p->train_iters - 1))
+            ptdp__log_validation(r, evaluate(r, reads_data));
+        if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r)) return 1;
+    }
+    return 0;
+}
+
+int ptdp_run_finish(ptdp_run *r, int status) {
+    const ptdp_run_params *p = &r->p;
+    ptdp_comm *comm = r->comm;
+    if (status == 0 && p->save && r->last_saved != ptdp_trainer_iteration(r->tr)) status = save(r);
+    ptdp__log_finish(r);
+    if (p->trace && ptdp_trainer_write_trace(r->tr, p->trace)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        status = 1;
+    } else if (p->trace) {
+        ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)", p->trace);
+    }
+    if (p->save_safetensors && comm->dp == 0) {
+        ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
+        int nc = ptdp_trainer_num_chunks(r->tr);
+        for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(r->tr, c);
+        if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t, p->save_safetensors,
+                           p->save_safetensors_config)) {
+            ptdp_log_error("%s", ptdp_last_error());
+            status = 1;
+        } else {
+            ptdp_log0("wrote %s and %s", p->save_safetensors, p->save_safetensors_config);
+        }
+    }
+    return status;
+}
+
+void ptdp_run_free(ptdp_run *r) {
+    if (!r) return;
+    free(r->batch);
+    ptdp__log_close(r);
+    ptdp_trainer_free(r->tr);
+    ptdp_batches_close(&r->data);
+    ptdp_gpt_data_free(r->gpt);
+    free(r);
+}

@@ -1,0 +1,39 @@
+/* train_internal.h - what the files of src/train share and nobody else
+ * sees: the state of a run and the logging sinks (log.c). */
+#ifndef PTDP_TRAIN_INTERNAL_H
+#define PTDP_TRAIN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "ckpt/checkpoint.h"
+#include "train/train.h"
+
+struct ptdp_run {
+    ptdp_run_params p;
+    ptdp_comm *comm;
+    ptdp_trainer *tr;
+    ptdp_batches data, valid;
+    ptdp_gpt_data *gpt;
+    int32_t *batch;          /* [B/d, s+1] this data-parallel rank's samples */
+    int64_t n_evals;         /* 0: no validation */
+    int64_t eval_round;      /* validation batches already used / eval_iters */
+    int64_t consumed;        /* consumed samples (global) */
+    int64_t last_saved;      /* iteration of the last checkpoint, -1: none */
+    ptdp_ckpt_loaded loaded; /* what --load found */
+    ptdp_step_stats st;      /* the last step's */
+    FILE *jsonl;             /* --log-jsonl, rank 0 only */
+    /* the Megatron line averages over the logging interval */
+    double t_interval, loss_interval, t_total;
+    int64_t n_interval, skipped_total, iters_run;
+};
+
+/* Logging sinks: the Megatron iteration line, --log-jsonl, validation lines,
+ * the start-up and end-of-run reports (memory, communication counters). */
+int ptdp__log_open(ptdp_run *r);
+void ptdp__log_start(ptdp_run *r);
+void ptdp__log_iteration(ptdp_run *r, double dt, int last);
+void ptdp__log_validation(ptdp_run *r, double loss);
+void ptdp__log_finish(ptdp_run *r);
+void ptdp__log_close(ptdp_run *r);
+
+#endif
