@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline.h"
 #include "plan/plan.h"
 #include "test.h"
 

@@ -10,7 +10,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline.h"
 #include "plan/plan.h"
 
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {

@@ -130,6 +130,9 @@ typedef struct {
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 
+/* Most model chunks one rank holds (the virtual pipeline size v). */
+#define PTDP_MAX_CHUNKS 16
+
 /* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
  * allocate. The chunk keeps pointers to cfg, ops and tp (caller owns them). */
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);

@@ -1,7 +1,8 @@
 /* executor.c - one pipeline rank's iteration: walk the schedule, move
- * activations and gradients between stages with non-blocking MPI, run the
- * chunks' forward and backward, keep a trace. */
-#include "pipeline/executor.h"
+ * activations and gradients between stages with non-blocking sends from a
+ * ring of buffers per direction (sized by replaying the schedule), run the
+ * chunks' forward and backward, record trace events (written by trace.c). */
+#include "pipeline/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +12,16 @@ struct ptdp_executor {
     ptdp_action *acts;   /* this rank's list */
     int nacts;
     int64_t msg;         /* floats per message: b*s*h */
-    float *recv_buf;     /* [msg] */
-    float *send_bufs;    /* [2][v][m][msg] */
-    MPI_Request *send_reqs; /* [2][v][m] */
+    int K;               /* send ring slots per direction (ptdp_schedule_send_buffers) */
+    float *bufs;         /* backend memory [1 + 2K][msg]: the receive buffer, then the rings */
+    float *recv_buf;     /* [msg] = bufs */
+    MPI_Request *send_reqs; /* [2][K] */
+    int sent[2];         /* messages sent this iteration per direction */
     int *slot_of;        /* [v][m]: activation slot of (chunk, micro-batch) */
     int *slot_used;      /* [v][slots] */
     int slots;           /* per chunk (the largest of any chunk) */
-    int inflight[64], peak[64]; /* per chunk: now, most so far */
-    int last_bwd[64];           /* index in acts of chunk c's last backward */
+    int inflight[PTDP_MAX_CHUNKS], peak[PTDP_MAX_CHUNKS]; /* per chunk: now, most so far */
+    int last_bwd[PTDP_MAX_CHUNKS];                        /* index in acts of chunk c's last backward */
     double epoch;
     ptdp_event *events;
     int64_t nevents;
@@ -27,6 +30,10 @@ struct ptdp_executor {
 /* With scatter/gather a message is this TP rank's 1/t slice of the
  * activation (identical on every TP rank), the rest comes by all-gather. */
 static int sliced(const ptdp_executor *ex) { return ex->p.scatter_gather && ex->p.tensor && ex->p.tensor->size > 1; }
+
+ptdp_executor_params ptdp_executor_default_params(void) {
+    return (ptdp_executor_params){.sched = ptdp_schedule_default_params()};
+}
 
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     *out = NULL;
@@ -42,24 +49,34 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
         int k = ptdp_schedule_chunk_inflight(&p->sched, p->pp_rank, c);
         ex->slots = k > ex->slots ? k : ex->slots;
     }
-    PTDP_ASSERT(v <= 64);
+    PTDP_ASSERT(v <= PTDP_MAX_CHUNKS);
+    ex->K = 1;
+    if (p->sched.p > 1) { /* the ring's size comes from replaying every rank's list */
+        ptdp_schedule all;
+        if (ptdp_schedule_init(&all, &p->sched) != PTDP_OK) {
+            ptdp_executor_free(ex);
+            return PTDP_ENOMEM;
+        }
+        ex->K = ptdp_schedule_send_buffers(&all);
+        ptdp_schedule_free(&all);
+    }
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
-    ex->recv_buf = malloc(sizeof(float) * (size_t)ex->msg);
-    ex->send_bufs = p->sched.p > 1 ? malloc(sizeof(float) * (size_t)(2 * v * m) * (size_t)ex->msg) : NULL;
-    ex->send_reqs = calloc((size_t)(2 * v * m), sizeof(MPI_Request));
+    ex->bufs = p->ops->alloc(sizeof(float) * (size_t)(1 + (p->sched.p > 1 ? 2 * ex->K : 0)) * (size_t)ex->msg);
+    ex->recv_buf = ex->bufs;
+    ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(MPI_Request));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->recv_buf || (p->sched.p > 1 && !ex->send_bufs) || !ex->send_reqs || !ex->slot_of ||
-        !ex->slot_used || (p->max_events && !ex->events)) {
-        int64_t floats = 2 * v * m * ex->msg;
+    if (!ex->acts || !ex->bufs || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
+        (p->max_events && !ex->events)) {
+        int64_t floats = (1 + 2 * ex->K) * ex->msg;
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline's send buffers (%lld floats)", (long long)floats);
     }
     int n = 0;
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
-    for (int i = 0; i < 2 * v * m; i++) ex->send_reqs[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = MPI_REQUEST_NULL;
     for (int i = 0; i < ex->nacts; i++)
         if (ex->acts[i].kind == PTDP_ACT_BWD) ex->last_bwd[ex->acts[i].chunk] = i;
     ex->epoch = ptdp_now();
@@ -70,8 +87,7 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
 void ptdp_executor_free(ptdp_executor *ex) {
     if (!ex) return;
     free(ex->acts);
-    free(ex->recv_buf);
-    free(ex->send_bufs);
+    if (ex->bufs) ex->p.ops->free(ex->bufs);
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);
@@ -80,19 +96,6 @@ void ptdp_executor_free(ptdp_executor *ex) {
 }
 
 int ptdp_executor_peak_inflight(const ptdp_executor *ex, int chunk) { return ex->peak[chunk]; }
-
-int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk) {
-    int n = ptdp_schedule_len(sp), got = 0, now = 0, most = 0;
-    ptdp_action *acts = malloc(sizeof(ptdp_action) * (size_t)n);
-    PTDP_ASSERT(acts && ptdp_schedule_build(sp, rank, acts, n, &got) == PTDP_OK);
-    for (int i = 0; i < got; i++)
-        if (acts[i].chunk == chunk) {
-            now += acts[i].kind == PTDP_ACT_FWD ? 1 : -1;
-            most = now > most ? now : most;
-        }
-    free(acts);
-    return most;
-}
 
 double ptdp_executor_now(const ptdp_executor *ex) { return ptdp_now() - ex->epoch; }
 
@@ -116,13 +119,14 @@ static int take_slot(ptdp_executor *ex, int chunk) {
     return -1;
 }
 
-static float *send_buf(ptdp_executor *ex, int kind, int chunk, int mb) {
-    const int m = ex->p.sched.m, v = ex->p.sched.v;
-    return ex->send_bufs + ((int64_t)(kind * v + chunk) * m + mb) * ex->msg;
-}
-static MPI_Request *send_req(ptdp_executor *ex, int kind, int chunk, int mb) {
-    const int m = ex->p.sched.m, v = ex->p.sched.v;
-    return &ex->send_reqs[(kind * v + chunk) * m + mb];
+/* The next ring slot of direction `kind`, once the message it last carried
+ * has been delivered (ptdp_schedule_send_buffers proved that this wait
+ * cannot deadlock); *req is its request. */
+static float *next_send_buf(ptdp_executor *ex, int kind, MPI_Request **req) {
+    const int slot = ex->sent[kind]++ % ex->K;
+    *req = &ex->send_reqs[kind * ex->K + slot];
+    if (**req != MPI_REQUEST_NULL) ptdp_wait(*req);
+    return ex->bufs + (1 + (int64_t)kind * ex->K + slot) * ex->msg;
 }
 
 static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage, const ptdp_action *a,
@@ -169,17 +173,19 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk]) ex->peak[a->chunk] = ex->inflight[a->chunk];
             ex->slot_of[a->chunk * m + a->microbatch] = slot;
-            float *y = out.peer_rank >= 0 ? send_buf(ex, PTDP_ACT_FWD, a->chunk, a->microbatch) : NULL;
+            MPI_Request *req = NULL;
+            float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
             ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y, loss_scale, &ls,
                                iteration, mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
-            if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, send_req(ex, PTDP_ACT_FWD, a->chunk, a->microbatch));
+            if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);
         } else {
             if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
-            float *dx = out.peer_rank >= 0 ? send_buf(ex, PTDP_ACT_BWD, a->chunk, a->microbatch) : NULL;
+            MPI_Request *req = NULL;
+            float *dx = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_BWD, &req) : NULL;
             double t0 = ptdp_executor_now(ex);
             const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
             if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
@@ -188,68 +194,18 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             record(ex, PTDP_EV_BWD, t0, a, iteration);
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
             ex->inflight[a->chunk]--;
-            if (dx) send_to(ex, dx, &out, PTDP_ACT_BWD, a->microbatch, send_req(ex, PTDP_ACT_BWD, a->chunk, a->microbatch));
+            if (dx) send_to(ex, dx, &out, PTDP_ACT_BWD, a->microbatch, req);
         }
     }
     /* flush: every send must be delivered before the buffers are reused */
     double t0 = ptdp_executor_now(ex);
-    for (int i = 0; i < 2 * sp->v * m; i++)
+    for (int i = 0; i < 2 * ex->K; i++)
         if (ex->send_reqs[i] != MPI_REQUEST_NULL) ptdp_wait(&ex->send_reqs[i]);
+    ex->sent[0] = ex->sent[1] = 0;
     ptdp_executor_record(ex, PTDP_EV_SEND_WAIT, t0, ptdp_executor_now(ex), iteration);
 }
 
-static const char *event_name(int kind) {
-    static const char *names[] = {"forward", "backward", "recv wait", "send wait", "optimizer", "grad reduce"};
-    return names[kind];
-}
-
-int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp, int tp,
-                              const char *path) {
-    int64_t counts[4096];
-    PTDP_ASSERT(world->size <= 4096);
-    /* prefix every rank's events with its coordinates */
-    int64_t nbytes = (int64_t)sizeof(int) * 4 + ex->nevents * (int64_t)sizeof(ptdp_event);
-    char *mine = malloc((size_t)nbytes);
-    PTDP_ASSERT(mine);
-    int hdr[4] = {world_rank, dp, pp, tp};
-    memcpy(mine, hdr, sizeof hdr);
-    memcpy(mine + sizeof hdr, ex->events, (size_t)ex->nevents * sizeof(ptdp_event));
-    char *all = ptdp_gatherv_bytes(world, mine, nbytes, counts, 0);
-    free(mine);
-    if (world->rank != 0) return PTDP_OK;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        free(all);
-        return ptdp_errorf(PTDP_EIO, "--trace %s: cannot open for writing", path);
-    }
-    fprintf(f, "{\"traceEvents\":[\n");
-    int64_t off = 0;
-    int first = 1;
-    for (int r = 0; r < world->size; r++) {
-        int h[4];
-        memcpy(h, all + off, sizeof h);
-        int64_t nev = (counts[r] - (int64_t)sizeof h) / (int64_t)sizeof(ptdp_event);
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d [dp %d, pp %d, tp %d]\"}}",
-                first ? "" : ",\n", h[0], h[0], h[1], h[2], h[3]);
-        first = 0;
-        for (int64_t e = 0; e < nev; e++) {
-            ptdp_event ev;
-            memcpy(&ev, all + off + (int64_t)sizeof h + e * (int64_t)sizeof ev, sizeof ev);
-            if (ev.microbatch >= 0)
-                fprintf(f, ",\n{\"name\":\"%s %d.%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                           "\"args\":{\"iteration\":%d,\"microbatch\":%d,\"chunk\":%d}}",
-                        ev.kind == PTDP_EV_FWD ? "F" : ev.kind == PTDP_EV_BWD ? "B" : event_name(ev.kind), ev.microbatch,
-                        ev.chunk, event_name(ev.kind), h[0], ev.start * 1e6, ev.dur * 1e6, ev.iteration, ev.microbatch,
-                        ev.chunk);
-            else
-                fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                           "\"args\":{\"iteration\":%d}}",
-                        event_name(ev.kind), event_name(ev.kind), h[0], ev.start * 1e6, ev.dur * 1e6, ev.iteration);
-        }
-        off += counts[r];
-    }
-    fprintf(f, "\n]}\n");
-    free(all);
-    if (fclose(f) != 0) return ptdp_errorf(PTDP_EIO, "--trace %s: write failed", path);
-    return PTDP_OK;
+int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events) {
+    *events = ex->events;
+    return ex->nevents;
 }

@@ -5,7 +5,7 @@
  * Deliberately not here: validation (validate.c), timing (plan/sim.c), and
  * anything that touches MPI or tensors. Generators allocate nothing except
  * ptdp_schedule_init, which allocates the [p][2*m*v] action array once. */
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -237,4 +237,17 @@ void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank) {
     char buf[32];
     fprintf(f, "rank %d:", rank);
     for (int i = 0; i < s->len; i++) fprintf(f, " %s", ptdp_action_str(&s->params, &acts[i], buf));
+}
+
+int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk) {
+    int n = ptdp_schedule_len(sp), got = 0, now = 0, most = 0;
+    ptdp_action *acts = malloc(sizeof(ptdp_action) * (size_t)n);
+    PTDP_ASSERT(acts && ptdp_schedule_build(sp, rank, acts, n, &got) == PTDP_OK);
+    for (int i = 0; i < got; i++)
+        if (acts[i].chunk == chunk) {
+            now += acts[i].kind == PTDP_ACT_FWD ? 1 : -1;
+            most = now > most ? now : most;
+        }
+    free(acts);
+    return most;
 }

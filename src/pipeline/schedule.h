@@ -1,10 +1,14 @@
-/* schedule.h - pipeline schedules as data: pure generators of each pipeline
- * rank's ordered list of compute actions (GPipe, 1F1B, interleaved 1F1B),
- * the point-to-point transfers each action implies, and a validator that
- * proves a set of lists well formed and free of deadlock.
+/* schedule.h - the pure half of pipeline parallelism: schedules as data (pure generators of
+ * each pipeline rank's ordered list of compute actions: GPipe, 1F1B,
+ * interleaved 1F1B), the point-to-point transfers each action implies, the
+ * replay that proves a set of lists well formed and free of deadlock (and
+ * that the simulator in plan/ times), and the executor that runs one rank's
+ * list over its model chunks (pipeline.h).
  *
- * Deliberately not here: MPI, tensors, timing (see plan/plan.h for the
- * discrete-event simulator) and the executor that runs one rank's list.
+ * Why two headers in one folder: this half is pure (no comm, no tensors,
+ * no model), so plan/ (which must run anywhere) includes it without pulling
+ * in comm or model; everything else includes pipeline.h. Timing is
+ * plan/plan.h's (the discrete-event simulator).
  *
  * Vocabulary (legend of DESIGN.md): p pipeline ranks, v model chunks per
  * rank, m micro-batches per iteration. Chunk c on pipeline rank r is virtual
@@ -166,5 +170,42 @@ void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank);
  * peak, if not NULL, receives each rank's peak stashed count ([p]).
  * Returns PTDP_OK or PTDP_EINVAL with a message naming rank and action. */
 int ptdp_schedule_validate(const ptdp_schedule *s, int *peak);
+
+/* Slots chunk `chunk` needs on `rank` for a schedule: the most forwards of
+ * that chunk whose backward has not run yet, walking the rank's list. */
+int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk);
+
+/* ---- replay ---------------------------------------------------------------- */
+/* The one replay of a set of lists under the executor's communication model,
+ * shared by the validator (does every list finish?), the simulator (when
+ * does each action start?) and the executor's buffer sizing. Ranks take
+ * their next action whenever its input exists: the forward of virtual stage
+ * k needs stage k-1's forward of the same micro-batch, a backward needs the
+ * next stage's backward (the last stage's: its own forward).
+ * send_buffers = 0: eager sends, each from its own buffer (never blocks).
+ * send_buffers = K > 0: each rank sends each direction (activations,
+ * gradients) from a ring of K buffers, and an action that sends can start
+ * only once the message last sent from its ring slot has been received
+ * (the receiving action was taken), which is what the executor does. */
+typedef struct {
+    int rank, index;          /* the action taken: ptdp_schedule_rank(s, rank)[index] */
+    const ptdp_action *action;
+    ptdp_p2p from;            /* where its input comes from (peer_rank -1: no transfer) */
+    int producer_rank;        /* the action whose output it consumes, */
+    int producer_index;       /* or -1, -1 (the first stage's forward) */
+} ptdp_replay_step;
+typedef void (*ptdp_replay_fn)(void *ctx, const ptdp_replay_step *step);
+/* Replays s, calling fn (may be NULL) for each action taken, in an order
+ * consistent with every dependency. Returns PTDP_OK when every list
+ * finishes; PTDP_EINVAL (no message) when no rank can progress, with
+ * stuck[r] (caller-owned [p], may be NULL) the index each rank waits at.
+ * PTDP_ENOMEM with a message. Expects lists that pass the per-rank checks
+ * of ptdp_schedule_validate (every action in range, each exactly once). */
+int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_fn fn, void *ctx, int *stuck);
+/* The smallest ring of send buffers per direction with which the lists
+ * cannot deadlock, plus one so a sender never waits for the receiver of its
+ * previous message: what the executor allocates instead of one buffer per
+ * message. At most m*v. */
+int ptdp_schedule_send_buffers(const ptdp_schedule *s);
 
 #endif

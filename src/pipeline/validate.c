@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline.h"
 
 static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *peak_out) {
     const ptdp_schedule_params *sp = &s->params;
@@ -55,63 +55,28 @@ static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *
     return PTDP_OK;
 }
 
-/* Index of the "(kind, micro-batch, stage) has run" flag. */
-static size_t done_idx(const ptdp_schedule_params *sp, int kind, int mb, int stage) {
-    return ((size_t)kind * sp->m + (size_t)mb) * (size_t)(sp->p * sp->v) + (size_t)stage;
-}
-
-/* Whether action a of rank r has its input: the transfer it receives has
- * been sent (eager sends make "sent" the same as "the producer ran"). */
-static int ready(const ptdp_schedule_params *sp, const unsigned char *done, int r, const ptdp_action *a,
-                 ptdp_p2p *from) {
-    ptdp_action_p2p(sp, r, a, from, NULL);
-    int k = ptdp_schedule_stage(sp, r, a->chunk);
-    if (from->peer_rank < 0) /* first stage's forward, or last stage's backward */
-        return a->kind == PTDP_ACT_FWD || done[done_idx(sp, PTDP_ACT_FWD, a->microbatch, k)];
-    return done[done_idx(sp, a->kind, a->microbatch, from->peer_stage)];
-}
-
+/* The replay (replay.c) with eager sends; on deadlock, one message naming
+ * every blocked rank and whom it waits for. */
 static int check_deadlock(const ptdp_schedule *s) {
     const ptdp_schedule_params *sp = &s->params;
-    int p = sp->p;
-    size_t nflags = 2 * (size_t)sp->m * (size_t)p * (size_t)sp->v;
-    unsigned char *done = calloc(nflags, 1);
-    int *next = calloc((size_t)p, sizeof(int));
-    if (!done || !next) {
-        free(done);
-        free(next);
-        return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
-    }
-    int finished = 0, progress = 1;
-    ptdp_p2p from;
-    while (progress && finished < p) {
-        progress = 0;
-        for (int r = 0; r < p; r++) {
-            const ptdp_action *acts = ptdp_schedule_rank(s, r);
-            while (next[r] < s->len && ready(sp, done, r, &acts[next[r]], &from)) {
-                const ptdp_action *a = &acts[next[r]];
-                done[done_idx(sp, a->kind, a->microbatch, ptdp_schedule_stage(sp, r, a->chunk))] = 1;
-                if (++next[r] == s->len) finished++;
-                progress = 1;
-            }
-        }
-    }
-    int rc = PTDP_OK;
-    if (finished < p) {
+    int *stuck = malloc(sizeof(int) * (size_t)sp->p);
+    if (!stuck) return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
+    int rc = ptdp_schedule_replay(s, 0, NULL, NULL, stuck);
+    if (rc == PTDP_EINVAL) {
         char msg[512], buf[32];
         int off = 0;
-        for (int r = 0; r < p && off < (int)sizeof msg - 80; r++) {
-            if (next[r] == s->len) continue;
-            const ptdp_action *a = &ptdp_schedule_rank(s, r)[next[r]];
-            ready(sp, done, r, a, &from);
+        for (int r = 0; r < sp->p && off < (int)sizeof msg - 80; r++) {
+            if (stuck[r] == s->len) continue;
+            const ptdp_action *a = &ptdp_schedule_rank(s, r)[stuck[r]];
+            ptdp_p2p from;
+            ptdp_action_p2p(sp, r, a, &from, NULL);
             ptdp_action_str(sp, a, buf);
             off += snprintf(msg + off, sizeof msg - (size_t)off, "%srank %d at %s waits for rank %d",
                             off ? "; " : "", r, buf, from.peer_rank);
         }
         rc = ptdp_errorf(PTDP_EINVAL, "schedule deadlocks: %s", msg);
     }
-    free(done);
-    free(next);
+    free(stuck);
     return rc;
 }
 

@@ -16,7 +16,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "optim/optim.h"
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline.h"
 #include "data/data.h"
 
 /* ---- samples ---------------------------------------------------------------- */
@@ -52,7 +52,6 @@ void ptdp_batches_close(ptdp_batches *b);
 void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32_t *out);
 
 /* ---- the trainer --------------------------------------------------------------- */
-#define PTDP_MAX_CHUNKS 16
 
 typedef struct {
     ptdp_gpt_config cfg;   /* finished (ptdp_gpt_config_finish) */

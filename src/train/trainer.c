@@ -15,7 +15,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
-#include "pipeline/executor.h"
+#include "pipeline/pipeline.h"
 #include "plan/plan.h"
 
 struct ptdp_trainer {
@@ -105,17 +105,19 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         }
     }
     if (rc == PTDP_OK) {
-        ptdp_executor_params ep = {sp,
-                                   comm->pp,
-                                   &comm->pipeline,
-                                   tr->chunks,
-                                   p->cfg.seq_length * p->micro_batch,
-                                   p->cfg.hidden,
-                                   p->trace_events,
-                                   &comm->tensor,
-                                   p->scatter_gather,
-                                   p->overlap_grad_reduce && comm->d > 1 ? ptdp_ddp_grads_ready : NULL,
-                                   (void **)tr->ddp};
+        ptdp_executor_params ep = ptdp_executor_default_params();
+        ep.sched = sp;
+        ep.pp_rank = comm->pp;
+        ep.pipeline = &comm->pipeline;
+        ep.ops = p->ops;
+        ep.chunks = tr->chunks;
+        ep.tokens_per_mb = p->cfg.seq_length * p->micro_batch;
+        ep.hidden = p->cfg.hidden;
+        ep.max_events = p->trace_events;
+        ep.tensor = &comm->tensor;
+        ep.scatter_gather = p->scatter_gather;
+        ep.last_bwd_hook = p->overlap_grad_reduce && comm->d > 1 ? ptdp_ddp_grads_ready : NULL;
+        ep.hook_ctx = (void **)tr->ddp;
         rc = ptdp_executor_init(&tr->ex, &ep);
     }
     if (rc == PTDP_OK && comm->p > 1) {

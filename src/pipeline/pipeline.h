@@ -1,16 +1,7 @@
-/* executor.h - runs one pipeline rank's action list (schedule.h) over its
- * model chunks: receives activations and gradients from the neighbouring
- * stages, runs forward/backward, sends results on.
- *
- * Communication model (the one ptdp_schedule_validate proves deadlock-free):
- * sends are eager, each from its own buffer (one per direction, micro-batch
- * and chunk) and completed at the end of the iteration; a receive is posted
- * right before the action that needs it and waited for. Activation slots are
- * taken at a forward and given back at the matching backward.
- * Not here: the tied-embedding and data-parallel reductions (the trainer
- * does them after the flush). */
-#ifndef PTDP_EXECUTOR_H
-#define PTDP_EXECUTOR_H
+/* pipeline.h - the public header of src/pipeline: schedules (schedule.h,
+ * the pure half plan/ also uses) and the executor below. */
+#ifndef PTDP_PIPELINE_H
+#define PTDP_PIPELINE_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -19,8 +10,35 @@
 #include "model/model.h"
 #include "pipeline/schedule.h"
 
-/* One timed event of the trace (--trace). */
-typedef enum { PTDP_EV_FWD, PTDP_EV_BWD, PTDP_EV_RECV, PTDP_EV_SEND_WAIT, PTDP_EV_OPTIM, PTDP_EV_REDUCE } ptdp_event_kind;
+/* The executor runs one pipeline rank's action list (schedule.h) over its
+ * model chunks: receives activations and gradients from the neighbouring
+ * stages, runs forward/backward, sends results on.
+ *
+ * Communication model (the one ptdp_schedule_replay proves deadlock-free):
+ * sends are non-blocking, from a ring of K buffers per direction
+ * (activations forward, gradients backward) with K from
+ * ptdp_schedule_send_buffers; before a ring slot is reused, the message it
+ * last carried is waited for; every send is completed at the end of the
+ * iteration. A receive is posted right before the action that needs it and
+ * waited for. Activation slots are
+ * taken at a forward and given back at the matching backward.
+ * Not here: the tied-embedding and data-parallel reductions (the trainer
+ * does them after the flush). */
+/* Timed events of the trace (--trace): X(enum, name in the trace). */
+#define PTDP_EVENT_KINDS(X)                 \
+    X(PTDP_EV_FWD, "forward")               \
+    X(PTDP_EV_BWD, "backward")              \
+    X(PTDP_EV_RECV, "recv wait")            \
+    X(PTDP_EV_SEND_WAIT, "send wait")       \
+    X(PTDP_EV_OPTIM, "optimizer")           \
+    X(PTDP_EV_REDUCE, "grad reduce")
+typedef enum {
+#define PTDP__EV_ENUM(e, s) e,
+    PTDP_EVENT_KINDS(PTDP__EV_ENUM)
+#undef PTDP__EV_ENUM
+    PTDP_EV_COUNT
+} ptdp_event_kind;
+const char *ptdp_event_kind_name(int kind);
 typedef struct {
     double start, dur; /* seconds since the executor's epoch */
     int kind, microbatch, chunk, iteration;
@@ -32,6 +50,7 @@ typedef struct {
     ptdp_schedule_params sched; /* checked, kind resolved */
     int pp_rank;
     ptdp_group *pipeline;
+    const ptdp_ops *ops;     /* allocates the message buffers */
     ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank;
                                 chunk c has ptdp_schedule_chunk_inflight() slots */
     int64_t tokens_per_mb;   /* b * s (rows of an activation) */
@@ -46,6 +65,7 @@ typedef struct {
 } ptdp_executor_params;
 
 /* PTDP_ENOMEM when the send buffers cannot be allocated. */
+ptdp_executor_params ptdp_executor_default_params(void);
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p);
 void ptdp_executor_free(ptdp_executor *ex);
 
@@ -59,9 +79,6 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
 /* Most micro-batches chunk `c` held stashed at once in this run, and the
  * slots each chunk needs for this rank's list (computed from the list). */
 int ptdp_executor_peak_inflight(const ptdp_executor *ex, int chunk);
-/* Slots chunk `chunk` needs on `rank` for a schedule: the most forwards of
- * that chunk whose backward has not run yet, walking the rank's list. */
-int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk);
 
 /* Records an event measured outside the executor (optimizer, reductions). */
 void ptdp_executor_record(ptdp_executor *ex, int kind, double t0, double t1, int64_t iteration);
@@ -72,5 +89,8 @@ double ptdp_executor_now(const ptdp_executor *ex);
  * the file cannot be written. */
 int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp, int tp,
                               const char *path);
+
+/* Internal (trace.c): the events recorded so far; returns their count. */
+int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events);
 
 #endif
