@@ -13,7 +13,7 @@ struct ptdp_executor {
     int64_t msg;         /* floats per message: b*s*h */
     float *recv_buf;     /* [msg] */
     float *send_bufs;    /* [2][v][m][msg] */
-    MPI_Request *send_reqs; /* [2][v][m] */
+    ptdp_comm_req *send_reqs; /* [2][v][m] */
     int *slot_of;        /* [v][m]: activation slot of (chunk, micro-batch) */
     int *slot_used;      /* [v][slots] */
     int slots;           /* per chunk (the largest of any chunk) */
@@ -46,7 +46,7 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
     ex->recv_buf = malloc(sizeof(float) * (size_t)ex->msg);
     ex->send_bufs = p->sched.p > 1 ? malloc(sizeof(float) * (size_t)(2 * v * m) * (size_t)ex->msg) : NULL;
-    ex->send_reqs = calloc((size_t)(2 * v * m), sizeof(MPI_Request));
+    ex->send_reqs = calloc((size_t)(2 * v * m), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
@@ -59,7 +59,7 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     int n = 0;
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
-    for (int i = 0; i < 2 * v * m; i++) ex->send_reqs[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 2 * v * m; i++) ex->send_reqs[i] = PTDP_COMM_REQ_NULL;
     for (int i = 0; i < ex->nacts; i++)
         if (ex->acts[i].kind == PTDP_ACT_BWD) ex->last_bwd[ex->acts[i].chunk] = i;
     ex->epoch = ptdp_now();
@@ -120,7 +120,7 @@ static float *send_buf(ptdp_executor *ex, int kind, int chunk, int mb) {
     const int m = ex->p.sched.m, v = ex->p.sched.v;
     return ex->send_bufs + ((int64_t)(kind * v + chunk) * m + mb) * ex->msg;
 }
-static MPI_Request *send_req(ptdp_executor *ex, int kind, int chunk, int mb) {
+static ptdp_comm_req *send_req(ptdp_executor *ex, int kind, int chunk, int mb) {
     const int m = ex->p.sched.m, v = ex->p.sched.v;
     return &ex->send_reqs[(kind * v + chunk) * m + mb];
 }
@@ -128,7 +128,7 @@ static MPI_Request *send_req(ptdp_executor *ex, int kind, int chunk, int mb) {
 static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage, const ptdp_action *a,
                       int64_t it) {
     double t0 = ptdp_executor_now(ex);
-    MPI_Request req;
+    ptdp_comm_req req;
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -142,7 +142,7 @@ static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb,
     record(ex, PTDP_EV_RECV, t0, a, it);
 }
 
-static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, MPI_Request *req) {
+static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, ptdp_comm_req *req) {
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -194,7 +194,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
     /* flush: every send must be delivered before the buffers are reused */
     double t0 = ptdp_executor_now(ex);
     for (int i = 0; i < 2 * sp->v * m; i++)
-        if (ex->send_reqs[i] != MPI_REQUEST_NULL) ptdp_wait(&ex->send_reqs[i]);
+        ptdp_wait(&ex->send_reqs[i]);
     ptdp_executor_record(ex, PTDP_EV_SEND_WAIT, t0, ptdp_executor_now(ex), iteration);
 }
 
