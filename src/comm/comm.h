@@ -178,8 +178,9 @@ void ptdp_comm_finalize(ptdp_comm *c);
 /* Ends the whole job with `status` from any rank (MPI_Abort when running
  * under MPI with more than one rank, exit otherwise). */
 _Noreturn void ptdp_comm_abort(const ptdp_comm *c, int status);
-/* Ranks of this job on this node (1 without a multi-rank backend). Not
- * collective in effect, but under MPI every rank must call it (it splits). */
+/* Ranks of this job on this node (1 on the local backend or a world of
+ * one). Collective over the world under MPI (it splits the world by node):
+ * every rank calls it, once, at start-up. */
 int ptdp_comm_node_size(const ptdp_comm *c);
 
 /* Blocking collectives: every member of the group must call, in the same
