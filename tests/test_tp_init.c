@@ -21,13 +21,13 @@ int main(void) {
         ptdp_gpt_config cfg = {.num_layers = 2, .hidden = 48, .heads = 12, .seq_length = 8, .vocab = 300,
                                .init_std = 0.02f, .seed = 77};
         CHECK_OK(ptdp_gpt_config_finish(&cfg, 128, t)); /* same padded V for the full model and its shards */
-        ptdp_group one = {.name = "tensor", .comm = MPI_COMM_NULL, .size = 1, .rank = 0};
+        ptdp_group one = {.name = "tensor", .size = 1, .rank = 0};
         ptdp_gpt_chunk *full = make(&cfg, &one);
         int n, nf;
         const ptdp_param_spec *fs = ptdp_gpt_chunk_specs(full, &nf);
         float *fp = ptdp_gpt_chunk_params(full);
         for (int r = 0; r < t; r++) {
-            ptdp_group g = {.name = "tensor", .comm = MPI_COMM_NULL, .size = t, .rank = r};
+            ptdp_group g = {.name = "tensor", .size = t, .rank = r};
             ptdp_gpt_chunk *shard = make(&cfg, &g);
             const ptdp_param_spec *ss = ptdp_gpt_chunk_specs(shard, &n);
             CHECK(n == nf);

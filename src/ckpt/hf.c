@@ -250,7 +250,7 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
     free(mine);
     if (model->rank != 0) return PTDP_OK;
 
-    ptdp_group one = {.name = "export", .comm = MPI_COMM_NULL, .size = 1, .rank = 0};
+    ptdp_group one = {.name = "export", .size = 1, .rank = 0};
     /* a parameter holder: s = 1 keeps its (unused) activations tiny */
     ptdp_gpt_config holder = *cfg;
     holder.seq_length = 1;

@@ -1,6 +1,7 @@
-/* comm.c - MPI process groups and collectives with call/byte counters.
- * Not here: NCCL (GPU buffers) or overlapping schedulers; callers decide when
- * to wait. */
+/* comm.c - the backend-independent layer: groups from the rank layout,
+ * per-group call/byte counters, dispatch to the group's backend table.
+ * Not here: any MPI (mpi.c), any in-process logic (local.c), overlapping
+ * schedulers (callers decide when to wait). */
 #include "comm/comm.h"
 
 #include <stdlib.h>
@@ -13,35 +14,29 @@ static const char *const op_names[] = {
 };
 const char *ptdp_comm_op_name(ptdp_comm_op op) { return op_names[op]; }
 
-#define MPI_CHECK(call)                                                      \
-    do {                                                                     \
-        int mpi__rc = (call);                                                \
-        if (mpi__rc != MPI_SUCCESS) {                                        \
-            char mpi__msg[MPI_MAX_ERROR_STRING];                             \
-            int mpi__len = 0;                                                \
-            MPI_Error_string(mpi__rc, mpi__msg, &mpi__len);                  \
-            ptdp__assert_fail(#call, __FILE__, __LINE__, mpi__msg);          \
-        }                                                                    \
-    } while (0)
+static const size_t dtype_sizes[] = {
+#define PTDP__DT_SIZE(e, s, n) n,
+    PTDP_COMM_DTYPES(PTDP__DT_SIZE)
+#undef PTDP__DT_SIZE
+};
+size_t ptdp_comm_dtype_size(ptdp_comm_dtype dt) { return dtype_sizes[dt]; }
 
-static void mpi_abort_hook(void) {
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 134);
+/* A group of one needs no backend state: the local table serves it. */
+static const ptdp_comm_ops *ops_of(const ptdp_group *g) {
+    if (g->size <= 1) return &ptdp_comm_local_ops;
+    PTDP_ASSERT_MSG(g->ops, "a group of more than one member without a backend");
+    return g->ops;
 }
 
 static void group_single(ptdp_group *g, const char *name) {
-    g->name = name;
-    g->comm = MPI_COMM_NULL;
-    g->size = 1;
-    g->rank = 0;
+    *g = (ptdp_group){.name = name, .ops = &ptdp_comm_local_ops, .impl = NULL, .size = 1, .rank = 0};
 }
 
 void ptdp_comm_init_single(ptdp_comm *c) {
     *c = (ptdp_comm){0};
     c->world_size = 1;
     c->t = c->p = c->d = 1;
+    c->ops = &ptdp_comm_local_ops;
     group_single(&c->world, "world");
     group_single(&c->tensor, "tensor");
     group_single(&c->pipeline, "pipeline");
@@ -53,35 +48,24 @@ void ptdp_comm_init_single(ptdp_comm *c) {
 
 int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv) {
     ptdp_comm_init_single(c);
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) return ptdp_errorf(PTDP_ECOMM, "MPI_Init failed");
-    c->mpi_initialized = 1;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
-    ptdp_set_abort_hook(mpi_abort_hook);
-    c->world.comm = c->world_size > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL;
+    c->ops = &ptdp_comm_mpi_ops;
+    int rc = c->ops->init(c, argc, argv);
+    if (rc != PTDP_OK) {
+        c->ops = &ptdp_comm_local_ops;
+        return rc;
+    }
+    c->initialized = 1;
     c->world.size = c->world_size;
     c->world.rank = c->world_rank;
+    if (c->world_size > 1) c->world.ops = c->ops;
     return PTDP_OK;
 }
 
 static void split(ptdp_comm *c, ptdp_group *g, const char *name, int color, int key) {
-    MPI_Comm sub = MPI_COMM_NULL;
     g->name = name;
-    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &sub));
-    if (sub == MPI_COMM_NULL) {
-        g->size = 0;
-        g->rank = -1;
-        g->comm = MPI_COMM_NULL;
-        return;
-    }
-    MPI_CHECK(MPI_Comm_size(sub, &g->size));
-    MPI_CHECK(MPI_Comm_rank(sub, &g->rank));
-    if (g->size == 1) {
-        MPI_Comm_free(&sub);
-        sub = MPI_COMM_NULL;
-    }
-    g->comm = sub;
+    g->impl = NULL;
+    c->ops->split(c, g, color, key);
+    g->ops = g->size > 1 ? c->ops : &ptdp_comm_local_ops;
 }
 
 int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d) {
@@ -107,143 +91,131 @@ int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d) {
     split(c, &c->pipeline, "pipeline", c->tp + t * c->dp, c->pp);
     split(c, &c->data, "data", c->tp + t * c->pp, c->dp);
     split(c, &c->model, "model", c->dp, c->tp + t * c->pp);
-    split(c, &c->embedding, "embedding", c->in_embedding_group ? c->tp + t * c->dp : MPI_UNDEFINED,
-          c->pp);
+    split(c, &c->embedding, "embedding", c->in_embedding_group ? c->tp + t * c->dp : -1, c->pp);
     return PTDP_OK;
 }
 
 void ptdp_comm_finalize(ptdp_comm *c) {
-    if (!c->mpi_initialized) return;
+    if (!c->initialized) return;
     ptdp_group *gs[] = {&c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};
     for (int i = 0; i < 5; i++)
-        if (gs[i]->comm != MPI_COMM_NULL) MPI_Comm_free(&gs[i]->comm);
-    MPI_Finalize();
-    c->mpi_initialized = 0;
+        if (gs[i]->impl) c->ops->group_free(gs[i]);
+    c->ops->finalize(c);
+    c->initialized = 0;
 }
 
 _Noreturn void ptdp_comm_abort(const ptdp_comm *c, int status) {
     fflush(stdout);
     fflush(stderr);
-    if (c->mpi_initialized && c->world_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    if (c->mpi_initialized) MPI_Finalize();
+    if (c->initialized) c->ops->abort(c, status);
     exit(status);
 }
 
+int ptdp_comm_node_size(const ptdp_comm *c) {
+    if (!c->initialized || c->world_size <= 1) return 1;
+    return c->ops->node_size(c);
+}
+
+/* Counts only groups of more than one member: a group of one moves no
+ * bytes, and the paper's formulas count none. */
 static void count(ptdp_group *g, ptdp_comm_op op, int64_t bytes) {
+    if (g->size <= 1) return;
     g->counters.calls[op]++;
     g->counters.bytes[op] += bytes;
 }
 
-static void allreduce(ptdp_group *g, void *buf, int64_t n, MPI_Datatype ty, MPI_Op op, int64_t esize) {
-    if (g->size <= 1) return;
-    PTDP_ASSERT(n <= INT32_MAX);
-    count(g, PTDP_OP_ALLREDUCE, n * esize);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, ty, op, g->comm));
+static void allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+    PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
+    count(g, PTDP_OP_ALLREDUCE, n * (int64_t)ptdp_comm_dtype_size(dt));
+    ops_of(g)->allreduce(g, buf, n, dt, op);
 }
 
-void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, MPI_FLOAT, MPI_SUM, 4); }
-void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, MPI_FLOAT, MPI_MAX, 4); }
-void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n) { allreduce(g, buf, n, MPI_DOUBLE, MPI_SUM, 8); }
-void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n) { allreduce(g, buf, n, MPI_INT32_T, MPI_MAX, 4); }
+void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_SUM); }
+void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_MAX); }
+void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F64, PTDP_COMM_SUM); }
+void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_I32, PTDP_COMM_MAX); }
+void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_U64, PTDP_COMM_MAX); }
 
-void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, MPI_Request *req) {
-    *req = MPI_REQUEST_NULL;
-    if (g->size <= 1) return;
-    PTDP_ASSERT(n <= INT32_MAX);
-    count(g, PTDP_OP_ALLREDUCE, n * 4);
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, g->comm, req));
-}
-
-void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, MPI_Request *req) {
-    *req = MPI_REQUEST_NULL;
-    if (g->size <= 1) {
-        memcpy(recv, send, sizeof(float) * (size_t)n);
-        return;
-    }
-    PTDP_ASSERT(n <= INT32_MAX);
-    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, g->comm, req));
-}
-
-void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) { allreduce(g, buf, n, MPI_UINT64_T, MPI_MAX, 8); }
-
-void ptdp_barrier(ptdp_group *g) {
-    if (g->size > 1) MPI_CHECK(MPI_Barrier(g->comm));
-}
+void ptdp_barrier(ptdp_group *g) { ops_of(g)->barrier(g); }
 
 void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
-    if (g->size <= 1) return;
-    PTDP_ASSERT(n <= INT32_MAX);
+    PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLGATHER, n * 4);
-    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, (int)n, MPI_FLOAT, buf, (int)n, MPI_FLOAT, g->comm));
+    ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32);
 }
 
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
-    if (g->size <= 1) {
-        for (int64_t i = 0; i < n; i++) recv[i] = send[i];
-        return;
-    }
-    PTDP_ASSERT(n <= INT32_MAX);
+    PTDP_ASSERT(n >= 0 && n <= INT32_MAX && root >= 0 && root < g->size);
     count(g, PTDP_OP_GATHER, n * 4);
-    MPI_CHECK(MPI_Gather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, root, g->comm));
+    ops_of(g)->gather(g, send, n, PTDP_COMM_F32, recv, root);
+}
+
+void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req *req) {
+    PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
+    const ptdp_comm_ops *ops = ops_of(g);
+    *req = PTDP_COMM_REQ_NULL;
+    count(g, PTDP_OP_ALLREDUCE, n * 4);
+    ops->iallreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_SUM, req);
+    req->ops = ops;
+}
+
+void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, ptdp_comm_req *req) {
+    PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
+    const ptdp_comm_ops *ops = ops_of(g);
+    *req = PTDP_COMM_REQ_NULL;
+    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
+    ops->ireduce_scatter(g, send, recv, n, PTDP_COMM_F32, req);
+    req->ops = ops;
 }
 
 void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts, int root) {
-    PTDP_ASSERT(nbytes <= INT32_MAX);
-    if (g->size <= 1) {
-        void *out = malloc((size_t)nbytes + 1);
-        PTDP_ASSERT(out);
-        memcpy(out, send, (size_t)nbytes);
-        counts[0] = nbytes;
-        return out;
-    }
-    int n = (int)nbytes, *cnt = NULL, *displ = NULL;
+    PTDP_ASSERT(nbytes >= 0 && nbytes <= INT32_MAX && root >= 0 && root < g->size);
+    const ptdp_comm_ops *ops = ops_of(g);
+    const int is_root = g->rank == root;
+    /* the counts first (not counted: bookkeeping, not payload) */
+    ops->gather(g, &nbytes, 1, PTDP_COMM_I64, is_root ? counts : NULL, root);
     char *out = NULL;
-    if (g->rank == root) {
-        cnt = calloc((size_t)g->size, sizeof(int));
-        displ = calloc((size_t)g->size, sizeof(int));
-        PTDP_ASSERT(cnt && displ);
-    }
-    MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, cnt, 1, MPI_INT, root, g->comm));
-    if (g->rank == root) {
+    if (is_root) {
         int64_t total = 0;
-        for (int r = 0; r < g->size; r++) {
-            displ[r] = (int)total;
-            counts[r] = cnt[r];
-            total += cnt[r];
-        }
+        for (int r = 0; r < g->size; r++) total += counts[r];
         PTDP_ASSERT(total <= INT32_MAX);
         out = malloc((size_t)total + 1);
         PTDP_ASSERT(out);
     }
     count(g, PTDP_OP_GATHER, nbytes);
-    MPI_CHECK(MPI_Gatherv(send, n, MPI_BYTE, out, cnt, displ, MPI_BYTE, root, g->comm));
-    free(cnt);
-    free(displ);
+    ops->gatherv(g, send, nbytes, out, is_root ? counts : NULL, root);
     return out;
 }
 
-void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, MPI_Request *req) {
-    PTDP_ASSERT(g->size > 1 && n <= INT32_MAX);
+void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
+    PTDP_ASSERT(g->size > 1 && n >= 0 && n <= INT32_MAX && peer >= 0 && peer < g->size);
+    const ptdp_comm_ops *ops = ops_of(g);
+    *req = PTDP_COMM_REQ_NULL;
     count(g, PTDP_OP_SEND, n * 4);
-    MPI_CHECK(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, req));
+    ops->isend(g, buf, n, PTDP_COMM_F32, peer, tag, req);
+    req->ops = ops;
 }
 
-void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, MPI_Request *req) {
-    PTDP_ASSERT(g->size > 1 && n <= INT32_MAX);
+void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
+    PTDP_ASSERT(g->size > 1 && n >= 0 && n <= INT32_MAX && peer >= 0 && peer < g->size);
+    const ptdp_comm_ops *ops = ops_of(g);
+    *req = PTDP_COMM_REQ_NULL;
     count(g, PTDP_OP_RECV, n * 4);
-    MPI_CHECK(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, g->comm, req));
+    ops->irecv(g, buf, n, PTDP_COMM_F32, peer, tag, req);
+    req->ops = ops;
 }
 
-void ptdp_wait(MPI_Request *req) {
-    if (*req != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+void ptdp_wait(ptdp_comm_req *req) {
+    if (!req->ops) return;
+    req->ops->wait(req);
+    *req = PTDP_COMM_REQ_NULL;
 }
 
-int ptdp_test(MPI_Request *req) {
-    if (*req == MPI_REQUEST_NULL) return 1;
-    int done = 0;
-    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-    return done;
+int ptdp_test(ptdp_comm_req *req) {
+    if (!req->ops) return 1;
+    if (!req->ops->test(req)) return 0;
+    *req = PTDP_COMM_REQ_NULL;
+    return 1;
 }
 
 void ptdp_comm_counters_reset(ptdp_comm *c) {

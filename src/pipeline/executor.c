@@ -15,7 +15,7 @@ struct ptdp_executor {
     int K;               /* send ring slots per direction (ptdp_schedule_send_buffers) */
     float *bufs;         /* backend memory [1 + 2K][msg]: the receive buffer, then the rings */
     float *recv_buf;     /* [msg] = bufs */
-    MPI_Request *send_reqs; /* [2][K] */
+    ptdp_comm_req *send_reqs; /* [2][K] */
     int sent[2];         /* messages sent this iteration per direction */
     int *slot_of;        /* [v][m]: activation slot of (chunk, micro-batch) */
     int *slot_used;      /* [v][slots] */
@@ -63,7 +63,7 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
     ex->bufs = p->ops->alloc(sizeof(float) * (size_t)(1 + (p->sched.p > 1 ? 2 * ex->K : 0)) * (size_t)ex->msg);
     ex->recv_buf = ex->bufs;
-    ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(MPI_Request));
+    ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
@@ -76,7 +76,7 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     int n = 0;
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
-    for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = PTDP_COMM_REQ_NULL;
     for (int i = 0; i < ex->nacts; i++)
         if (ex->acts[i].kind == PTDP_ACT_BWD) ex->last_bwd[ex->acts[i].chunk] = i;
     ex->epoch = ptdp_now();
@@ -122,17 +122,17 @@ static int take_slot(ptdp_executor *ex, int chunk) {
 /* The next ring slot of direction `kind`, once the message it last carried
  * has been delivered (ptdp_schedule_send_buffers proved that this wait
  * cannot deadlock); *req is its request. */
-static float *next_send_buf(ptdp_executor *ex, int kind, MPI_Request **req) {
+static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
     const int slot = ex->sent[kind]++ % ex->K;
     *req = &ex->send_reqs[kind * ex->K + slot];
-    if (**req != MPI_REQUEST_NULL) ptdp_wait(*req);
+    ptdp_wait(*req); /* no-op when the slot is unused */
     return ex->bufs + (1 + (int64_t)kind * ex->K + slot) * ex->msg;
 }
 
 static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage, const ptdp_action *a,
                       int64_t it) {
     double t0 = ptdp_executor_now(ex);
-    MPI_Request req;
+    ptdp_comm_req req;
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -146,7 +146,7 @@ static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb,
     record(ex, PTDP_EV_RECV, t0, a, it);
 }
 
-static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, MPI_Request *req) {
+static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, ptdp_comm_req *req) {
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -173,7 +173,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk]) ex->peak[a->chunk] = ex->inflight[a->chunk];
             ex->slot_of[a->chunk * m + a->microbatch] = slot;
-            MPI_Request *req = NULL;
+            ptdp_comm_req *req = NULL;
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
             ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y, loss_scale, &ls,
@@ -184,7 +184,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         } else {
             if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
-            MPI_Request *req = NULL;
+            ptdp_comm_req *req = NULL;
             float *dx = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_BWD, &req) : NULL;
             double t0 = ptdp_executor_now(ex);
             const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
@@ -199,8 +199,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
     }
     /* flush: every send must be delivered before the buffers are reused */
     double t0 = ptdp_executor_now(ex);
-    for (int i = 0; i < 2 * ex->K; i++)
-        if (ex->send_reqs[i] != MPI_REQUEST_NULL) ptdp_wait(&ex->send_reqs[i]);
+    for (int i = 0; i < 2 * ex->K; i++) ptdp_wait(&ex->send_reqs[i]);
     ex->sent[0] = ex->sent[1] = 0;
     ptdp_executor_record(ex, PTDP_EV_SEND_WAIT, t0, ptdp_executor_now(ex), iteration);
 }

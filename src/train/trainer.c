@@ -214,7 +214,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
         for (int64_t stage = 0; stage < stages; stage++) {
             if (stage % P != comm->pp) continue;
             int c = (int)(stage / P);
-            MPI_Request req;
+            ptdp_comm_req req;
             if (stage > 0) {
                 ptdp_irecv_f32(&comm->pipeline, buf, n, (int)((stage - 1) % P), (int)stage, &req);
                 ptdp_wait(&req);

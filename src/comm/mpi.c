@@ -1,0 +1,195 @@
+/* mpi.c - the MPI communication backend (CPU buffers; processes launched by
+ * mpirun). Fills `ptdp_comm_mpi_ops`; comm.c has already checked arguments
+ * and counted the call. Every MPI call is checked: a failure is a broken
+ * job, so it asserts (the abort hook then takes every rank down).
+ * A group's impl is a malloc'd MPI_Comm (made once, at setup); a request's
+ * inline storage holds its MPI_Request, so starting an operation allocates
+ * nothing. Not here: counting, groups of one (the local backend). */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+_Static_assert(sizeof(MPI_Request) <= PTDP_COMM_REQ_BYTES, "MPI_Request does not fit ptdp_comm_req");
+
+#define MPI_CHECK(call)                                                      \
+    do {                                                                     \
+        int mpi__rc = (call);                                                \
+        if (mpi__rc != MPI_SUCCESS) {                                        \
+            char mpi__msg[MPI_MAX_ERROR_STRING];                             \
+            int mpi__len = 0;                                                \
+            MPI_Error_string(mpi__rc, mpi__msg, &mpi__len);                  \
+            ptdp__assert_fail(#call, __FILE__, __LINE__, mpi__msg);          \
+        }                                                                    \
+    } while (0)
+
+static MPI_Comm comm_of(const ptdp_group *g) { return *(const MPI_Comm *)g->impl; }
+static MPI_Request *req_of(ptdp_comm_req *r) { return (MPI_Request *)(void *)r->impl.bytes; }
+
+static MPI_Datatype mpi_type(ptdp_comm_dtype dt) {
+    switch (dt) {
+    case PTDP_COMM_F32: return MPI_FLOAT;
+    case PTDP_COMM_F64: return MPI_DOUBLE;
+    case PTDP_COMM_I32: return MPI_INT32_T;
+    case PTDP_COMM_I64: return MPI_INT64_T;
+    case PTDP_COMM_U64: return MPI_UINT64_T;
+    case PTDP_COMM_BYTE: return MPI_BYTE;
+    default: break;
+    }
+    PTDP_ASSERT_MSG(0, "unknown communication data type");
+    return MPI_DATATYPE_NULL;
+}
+static MPI_Op mpi_op(ptdp_comm_reduce op) { return op == PTDP_COMM_MAX ? MPI_MAX : MPI_SUM; }
+
+static void mpi_abort_hook(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 134);
+}
+
+static MPI_Comm *box(MPI_Comm comm) {
+    MPI_Comm *b = malloc(sizeof *b);
+    PTDP_ASSERT(b);
+    *b = comm;
+    return b;
+}
+
+static int mpi_init(ptdp_comm *c, int *argc, char ***argv) {
+    if (MPI_Init(argc, argv) != MPI_SUCCESS) return ptdp_errorf(PTDP_ECOMM, "MPI_Init failed");
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
+    ptdp_set_abort_hook(mpi_abort_hook);
+    c->world.impl = c->world_size > 1 ? box(MPI_COMM_WORLD) : NULL;
+    return PTDP_OK;
+}
+
+static void mpi_split(ptdp_comm *c, ptdp_group *g, int color, int key) {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+    g->impl = NULL;
+    if (sub == MPI_COMM_NULL) {
+        g->size = 0;
+        g->rank = -1;
+        return;
+    }
+    MPI_CHECK(MPI_Comm_size(sub, &g->size));
+    MPI_CHECK(MPI_Comm_rank(sub, &g->rank));
+    if (g->size == 1)
+        MPI_CHECK(MPI_Comm_free(&sub));
+    else
+        g->impl = box(sub);
+}
+
+static void mpi_group_free(ptdp_group *g) {
+    MPI_Comm *b = g->impl;
+    if (!b) return;
+    if (*b != MPI_COMM_WORLD) MPI_CHECK(MPI_Comm_free(b));
+    free(b);
+    g->impl = NULL;
+}
+
+static void mpi_finalize(ptdp_comm *c) {
+    mpi_group_free(&c->world);
+    MPI_CHECK(MPI_Finalize());
+}
+
+static void mpi_abort(const ptdp_comm *c, int status) {
+    if (c->world_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+}
+
+static int mpi_node_size(const ptdp_comm *c) {
+    MPI_Comm node;
+    int n = 1;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, &n));
+    MPI_CHECK(MPI_Comm_free(&node));
+    return n;
+}
+
+static void mpi_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g)));
+}
+
+static void mpi_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
+    MPI_Datatype ty = mpi_type(dt);
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, (int)n, ty, buf, (int)n, ty, comm_of(g)));
+}
+
+static void mpi_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv, int root) {
+    MPI_Datatype ty = mpi_type(dt);
+    MPI_CHECK(MPI_Gather(send, (int)n, ty, recv, (int)n, ty, root, comm_of(g)));
+}
+
+static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv, const int64_t *counts,
+                        int root) {
+    int *cnt = NULL, *displ = NULL;
+    if (g->rank == root) {
+        cnt = calloc((size_t)g->size, sizeof(int));
+        displ = calloc((size_t)g->size, sizeof(int));
+        PTDP_ASSERT(cnt && displ);
+        int64_t total = 0;
+        for (int r = 0; r < g->size; r++) {
+            displ[r] = (int)total;
+            cnt[r] = (int)counts[r];
+            total += counts[r];
+        }
+    }
+    MPI_CHECK(MPI_Gatherv(send, (int)nbytes, MPI_BYTE, recv, cnt, displ, MPI_BYTE, root, comm_of(g)));
+    free(cnt);
+    free(displ);
+}
+
+static void mpi_barrier(ptdp_group *g) { MPI_CHECK(MPI_Barrier(comm_of(g))); }
+
+static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op,
+                           ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g), req_of(req)));
+}
+
+static void mpi_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n, ptdp_comm_dtype dt,
+                                ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g), req_of(req)));
+}
+
+static void mpi_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                      ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Isend(buf, (int)n, mpi_type(dt), peer, tag, comm_of(g), req_of(req)));
+}
+
+static void mpi_irecv(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                      ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Irecv(buf, (int)n, mpi_type(dt), peer, tag, comm_of(g), req_of(req)));
+}
+
+static void mpi_wait(ptdp_comm_req *req) { MPI_CHECK(MPI_Wait(req_of(req), MPI_STATUS_IGNORE)); }
+
+static int mpi_test(ptdp_comm_req *req) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(req_of(req), &done, MPI_STATUS_IGNORE));
+    return done;
+}
+
+const ptdp_comm_ops ptdp_comm_mpi_ops = {
+    .name = "mpi",
+    .init = mpi_init,
+    .split = mpi_split,
+    .group_free = mpi_group_free,
+    .finalize = mpi_finalize,
+    .abort = mpi_abort,
+    .node_size = mpi_node_size,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .gather = mpi_gather,
+    .gatherv = mpi_gatherv,
+    .barrier = mpi_barrier,
+    .iallreduce = mpi_iallreduce,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .wait = mpi_wait,
+    .test = mpi_test,
+};

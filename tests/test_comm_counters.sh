@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Communication counters, exact bytes, for the groups test_tp.sh and
+# test_recompute_sg.sh do not check: the data-parallel bucket all-reduces,
+# ZeRO-1's reduce-scatter and all-gather (--use-distributed-optimizer), the
+# embedding group's tied-embedding all-reduce (p > 1), and the model group's
+# gradient-norm all-reduce. Every expected number is derived below from the
+# configuration alone (parameter shapes, 16-float alignment, padding of the
+# flat buffer to 16*d, bucket cuts of --ddp-bucket-size); rank 0's whole
+# `--log-comm` report must equal it line for line.
+source "$PTDP_SRC/tests/parallel_lib.sh"
+
+# h=12 (LayerNorm vectors 12 -> 16 floats), heads 2, s=4, V=100 -> 128.
+h=12 f=48 s=4 V=128 iters=3 b=1
+ARGS="--mock-data --num-layers 2 --hidden-size $h --num-attention-heads 2 --seq-length $s
+ --vocab-size 100 --micro-batch-size $b --train-iters $iters --lr 1e-3 --log-interval $iters
+ --hidden-dropout 0 --attention-dropout 0 --log-comm"
+
+r16() { echo $(( ($1 + 15) / 16 * 16 )); } # every tensor starts 64-byte aligned
+layer=$(( $(r16 $h) * 2 + $(r16 $((3 * h * h))) + $(r16 $((3 * h))) + $(r16 $((h * h))) + $(r16 $h)
+    + $(r16 $h) * 2 + $(r16 $((f * h))) + $(r16 $f) + $(r16 $((h * f))) + $(r16 $h) ))
+wte=$(r16 $((V * h))) wpe=$(r16 $((s * h))) lnf=$(( $(r16 $h) * 2 ))
+pad() { echo $(( ($1 + $2 - 1) / $2 * $2 )); } # pad N MULTIPLE
+# buckets: ptdp cuts buckets of (bucket / d * d) floats from the end of the
+# flat buffer; the last (first in memory) one takes the rest
+nbuckets() { local size=$(( $2 / $3 * $3 )); echo $(( ($1 + size - 1) / size )); } # numel bucket d
+
+# report NP ARGS... : rank 0's counter lines as "group op calls bytes"
+report() {
+    local np=$1
+    shift
+    run_np "$np" train $ARGS "$@" >"$TMP/run.out" 2>&1 || { cat "$TMP/run.out" >&2; return 1; }
+    grep "^\[0,0,0\] comm " "$TMP/run.out" | awk '{print $3, $4, $6, $8}'
+}
+expect() { # expect NAME GOT WANT
+    if [ "$2" = "$3" ]; then ok; else
+        fail "$1: counters differ"
+        diff <(echo "$3") <(echo "$2") | sed 's/^/  /' >&2
+    fi
+}
+# one all-reduce of one int32 on the world at start-up (did every rank
+# start?); per iteration, the gradient norm: an all-reduce of 1 double (2 with ZeRO-1,
+# the shards' squares) over the data group, 2 over the model group
+WORLD="world all-reduce 1 4"
+
+# 1. d=3, p=1: the flat buffer (one chunk, two layers) is padded to 16*3.
+d=3 bucket=1000
+numel=$(pad $((wte + wpe + 2 * layer + lnf)) $((16 * d)))
+nb=$(nbuckets $numel $bucket $d)
+got=$(report 3 --global-batch-size 6 --ddp-bucket-size $bucket)
+want="$WORLD
+data all-reduce $((iters * (nb + 1))) $((iters * (4 * numel + 8)))"
+expect "d=3 buckets" "$got" "$want"
+
+# 2. the same with ZeRO-1: per bucket a reduce-scatter (counted as the whole
+# bucket: d blocks of len/d) and after the step an all-gather of len/d.
+got=$(report 3 --global-batch-size 6 --ddp-bucket-size $bucket --use-distributed-optimizer)
+want="$WORLD
+data all-reduce $iters $((iters * 16))
+data all-gather $((iters * nb)) $((iters * 4 * numel / d))
+data reduce-scatter $((iters * nb)) $((iters * 4 * numel))"
+expect "d=3 ZeRO-1" "$got" "$want"
+
+# 3. p=2, d=2, ZeRO-1: rank 0 is the first stage (embeddings + layer 0); it
+# sends m activations [s, b, h] and receives m gradients per iteration, and
+# sums the tied word embedding's gradient [V, h] with the last stage.
+d=2 bucket=500 B=4
+m=$(( B / (b * d) ))
+numel=$(pad $((wte + wpe + layer)) $((16 * d)))
+nb=$(nbuckets $numel $bucket $d)
+got=$(report 4 --global-batch-size $B --ddp-bucket-size $bucket --use-distributed-optimizer \
+    --pipeline-model-parallel-size 2)
+want="$WORLD
+pipeline send $((iters * m)) $((iters * m * 4 * s * b * h))
+pipeline recv $((iters * m)) $((iters * m * 4 * s * b * h))
+data all-reduce $iters $((iters * 16))
+data all-gather $((iters * nb)) $((iters * 4 * numel / d))
+data reduce-scatter $((iters * nb)) $((iters * 4 * numel))
+model all-reduce $iters $((iters * 16))
+embedding all-reduce $iters $((iters * 4 * V * h))"
+expect "p=2 d=2 ZeRO-1" "$got" "$want"
+# the padding and the bucket cut must both matter in these cases
+[ "$numel" -ne $((wte + wpe + layer)) ] && ok || fail "case 3 does not exercise the 16*d padding"
+finish
