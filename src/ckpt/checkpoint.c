@@ -19,8 +19,6 @@
 
 #define LATEST "latest_checkpointed_iteration.txt"
 #define MANIFEST "manifest.json"
-#define WTE "embedding.word_embeddings.weight"
-#define WPE "embedding.position_embeddings.weight"
 
 enum { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"param", "exp_avg", "exp_avg_sq"};
@@ -409,15 +407,16 @@ static void shard_rect(const ptdp_param_spec *sp, int tp, int64_t *r0, int64_t *
  * tensors, the first stage's copy of the tied embedding. */
 static int writes_spec(const ptdp_param_spec *sp, int tp, int first_stage) {
     if (sp->split == PTDP_SPLIT_NONE && tp != 0) return 0;
-    if (!strcmp(sp->name, WTE) && !first_stage) return 0;
+    if (sp->role == PTDP_ROLE_EMBEDDING && !first_stage) return 0;
     return 1;
 }
 
+/* The first stage is the one chunk that holds the position embedding. */
 static int chunk_is_first(ptdp_gpt_chunk *c) {
     int n;
     const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(sp[i].name, WPE)) return 1;
+        if (sp[i].role == PTDP_ROLE_POSITION) return 1;
     return 0;
 }
 
@@ -696,7 +695,7 @@ static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *
                       int kind, float *local, uint8_t *have) {
     const tensor_rec *T = find_tensor(M, sp->name);
     if (!T) return ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint has no tensor '%s'", M->path, sp->name);
-    const int wte = !strcmp(sp->name, WTE);
+    const int wte = sp->role == PTDP_ROLE_EMBEDDING;
     if (T->ndim != sp->ndim || T->shape[1] != sp->gshape[1] ||
         (wte ? T->shape[0] < cfg->vocab : T->shape[0] != sp->gshape[0]))
         return ptdp_errorf(PTDP_ECONFIG, "%s: tensor '%s' has shape [%lld,%lld] but the model flags need [%lld,%lld]",

@@ -219,11 +219,14 @@ static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp
     mp->lnf_w = L->lnf >= 0 ? base + L->v[L->lnf].offset : NULL;
     mp->lnf_b = L->lnf >= 0 ? base + L->v[L->lnf + 1].offset : NULL;
     mp->layers = lps;
-    int first = (L->wte >= 0) + (L->wpe >= 0);
     for (int64_t i = 0; i < c->nl; i++) {
-        const ptdp_param_spec *s = &L->v[first + 12 * i];
-        float **f = (float **)&lps[i];
-        for (int k = 0; k < 12; k++) f[k] = base + s[k].offset;
+        const ptdp_param_spec *s = &L->v[L->layer0 + PTDP__LAYER_NPARAMS * i];
+        int k = 0;
+#define PTDP__LAYER_PTR(field, suffix, role_, ...)  \
+    PTDP_ASSERT(s[k].role == role_);                \
+    lps[i].field = base + s[k++].offset;
+        PTDP__LAYER_PARAMS(PTDP__LAYER_PTR)
+#undef PTDP__LAYER_PTR
     }
 }
 
@@ -260,10 +263,8 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         ptdp_gpt_chunk_free(c);
         return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     }
-    {
-        int first = (c->specs.wte >= 0) + (c->specs.wpe >= 0);
-        for (int64_t i = 0; i < c->nl; i++) c->layer_offset[i] = c->specs.v[first + 12 * i].offset;
-    }
+    for (int64_t i = 0; i < c->nl; i++)
+        c->layer_offset[i] = c->specs.v[c->specs.layer0 + PTDP__LAYER_NPARAMS * i].offset;
     c->param_bytes = (p->inference ? 1 : 2) * sizeof(float) * (size_t)c->specs.total;
     c->params = c->ops->alloc(c->param_bytes);
     carver dry = {0, 1, NULL};

@@ -44,7 +44,7 @@ int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
     int64_t end = p->numel, soff = 0;
     for (int k = 0; end > 0; k++) {
         int64_t len = end >= size ? size : end;
-        d->b[k] = (bucket){end - len, len, 0, MPI_REQUEST_NULL};
+        d->b[k] = (bucket){.off = end - len, .len = len, .started = 0, .req = MPI_REQUEST_NULL};
         d->shard_off[k] = soff;
         soff += len / d->d;
         end -= len;

@@ -29,12 +29,12 @@ struct ptdp_trainer {
     int64_t iteration;
 };
 
-/* Index of the tied word embedding in a chunk's specs, or -1. */
+/* The tied word embedding's spec in a chunk (by role), or NULL. */
 static const ptdp_param_spec *find_wte(ptdp_gpt_chunk *c) {
     int n;
     const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(sp[i].name, "embedding.word_embeddings.weight")) return &sp[i];
+        if (sp[i].role == PTDP_ROLE_EMBEDDING) return &sp[i];
     return NULL;
 }
 
