@@ -39,7 +39,7 @@ struct ptdp_generator {
 };
 
 ptdp_sampling_params ptdp_sampling_default_params(void) {
-    ptdp_sampling_params p = {1.0f, 0, 1.0f, 1234};
+    ptdp_sampling_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1234};
     return p;
 }
 

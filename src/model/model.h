@@ -94,6 +94,10 @@ typedef struct {
     int inference;                  /* no gradient buffer (generation, export): forward only,
                                        call ptdp_gpt_chunk_set_training(c, 0) */
 } ptdp_chunk_params;
+/* Defaults: no configuration (the caller sets cfg and the layer range), no
+ * embedding or head, b = 1, one slot, the CPU backend, no tensor group
+ * (t = 1), no recomputation, flat buffers padded to 16 floats, training. */
+ptdp_chunk_params ptdp_chunk_default_params(void);
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 
