@@ -1,10 +1,10 @@
 /* checkpoint.c - layout-independent training checkpoints: saving one shard
  * file per rank plus a manifest, loading (with resharding) into any
  * (t, p, d, v, ZeRO-1) layout, and the info/verify tools. The format is in
- * checkpoint.h and docs/checkpoint-format.md. Not here: the trainer's loop
+ * ckpt.h and docs/checkpoint-format.md. Not here: the trainer's loop
  * (cli/cmd_train.c decides when to save). */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/safetensors.h"
 
 #define LATEST "latest_checkpointed_iteration.txt"
 #define MANIFEST "manifest.json"

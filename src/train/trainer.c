@@ -13,7 +13,6 @@
 
 #include <omp.h>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "pipeline/executor.h"
 #include "plan/plan.h"
