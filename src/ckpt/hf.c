@@ -255,7 +255,12 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
     /* a parameter holder: s = 1 keeps its (unused) activations tiny */
     ptdp_gpt_config holder = *cfg;
     holder.seq_length = 1;
-    ptdp_chunk_params cp = {.cfg = &holder, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &one, .inference = 1};
+    ptdp_chunk_params cp = ptdp_chunk_default_params();
+    cp.cfg = &holder;
+    cp.layer_end = cfg->num_layers;
+    cp.pre = cp.post = 1;
+    cp.tp = &one;
+    cp.inference = 1;
     ptdp_gpt_chunk *full = NULL;
     int rc = ptdp_gpt_chunk_init(&full, &cp);
     if (rc == PTDP_OK) {

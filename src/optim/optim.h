@@ -60,6 +60,10 @@ typedef struct {
     int64_t hold_below;     /* gradients below this offset wait for another
                                reduction first (the tied embedding); 0: none */
 } ptdp_ddp_params;
+/* Defaults: no group or buffers (the caller sets data, params, grads,
+ * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
+ * all-reduce, nothing held. */
+ptdp_ddp_params ptdp_ddp_default_params(void);
 
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
 void ptdp_ddp_free(ptdp_ddp *d);
