@@ -9,7 +9,7 @@
 /* The parameters of one transformer layer, in flat-buffer order:
  * X(ptdp_layer_ptrs field, name after "layers.i.", role, ndim, global dim0,
  *   global dim1, split, init). h and f (the MLP width) are the caller's
- * variables. spec.c builds the specs from it, gpt.c the pointers. */
+ * variables. spec.c builds the specs from it, chunk.c the pointers. */
 #define PTDP__LAYER_PARAMS(X)                                                                                  \
     X(ln1_w, "input_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE)           \
     X(ln1_b, "input_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)            \

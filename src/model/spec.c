@@ -1,7 +1,7 @@
 /* spec.c - GPT parameter specs: global names and shapes, tensor-parallel
  * split rules, Megatron's initialisation drawn element by element from the
  * counter-based RNG, and scatter/gather between a full tensor and a shard.
- * Not here: the forward/backward (gpt.c) or file formats (ckpt/). */
+ * Not here: the forward/backward (gpt.c, layer.c, head.c) or file formats (ckpt/). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
