@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "ckpt/safetensors.h"
+#include "ckpt/ckpt.h"
 #include "test.h"
 
 #ifndef PTDP_SOURCE_DIR

@@ -1,6 +1,8 @@
 /* base.h - the lowest layer of ptdp: error codes, rank-tagged logging, the
  * counter-based RNG, the arena allocator, timers and the command-line option
- * parser. Uses libc only. Nothing here knows about MPI, tensors or models.
+ * parser, and the description of a model parameter (role, split rule) that
+ * the model, optimizer and checkpoints share. Uses libc only. Nothing here
+ * knows about MPI or tensor memory.
  *
  * Error convention (STYLE.md habit 4): recoverable failures return a negative
  * PTDP_E* code; the function that detects the failure records one human
@@ -133,6 +135,68 @@ int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
  * shard write fails). Reads the environment on each call; keeps no state. */
 int ptdp_fault(const char *name);
 int ptdp_fault_at(const char *name, int64_t iteration);
+
+/* ---- parameter description --------------------------------------------- */
+/* What every layer above needs to know about one model parameter: its role,
+ * how it is split over the tensor-parallel group, how it is initialised, and
+ * where it sits. It lives here, the lowest layer, because model/ builds the
+ * descriptions while optim/ (weight decay, norm counting) and ckpt/ (the
+ * tied embedding) read them, and optim/ may not include model/. It is pure
+ * data, so it does not belong in kernels.h (the compute backend's table).
+ * Code that needs "the tied embedding" asks for PTDP_ROLE_EMBEDDING; no one
+ * compares names. */
+
+/* X(enum, name, weight_decay): decoupled weight decay applies to weight
+ * matrices and embeddings, never to biases or LayerNorm parameters
+ * (Megatron's rule). */
+#define PTDP_PARAM_ROLES(X)                                                 \
+    X(PTDP_ROLE_EMBEDDING, "embedding", 1) /* tied word embedding [Vp, h] */ \
+    X(PTDP_ROLE_POSITION, "position", 1)   /* position embedding */        \
+    X(PTDP_ROLE_LAYERNORM, "layernorm", 0) /* LayerNorm gain and bias */  \
+    X(PTDP_ROLE_BIAS, "bias", 0)           /* a linear layer's bias */    \
+    X(PTDP_ROLE_WEIGHT, "weight", 1)       /* a linear layer's weight */
+typedef enum {
+#define PTDP__ROLE_ENUM(e, s, wd) e,
+    PTDP_PARAM_ROLES(PTDP__ROLE_ENUM)
+#undef PTDP__ROLE_ENUM
+} ptdp_param_role;
+
+/* How a global parameter is split over the tensor-parallel group. */
+#define PTDP_SPLITS(X)                                                          \
+    X(PTDP_SPLIT_NONE, "replicated")  /* every TP rank holds all of it */     \
+    X(PTDP_SPLIT_DIM0, "dim0")        /* rows: column-parallel, vocabulary */ \
+    X(PTDP_SPLIT_DIM1, "dim1")        /* columns: row-parallel weights */
+typedef enum {
+#define PTDP__SPLIT_ENUM(e, s) e,
+    PTDP_SPLITS(PTDP__SPLIT_ENUM)
+#undef PTDP__SPLIT_ENUM
+} ptdp_split;
+
+#define PTDP_INITS(X)                                                    \
+    X(PTDP_INIT_NORMAL, "normal")          /* N(0, init_std) */        \
+    X(PTDP_INIT_SCALED, "scaled-normal")   /* N(0, init_std/sqrt(2l)) */ \
+    X(PTDP_INIT_ZERO, "zero")                                           \
+    X(PTDP_INIT_ONE, "one")
+typedef enum {
+#define PTDP__INIT_ENUM(e, s) e,
+    PTDP_INITS(PTDP__INIT_ENUM)
+#undef PTDP__INIT_ENUM
+} ptdp_init;
+
+typedef struct {
+    char name[96];       /* global name, e.g. "layers.3.mlp.dense_h_to_4h.weight";
+                            for files and RNG streams, never for finding roles */
+    ptdp_param_role role;
+    ptdp_split split;
+    ptdp_init init;
+    int ndim;            /* 1 or 2 */
+    int64_t gshape[2];   /* global shape ([out, in] for weights) */
+    int64_t lshape[2];   /* this rank's shape */
+    int64_t offset;      /* element offset in the chunk's flat buffer */
+    int64_t numel;       /* local elements */
+    int64_t valid_rows;  /* dim0 rows that hold real data (the vocabulary's
+                            padding rows are excluded); = lshape[0] otherwise */
+} ptdp_param_spec;
 
 /* ---- time ------------------------------------------------------------- */
 double ptdp_now(void); /* seconds, monotonic */

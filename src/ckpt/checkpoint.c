@@ -1,10 +1,10 @@
 /* checkpoint.c - layout-independent training checkpoints: saving one shard
  * file per rank plus a manifest, loading (with resharding) into any
  * (t, p, d, v, ZeRO-1) layout, and the info/verify tools. The format is in
- * checkpoint.h and docs/checkpoint-format.md. Not here: the trainer's loop
+ * ckpt.h and docs/checkpoint-format.md. Not here: the trainer's loop
  * (cli/cmd_train.c decides when to save). */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,12 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/safetensors.h"
 
 #define LATEST "latest_checkpointed_iteration.txt"
 #define MANIFEST "manifest.json"
-#define WTE "embedding.word_embeddings.weight"
-#define WPE "embedding.position_embeddings.weight"
 
 enum { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"param", "exp_avg", "exp_avg_sq"};
@@ -409,15 +406,16 @@ static void shard_rect(const ptdp_param_spec *sp, int tp, int64_t *r0, int64_t *
  * tensors, the first stage's copy of the tied embedding. */
 static int writes_spec(const ptdp_param_spec *sp, int tp, int first_stage) {
     if (sp->split == PTDP_SPLIT_NONE && tp != 0) return 0;
-    if (!strcmp(sp->name, WTE) && !first_stage) return 0;
+    if (sp->role == PTDP_ROLE_EMBEDDING && !first_stage) return 0;
     return 1;
 }
 
+/* The first stage is the one chunk that holds the position embedding. */
 static int chunk_is_first(ptdp_gpt_chunk *c) {
     int n;
     const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(sp[i].name, WPE)) return 1;
+        if (sp[i].role == PTDP_ROLE_POSITION) return 1;
     return 0;
 }
 
@@ -446,7 +444,7 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
     cJSON_AddNumberToObject(me, "rank", comm->world_rank);
     ptdp_st_writer *w = NULL;
     int rc = ptdp_st_writer_init(&w);
-    float *hosts[PTDP_CKPT_MAX_CHUNKS_SAVE * 2] = {0};
+    float *hosts[PTDP_MAX_CHUNKS * 2] = {0};
     int nwritten = 0;
     const int tp = comm->tensor.rank;
     const int w_params = comm->dp == 0, w_optim = comm->dp == 0 || meta->zero;
@@ -631,7 +629,7 @@ int ptdp_ckpt_prepare_dir(const char *dir) {
 
 int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts,
                    int nchunks, ptdp_comm *comm) {
-    PTDP_ASSERT(nchunks <= PTDP_CKPT_MAX_CHUNKS_SAVE);
+    PTDP_ASSERT(nchunks <= PTDP_MAX_CHUNKS);
     char itdir[4200];
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dir, (long long)meta->iteration);
     int rc = PTDP_OK;
@@ -696,7 +694,7 @@ static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *
                       int kind, float *local, uint8_t *have) {
     const tensor_rec *T = find_tensor(M, sp->name);
     if (!T) return ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint has no tensor '%s'", M->path, sp->name);
-    const int wte = !strcmp(sp->name, WTE);
+    const int wte = sp->role == PTDP_ROLE_EMBEDDING;
     if (T->ndim != sp->ndim || T->shape[1] != sp->gshape[1] ||
         (wte ? T->shape[0] < cfg->vocab : T->shape[0] != sp->gshape[0]))
         return ptdp_errorf(PTDP_ECONFIG, "%s: tensor '%s' has shape [%lld,%lld] but the model flags need [%lld,%lld]",
@@ -805,8 +803,8 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, 
         manifest_free(&M);
         return rc;
     }
-    float *P[PTDP_CKPT_MAX_CHUNKS_SAVE] = {0}, *MV[PTDP_CKPT_MAX_CHUNKS_SAVE] = {0};
-    PTDP_ASSERT(nchunks <= PTDP_CKPT_MAX_CHUNKS_SAVE);
+    float *P[PTDP_MAX_CHUNKS] = {0}, *MV[PTDP_MAX_CHUNKS] = {0};
+    PTDP_ASSERT(nchunks <= PTDP_MAX_CHUNKS);
     rc = agree(comm, load_local(&M, load_optim, cfg, chunks, opts, nchunks, comm->tensor.rank, P, MV));
     if (rc == PTDP_OK) { /* every rank has everything: now touch the model */
         for (int c = 0; c < nchunks; c++) {

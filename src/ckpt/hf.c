@@ -8,14 +8,15 @@
 
 typedef enum { MAP_COPY, MAP_T, MAP_QKV_W, MAP_QKV_B, MAP_VOCAB } map_kind;
 
-static map_kind classify(const char *n, char *hf, size_t cap) {
+static map_kind classify(const ptdp_param_spec *sp, char *hf, size_t cap) {
+    const char *n = sp->name;
     int layer = -1;
     char rest[96];
-    if (!strcmp(n, "embedding.word_embeddings.weight")) {
+    if (sp->role == PTDP_ROLE_EMBEDDING) {
         snprintf(hf, cap, "transformer.wte.weight");
         return MAP_VOCAB;
     }
-    if (!strcmp(n, "embedding.position_embeddings.weight")) {
+    if (sp->role == PTDP_ROLE_POSITION) {
         snprintf(hf, cap, "transformer.wpe.weight");
         return MAP_COPY;
     }
@@ -51,7 +52,7 @@ static map_kind classify(const char *n, char *hf, size_t cap) {
 }
 
 int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap, int64_t shape[2]) {
-    map_kind k = classify(sp->name, name, cap);
+    map_kind k = classify(sp, name, cap);
     shape[0] = sp->gshape[0];
     shape[1] = sp->gshape[1];
     if (k == MAP_T || k == MAP_QKV_W) {
@@ -131,14 +132,14 @@ int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp, const 
     float *hf = malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!hf) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", name);
     int rc = ptdp_st_read_f32(f, t->name, hf, n);
-    if (rc == PTDP_OK) convert(sp, cfg, classify(sp->name, name, sizeof name), global, hf, 1);
+    if (rc == PTDP_OK) convert(sp, cfg, classify(sp, name, sizeof name), global, hf, 1);
     free(hf);
     return rc;
 }
 
 void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global, float *hf) {
     char name[128];
-    convert(sp, cfg, classify(sp->name, name, sizeof name), (float *)global, hf, 0);
+    convert(sp, cfg, classify(sp, name, sizeof name), (float *)global, hf, 0);
 }
 
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path) {
@@ -254,7 +255,12 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
     /* a parameter holder: s = 1 keeps its (unused) activations tiny */
     ptdp_gpt_config holder = *cfg;
     holder.seq_length = 1;
-    ptdp_chunk_params cp = {.cfg = &holder, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &one, .inference = 1};
+    ptdp_chunk_params cp = ptdp_chunk_default_params();
+    cp.cfg = &holder;
+    cp.layer_end = cfg->num_layers;
+    cp.pre = cp.post = 1;
+    cp.tp = &one;
+    cp.inference = 1;
     ptdp_gpt_chunk *full = NULL;
     int rc = ptdp_gpt_chunk_init(&full, &cp);
     if (rc == PTDP_OK) {

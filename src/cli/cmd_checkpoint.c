@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f) {

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 #include "data/data.h"

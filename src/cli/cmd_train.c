@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
 #include "cli/cli.h"

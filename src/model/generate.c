@@ -6,7 +6,7 @@
  *   K[j][pos0+i], V[j][pos0+i] <- k, v of row i, head j (append to cache)
  *   S = q_j K_j[0..L)^T   P = softmax(S / sqrt(hd), offset-causal)
  *   ctx_j = P V_j[0..L)   y = all-reduce(ctx Wo^T)     (row-parallel)
- *   xm = x + y + bo       ...MLP as in gpt.c...        x <- xm + all-reduce(gl W2^T) + b2
+ *   xm = x + y + bo       ...MLP as in layer.c...        x <- xm + all-reduce(gl W2^T) + b2
  * with L = pos0 + n. The logits come from the last row only. The model is
  * the chunk's own parameters (ptdp_gpt_chunk_param_ptrs); nothing is copied.
  * Not here: dropout (generation is evaluation), batching of sequences. */
@@ -39,7 +39,7 @@ struct ptdp_generator {
 };
 
 ptdp_sampling_params ptdp_sampling_default_params(void) {
-    ptdp_sampling_params p = {1.0f, 0, 1.0f, 1234};
+    ptdp_sampling_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1234};
     return p;
 }
 

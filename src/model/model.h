@@ -45,41 +45,8 @@ typedef struct {
  * the flag otherwise. */
 int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t);
 
-/* How a global parameter is split over the tensor-parallel group. */
-#define PTDP_SPLITS(X)                                                          \
-    X(PTDP_SPLIT_NONE, "replicated")  /* every TP rank holds all of it */     \
-    X(PTDP_SPLIT_DIM0, "dim0")        /* rows: column-parallel, vocabulary */ \
-    X(PTDP_SPLIT_DIM1, "dim1")        /* columns: row-parallel weights */
-typedef enum {
-#define PTDP__SPLIT_ENUM(e, s) e,
-    PTDP_SPLITS(PTDP__SPLIT_ENUM)
-#undef PTDP__SPLIT_ENUM
-} ptdp_split;
-
-#define PTDP_INITS(X)                                                    \
-    X(PTDP_INIT_NORMAL, "normal")          /* N(0, init_std) */        \
-    X(PTDP_INIT_SCALED, "scaled-normal")   /* N(0, init_std/sqrt(2l)) */ \
-    X(PTDP_INIT_ZERO, "zero")                                           \
-    X(PTDP_INIT_ONE, "one")
-typedef enum {
-#define PTDP__INIT_ENUM(e, s) e,
-    PTDP_INITS(PTDP__INIT_ENUM)
-#undef PTDP__INIT_ENUM
-} ptdp_init;
-
-typedef struct {
-    char name[96];       /* global name, e.g. "layers.3.mlp.dense_h_to_4h.weight" */
-    int ndim;            /* 1 or 2 */
-    int64_t gshape[2];   /* global shape ([out, in] for weights) */
-    int64_t lshape[2];   /* this rank's shape */
-    ptdp_split split;
-    ptdp_init init;
-    int weight_decay;    /* 0 for biases and LayerNorm parameters */
-    int64_t offset;      /* element offset in the chunk's flat buffer */
-    int64_t numel;       /* local elements */
-    int64_t valid_rows;  /* dim0 rows that hold real data (the vocabulary's
-                            padding rows are excluded); = lshape[0] otherwise */
-} ptdp_param_spec;
+/* Parameter specs (ptdp_param_spec, its role, split and init rules) are
+ * declared in base/base.h, where optim/ and ckpt/ see them too. */
 
 /* Pointers into the flat parameter (or gradient) buffer for one layer. */
 typedef struct {
@@ -127,6 +94,10 @@ typedef struct {
     int inference;                  /* no gradient buffer (generation, export): forward only,
                                        call ptdp_gpt_chunk_set_training(c, 0) */
 } ptdp_chunk_params;
+/* Defaults: no configuration (the caller sets cfg and the layer range), no
+ * embedding or head, b = 1, one slot, the CPU backend, no tensor group
+ * (t = 1), no recomputation, flat buffers padded to 16 floats, training. */
+ptdp_chunk_params ptdp_chunk_default_params(void);
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 

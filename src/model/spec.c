@@ -1,7 +1,7 @@
 /* spec.c - GPT parameter specs: global names and shapes, tensor-parallel
  * split rules, Megatron's initialisation drawn element by element from the
  * counter-based RNG, and scatter/gather between a full tensor and a shard.
- * Not here: the forward/backward (gpt.c) or file formats (ckpt/). */
+ * Not here: the forward/backward (gpt.c, layer.c, head.c) or file formats (ckpt/). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,8 +39,8 @@ int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
     return PTDP_OK;
 }
 
-static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, int ndim, int64_t d0, int64_t d1,
-                            ptdp_split split, ptdp_init init, int wd, int t) {
+static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_role role, int ndim, int64_t d0,
+                            int64_t d1, ptdp_split split, ptdp_init init, int t) {
     PTDP_ASSERT(L->n < PTDP__MAX_SPECS);
     ptdp_param_spec *s = &L->v[L->n++];
     memset(s, 0, sizeof *s);
@@ -52,9 +52,9 @@ static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, int ndim, int6
     s->lshape[1] = s->gshape[1];
     if (split == PTDP_SPLIT_DIM0) s->lshape[0] /= t;
     if (split == PTDP_SPLIT_DIM1) s->lshape[1] /= t;
+    s->role = role;
     s->split = split;
     s->init = init;
-    s->weight_decay = wd;
     s->numel = s->lshape[0] * s->lshape[1];
     s->valid_rows = s->lshape[0];
     s->offset = L->total;
@@ -69,38 +69,31 @@ void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l
     L->n = 0;
     L->total = 0;
     L->wte = L->wpe = L->lnf = -1;
+    L->layer0 = 0;
     if (pre || post) {
         L->wte = L->n;
-        ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", 2, cfg->vocab_padded, h,
-                                 PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
+        ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", PTDP_ROLE_EMBEDDING, 2, cfg->vocab_padded,
+                                 h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, t);
         int64_t v0 = tp * s->lshape[0], valid = cfg->vocab - v0;
         s->valid_rows = valid < 0 ? 0 : valid > s->lshape[0] ? s->lshape[0] : valid;
     }
     if (pre) {
         L->wpe = L->n;
-        add(L, "embedding.position_embeddings.weight", 2, cfg->max_positions, h, PTDP_SPLIT_NONE,
-            PTDP_INIT_NORMAL, 1, t);
+        add(L, "embedding.position_embeddings.weight", PTDP_ROLE_POSITION, 2, cfg->max_positions, h,
+            PTDP_SPLIT_NONE, PTDP_INIT_NORMAL, t);
     }
+    L->layer0 = L->n;
     for (int64_t i = l0; i < l1; i++) {
-#define NAME(suffix) (snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix), nm)
-        add(L, NAME("input_layernorm.weight"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
-        add(L, NAME("input_layernorm.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
-        add(L, NAME("self_attention.query_key_value.weight"), 2, 3 * h, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
-        add(L, NAME("self_attention.query_key_value.bias"), 1, 3 * h, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO, 0, t);
-        add(L, NAME("self_attention.dense.weight"), 2, h, h, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED, 1, t);
-        add(L, NAME("self_attention.dense.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
-        add(L, NAME("post_attention_layernorm.weight"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
-        add(L, NAME("post_attention_layernorm.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
-        add(L, NAME("mlp.dense_h_to_4h.weight"), 2, f, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1, t);
-        add(L, NAME("mlp.dense_h_to_4h.bias"), 1, f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO, 0, t);
-        add(L, NAME("mlp.dense_4h_to_h.weight"), 2, h, f, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED, 1, t);
-        add(L, NAME("mlp.dense_4h_to_h.bias"), 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
-#undef NAME
+#define PTDP__ADD_LAYER_PARAM(field, suffix, role, ndim, d0, d1, split, init)          \
+    snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix);                   \
+    add(L, nm, role, ndim, d0, d1, split, init, t);
+        PTDP__LAYER_PARAMS(PTDP__ADD_LAYER_PARAM)
+#undef PTDP__ADD_LAYER_PARAM
     }
     if (post) {
         L->lnf = L->n;
-        add(L, "final_layernorm.weight", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, 0, t);
-        add(L, "final_layernorm.bias", 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, 0, t);
+        add(L, "final_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, t);
+        add(L, "final_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, t);
     }
     /* zero padding at the end, so data-parallel shards divide evenly */
     if (numel_multiple > 1) L->total = (L->total + numel_multiple - 1) / numel_multiple * numel_multiple;

@@ -23,6 +23,18 @@ struct ptdp_ddp {
     int64_t *shard_off; /* [nb]: where bucket k's shard sits in `shard` */
 };
 
+ptdp_ddp_params ptdp_ddp_default_params(void) {
+    ptdp_ddp_params p = {.data = NULL,
+                         .ops = ptdp_cpu_ops(),
+                         .params = NULL,
+                         .grads = NULL,
+                         .numel = 0,
+                         .bucket_floats = 40000000,
+                         .zero = 0,
+                         .hold_below = 0};
+    return p;
+}
+
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
     *out = NULL;
     ptdp_ddp *d = calloc(1, sizeof *d);

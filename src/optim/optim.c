@@ -32,9 +32,16 @@ double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
 }
 
 ptdp_adamw_params ptdp_adamw_default_params(void) {
-    ptdp_adamw_params p = {0.9, 0.999, 1e-8, 0.01, 1.0};
+    ptdp_adamw_params p = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .clip_grad = 1.0};
     return p;
 }
+
+/* Decoupled weight decay by role (the table's third column). */
+static const uint8_t role_decays[] = {
+#define PTDP__ROLE_DECAY(e, s, wd) wd,
+    PTDP_PARAM_ROLES(PTDP__ROLE_DECAY)
+#undef PTDP__ROLE_DECAY
+};
 
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
@@ -54,15 +61,17 @@ int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_par
             int64_t a = specs[i].offset > lo ? specs[i].offset : lo;
             int64_t e = specs[i].offset + specs[i].numel, b = e < lo + len ? e : lo + len;
             if (a >= b) continue;
+            /* count every element once in the global norm: replicated
+             * parameters on TP rank 0, the tied embedding on the first stage */
             int counted = 1;
             if (specs[i].split == PTDP_SPLIT_NONE && tp_rank != 0) counted = 0;
-            if (!first_stage && !strcmp(specs[i].name, "embedding.word_embeddings.weight")) counted = 0;
-            o->runs[o->nruns++] = (ptdp_optim_run){a,
-                                                   b - a,
-                                                   ptdp_ddp_grad_at(ddp, a, b - a),
-                                                   o->state_len,
-                                                   (uint8_t)(specs[i].weight_decay != 0),
-                                                   (uint8_t)counted};
+            if (!first_stage && specs[i].role == PTDP_ROLE_EMBEDDING) counted = 0;
+            o->runs[o->nruns++] = (ptdp_optim_run){.off = a,
+                                                   .len = b - a,
+                                                   .grad = ptdp_ddp_grad_at(ddp, a, b - a),
+                                                   .state = o->state_len,
+                                                   .wd = role_decays[specs[i].role],
+                                                   .counted = (uint8_t)counted};
             PTDP_ASSERT(o->runs[o->nruns - 1].grad);
             o->state_len += b - a;
         }

@@ -1,8 +1,10 @@
 /* optim.h - learning-rate schedules, the data-parallel gradient reduction
  * (buckets, overlap, ZeRO-1 sharding), the global gradient norm with
  * clipping, and AdamW over flat fp32 buffers. Decoupled weight decay is off
- * for biases and LayerNorm parameters (spec->weight_decay == 0), as in
- * Megatron. Not here: loss scaling (fp32 only). */
+ * for biases and LayerNorm parameters (by their role, PTDP_PARAM_ROLES in
+ * base/base.h), as in Megatron. Parameters are known only through their
+ * descriptions (ptdp_param_spec): optim/ does not include model/.
+ * Not here: loss scaling (fp32 only). */
 #ifndef PTDP_OPTIM_H
 #define PTDP_OPTIM_H
 
@@ -10,7 +12,6 @@
 
 #include "comm/comm.h"
 #include "kernels/kernels.h"
-#include "model/model.h"
 
 #define PTDP_LR_STYLES(X) \
     X(PTDP_LR_CONSTANT, "constant") \
@@ -59,6 +60,10 @@ typedef struct {
     int64_t hold_below;     /* gradients below this offset wait for another
                                reduction first (the tied embedding); 0: none */
 } ptdp_ddp_params;
+/* Defaults: no group or buffers (the caller sets data, params, grads,
+ * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
+ * all-reduce, nothing held. */
+ptdp_ddp_params ptdp_ddp_default_params(void);
 
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
 void ptdp_ddp_free(ptdp_ddp *d);

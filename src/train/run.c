@@ -12,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "train/train_internal.h"
 

@@ -118,7 +118,7 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
  * gradients and optimizer state, with and without ZeRO-1, and activations. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 
-/* Checkpoints (src/ckpt/checkpoint.h): writes every chunk's parameters and
+/* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and
  * AdamW state with the iteration, consumed samples and optimizer step under
  * DIR/iter_%07d. Collective over the world; every rank returns the same
  * code. */

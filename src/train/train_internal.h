@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt.h"
 #include "train/train.h"
 
 struct ptdp_run {

@@ -13,7 +13,6 @@
 
 #include <omp.h>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/ckpt.h"
 #include "pipeline/pipeline.h"
 #include "plan/plan.h"
@@ -29,12 +28,12 @@ struct ptdp_trainer {
     int64_t iteration;
 };
 
-/* Index of the tied word embedding in a chunk's specs, or -1. */
+/* The tied word embedding's spec in a chunk (by role), or NULL. */
 static const ptdp_param_spec *find_wte(ptdp_gpt_chunk *c) {
     int n;
     const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(sp[i].name, "embedding.word_embeddings.weight")) return &sp[i];
+        if (sp[i].role == PTDP_ROLE_EMBEDDING) return &sp[i];
     return NULL;
 }
 
@@ -87,14 +86,17 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             /* with p > 1 the tied embedding's gradient is summed over the first
              * and last stage before its bucket may start */
             const ptdp_param_spec *wte = (cp.pre || cp.post) && comm->p > 1 ? find_wte(tr->chunks[c]) : NULL;
-            ptdp_ddp_params dp = {&comm->data,
-                                  p->ops,
-                                  ptdp_gpt_chunk_params(tr->chunks[c]),
-                                  ptdp_gpt_chunk_grads(tr->chunks[c]),
-                                  ptdp_gpt_chunk_numel(tr->chunks[c]),
-                                  p->ddp_bucket_floats ? p->ddp_bucket_floats : 40000000,
-                                  p->distributed_optimizer,
-                                  wte ? wte->offset + wte->numel : 0};
+            const ptdp_ddp_params dflt = ptdp_ddp_default_params();
+            ptdp_ddp_params dp = {
+                .data = &comm->data,
+                .ops = p->ops,
+                .params = ptdp_gpt_chunk_params(tr->chunks[c]),
+                .grads = ptdp_gpt_chunk_grads(tr->chunks[c]),
+                .numel = ptdp_gpt_chunk_numel(tr->chunks[c]),
+                .bucket_floats = p->ddp_bucket_floats ? p->ddp_bucket_floats : dflt.bucket_floats,
+                .zero = p->distributed_optimizer,
+                .hold_below = wte ? wte->offset + wte->numel : 0,
+            };
             rc = ptdp_ddp_init(&tr->ddp[c], &dp);
         }
         if (rc == PTDP_OK) {
@@ -315,9 +317,16 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
 int64_t ptdp_trainer_iteration(const ptdp_trainer *tr) { return tr->iteration; }
 
 int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples) {
-    ptdp_ckpt_meta meta = {tr->iteration,       consumed_samples, tr->opts[0].step, &tr->p.cfg,
-                           tr->p.micro_batch,   tr->p.global_batch, &tr->p.lr,      &tr->p.adam,
-                           tr->v,               tr->p.distributed_optimizer};
+    ptdp_ckpt_meta meta = {.iteration = tr->iteration,
+                           .consumed_samples = consumed_samples,
+                           .optimizer_step = tr->opts[0].step,
+                           .cfg = &tr->p.cfg,
+                           .micro_batch = tr->p.micro_batch,
+                           .global_batch = tr->p.global_batch,
+                           .lr = &tr->p.lr,
+                           .adam = &tr->p.adam,
+                           .v = tr->v,
+                           .zero = tr->p.distributed_optimizer};
     return ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
 }
 

@@ -1,0 +1,59 @@
+/* head.c - the ends of the model: the first stage's vocabulary-parallel
+ * embedding (a masked lookup in this rank's rows of the tied word embedding,
+ * the g all-reduce, position embeddings) and the last stage's loss head
+ * (final LayerNorm, logits against the tied embedding, vocabulary-parallel
+ * cross-entropy and its backward). Not here: the embedding dropout and the
+ * order of the chunk's pieces (gpt.c). */
+#include "model/model.h"
+#include "model/model_internal.h"
+
+void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
+    const ptdp_ops *o = c->ops;
+    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
+    ptdp__tp_g_fwd(c, sa->x[0], N * h);
+    o->pos_add_fwd(sa->x[0], c->P.wpe, s, b, h);
+}
+
+void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
+    const ptdp_ops *o = c->ops;
+    const int64_t h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    o->pos_add_bwd(c->dres, c->G.wpe, s, b, h);
+    o->embed_bwd(sa->tokens, s + 1, c->dres, c->G.wte, c->v0, c->Vl, s, b, h);
+}
+
+void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
+    const ptdp_ops *o = c->ops;
+    const int64_t N = c->N, h = c->h, Vl = c->Vl;
+    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, Vl);
+}
+
+/* Loss head and its backward: leaves d(loss)/d(x_L) in sa->x[nl]. The
+ * vocabulary-parallel cross-entropy never gathers logits: three all-reduces
+ * of [s, b] values (max, target logit, sum of exponentials). */
+void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale, double *loss_sum) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_gpt_config *cfg = c->cfg;
+    const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->p.micro_batch;
+    float *xL = sa->x[c->nl];
+    const int32_t *targets = sa->tokens + 1;
+
+    ptdp__head_logits(c, xL);
+    o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
+    ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
+    o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0, cfg->vocab);
+    ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
+    ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
+    o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
+    *loss_sum = o->sum(c->loss, N);
+    if (!c->training) return;
+
+    o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
+    o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
+    o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
+    ptdp__tp_f_bwd(c, c->dtmp, N * h);
+    o->zero(c->dres, N * h);
+    o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w, c->G.lnf_b, N, h);
+    o->copy(xL, c->dres, N * h);
+}

@@ -1,0 +1,99 @@
+/* layer.c - one tensor-parallel transformer layer, forward and backward, on
+ * N = s*b token rows in the paper's [s, b, h] layout (hl = h/t, fl = 4h/t,
+ * al = a/t):
+ *   ln1 = LN(x)                     qkv = ln1 Wqkv^T + bqkv      (column-parallel, f before)
+ *   ctx = attention(qkv)            y = g(ctx Wo^T)              (row-parallel)
+ *   xm = x + dropout(y + bo)        ln2 = LN(xm)
+ *   fc = ln2 W1^T                   gl = gelu(fc + b1)           (column-parallel, f before)
+ *   y = g(gl W2^T)                  out = xm + dropout(y + b2)   (row-parallel)
+ * f and g are the paper's conjugate operators (Megatron's
+ * copy_to_tensor_model_parallel_region / reduce_from_...): g all-reduces in
+ * the forward, f in the backward, after the input-gradient GEMMs of the
+ * column-parallel layers. The dropout streams of every site live here too.
+ * Not here: recomputation (gpt.c decides what to rerun), memory (chunk.c). */
+#include "model/model.h"
+#include "model/model_internal.h"
+
+/* per site: is the stream per tensor-parallel rank */
+static const uint8_t site_per_tp_rank[] = {
+#define PTDP__DROPOUT_PER_TP(e, s, per_tp) per_tp,
+    PTDP__DROPOUT_SITES(PTDP__DROPOUT_PER_TP)
+#undef PTDP__DROPOUT_PER_TP
+};
+
+ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site site, int64_t layer,
+                           const ptdp__slot_act *sa) {
+    ptdp_dropout d = {.p = c->training ? p : 0.0f, .key = {0, 0}, .offset = 0};
+    if (d.p == 0.0f) return d;
+    uint64_t seed = ptdp_hash_mix(c->cfg->seed, ptdp_hash_mix((uint64_t)sa->iteration, (uint64_t)sa->microbatch));
+    uint64_t stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
+    if (site_per_tp_rank[site]) stream = ptdp_hash_mix(stream, (uint64_t)c->tp + 1000);
+    d.key.seed = seed;
+    d.key.stream = stream;
+    return d;
+}
+
+void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) { ptdp_allreduce_sum_f32(c->p.tp, dx, n); }
+void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) { ptdp_allreduce_sum_f32(c->p.tp, x, n); }
+
+/* y: where the layer's output goes (normally sa->x[i+1]). */
+void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_layer_ptrs *W = &c->P.layers[i];
+    ptdp__layer_act *A = &sa->layer[i];
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t gl = c->p.layer_begin + i;
+    const float *x = sa->x[i];
+
+    o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, 3 * hl, h, 1.0f, A->ln1, h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
+    o->bias_add(A->qkv, W->qkv_b, N, 3 * hl);
+    o->attention_fwd(A->qkv, A->ctx, A->probs, c->attn_scratch, s, b, c->al, c->hd,
+                     ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
+    ptdp__tp_g_fwd(c, c->tmp, N * h);
+    o->bias_dropout_add_fwd(c->tmp, W->proj_b, x, A->xm, N, h,
+                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
+
+    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, N, h, c->cfg->ln_eps);
+    o->gemm(0, 1, N, fl, h, 1.0f, A->ln2, h, W->fc1_w, h, 0.0f, A->fc, fl);
+    o->bias_gelu_fwd(A->fc, W->fc1_b, A->gl, N, fl);
+    o->gemm(0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
+    ptdp__tp_g_fwd(c, c->tmp, N * h);
+    o->bias_dropout_add_fwd(c->tmp, W->fc2_b, A->xm, y, N, h,
+                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
+}
+
+void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
+    ptdp__layer_act *A = &sa->layer[i];
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t gl = c->p.layer_begin + i;
+    const float *x = sa->x[i];
+    float *dres = c->dres, *dtmp = c->dtmp;
+
+    /* MLP: dres holds d(out) */
+    o->bias_dropout_add_bwd(dres, dtmp, G->fc2_b, N, h,
+                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
+    o->gemm(1, 0, h, fl, N, 1.0f, dtmp, h, A->gl, fl, 1.0f, G->fc2_w, fl);
+    o->gemm(0, 0, N, fl, h, 1.0f, dtmp, h, W->fc2_w, fl, 0.0f, c->dfc, fl);
+    o->bias_gelu_bwd(c->dfc, A->fc, W->fc1_b, c->dfc, G->fc1_b, N, fl);
+    o->gemm(1, 0, fl, h, N, 1.0f, c->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
+    o->gemm(0, 0, N, h, fl, 1.0f, c->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
+    ptdp__tp_f_bwd(c, dtmp, N * h);
+    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N, h);
+
+    /* attention: dres holds d(xm) */
+    o->bias_dropout_add_bwd(dres, dtmp, G->proj_b, N, h,
+                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
+    o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
+    o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
+    o->attention_bwd(c->dctx, A->qkv, A->probs, c->dqkv, c->attn_scratch, s, b, c->al, c->hd,
+                     ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    o->bias_bwd(c->dqkv, G->qkv_b, N, 3 * hl);
+    o->gemm(1, 0, 3 * hl, h, N, 1.0f, c->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
+    o->gemm(0, 0, N, h, 3 * hl, 1.0f, c->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
+    ptdp__tp_f_bwd(c, dtmp, N * h);
+    o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, N, h);
+}
