@@ -25,3 +25,16 @@ compare_jsonl() {
     [ -n "$out" ] && echo "$out" | head -3 >&2
     return $rc
 }
+
+# compare_weights REF OTHER KEY_BIAS_ATOL: final weights (HF safetensors) within
+# 1e-5 absolute, except the K third of every attn.c_attn.bias, within
+# KEY_BIAS_ATOL = lr x iterations: its gradient is zero up to rounding, which
+# AdamW with eps 1e-8 turns into steps of up to about lr (tests/tools/st_compare.c).
+# Prints st_compare's summary lines prefixed with OTHER's name.
+compare_weights() {
+    local out rc
+    out=$("$PTDP_TOOLS/st_compare" --key-bias-atol "$3" "$1" "$2" 1e-5 2>&1)
+    rc=$?
+    echo "$out" | sed "s|^|$(basename "$2"): |"
+    return $rc
+}
