@@ -1,4 +1,4 @@
-/* test_safetensors.c - the safetensors reader and writer: FORMATS.md's
+/* test_safetensors.c - the safetensors reader and writer: docs/formats.md's
  * upstream test vector byte for byte, a multi-tensor round trip with
  * metadata, dtype conversion, one test per validation error (each asserting
  * an error code and a message naming the file and the problem), and a read of
