@@ -4,15 +4,14 @@
 # compare_jsonl (loss and grad norm lines): a copy perturbed slightly beyond
 # the tolerance must be reported, one perturbed within it must pass, and the
 # key-bias exemption (--key-bias-atol) must cover the K third of c_attn.bias
-# and nothing else. Single process, a few seconds.
+# and nothing else. No training: the golden fixtures serve as files.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 ST="$PTDP_TOOLS/st_compare"
 PERTURB="$PTDP_TOOLS/st_perturb"
 
-# A small model as HF GPT-2 safetensors (h = 48, so c_attn.bias is [144], K = [48, 96)).
-MODEL="--num-layers 2 --hidden-size 48 --num-attention-heads 12 --seq-length 16 --vocab-size 300"
-"$PTDP" export $MODEL --out "$TMP/ref.safetensors" >"$TMP/export.out" 2>&1 && ok ||
-    { fail "export"; cat "$TMP/export.out" >&2; }
+# A small model in HF GPT-2 names: the golden fixture of config A (h = 32, so
+# c_attn.bias is [96] and its K third elements [32, 64)).
+cp "$PTDP_SRC/tests/fixtures/gpt_a.safetensors" "$TMP/ref.safetensors" && ok || fail "copy the fixture"
 
 # expect STATUS DESCRIPTION command...: the command's exit status must be STATUS
 expect() {
@@ -35,18 +34,18 @@ perturb $WTE 1234 5e-6
 expect 0 "5e-6 in one wte element, tolerance 1e-5" "$ST" "$TMP/ref.safetensors" "$TMP/p.safetensors" 1e-5
 expect 1 "5e-6 in one wte element, bitwise" "$ST" --bitwise "$TMP/ref.safetensors" "$TMP/p.safetensors"
 expect 1 "5e-6 in one wte element, tolerance 0" "$ST" "$TMP/ref.safetensors" "$TMP/p.safetensors" 0
-perturb transformer.ln_f.bias 47 nan
+perturb transformer.ln_f.bias 31 nan
 expect 1 "a NaN" "$ST" "$TMP/ref.safetensors" "$TMP/p.safetensors" 1e-5
-expect 1 "another file (other tensors)" "$ST" "$TMP/ref.safetensors" "$PTDP_SRC/tests/fixtures/gpt_a.safetensors" 1e-5
+expect 1 "another file (other tensors)" "$ST" "$TMP/ref.safetensors" "$PTDP_SRC/tests/fixtures/gpt_b.safetensors" 1e-5
 # The key-bias exemption (tolerance lr x iterations = 2e-2 in the tests): K
-# elements 48..95 within it pass, beyond it fail; Q (0..47) and V (96..143)
+# elements 32..63 within it pass, beyond it fail; Q (0..31) and V (64..95)
 # elements of the same tensor keep 1e-5.
-perturb $QKVB 50 1.5e-2
+perturb $QKVB 32 1.5e-2
 expect 0 "K bias moved 1.5e-2, key-bias tolerance 2e-2" "$ST" --key-bias-atol 2e-2 "$TMP/ref.safetensors" "$TMP/p.safetensors" 1e-5
 expect 1 "K bias moved 1.5e-2 without the exemption" "$ST" "$TMP/ref.safetensors" "$TMP/p.safetensors" 1e-5
-perturb $QKVB 95 2.5e-2
+perturb $QKVB 63 2.5e-2
 expect 1 "K bias moved 2.5e-2, key-bias tolerance 2e-2" "$ST" --key-bias-atol 2e-2 "$TMP/ref.safetensors" "$TMP/p.safetensors" 1e-5
-for i in 47 96; do
+for i in 31 64; do
     perturb $QKVB $i 2e-5
     expect 1 "c_attn.bias element $i (Q or V) moved 2e-5" "$ST" --key-bias-atol 2e-2 "$TMP/ref.safetensors" \
         "$TMP/p.safetensors" 1e-5

@@ -2,8 +2,8 @@
  * usage: st_compare [--bitwise] [--key-bias-atol X] A B [max_abs_diff]
  *
  * Default: both files hold the same tensor names with the same shapes, and
- * |a - b| <= max_abs_diff (default 0) for every element (read as float; a NaN
- * anywhere fails).
+ * |a - b| <= max_abs_diff (default 0) for every element of the float tensors
+ * (read as float; a NaN anywhere fails); integer tensors must be equal.
  * --bitwise: same names, dtypes and shapes, and every tensor's bytes equal
  *   (memcmp: tells -0 from +0 and compares NaN payloads), and the same
  *   __metadata__ pairs.
@@ -87,8 +87,10 @@ int main(int argc, char **argv) {
             bad = 1;
             continue;
         }
-        if (bitwise) {
-            if (ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, ta->nbytes) != 0) {
+        const int integer = ta->dtype == PTDP_ST_I64 || ta->dtype == PTDP_ST_I32 || ta->dtype == PTDP_ST_U16 ||
+                            ta->dtype == PTDP_ST_U8;
+        if (bitwise || integer) {
+            if (ta->dtype != tb->dtype || ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, ta->nbytes) != 0) {
                 if (nbitdiff++ < 5) fprintf(stderr, "st_compare: %s differs bitwise\n", ta->name);
                 bad = 1;
             }
