@@ -9,15 +9,32 @@ run_np() { # run_np N args...  (ptdp train under mpirun)
     "$MPIRUN" --oversubscribe -np "$n" "$PTDP" "$@"
 }
 
-# compare_jsonl REF OTHER KEY RTOL: every iteration's KEY within RTOL relative
+# compare_jsonl REF OTHER KEY RTOL: both files log KEY on the same number of
+# lines, every value is a number, and each pair is within RTOL relative to REF
+# (|ref - other| <= RTOL |ref|). Shown able to fail by test_compare_tools.sh.
 compare_jsonl() {
     local ref=$1 other=$2 key=$3 rtol=$4
     local out
     out=$(paste -d' ' <(grep -o "\"$key\":[^,}]*" "$ref" | cut -d: -f2) <(grep -o "\"$key\":[^,}]*" "$other" | cut -d: -f2) |
-        awk -v rtol="$rtol" '{ n++; d = $1 - $2; if (d < 0) d = -d; r = $1 < 0 ? -$1 : $1;
-             if (d > rtol * r) { bad++; printf "iteration %d: %s vs %s\n", n, $1, $2 } }
+        awk -v rtol="$rtol" 'function num(x) { return x ~ /^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+             { n++; if (NF != 2 || !num($1) || !num($2)) { bad++; printf "line %d: \"%s\" vs \"%s\" (missing or not a number)\n", n, $1, $2; next }
+               d = $1 - $2; if (d < 0) d = -d; r = $1 < 0 ? -$1 : $1;
+               if (d > rtol * r) { bad++; printf "iteration %d: %s vs %s\n", n, $1, $2 } }
              END { if (n == 0) print "no lines"; exit (bad > 0 || n == 0) }')
     local rc=$?
     [ -n "$out" ] && echo "$out" | head -3 >&2
+    return $rc
+}
+
+# compare_weights REF OTHER KEY_BIAS_ATOL: final weights (HF safetensors) within
+# 1e-5 absolute, except the K third of every attn.c_attn.bias, within
+# KEY_BIAS_ATOL = lr x iterations: its gradient is zero up to rounding, which
+# AdamW with eps 1e-8 turns into steps of up to about lr (tests/tools/st_compare.c).
+# Prints st_compare's summary lines prefixed with OTHER's name.
+compare_weights() {
+    local out rc
+    out=$("$PTDP_TOOLS/st_compare" --key-bias-atol "$3" "$1" "$2" 1e-5 2>&1)
+    rc=$?
+    echo "$out" | sed "s|^|$(basename "$2"): |"
     return $rc
 }

@@ -3,58 +3,96 @@
 # generate --load):
 # - exact resume: a run saved at iteration 10 and resumed with the same layout
 #   gives bitwise the same lm_loss/grad_norm for iterations 11-20 as the
-#   uninterrupted run (plain, t=2 x p=2, d=2 with ZeRO-1);
+#   uninterrupted run, and its checkpoint at iteration 20 holds bitwise the
+#   same weights and AdamW moments (every tensor of every shard; the manifests
+#   are identical too) (plain, t=2 x p=2, d=2 with ZeRO-1, p=2 x v=2);
 # - resharding: a checkpoint saved under one layout resumes under others and
-#   matches the uninterrupted run within 1e-5 relative;
+#   matches the uninterrupted run's loss and grad norm within 1e-5 relative and
+#   its final weights within 1e-5 absolute (the K third of c_attn.bias within
+#   lr x 10 iterations = 1e-2, see compare_weights in parallel_lib.sh);
 # - --finetune / --no-load-optim, a failed save leaving the previous
 #   checkpoint loadable, and bad input (truncated, corrupted or missing shard,
 #   newer format, wrong model shape): a message naming the file on every rank,
 #   non-zero status, no training.
 # --lr-decay-iters 20 so a 10-iteration run has the schedule of the 20-iteration
-# one; --adam-eps 1e-4 as in test_pp.sh; dropout 0.
+# one; Megatron's --adam-eps 1e-8; dropout 0.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
 ARGS="--mock-data --num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-length 16
  --micro-batch-size 1 --global-batch-size 8 --vocab-size 300 --lr 1e-3 --lr-warmup-iters 2 --lr-decay-iters 20
- --weight-decay 0.1 --adam-eps 1e-4 --hidden-dropout 0 --attention-dropout 0 --log-interval 100"
+ --weight-decay 0.1 --adam-eps 1e-8 --hidden-dropout 0 --attention-dropout 0 --log-interval 100"
 T2P2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
 ZERO="--use-distributed-optimizer"
 
 fields() { grep -o '"iteration":[0-9]*\|"lm_loss":[^,]*\|"grad_norm":[^,]*' "$1" | paste -d' ' - - -; }
 last10() { fields "$1" | tail -10; }
 
+# same_checkpoint A B: A and B's latest checkpoints hold the same shard files,
+# each with bitwise the same tensors (weights and AdamW moments), dtypes, shapes
+# and metadata, and identical manifest.json files (no field may differ: same
+# iteration, data position, optimizer step, layout, shard records and CRCs).
+same_checkpoint() {
+    local a=$1/iter_0000020 b=$2/iter_0000020 f n=0
+    [ "$(cat "$1/latest_checkpointed_iteration.txt")" = 20 ] && [ "$(cat "$2/latest_checkpointed_iteration.txt")" = 20 ] ||
+        { echo "latest is not iteration 20" >&2; return 1; }
+    [ "$(cd "$a" && ls)" = "$(cd "$b" && ls)" ] || { echo "different files" >&2; return 1; }
+    grep -q '"kind":[[:space:]]*"exp_avg_sq"' "$a/manifest.json" || { echo "no optimizer state in $a" >&2; return 1; }
+    cmp "$a/manifest.json" "$b/manifest.json" >&2 || return 1
+    for f in "$a"/rank_*.safetensors; do
+        "$PTDP_TOOLS/st_compare" --bitwise "$f" "$b/${f##*/}" >/dev/null || return 1
+        n=$((n + 1))
+    done
+    [ "$n" -gt 0 ]
+}
+
 # exact NAME NP flags...: uninterrupted 20 vs 10 + resume 10, bitwise
 exact() {
     local name=$1 np=$2
     shift 2
-    run_np "$np" train $ARGS "$@" --train-iters 20 --log-jsonl "$TMP/$name.full.jsonl" >"$TMP/$name.full.out" 2>&1 ||
+    run_np "$np" train $ARGS "$@" --train-iters 20 --log-jsonl "$TMP/$name.full.jsonl" --save "$TMP/$name.full.ck" \
+        ${EXPORT_FULL:+--save-safetensors "$TMP/$name.full.safetensors"} >"$TMP/$name.full.out" 2>&1 ||
         { fail "$name: uninterrupted run"; tail -5 "$TMP/$name.full.out" >&2; return; }
     run_np "$np" train $ARGS "$@" --train-iters 10 --save "$TMP/$name.ck" --save-interval 5 \
-        --save-safetensors "$TMP/$name.it10.safetensors" >"$TMP/$name.a.out" 2>&1 ||
+        ${EXPORT_10:+--save-safetensors "$TMP/$name.it10.safetensors"} >"$TMP/$name.a.out" 2>&1 ||
         { fail "$name: first half"; tail -5 "$TMP/$name.a.out" >&2; return; }
     run_np "$np" train $ARGS "$@" --train-iters 20 --load "$TMP/$name.ck" --log-jsonl "$TMP/$name.res.jsonl" \
-        >"$TMP/$name.b.out" 2>&1 || { fail "$name: resumed run"; tail -5 "$TMP/$name.b.out" >&2; return; }
+        --save "$TMP/$name.res.ck" >"$TMP/$name.b.out" 2>&1 ||
+        { fail "$name: resumed run"; tail -5 "$TMP/$name.b.out" >&2; return; }
     [ "$(fields "$TMP/$name.res.jsonl" | wc -l)" -eq 10 ] && ok || fail "$name: resumed run should log 10 iterations"
     cmp -s <(last10 "$TMP/$name.full.jsonl") <(last10 "$TMP/$name.res.jsonl") && ok ||
         { fail "$name: resumed iterations 11-20 are not bitwise equal"; diff <(last10 "$TMP/$name.full.jsonl") \
             <(last10 "$TMP/$name.res.jsonl") | head -4 >&2; }
+    same_checkpoint "$TMP/$name.full.ck" "$TMP/$name.res.ck" && ok ||
+        fail "$name: the resumed run's weights or optimizer state at iteration 20 are not bitwise equal"
     [ "$(cat "$TMP/$name.ck/latest_checkpointed_iteration.txt")" = 10 ] && [ -d "$TMP/$name.ck/iter_0000005" ] && ok ||
         fail "$name: expected iter_0000005, iter_0000010 and latest = 10"
 }
+# exports only where used: the resharding sources' final weights, t2p2's at iteration 10
 exact plain 1
-exact t2p2 4 $T2P2
-exact d2zero 2 $ZERO
-exact p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
+EXPORT_FULL=1 EXPORT_10=1 exact t2p2 4 $T2P2
+EXPORT_FULL=1 exact d2zero 2 $ZERO
+EXPORT_FULL=1 exact p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
+# same_checkpoint can fail: one weight or one AdamW moment element of one shard moved
+for key in param/layers.1.mlp.dense_h_to_4h.weight exp_avg/layers.0.self_attention.dense.weight/0; do
+    cp -r "$TMP/plain.res.ck" "$TMP/moved.ck"
+    "$PTDP_TOOLS/st_perturb" "$TMP/plain.res.ck/iter_0000020/rank_00000.safetensors" \
+        "$TMP/moved.ck/iter_0000020/rank_00000.safetensors" "$key" 7 1e-7 >/dev/null &&
+        ! same_checkpoint "$TMP/plain.full.ck" "$TMP/moved.ck" 2>/dev/null && ok ||
+        fail "same_checkpoint missed a change of 1e-7 in element 7 of $key"
+    rm -rf "$TMP/moved.ck"
+done
 
 # reshard FROM NAME NP flags...: resume FROM's iteration-10 checkpoint under another layout
 reshard() {
     local from=$1 name=$2 np=$3
     shift 3
     run_np "$np" train $ARGS "$@" --train-iters 20 --load "$TMP/$from.ck" --log-jsonl "$TMP/$name.jsonl" \
-        >"$TMP/$name.out" 2>&1 || { fail "$name: run failed"; tail -5 "$TMP/$name.out" >&2; return; }
+        --save-safetensors "$TMP/$name.safetensors" >"$TMP/$name.out" 2>&1 ||
+        { fail "$name: run failed"; tail -5 "$TMP/$name.out" >&2; return; }
     tail -10 "$TMP/$from.full.jsonl" >"$TMP/$name.ref.jsonl"
     compare_jsonl "$TMP/$name.ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
     compare_jsonl "$TMP/$name.ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
+    compare_weights "$TMP/$from.full.safetensors" "$TMP/$name.safetensors" 1e-2 && ok || fail "$name: final weights differ"
 }
 reshard t2p2 t2p2_to_d2zero 2 $ZERO
 reshard t2p2 t2p2_to_p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2

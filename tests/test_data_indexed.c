@@ -1,5 +1,5 @@
 /* test_data_indexed.c - Megatron indexed dataset writer and reader: the
- * FORMATS.md worked example byte for byte against a hand-made fixture,
+ * docs/formats.md worked example byte for byte against a hand-made fixture,
  * read-back of random documents (uint16 and int32), and corrupt, truncated
  * and mismatched .bin/.idx pairs rejected with a message naming the file. */
 #include <stdlib.h>

@@ -2,17 +2,17 @@
 # Pipeline parallelism: GPipe, 1F1B and interleaved 1F1B for p in {2,3,4},
 # v in {1,2}, and combined with t=2, give the same loss and grad norm as one
 # process at every one of 20 iterations (1e-5 relative) and the same final
-# weights (1e-5 absolute). --adam-eps 1e-4: with the default 1e-8, AdamW turns
-# a gradient element of ~1e-9 into a step of ~lr whose sign is decided by
-# fp32 summation order, so single weights would differ by ~lr between equally
-# correct layouts; a larger eps keeps the weight check strict without that.
+# weights (1e-5 absolute), at Megatron's --adam-eps 1e-8. One slice is exempt:
+# the K third of each c_attn.bias has an analytically zero gradient (the
+# softmax cancels q.b_k), so AdamW may turn its fp32 rounding noise into steps
+# of up to about lr; it is held to lr x iterations = 2e-2 (compare_weights).
 # Also: the --trace file, invalid layouts (status 2 on every rank), and a
 # rank that dies bringing the job down instead of hanging.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
 ARGS="--mock-data --num-layers 24 --hidden-size 48 --num-attention-heads 12 --seq-length 16
  --micro-batch-size 1 --global-batch-size 12 --vocab-size 300 --train-iters 20 --lr 1e-3
- --lr-warmup-iters 2 --weight-decay 0.1 --adam-eps 1e-4 --hidden-dropout 0 --attention-dropout 0
+ --lr-warmup-iters 2 --weight-decay 0.1 --adam-eps 1e-8 --hidden-dropout 0 --attention-dropout 0
  --log-interval 20"
 
 run_np 1 train $ARGS --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" >"$TMP/ref.out" 2>&1 &&
@@ -29,8 +29,7 @@ check() { # check NAME NP flags...
     fi
     compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
     compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
-    "$PTDP_TOOLS/st_compare" "$TMP/ref.safetensors" "$TMP/$name.safetensors" 1e-5 >/dev/null && ok ||
-        fail "$name: final weights differ"
+    compare_weights "$TMP/ref.safetensors" "$TMP/$name.safetensors" 2e-2 && ok || fail "$name: final weights differ"
 }
 for p in 2 3 4; do
     check "gpipe_p$p" $p --pipeline-model-parallel-size $p --pipeline-schedule gpipe

@@ -138,18 +138,21 @@ def run(c, dtype):
         out["logits"] = forward(P, c, tokens[0, :, :s]).detach().clone()
     opt = make_optimizer(P, c)
     params = [P[n] for n, _, _ in param_specs(c)]
-    losses, norms = [], []
+    losses, norms, grads = [], [], []
     for it in range(ITERS):
         opt.zero_grad(set_to_none=False)
         loss = loss_backward(P, c, tokens[it])
         if it == 0:
             out["loss"] = loss
-            out["grads"] = {n: P[n].grad.detach().clone() for n in P}
+        grads.append({n: P[n].grad.detach().clone() for n in P})
         norm = torch.nn.utils.clip_grad_norm_(params, c["clip_grad"])
         losses.append(loss)
         norms.append(float(norm))
         opt.step()
     out["losses"], out["norms"] = losses, norms
+    out["grads"] = grads[0]
+    # every iteration's gradients (before clipping), stacked: [ITERS, *shape]
+    out["grads_all"] = {n: torch.stack([g[n] for g in grads]) for n in P}
     out["final"] = {n: P[n].detach().clone() for n in P}
     return out
 
@@ -212,6 +215,8 @@ def main():
             "logits_elem": elemrel(r32["logits"], r64["logits"], 1e-3),
             "logits_abs": (r32["logits"].double() - r64["logits"]).abs().max().item(),
             "grads": max(maxrel(r32["grads"][n], r64["grads"][n]) for n in names),
+            "grads_all_iters": max(maxrel(r32["grads_all"][n][i], r64["grads_all"][n][i])
+                                   for n in names for i in range(ITERS)),
             "grads_elem": max(elemrel(r32["grads"][n], r64["grads"][n],
                                       1e-3 * r64["grads"][n].abs().max().item()) for n in names),
             "grads_abs": max((r32["grads"][n].double() - r64["grads"][n]).abs().max().item() for n in names),
@@ -242,14 +247,15 @@ def main():
                     weight_decay=repr(WD), clip_grad=repr(c["clip_grad"]), iters=str(ITERS),
                     seed=str(SEED), token_seed=str(TOKEN_SEED), torch_version=torch.__version__,
                     fp64_relerr_loss="%.3e" % err["loss"], fp64_relerr_logits="%.3e" % err["logits"],
-                    fp64_relerr_grads="%.3e" % err["grads"], fp64_relerr_losses="%.3e" % err["losses"],
+                    fp64_relerr_grads="%.3e" % err["grads"],
+                    fp64_relerr_grads_all_iters="%.3e" % err["grads_all_iters"], fp64_relerr_losses="%.3e" % err["losses"],
                     fp64_relerr_grad_norms="%.3e" % err["grad_norms"],
                     fp64_relerr_final="%.3e" % err["final"])
         tensors = [(n, r32["init"][n]) for n in names]
         tensors.append(("ref.tokens", r32["tokens"].to(torch.int32)))
         tensors.append(("ref.logits", r32["logits"].float()))
         tensors.append(("ref.loss", torch.tensor([r32["loss"]], dtype=torch.float32)))
-        tensors += [("ref.grad." + n, r32["grads"][n]) for n in names]
+        tensors += [("ref.grads." + n, r32["grads_all"][n]) for n in names]
         tensors.append(("ref.losses", torch.tensor(r32["losses"], dtype=torch.float32)))
         tensors.append(("ref.grad_norms", torch.tensor(r32["norms"], dtype=torch.float32)))
         if c["write_final"]:

@@ -1,5 +1,5 @@
 /* data.h - ptdp's data pipeline: the GPT-2 byte-level BPE tokenizer, Megatron
- * indexed datasets (PREFIX.bin / PREFIX.idx, layout in FORMATS.md), Megatron's
+ * indexed datasets (PREFIX.bin / PREFIX.idx, layout in docs/formats.md), Megatron's
  * preprocessing (JSON lines or plain text -> indexed dataset) and GPT sample
  * indexing with train/valid/test splits and blending.
  *
