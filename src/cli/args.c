@@ -1,5 +1,5 @@
 /* args.c - Megatron-style flags for train/export, and --config JSON. */
-#include "cli/args.h"
+#include "cli/cli.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* cli.h - the `ptdp <command>` entry points. Each command parses its own
+/* cli.h - the one header of src/cli: the `ptdp <command>` entry points and
+ * the flag table they share. Each command parses its own
  * flags, prints one clear message on bad input and returns the process exit
  * status (0 ok, 1 runtime failure, 2 bad usage). Only cli/ exits. */
 #ifndef PTDP_CLI_H
@@ -6,7 +7,12 @@
 
 #include <stdio.h>
 
+#include <stdint.h>
+
+#include "base/base.h"
 #include "comm/comm.h"
+#include "model/model.h"
+#include "optim/optim.h"
 
 int ptdp_cmd_train(int argc, char **argv);
 int ptdp_cmd_export(int argc, char **argv);
@@ -30,5 +36,69 @@ int ptdp__cli_parse(ptdp_opt *opts, int nopts, int argc, char **argv,
                     void (*usage)(FILE *f, const ptdp_opt *opts, int nopts));
 /* The config.json path beside a weights file (same directory). */
 void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap);
+
+/* ---- flags ------------------------------------------------------------------ */
+/* The flags shared by `ptdp train`, `ptdp export` and friends:
+ * Megatron-LM's names and defaults, one table, `--config FILE.json` with the
+ * same keys. Parsing validates everything before any work starts. */
+typedef struct {
+    /* model */
+    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, max_position_embeddings;
+    int64_t vocab_size, make_vocab_size_divisible_by;
+    double init_method_std, hidden_dropout, attention_dropout;
+    int64_t seed;
+    /* batch and schedule */
+    int64_t micro_batch_size, global_batch_size, train_iters;
+    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, lr_warmup_fraction;
+    int64_t lr_warmup_iters, lr_decay_iters;
+    const char *lr_decay_style;
+    /* parallelism */
+    int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+    int64_t virtual_pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
+    const char *pipeline_schedule, *trace;
+    const char *recompute_granularity, *recompute_method;
+    int64_t recompute_num_layers;
+    int scatter_gather, no_scatter_gather;
+    int64_t ddp_bucket_size;
+    int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
+    /* data */
+    int mock_data;
+    const char *token_file;
+    const char *data_path;        /* first value (presence); all values below */
+    const char *data_paths[128];  /* "PREFIX" or "W1 P1 W2 P2 ..." */
+    int n_data_paths;
+    char data_path_buf[4096];     /* storage when the list came from --config */
+    const char *vocab_file, *merge_file, *tokenizer_type, *split;
+    int64_t eval_interval, eval_iters;
+    /* io and logging */
+    const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
+    int64_t log_interval;
+    int log_comm;
+    /* checkpoints */
+    const char *save, *load;
+    int64_t save_interval;
+    int no_load_optim, finetune;
+} ptdp_args;
+
+/* Which flags a command takes. */
+#define PTDP_ARGS_TRAIN 1
+#define PTDP_ARGS_EXPORT 2
+
+/* Megatron's defaults. */
+void ptdp_args_defaults(ptdp_args *a);
+/* Fills opts (capacity `cap`) with the flags of `which`; returns the count. */
+int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap);
+/* Parses argv (after the command name), applying --config FILE.json first so
+ * flags on the command line win. Sets *want_help. PTDP_EINVAL/PTDP_EIO with
+ * one message naming the flag or file. *json_keep receives the parsed JSON
+ * tree whose strings the args point into (free with ptdp_args_free). */
+int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep);
+void ptdp_args_free(void *json_keep);
+/* Checks required flags and cross-flag consistency for `which`, given the
+ * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
+ * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg, int *d_out);
+/* The LR schedule and AdamW settings from the flags. */
+void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 
 #endif

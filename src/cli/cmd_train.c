@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "cli/args.h"
 #include "cli/cli.h"
 #include "train/train.h"
 #include "data/data.h"
