@@ -80,14 +80,16 @@ static float *alloc_fill(int64_t n, float scale) {
 }
 
 /* Median ms of one call over reps runs after a warm-up. */
+static const ptdp_ops *O; /* the CPU table of the library being timed */
+
 static double time_gemm(const gemm_shape *g, int reps) {
     int64_t ar = g->ta ? g->K : g->M, br = g->tb ? g->N : g->K;
     float *A = alloc_fill(ar * g->lda, 0.1f), *B = alloc_fill(br * g->ldb, 0.1f), *C = alloc_fill(g->M * g->ldc, 0.0f);
     double t[64];
-    ptdp_cpu_gemm_call(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+    O->gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
     for (int r = 0; r < reps; r++) {
         double t0 = omp_get_wtime();
-        ptdp_cpu_gemm_call(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+        O->gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
         t[r] = (omp_get_wtime() - t0) * 1e3;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
@@ -104,7 +106,7 @@ static void warm_up(void) {
     const int64_t n = 1024;
     float *A = alloc_fill(n * n, 0.1f), *B = alloc_fill(n * n, 0.1f), *C = alloc_fill(n * n, 0.0f);
     double t0 = omp_get_wtime();
-    while (omp_get_wtime() - t0 < 0.3) ptdp_cpu_gemm_call(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    while (omp_get_wtime() - t0 < 0.3) O->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
     free(A);
     free(B);
     free(C);
@@ -146,7 +148,7 @@ int main(int argc, char **argv) {
         int ns = shapes_for(c, sh);
         for (int l = 0; l < 2; l++) {
             if (only_lib >= 0 && only_lib != (int)libs[l]) continue;
-            ptdp_cpu_set_gemm(libs[l]);
+            O = ptdp_cpu_ops_lib(libs[l]);
             warm_up();
             double layer_ms = 0, head_ms = 0, layer_flop = 0, head_flop = 0;
             for (int k = 0; k < ns; k++) {

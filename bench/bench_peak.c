@@ -89,13 +89,13 @@ static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *corety
         B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
         C[i] = 0.0f;
     }
-    ptdp_cpu_set_gemm(lib);
+    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
     /* warm-up: JIT, thread pools, clocks (the first calls of a process are slow) */
-    for (int w = 0; w < 2; w++) ptdp_cpu_gemm_call(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    for (int w = 0; w < 2; w++) o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
     double t[8];
     for (int r = 0; r < reps; r++) {
         double t0 = omp_get_wtime();
-        ptdp_cpu_gemm_call(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
         t[r] = omp_get_wtime() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);

@@ -68,9 +68,8 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     tp.global_batch = bc->b;
     tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, PTDP_LR_CONSTANT};
     tp.adam = ptdp_adamw_default_params();
-    tp.ops = ptdp_cpu_ops();
+    tp.ops = ptdp_cpu_ops_lib(lib);
     tp.comm = &comm;
-    ptdp_cpu_set_gemm(lib);
     ptdp_trainer *tr = NULL;
     if (ptdp_trainer_init(&tr, &tp)) {
         fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());

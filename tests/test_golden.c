@@ -87,7 +87,6 @@ static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
 }
 
 static void run_config(const char *file, ptdp_gemm_lib lib) {
-    ptdp_cpu_set_gemm(lib);
     char path[512];
     snprintf(path, sizeof path, "%s/tests/fixtures/%s", PTDP_SOURCE_DIR, file);
     ptdp_st_file *f = NULL;
@@ -111,7 +110,7 @@ static void run_config(const char *file, ptdp_gemm_lib lib) {
     tp.lr = (ptdp_lr_schedule){meta_f(f, "lr"), meta_f(f, "lr"), 0, 1, PTDP_LR_CONSTANT};
     tp.adam = (ptdp_adamw_params){meta_f(f, "beta1"), meta_f(f, "beta2"), meta_f(f, "eps"),
                                   meta_f(f, "weight_decay"), meta_f(f, "clip_grad")};
-    tp.ops = ptdp_cpu_ops();
+    tp.ops = ptdp_cpu_ops_lib(lib);
     tp.comm = &comm;
     tp.init_from = path;
     ptdp_trainer *tr = NULL;

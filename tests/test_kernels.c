@@ -69,7 +69,7 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     ptdp_ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     char what[128];
     snprintf(what, sizeof what, "gemm %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g",
-             ptdp_gemm_lib_name(ptdp_cpu_gemm()), ta, tb, (long long)M, (long long)N, (long long)K,
+             o->name, ta, tb, (long long)M, (long long)N, (long long)K,
              (double)beta);
     check_arr(what, C, R, M * ldc, 2e-5, 1e-5 * (double)K); /* padding columns compared too */
     free(A);
@@ -78,21 +78,35 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     free(R);
 }
 
+/* ptdp_ops_check: the CPU tables are complete; a table missing a required
+ * op is refused naming it; the optional dropout op only when needed. */
+static void test_ops_check(void) {
+    CHECK_OK(ptdp_ops_check(ptdp_cpu_ops(), 1));
+    CHECK_OK(ptdp_ops_check(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 1));
+    ptdp_ops t = *ptdp_cpu_ops();
+    t.gemm = NULL;
+    CHECK(ptdp_ops_check(&t, 0) == PTDP_EUNSUPPORTED && strstr(ptdp_last_error(), "gemm"));
+    t = *ptdp_cpu_ops();
+    t.dropout_fwd = NULL;
+    CHECK_OK(ptdp_ops_check(&t, 0));
+    CHECK(ptdp_ops_check(&t, 1) == PTDP_EUNSUPPORTED && strstr(ptdp_last_error(), "--hidden-dropout 0"));
+}
+
 static void test_gemm(const ptdp_ops *o) {
     const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
     const int64_t sizes[][3] = {{13, 7, 19}, {1, 9, 5}, {67, 45, 33}, {5, 64, 1}};
     for (int l = 0; l < 2; l++) {
-        ptdp_cpu_set_gemm(libs[l]);
-        CHECK(ptdp_cpu_gemm() == libs[l]);
+        const ptdp_ops *ol = ptdp_cpu_ops_lib(libs[l]);
+        CHECK(strstr(ol->name, ptdp_gemm_lib_name(libs[l])) != NULL);
         uint64_t seed = 100;
         for (int sz = 0; sz < 4; sz++)
             for (int ta = 0; ta < 2; ta++)
                 for (int tb = 0; tb < 2; tb++)
                     for (int bb = 0; bb < 2; bb++)
-                        test_gemm_case(o, ta, tb, sizes[sz][0], sizes[sz][1], sizes[sz][2],
+                        test_gemm_case(ol, ta, tb, sizes[sz][0], sizes[sz][1], sizes[sz][2],
                                        bb ? 1.0f : 0.75f, bb ? 1.0f : 0.0f, seed++);
     }
-    ptdp_cpu_set_gemm(PTDP_GEMM_ONEDNN);
+    CHECK(ptdp_cpu_ops() == ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
     ptdp_gemm_lib lib;
     CHECK_OK(ptdp_gemm_lib_parse("openblas", &lib));
     CHECK(lib == PTDP_GEMM_OPENBLAS);
@@ -611,8 +625,9 @@ static void test_dropout(const ptdp_ops *o) {
 
 int main(void) {
     const ptdp_ops *o = ptdp_cpu_ops();
-    CHECK(o && o->name && !strcmp(o->name, "cpu"));
+    CHECK(o && o->name && !strcmp(o->name, "cpu/onednn"));
     test_gemm(o);
+    test_ops_check();
     test_layernorm(o);
     test_bias_gelu(o);
     test_attention(o);

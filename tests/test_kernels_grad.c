@@ -348,7 +348,8 @@ static double lin_obj(void *p) {
 }
 
 static void test_linear(ptdp_gemm_lib lib) {
-    ptdp_cpu_set_gemm(lib);
+    const ptdp_ops *saved = O;
+    O = ptdp_cpu_ops_lib(lib);
     lin_ctx c = {.N = 7, .n = 5, .k = 6};
     c.X = fmalloc(c.N * c.k), c.W = fmalloc(c.n * c.k), c.Y = fmalloc(c.N * c.n), c.R = fmalloc(c.N * c.n);
     fill_normal(c.X, c.N * c.k, 60, 1.0f);
@@ -365,7 +366,7 @@ static void test_linear(ptdp_gemm_lib lib) {
     fd_check(w1, lin_obj, &c, c.W, c.n * c.k, dW, FD_EPS, FD_RTOL, FD_ATOL);
     fd_check(w2, lin_obj, &c, c.X, c.N * c.k, dX, FD_EPS, FD_RTOL, FD_ATOL);
     free(c.X), free(c.W), free(c.Y), free(c.R), free(dW), free(dX);
-    ptdp_cpu_set_gemm(PTDP_GEMM_ONEDNN);
+    O = saved;
 }
 
 int main(void) {

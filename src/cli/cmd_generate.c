@@ -277,9 +277,8 @@ int ptdp_cmd_generate(int argc, char **argv) {
     ptdp_generator *g = NULL;
     if (rc == PTDP_OK) {
         ptdp__cli_set_threads(&comm);
-        ptdp_cpu_set_gemm(lib);
         ptdp_chunk_params cp = {.cfg = &cfg, .layer_begin = 0, .layer_end = cfg.num_layers, .pre = 1, .post = 1,
-                                .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor, .inference = 1};
+                                .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops_lib(lib), .tp = &comm.tensor, .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK && a.load) {

@@ -96,11 +96,10 @@ int ptdp_cmd_train(int argc, char **argv) {
         return status_of(rc);
     }
     ptdp__cli_set_threads(&comm);
-    ptdp_cpu_set_gemm(lib);
     tp.micro_batch = a.micro_batch_size;
     tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
     ptdp_args_optim(&a, &tp.lr, &tp.adam);
-    tp.ops = ptdp_cpu_ops();
+    tp.ops = ptdp_cpu_ops_lib(lib);
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;

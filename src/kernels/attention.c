@@ -86,7 +86,7 @@ static void dropout_rows(const float *src, float *dst, int64_t s, int64_t i0, in
         ptdp__dropout_apply(src + i * s, dst + i * s, cend, drop, (uint64_t)(task * s * s + i * s));
 }
 
-void ptdp__attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
                          int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
     const float scale = 1.0f / sqrtf((float)hd);
@@ -100,7 +100,7 @@ void ptdp__attention_fwd(const float *qkv, float *ctx, float *probs, float *scra
         float *C = ctx + bi * al * hd + j * hd;
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             int64_t r1 = r0 + B < s ? r0 + B : s, rb = r1 - r0;
-            ptdp_cpu_gemm_call(0, 1, rb, r1, hd, 1.0f, Q + r0 * ld3, ld3, K, ld3, 0.0f, S + r0 * s, s);
+            gemm(0, 1, rb, r1, hd, 1.0f, Q + r0 * ld3, ld3, K, ld3, 0.0f, S + r0 * s, s);
             /* the saved probs keep their documented zeros above the diagonal */
             softmax_rows_fwd(S, P, s, r0, r1, s, scale);
             const float *Puse = P;
@@ -108,12 +108,12 @@ void ptdp__attention_fwd(const float *qkv, float *ctx, float *probs, float *scra
                 dropout_rows(P, Pd, s, r0, r1, r1, drop, task);
                 Puse = Pd;
             }
-            ptdp_cpu_gemm_call(0, 0, rb, hd, r1, 1.0f, Puse + r0 * s, s, V, ld3, 0.0f, C + r0 * ldc, ldc);
+            gemm(0, 0, rb, hd, r1, 1.0f, Puse + r0 * s, s, V, ld3, 0.0f, C + r0 * ldc, ldc);
         }
     }
 }
 
-void ptdp__attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv,
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *probs, float *dqkv,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
@@ -133,17 +133,17 @@ void ptdp__attention_bwd(const float *dctx, const float *qkv, const float *probs
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             int64_t r1 = r0 + B < s ? r0 + B : s, rb = r1 - r0;
             if (drop.p > 0.0f) dropout_rows(P, Pd, s, r0, r1, r1, drop, task);
-            ptdp_cpu_gemm_call(0, 1, rb, r1, hd, 1.0f, dC + r0 * ldc, ldc, V, ld3, 0.0f, dP + r0 * s, s);
+            gemm(0, 1, rb, r1, hd, 1.0f, dC + r0 * ldc, ldc, V, ld3, 0.0f, dP + r0 * s, s);
             if (drop.p > 0.0f) dropout_rows(dP, dP, s, r0, r1, r1, drop, task);
             softmax_rows_bwd(P, dP, s, r0, r1, r1, scale);
-            ptdp_cpu_gemm_call(0, 0, rb, hd, r1, 1.0f, dP + r0 * s, s, K, ld3, 0.0f, dQ + r0 * ld3, ld3);
+            gemm(0, 0, rb, hd, r1, 1.0f, dP + r0 * s, s, K, ld3, 0.0f, dQ + r0 * ld3, ld3);
         }
         /* by key columns: dV = Pd^T dC, dK = dS^T Q over rows [c0, s) */
         for (int64_t c0 = 0; c0 < s; c0 += B) {
             int64_t c1 = c0 + B < s ? c0 + B : s, cb = c1 - c0, kn = s - c0;
-            ptdp_cpu_gemm_call(1, 0, cb, hd, kn, 1.0f, Puse + c0 * s + c0, s, dC + c0 * ldc, ldc, 0.0f,
+            gemm(1, 0, cb, hd, kn, 1.0f, Puse + c0 * s + c0, s, dC + c0 * ldc, ldc, 0.0f,
                                dV + c0 * ld3, ld3);
-            ptdp_cpu_gemm_call(1, 0, cb, hd, kn, 1.0f, dP + c0 * s + c0, s, Q + c0 * ld3, ld3, 0.0f,
+            gemm(1, 0, cb, hd, kn, 1.0f, dP + c0 * s + c0, s, Q + c0 * ld3, ld3, 0.0f,
                                dK + c0 * ld3, ld3);
         }
     }

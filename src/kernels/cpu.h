@@ -5,6 +5,13 @@
 
 #include "kernels/kernels.h"
 
+void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
                          float *rstd, int64_t N, int64_t h, float eps);
 void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
@@ -24,9 +31,10 @@ void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
 void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
 void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale);
 void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale);
-void ptdp__attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+/* attention's per-head GEMMs run through `gemm`, the table's library */
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
                          int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-void ptdp__attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv,
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *probs, float *dqkv,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,

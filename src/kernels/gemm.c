@@ -1,4 +1,5 @@
-/* gemm.c - row-major SGEMM through a tuned library: oneDNN's dnnl_sgemm
+/* gemm.c - row-major SGEMM through a tuned library (the CPU backend's
+ * state: one ops table per library, see cpu_backend.c): oneDNN's dnnl_sgemm
  * (default: its JIT picks AVX-512 kernels at run time and ignores
  * OPENBLAS_CORETYPE) or OpenBLAS's cblas_sgemm. Called from inside an OpenMP
  * parallel region (attention's per-head GEMMs) both run single-threaded, which
@@ -8,9 +9,6 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-
-/* Process-wide choice made once at start-up (before any thread runs). */
-static ptdp_gemm_lib g_gemm_lib = PTDP_GEMM_ONEDNN;
 
 static const char *const gemm_names[] = {
 #define PTDP__GEMM_NAME(e, s) s,
@@ -29,20 +27,16 @@ int ptdp_gemm_lib_parse(const char *name, ptdp_gemm_lib *out) {
     return ptdp_errorf(PTDP_EINVAL, "unknown GEMM library '%s' (onednn|openblas)", name);
 }
 
-void ptdp_cpu_set_gemm(ptdp_gemm_lib lib) { g_gemm_lib = lib; }
-ptdp_gemm_lib ptdp_cpu_gemm(void) { return g_gemm_lib; }
-
-void ptdp_cpu_gemm_call(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc) {
+void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
-    if (g_gemm_lib == PTDP_GEMM_OPENBLAS) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta,
-                    C, (blasint)ldc);
-        return;
-    }
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
-                                  beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
+                (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     PTDP_ASSERT_MSG(st == dnnl_success, "dnnl_sgemm failed");
 }

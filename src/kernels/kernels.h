@@ -39,6 +39,11 @@ typedef struct {
     uint64_t offset;
 } ptdp_dropout;
 
+/* What a backend must provide: every op is REQUIRED unless marked
+ * OPTIONAL below (NULL allowed; ptdp_ops_check says which configuration
+ * needs it). A new backend (CUDA) fills the required ops, is tested op by op
+ * against the CPU table (tests/test_kernels.c shows how) and gets
+ * ptdp_ops_check'ed before use. */
 typedef struct ptdp_ops {
     const char *name;
 
@@ -81,7 +86,8 @@ typedef struct ptdp_ops {
                                  int64_t N, int64_t h, ptdp_dropout drop);
     void (*bias_dropout_add_bwd)(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
                                  ptdp_dropout drop);
-    /* Plain dropout in place on x [n] (embedding output) and its backward. */
+    /* OPTIONAL (needed only when --hidden-dropout > 0): plain dropout in place
+     * on x [n] (the embedding's output) and its backward. */
     void (*dropout_fwd)(float *x, int64_t n, ptdp_dropout drop);
     void (*dropout_bwd)(float *dx, int64_t n, ptdp_dropout drop);
 
@@ -140,17 +146,21 @@ typedef struct ptdp_ops {
     double (*sum)(const float *x, int64_t n);
 } ptdp_ops;
 
-/* The CPU backend's table. ptdp_cpu_set_gemm selects the GEMM library
- * (process-wide, call before any work). */
+/* The CPU backend: one constant table per GEMM library (the library is the
+ * table's state, nothing process-wide); ptdp_cpu_ops() is oneDNN's. */
+const ptdp_ops *ptdp_cpu_ops_lib(ptdp_gemm_lib lib);
 const ptdp_ops *ptdp_cpu_ops(void);
-void ptdp_cpu_set_gemm(ptdp_gemm_lib lib);
-ptdp_gemm_lib ptdp_cpu_gemm(void);
 
 /* Floats of scratch attention_fwd/bwd need for (s, threads). */
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 
 /* Keep-mask element e of a dropout site: 1 keeps, 0 drops. */
 int ptdp__dropout_keep(ptdp_dropout d, uint64_t e);
+
+/* Checks that every required op of `o` is set, and the optional ones the
+ * run needs (dropout: hidden dropout > 0). PTDP_EUNSUPPORTED naming the
+ * backend and the missing op. */
+int ptdp_ops_check(const ptdp_ops *o, int dropout);
 
 /* ---- plain references (single thread, double accumulation), for tests ---- */
 void ptdp_ref_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -163,10 +173,5 @@ void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, 
                             int64_t hd);
 /* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
 double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad, int64_t V);
-
-/* ---- the CPU functions behind the table (also called by tests) ---- */
-void ptdp_cpu_gemm_call(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc);
 
 #endif

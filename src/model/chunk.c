@@ -324,3 +324,5 @@ void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) {
     PTDP_ASSERT_MSG(c->grads, "an inference chunk has no gradients");
     c->ops->zero(c->grads, c->specs.total);
 }
+
+const ptdp_ops *ptdp_gpt_chunk_ops(const ptdp_gpt_chunk *c) { return c->ops; }

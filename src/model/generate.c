@@ -112,7 +112,8 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->C = max_len < PTDP_GENERATE_PREFILL_CHUNK ? max_len : PTDP_GENERATE_PREFILL_CHUNK;
     /* the offset-causal softmax (decode_attn.c) runs on host memory, so the
      * CPU table is the only backend generate.c supports for now */
-    g->ops = ptdp_cpu_ops();
+    g->ops = ptdp_gpt_chunk_ops(chunk);
+    PTDP_ASSERT_MSG(!strncmp(g->ops->name, "cpu", 3), "generation runs on the CPU backend only");
     carver dry = {0, NULL};
     plan(g, &dry);
     g->mem = g->ops->alloc(dry.off);

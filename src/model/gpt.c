@@ -39,7 +39,8 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
     }
     if (c->p.pre) {
         ptdp__gpt_embed_fwd(c, sa);
-        o->dropout_fwd(sa->x[0], N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
+        if (c->cfg->hidden_dropout > 0) /* an optional op: only runs that need it call it */
+            o->dropout_fwd(sa->x[0], N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
     } else {
         o->copy(sa->x[0], x_in, N * h);
     }
@@ -66,7 +67,8 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
         if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->p.pre) {
-        o->dropout_bwd(c->dres, N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
+        if (c->cfg->hidden_dropout > 0)
+            o->dropout_bwd(c->dres, N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
         ptdp__gpt_embed_bwd(c, sa);
     } else {
         o->copy(dx, c->dres, N * h);

@@ -109,6 +109,8 @@ typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
 
+/* The compute backend the chunk was built with. */
+const ptdp_ops *ptdp_gpt_chunk_ops(const ptdp_gpt_chunk *c);
 /* Parameter specs of the chunk (in buffer order), flat buffers and counts. */
 const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n);
 float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c);

@@ -48,7 +48,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
     sp.kind = ptdp_schedule_resolve_kind(&sp);
     tr->p.sched = sp;
-    int rc = ptdp_schedule_check(&sp);
+    int rc = ptdp_ops_check(p->ops, p->cfg.hidden_dropout > 0);
+    if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
     if (rc == PTDP_OK && (p->cfg.num_layers % stages))
