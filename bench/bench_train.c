@@ -47,8 +47,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
                float dropout) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
-    ptdp_trainer_params tp;
-    memset(&tp, 0, sizeof tp);
+    ptdp_trainer_params tp = ptdp_trainer_default_params();
     ptdp_gpt_config *cfg = &tp.cfg;
     cfg->num_layers = bc->l;
     cfg->hidden = bc->h;

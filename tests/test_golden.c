@@ -95,7 +95,7 @@ static void run_config(const char *file, ptdp_gemm_lib lib) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
 
-    ptdp_trainer_params tp = {0};
+    ptdp_trainer_params tp = ptdp_trainer_default_params();
     tp.cfg.num_layers = meta_i(f, "n_layer");
     tp.cfg.hidden = meta_i(f, "n_embd");
     tp.cfg.heads = meta_i(f, "n_head");
@@ -107,9 +107,10 @@ static void run_config(const char *file, ptdp_gemm_lib lib) {
     CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
     tp.micro_batch = meta_i(f, "micro_batch_size");
     tp.global_batch = meta_i(f, "global_batch_size");
-    tp.lr = (ptdp_lr_schedule){meta_f(f, "lr"), meta_f(f, "lr"), 0, 1, PTDP_LR_CONSTANT};
-    tp.adam = (ptdp_adamw_params){meta_f(f, "beta1"), meta_f(f, "beta2"), meta_f(f, "eps"),
-                                  meta_f(f, "weight_decay"), meta_f(f, "clip_grad")};
+    tp.lr = (ptdp_lr_schedule){.max_lr = meta_f(f, "lr"), .min_lr = meta_f(f, "lr"), .warmup_iters = 0,
+                               .decay_iters = 1, .style = PTDP_LR_CONSTANT};
+    tp.adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"), .beta2 = meta_f(f, "beta2"), .eps = meta_f(f, "eps"),
+                                  .weight_decay = meta_f(f, "weight_decay"), .clip_grad = meta_f(f, "clip_grad")};
     tp.ops = ptdp_cpu_ops_lib(lib);
     tp.comm = &comm;
     tp.init_from = path;

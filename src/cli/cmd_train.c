@@ -72,7 +72,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_args_free(keep);
         return 1;
     }
-    ptdp_trainer_params tp = {0};
+    ptdp_trainer_params tp = ptdp_trainer_default_params();
     int d = 1, rc = PTDP_OK;
     if (a.vocab_file) { /* the vocabulary size comes from the tokenizer */
         ptdp_tokenizer *tok = NULL;

@@ -13,7 +13,7 @@ static const char *const lr_names[] = {
 };
 
 int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (int)(sizeof lr_names / sizeof lr_names[0]); i++)
         if (!strcmp(name, lr_names[i])) {
             *out = (ptdp_lr_style)i;
             return PTDP_OK;

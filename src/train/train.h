@@ -80,6 +80,10 @@ typedef struct {
     int skipped;        /* 1 when the gradient was not finite and the step was skipped */
 } ptdp_step_stats;
 
+/* Megatron's defaults where they exist (AdamW 0.9/0.999/1e-8, weight decay
+ * 0.01, clip 1.0; one micro-batch; the layout from the comm). */
+ptdp_trainer_params ptdp_trainer_default_params(void);
+
 typedef struct ptdp_trainer ptdp_trainer;
 
 /* Plans memory, allocates, initialises (or loads init_from). Errors:

@@ -37,6 +37,17 @@ static const ptdp_param_spec *find_wte(ptdp_gpt_chunk *c) {
     return NULL;
 }
 
+ptdp_trainer_params ptdp_trainer_default_params(void) {
+    return (ptdp_trainer_params){
+        .micro_batch = 1,
+        .global_batch = 1,
+        .adam = ptdp_adamw_default_params(),
+        .sched = {.p = 0}, /* p = the comm's, v = 1, kind from v */
+        .recompute_method = PTDP_RECOMPUTE_NONE,
+        .overlap_grad_reduce = 1,
+    };
+}
+
 int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     *out = NULL;
     ptdp_trainer *tr = calloc(1, sizeof *tr);
