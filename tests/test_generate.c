@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "model/generate.h"
+#include "model/model.h"
 #include "test.h"
 
 typedef struct {

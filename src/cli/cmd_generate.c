@@ -23,7 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 #include "data/data.h"
-#include "model/generate.h"
+#include "model/model.h"
 
 typedef struct {
     const char *init_from, *load, *prompt, *vocab_file, *merge_file, *gemm;

@@ -1,8 +1,8 @@
 /* decode_attn.c - the offset-causal softmax for attention over a KV cache
- * (see decode_attn.h). The score and context GEMMs go through ops->gemm in
+ * (declared in kernels.h). The score and context GEMMs go through ops->gemm in
  * src/model/generate.c; only the masked softmax lives here. Not here: the
  * full-sequence attention (attention.c), dropout (generation has none). */
-#include "kernels/decode_attn.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 

@@ -162,6 +162,17 @@ int ptdp__dropout_keep(ptdp_dropout d, uint64_t e);
  * backend and the missing op. */
 int ptdp_ops_check(const ptdp_ops *o, int dropout);
 
+/* ---- CPU-only kernels outside the table -------------------------------------
+ * The one kernel incremental decoding (src/model/generate.c) needs that the
+ * table lacks: a softmax over attention scores whose causal mask is offset by
+ * the tokens already in the KV cache. It runs on host memory; a GPU backend
+ * needs its counterpart in its table before generation can run there. */
+/* In place on scores S [n, L] (row stride L): row i is the query at absolute
+ * position pos0 + i, which may see keys 0..pos0+i. Each row becomes
+ * softmax(scale * S[i, 0..pos0+i]) with zeros at the masked keys.
+ * Requires L >= pos0 + n. Single thread per call; rows are short. */
+void ptdp__decode_softmax(float *S, int64_t n, int64_t L, int64_t pos0, float scale);
+
 /* ---- plain references (single thread, double accumulation), for tests ---- */
 void ptdp_ref_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);

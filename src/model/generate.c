@@ -1,4 +1,4 @@
-/* generate.c - KV-cache decoding and sampling (see generate.h).
+/* generate.c - KV-cache decoding and sampling (API in model.h).
  *
  * One step over n new rows (N = n <= PREFILL_CHUNK, positions pos0..pos0+n-1),
  * per layer, with hl = h/t, fl = 4h/t, al = a/t:
@@ -10,13 +10,12 @@
  * with L = pos0 + n. The logits come from the last row only. The model is
  * the chunk's own parameters (ptdp_gpt_chunk_param_ptrs); nothing is copied.
  * Not here: dropout (generation is evaluation), batching of sequences. */
-#include "model/generate.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/decode_attn.h"
 
 struct ptdp_generator {
     ptdp_gpt_chunk *chunk;
