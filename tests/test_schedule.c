@@ -343,7 +343,35 @@ static void test_broken(void) {
     ptdp_schedule_free(&s);
 }
 
+/* The executor's send rings: the replay sizes them, a ring one slot smaller
+ * than the minimum deadlocks, and the size does not grow with m where the
+ * schedule bounds the messages in flight (1F1B, interleaved). */
+static void test_send_buffers(void) {
+    const struct {
+        int p, v, kind;
+    } cases[] = {{2, 1, PTDP_SCHED_1F1B}, {4, 1, PTDP_SCHED_1F1B}, {2, 2, PTDP_SCHED_INTERLEAVED},
+                 {4, 2, PTDP_SCHED_INTERLEAVED}, {2, 1, PTDP_SCHED_GPIPE}, {3, 1, PTDP_SCHED_1F1B}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int K[2];
+        for (int j = 0; j < 2; j++) {
+            const int m = j ? 32 : 8;
+            ptdp_schedule_params sp = {.p = cases[i].p, .m = m, .v = cases[i].v, .kind = cases[i].kind};
+            ptdp_schedule s;
+            CHECK_OK(ptdp_schedule_init(&s, &sp));
+            K[j] = ptdp_schedule_send_buffers(&s);
+            CHECK(K[j] >= 1 && K[j] <= m * sp.v);
+            CHECK_OK(ptdp_schedule_replay(&s, K[j], NULL, NULL, NULL));
+            if (K[j] - 2 >= 1) CHECK(ptdp_schedule_replay(&s, K[j] - 2, NULL, NULL, NULL) == PTDP_EINVAL);
+            ptdp_schedule_free(&s);
+        }
+        fprintf(stderr, "send ring: %s p=%d v=%d: K=%d at m=8, K=%d at m=32\n",
+                ptdp_schedule_kind_name(cases[i].kind), cases[i].p, cases[i].v, K[0], K[1]);
+        if (cases[i].kind != PTDP_SCHED_GPIPE) CHECK(K[1] == K[0]); /* bounded by the schedule, not by m */
+    }
+}
+
 int main(void) {
+    test_send_buffers();
     test_hand_lists();
     test_params();
     test_p2p();
