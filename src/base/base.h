@@ -4,7 +4,7 @@
  * the model, optimizer and checkpoints share. Uses libc only. Nothing here
  * knows about MPI or tensor memory.
  *
- * Error convention (STYLE.md habit 4): recoverable failures return a negative
+ * Error convention: recoverable failures return a negative
  * PTDP_E* code; the function that detects the failure records one human
  * message with ptdp_errorf(), which the CLI prints. Broken internal contracts
  * hit PTDP_ASSERT, which is always on. */

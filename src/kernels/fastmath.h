@@ -1,5 +1,5 @@
 /* fastmath.h - exp and tanh for the kernels' inner loops (internal).
- * These bodies live in a header on purpose (STYLE.md otherwise avoids it):
+ * These bodies live in a header on purpose (the project otherwise keeps function bodies out of headers):
  * gcc vectorises a loop only when the callee is visible and inlinable, and
  * libm's expf/tanhf are scalar calls that cost more than the GEMMs around
  * them on the softmax and GeLU paths. Accuracy: relative error below 3e-7

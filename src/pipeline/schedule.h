@@ -10,7 +10,7 @@
  * in comm or model; everything else includes pipeline.h. Timing is
  * plan/plan.h's (the discrete-event simulator).
  *
- * Vocabulary (legend of DESIGN.md): p pipeline ranks, v model chunks per
+ * Vocabulary (the shape legend of kernels.h): p pipeline ranks, v model chunks per
  * rank, m micro-batches per iteration. Chunk c on pipeline rank r is virtual
  * stage c*p + r, so the model's pipeline is stages 0 .. p*v-1 and a
  * micro-batch's forward visits them in increasing order (its backward in
