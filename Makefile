@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-full bench clean
+.PHONY: all setup build demo test test-full bench format clean
 
 all: build
 
@@ -26,6 +26,10 @@ test-full: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# clang-format (Debian's clang-format 14) with the repository's .clang-format
+format:
+	clang-format -i $$(git ls-files 'src/*.[ch]' 'tests/*.[ch]' 'bench/*.[ch]')
 
 clean:
 	rm -rf $(BUILD)
