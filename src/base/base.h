@@ -1,8 +1,9 @@
 /* base.h - the lowest layer of ptdp: error codes, rank-tagged logging, the
  * counter-based RNG, the arena allocator, timers and the command-line option
  * parser, and the description of a model parameter (role, split rule) that
- * the model, optimizer and checkpoints share. Uses libc only. Nothing here
- * knows about MPI or tensor memory.
+ * the model, optimizer and checkpoints share, and the categories of a rank's
+ * tensor memory. Uses libc only. Nothing here knows about MPI or a compute
+ * backend (tensor blocks are allocated by a function the caller passes).
  *
  * Error convention (STYLE.md habit 4): recoverable failures return a negative
  * PTDP_E* code; the function that detects the failure records one human

@@ -1,8 +1,8 @@
 /* chunk.c - a model chunk's life: its memory plan (which layers are
- * recomputed, every activation buffer carved from one allocation per slot
- * and one shared workspace, sized from the configuration before anything is
- * allocated), the parameter/gradient buffer and the pointers into it, and
- * the accessors of model.h. Not here: the computation (layer.c, head.c,
+ * recomputed; weights, gradients, every activation buffer per micro-batch
+ * slot and the shared workspace carved from the rank's per-category arenas,
+ * sized from the configuration before anything is allocated), the pointers
+ * into the parameter/gradient buffers, and the accessors of model.h. Not here: the computation (layer.c, head.c,
  * gpt.c). */
 #include <omp.h>
 #include <stdio.h>
