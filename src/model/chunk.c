@@ -2,8 +2,8 @@
  * recomputed; weights, gradients, every activation buffer per micro-batch
  * slot and the shared workspace carved from the rank's per-category arenas,
  * sized from the configuration before anything is allocated), the pointers
- * into the parameter/gradient buffers, and the accessors of model.h. Not here: the computation (layer.c, head.c,
- * gpt.c). */
+ * into the parameter/gradient buffers, and the accessors of model.h. Not
+ * here: the computation (layer.c, head.c, gpt.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
