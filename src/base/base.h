@@ -1,8 +1,9 @@
 /* base.h - the lowest layer of ptdp: error codes, rank-tagged logging, the
  * counter-based RNG, the arena allocator, timers and the command-line option
  * parser, and the description of a model parameter (role, split rule) that
- * the model, optimizer and checkpoints share. Uses libc only. Nothing here
- * knows about MPI or tensor memory.
+ * the model, optimizer and checkpoints share, and the categories of a rank's
+ * tensor memory. Uses libc only. Nothing here knows about MPI or a compute
+ * backend (tensor blocks are allocated by a function the caller passes).
  *
  * Error convention: recoverable failures return a negative
  * PTDP_E* code; the function that detects the failure records one human
@@ -94,27 +95,82 @@ float ptdp_rng_normal(ptdp_rng_key k, uint64_t idx);
 void ptdp_rng_u32x4(ptdp_rng_key k, uint64_t idx, uint32_t out[4]);
 
 /* ---- arena --------------------------------------------------------------- */
-/* One allocation made up front; carve() hands out aligned pieces; mark and
- * reset give stack discipline for scratch use. `peak` records the high-water
- * mark so start-up and end-of-run logs can print real usage. */
+/* A block carved into aligned pieces (64 bytes). Three kinds:
+ * - plan: no memory at all; carve() returns NULL and only sums the sizes, so
+ *   the same carving code that hands out pieces also plans them;
+ * - block: carves a block the caller allocated (backend memory, which may
+ *   not be host-addressable: carve() never touches it; the owner zeroes it);
+ * - host (ptdp_arena_init): the arena mallocs its own host block and zeroes
+ *   each piece (scratch use, with mark and reset).
+ * `peak` records the high-water mark. */
+typedef enum { PTDP_ARENA_HOST, PTDP_ARENA_BLOCK, PTDP_ARENA_PLAN } ptdp_arena_kind;
 typedef struct {
     const char *name;
+    ptdp_arena_kind kind;
     char *base;
     size_t size;
     size_t used;
     size_t peak;
 } ptdp_arena;
 
-/* Returns PTDP_ENOMEM (with message) when the block cannot be allocated. */
+/* Host arena. Returns PTDP_ENOMEM (with message) when the block cannot be
+ * allocated. */
 int ptdp_arena_init(ptdp_arena *a, const char *name, size_t bytes);
+/* Plan arena: sums carves, holds nothing. Cannot fail. */
+void ptdp_arena_plan(ptdp_arena *a, const char *name);
+/* Arena over `bytes` of caller memory at `block` (caller owns and frees it;
+ * block may be NULL when bytes is 0). Cannot fail. */
+void ptdp_arena_block(ptdp_arena *a, const char *name, void *block, size_t bytes);
+/* Frees a host arena's block; plan and block arenas are only reset. */
 void ptdp_arena_free(ptdp_arena *a);
 /* Asserts on overflow: sizes are planned before carving, so running out is a
- * bug in the plan, not bad input. Memory is zeroed. */
+ * bug in the plan, not bad input. Host memory is zeroed; a plan arena
+ * returns NULL. */
 void *ptdp_arena_carve(ptdp_arena *a, size_t bytes);
 size_t ptdp_arena_mark(const ptdp_arena *a);
 void ptdp_arena_reset(ptdp_arena *a, size_t mark);
 /* Bytes a carve of `bytes` consumes (alignment included); plans use it. */
 size_t ptdp_arena_need(size_t bytes);
+
+/* ---- a rank's tensor memory, by category ---------------------------------- */
+/* Every tensor a training rank holds comes from one arena per category, and
+ * each arena from one backend allocation. Subsystems carve their pieces in a
+ * fixed order twice: first from plan arenas (this sums what they need), then,
+ * once ptdp_mem_alloc has made the blocks, from block arenas over them.
+ * src/plan/memory.c predicts every category from the configuration alone. */
+#define PTDP_MEM_CATEGORIES(X)                                                  \
+    X(PTDP_MEM_WEIGHTS, "weights")             /* fp32 parameters */          \
+    X(PTDP_MEM_GRADIENTS, "gradients")         /* fp32, same layout */        \
+    X(PTDP_MEM_OPTIMIZER, "optimizer state")   /* AdamW m and v */            \
+    X(PTDP_MEM_GRAD_SHARD, "ZeRO-1 grad shard") /* reduce-scatter output */   \
+    X(PTDP_MEM_ACTIVATIONS, "activations")     /* per micro-batch slots */    \
+    X(PTDP_MEM_WORKSPACE, "workspace")         /* shared by all slots */      \
+    X(PTDP_MEM_PIPELINE, "pipeline buffers")   /* receive + send rings */     \
+    X(PTDP_MEM_EVAL, "evaluation buffers")     /* stage-to-stage, eval */
+typedef enum {
+#define PTDP__MEM_ENUM(e, s) e,
+    PTDP_MEM_CATEGORIES(PTDP__MEM_ENUM)
+#undef PTDP__MEM_ENUM
+        PTDP_MEM_NCAT
+} ptdp_mem_category;
+const char *ptdp_mem_category_name(int category);
+
+typedef struct {
+    ptdp_arena cat[PTDP_MEM_NCAT];
+} ptdp_mem;
+
+/* Every category a plan arena (start of the planning pass). */
+void ptdp_mem_plan(ptdp_mem *m);
+/* Ends the planning pass: one allocation per non-empty category of the
+ * planned size via `alloc` (the backend's, which zeroes), each category then
+ * a block arena at offset 0. PTDP_ENOMEM naming the category on failure
+ * (what was allocated is freed with `release`). */
+int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(size_t), void (*release)(void *));
+/* 1 when every block arena is carved to exactly its size (plans match). */
+int ptdp_mem_exact(const ptdp_mem *m);
+/* Frees the blocks with `release`; a zeroed or plan ptdp_mem is a no-op. */
+void ptdp_mem_free(ptdp_mem *m, void (*release)(void *));
+size_t ptdp_mem_total(const ptdp_mem *m); /* sum of the sizes (plan: used) */
 
 /* ---- files -------------------------------------------------------------- */
 /* Reads a whole file (regular file or pipe) into a NUL-terminated malloc'd

@@ -1,9 +1,9 @@
 /* chunk.c - a model chunk's life: its memory plan (which layers are
- * recomputed, every activation buffer carved from one allocation per slot
- * and one shared workspace, sized from the configuration before anything is
- * allocated), the parameter/gradient buffer and the pointers into it, and
- * the accessors of model.h. Not here: the computation (layer.c, head.c,
- * gpt.c). */
+ * recomputed; weights, gradients, every activation buffer per micro-batch
+ * slot and the shared workspace carved from the rank's per-category arenas,
+ * sized from the configuration before anything is allocated), the pointers
+ * into the parameter/gradient buffers, and the accessors of model.h. Not
+ * here: the computation (layer.c, head.c, gpt.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,23 +12,15 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
-/* ---- memory plan ---------------------------------------------------------- */
+/* ---- memory plan ----------------------------------------------------------
+ * Every buffer is carved from the rank's per-category arenas (base/arena):
+ * weights, gradients, activations (one run of pieces per micro-batch slot)
+ * and workspace. carve_chunk runs twice with the same code: over plan arenas
+ * it only sums the sizes, over block arenas it hands out the pointers. */
 
-typedef struct {
-    size_t off;
-    int dry; /* count only */
-    char *base;
-} carver;
+#define CARVE_F(ar, n) ((float *)ptdp_arena_carve((ar), sizeof(float) * (size_t)(n)))
 
-static void *carve(carver *cv, size_t bytes) {
-    size_t a = (bytes + 63) & ~(size_t)63;
-    void *p = cv->dry ? NULL : cv->base + cv->off;
-    cv->off += a;
-    return p;
-}
-#define CARVE_F(cv, n) ((float *)carve((cv), sizeof(float) * (size_t)(n)))
-
-static void carve_layer(carver *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl, int64_t fl, int64_t b,
+static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl, int64_t fl, int64_t b,
                         int64_t al, int64_t s) {
     la->ln1 = CARVE_F(cv, N * h);
     la->ln1_mean = CARVE_F(cv, N);
@@ -69,62 +61,81 @@ static int x_stored(const ptdp_gpt_chunk *c, int64_t i) {
     return i == 0 || i == c->nl || c->group[i] < 0 || c->group[i] == i;
 }
 
-static void plan_activations(ptdp_gpt_chunk *c, carver *cv) {
+static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws) {
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = p->micro_batch;
-    size_t before = cv->off;
+    size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
-        ptdp__slot_act *sa = cv->dry ? NULL : &c->slots[k];
-        int32_t *tok = (p->pre || p->post) ? carve(cv, sizeof(int32_t) * (size_t)(b * (s + 1))) : NULL;
-        if (sa) sa->tokens = tok;
-        for (int64_t i = 0; i <= c->nl; i++) {
-            float *x = x_stored(c, i) ? CARVE_F(cv, N * h) : NULL;
-            if (sa) sa->x[i] = x;
-        }
+        ptdp__slot_act *sa = &c->slots[k];
+        sa->tokens = (p->pre || p->post) ? ptdp_arena_carve(act, sizeof(int32_t) * (size_t)(b * (s + 1))) : NULL;
+        for (int64_t i = 0; i <= c->nl; i++) sa->x[i] = x_stored(c, i) ? CARVE_F(act, N * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            ptdp__layer_act la;
-            carve_layer(cv, &la, N, h, hl, fl, b, c->al, s);
-            if (sa) sa->layer[i] = la;
+            carve_layer(act, &sa->layer[i], N, h, hl, fl, b, c->al, s);
         }
-        if (k == 0) c->slot_bytes = cv->off - before;
+        if (k == 0) c->slot_bytes = act->used - before;
     }
-    before = cv->off;
+    before = ws->used;
     for (int64_t g = 0; g < c->max_group; g++) {
-        ptdp__layer_act la;
-        carve_layer(cv, &la, N, h, hl, fl, b, c->al, s);
-        float *x = CARVE_F(cv, N * h);
-        if (!cv->dry) {
-            c->ws_layer[g] = la;
-            c->ws_x[g] = x;
-        }
+        carve_layer(ws, &c->ws_layer[g], N, h, hl, fl, b, c->al, s);
+        c->ws_x[g] = CARVE_F(ws, N * h);
     }
-    c->ws_out = c->max_group ? CARVE_F(cv, N * h) : NULL;
-    c->tmp = CARVE_F(cv, N * h);
-    c->dres = CARVE_F(cv, N * h);
-    c->dtmp = CARVE_F(cv, N * h);
-    c->dctx = CARVE_F(cv, N * hl);
-    c->dqkv = CARVE_F(cv, N * 3 * hl);
-    c->dfc = CARVE_F(cv, N * fl);
-    c->attn_scratch = CARVE_F(cv, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    c->ws_out = c->max_group ? CARVE_F(ws, N * h) : NULL;
+    c->tmp = CARVE_F(ws, N * h);
+    c->dres = CARVE_F(ws, N * h);
+    c->dtmp = CARVE_F(ws, N * h);
+    c->dctx = CARVE_F(ws, N * hl);
+    c->dqkv = CARVE_F(ws, N * 3 * hl);
+    c->dfc = CARVE_F(ws, N * fl);
+    c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     if (p->post) {
-        c->lnf_out = CARVE_F(cv, N * h);
-        c->lnf_mean = CARVE_F(cv, N);
-        c->lnf_rstd = CARVE_F(cv, N);
-        c->logits = CARVE_F(cv, N * c->Vl);
-        c->gmax = CARVE_F(cv, N);
-        c->sumexp = CARVE_F(cv, N);
-        c->tgt = CARVE_F(cv, N);
-        c->loss = CARVE_F(cv, N);
+        c->lnf_out = CARVE_F(ws, N * h);
+        c->lnf_mean = CARVE_F(ws, N);
+        c->lnf_rstd = CARVE_F(ws, N);
+        c->logits = CARVE_F(ws, N * c->Vl);
+        c->gmax = CARVE_F(ws, N);
+        c->sumexp = CARVE_F(ws, N);
+        c->tgt = CARVE_F(ws, N);
+        c->loss = CARVE_F(ws, N);
     }
-    c->shared_bytes = cv->off - before;
+    c->shared_bytes = ws->used - before;
     /* slots point their recomputed layers and inner inputs at the workspace */
-    for (int k = 0; !cv->dry && k < p->slots; k++)
+    for (int k = 0; k < p->slots; k++)
         for (int64_t i = 0; i < c->nl; i++)
             if (c->group[i] >= 0) {
                 c->slots[k].layer[i] = c->ws_layer[i - c->group[i]];
                 if (!x_stored(c, i)) c->slots[k].x[i] = c->ws_x[i - c->group[i]];
             }
+}
+
+static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp_layer_ptrs *lps) {
+    const ptdp__spec_list *L = &c->specs;
+    mp->wte = L->wte >= 0 ? base + L->v[L->wte].offset : NULL;
+    mp->wpe = L->wpe >= 0 ? base + L->v[L->wpe].offset : NULL;
+    mp->lnf_w = L->lnf >= 0 ? base + L->v[L->lnf].offset : NULL;
+    mp->lnf_b = L->lnf >= 0 ? base + L->v[L->lnf + 1].offset : NULL;
+    mp->layers = lps;
+    for (int64_t i = 0; i < c->nl; i++) {
+        const ptdp_param_spec *s = &L->v[L->layer0 + PTDP__LAYER_NPARAMS * i];
+        int k = 0;
+#define PTDP__LAYER_PTR(field, suffix, role_, ...)  \
+    PTDP_ASSERT(s[k].role == role_);                \
+    lps[i].field = base + s[k++].offset;
+        PTDP__LAYER_PARAMS(PTDP__LAYER_PTR)
+#undef PTDP__LAYER_PTR
+    }
+}
+
+/* Weights [total], gradients [total] (training only), activations, workspace. */
+static void carve_chunk(ptdp_gpt_chunk *c, ptdp_mem *m) {
+    const size_t bytes = sizeof(float) * (size_t)c->specs.total;
+    c->params = ptdp_arena_carve(&m->cat[PTDP_MEM_WEIGHTS], bytes);
+    c->grads = !c->p.inference ? ptdp_arena_carve(&m->cat[PTDP_MEM_GRADIENTS], bytes) : NULL;
+    carve_activations(c, &m->cat[PTDP_MEM_ACTIVATIONS], &m->cat[PTDP_MEM_WORKSPACE]);
+    c->param_bytes = (c->p.inference ? 1 : 2) * ptdp_arena_need(bytes);
+    c->act_bytes = c->slot_bytes * (size_t)c->p.slots + c->shared_bytes;
+    if (c->params) layer_ptrs(c, c->params, &c->P, c->lp_storage);
+    if (c->grads) layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
 }
 
 static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
@@ -158,41 +169,9 @@ ptdp_chunk_params ptdp_chunk_default_params(void) {
                            .recompute_method = PTDP_RECOMPUTE_NONE,
                            .recompute_num_layers = 0,
                            .numel_multiple = 0,
-                           .inference = 0};
+                           .inference = 0,
+                           .mem = NULL};
     return p;
-}
-
-size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p) {
-    ptdp_gpt_chunk c;
-    memset(&c, 0, sizeof c);
-    set_dims(&c, p);
-    c.group = calloc((size_t)c.nl + 1, sizeof(int64_t));
-    c.group_end = calloc((size_t)c.nl + 1, sizeof(int64_t));
-    PTDP_ASSERT(c.group && c.group_end);
-    plan_recompute(&c);
-    carver cv = {.off = 0, .dry = 1, .base = NULL};
-    plan_activations(&c, &cv);
-    free(c.group);
-    free(c.group_end);
-    return cv.off;
-}
-
-static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp_layer_ptrs *lps) {
-    const ptdp__spec_list *L = &c->specs;
-    mp->wte = L->wte >= 0 ? base + L->v[L->wte].offset : NULL;
-    mp->wpe = L->wpe >= 0 ? base + L->v[L->wpe].offset : NULL;
-    mp->lnf_w = L->lnf >= 0 ? base + L->v[L->lnf].offset : NULL;
-    mp->lnf_b = L->lnf >= 0 ? base + L->v[L->lnf + 1].offset : NULL;
-    mp->layers = lps;
-    for (int64_t i = 0; i < c->nl; i++) {
-        const ptdp_param_spec *s = &L->v[L->layer0 + PTDP__LAYER_NPARAMS * i];
-        int k = 0;
-#define PTDP__LAYER_PTR(field, suffix, role_, ...)  \
-    PTDP_ASSERT(s[k].role == role_);                \
-    lps[i].field = base + s[k++].offset;
-        PTDP__LAYER_PARAMS(PTDP__LAYER_PTR)
-#undef PTDP__LAYER_PTR
-    }
 }
 
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
@@ -230,34 +209,36 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     }
     for (int64_t i = 0; i < c->nl; i++)
         c->layer_offset[i] = c->specs.v[c->specs.layer0 + PTDP__LAYER_NPARAMS * i].offset;
-    c->param_bytes = (p->inference ? 1 : 2) * sizeof(float) * (size_t)c->specs.total;
-    c->params = c->ops->alloc(c->param_bytes);
-    carver dry = {.off = 0, .dry = 1, .base = NULL};
-    plan_activations(c, &dry);
-    c->act_bytes = dry.off;
-    c->act_mem = c->ops->alloc(c->act_bytes);
-    if (!c->lp_storage || !c->slots || !c->params || !c->act_mem) {
-        char b1[32], b2[32];
-        int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate the model: %s of parameters+gradients and %s of "
+    if (!c->lp_storage || !c->slots) {
+        ptdp_gpt_chunk_free(c);
+        return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
+    }
+    if (p->mem) {
+        carve_chunk(c, p->mem); /* the caller's plan; it binds the chunk later */
+    } else {
+        ptdp_mem_plan(&c->own);
+        carve_chunk(c, &c->own);
+        int rc = ptdp_mem_alloc(&c->own, c->ops->alloc, c->ops->free);
+        if (rc != PTDP_OK) {
+            char b1[32], b2[32];
+            rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate the model: %s of parameters+gradients and %s of "
                                           "activations; reduce --micro-batch-size or the model size",
                              ptdp_fmt_bytes((double)c->param_bytes, b1), ptdp_fmt_bytes((double)c->act_bytes, b2));
-        ptdp_gpt_chunk_free(c);
-        return rc;
+            ptdp_gpt_chunk_free(c);
+            return rc;
+        }
+        carve_chunk(c, &c->own);
+        PTDP_ASSERT(ptdp_mem_exact(&c->own));
     }
-    c->grads = p->inference ? NULL : c->params + c->specs.total;
-    carver cv = {.off = 0, .dry = 0, .base = c->act_mem};
-    plan_activations(c, &cv);
-    PTDP_ASSERT(cv.off == c->act_bytes);
-    layer_ptrs(c, c->params, &c->P, c->lp_storage);
-    if (c->grads) layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
     *out = c;
     return PTDP_OK;
 }
 
+void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m) { carve_chunk(c, m); }
+
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     if (!c) return;
-    if (c->params) c->ops->free(c->params);
-    if (c->act_mem) c->ops->free(c->act_mem);
+    ptdp_mem_free(&c->own, c->ops->free);
     for (int k = 0; c->slots && k < c->p.slots; k++) {
         free(c->slots[k].layer);
         free(c->slots[k].x);

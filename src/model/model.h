@@ -11,9 +11,11 @@
  * to the token embedding. The padded vocabulary rows (V..Vp) are zero and
  * masked out of the loss.
  *
- * Memory: ptdp_gpt_chunk_init plans every buffer from the configuration and
- * makes two allocations through the backend (parameters+gradients, and
- * activations+workspace); forward and backward allocate nothing. */
+ * Memory: every buffer of a chunk is carved from per-category arenas
+ * (base/base.h: weights, gradients, activations, workspace), either the
+ * caller's (a training rank plans all its tensors at once) or, given none,
+ * the chunk's own blocks allocated once through the backend; forward and
+ * backward allocate nothing. */
 #ifndef PTDP_MODEL_H
 #define PTDP_MODEL_H
 
@@ -93,10 +95,14 @@ typedef struct {
     int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
     int inference;                  /* no gradient buffer (generation, export): forward only,
                                        call ptdp_gpt_chunk_set_training(c, 0) */
+    ptdp_mem *mem;                  /* NULL: the chunk allocates its own blocks; else
+                                       init carves from these arenas (a plan pass) and
+                                       ptdp_gpt_chunk_bind carves again once allocated */
 } ptdp_chunk_params;
 /* Defaults: no configuration (the caller sets cfg and the layer range), no
  * embedding or head, b = 1, one slot, the CPU backend, no tensor group
- * (t = 1), no recomputation, flat buffers padded to 16 floats, training. */
+ * (t = 1), no recomputation, flat buffers padded to 16 floats, training,
+ * its own memory. */
 ptdp_chunk_params ptdp_chunk_default_params(void);
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
@@ -105,8 +111,13 @@ typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 #define PTDP_MAX_CHUNKS 16
 
 /* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
- * allocate. The chunk keeps pointers to cfg, ops and tp (caller owns them). */
+ * allocate. The chunk keeps pointers to cfg, ops and tp (caller owns them).
+ * With p->mem the chunk's tensors are carved from those arenas: over plan
+ * arenas it only records its sizes (its pointers are NULL until
+ * ptdp_gpt_chunk_bind carves it again, in the same order, from the
+ * allocated blocks; the caller owns and frees them, after the chunk). */
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);
+void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m);
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
 
 /* The compute backend the chunk was built with. */
@@ -116,10 +127,8 @@ const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n);
 float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c);
 float *ptdp_gpt_chunk_grads(ptdp_gpt_chunk *c);
 int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c);
-/* Bytes of the parameter+gradient and activation+workspace allocations. */
+/* Bytes of the chunk's parameters+gradients and activations+workspace. */
 void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes);
-/* Static helper: the same activation bytes without allocating anything. */
-size_t ptdp_gpt_activation_bytes(const ptdp_chunk_params *p);
 /* How the activation allocation splits: bytes per micro-batch slot (stashed
  * until its backward) and bytes shared by all slots (workspace). */
 void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes, size_t *shared_bytes);

@@ -84,10 +84,10 @@ struct ptdp_gpt_chunk {
     void *hook_ctx;
     int64_t *layer_offset; /* [nl]: flat offset of layer i's first parameter */
     ptdp__spec_list specs;
-    float *params, *grads; /* one allocation: params then grads */
+    float *params, *grads; /* [specs.total] each, from the weights and gradients arenas */
     ptdp_model_ptrs P, G;
     ptdp_layer_ptrs *lp_storage; /* 2*nl */
-    void *act_mem;
+    ptdp_mem own;          /* the blocks, when the caller gave no ptdp_mem */
     size_t param_bytes, act_bytes;
     ptdp__slot_act *slots; /* [slots] */
     /* workspace shared by all slots */

@@ -19,7 +19,8 @@ struct ptdp_ddp {
     int d, r;
     bucket *b;
     int nb;
-    float *shard; /* ZeRO-1: summed gradients of this rank's shards */
+    float *shard; /* ZeRO-1: [numel/d] summed gradients of this rank's shards,
+                     from the ZeRO-1 gradient-shard arena */
     int64_t *shard_off; /* [nb]: where bucket k's shard sits in `shard` */
 };
 
@@ -31,7 +32,8 @@ ptdp_ddp_params ptdp_ddp_default_params(void) {
                          .numel = 0,
                          .bucket_floats = 40000000,
                          .zero = 0,
-                         .hold_below = 0};
+                         .hold_below = 0,
+                         .mem = NULL};
     return p;
 }
 
@@ -62,20 +64,20 @@ int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
         end -= len;
         d->nb = k + 1;
     }
-    if (p->zero) {
-        d->shard = p->ops->alloc(sizeof(float) * (size_t)(soff + 1));
-        if (!d->shard) {
-            ptdp_ddp_free(d);
-            return ptdp_errorf(PTDP_ENOMEM, "out of memory for the ZeRO-1 gradient shard");
-        }
-    }
+    PTDP_ASSERT(soff == p->numel / d->d);
+    ptdp_ddp_bind(d, p->params, p->grads, p->mem);
     *out = d;
     return PTDP_OK;
 }
 
+void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m) {
+    d->p.params = params;
+    d->p.grads = grads;
+    if (d->p.zero) d->shard = ptdp_arena_carve(&m->cat[PTDP_MEM_GRAD_SHARD], sizeof(float) * (size_t)(d->p.numel / d->d));
+}
+
 void ptdp_ddp_free(ptdp_ddp *d) {
     if (!d) return;
-    if (d->shard) d->p.ops->free(d->shard);
     free(d->b);
     free(d->shard_off);
     free(d);

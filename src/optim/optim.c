@@ -45,7 +45,7 @@ static const uint8_t role_decays[] = {
 
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
-                    int first_stage) {
+                    int first_stage, ptdp_mem *mem) {
     memset(o, 0, sizeof *o);
     o->ops = ops;
     o->hp = *hp;
@@ -68,27 +68,29 @@ int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_par
             if (!first_stage && specs[i].role == PTDP_ROLE_EMBEDDING) counted = 0;
             o->runs[o->nruns++] = (ptdp_optim_run){.off = a,
                                                    .len = b - a,
-                                                   .grad = ptdp_ddp_grad_at(ddp, a, b - a),
+                                                   .grad = NULL, /* ptdp_optim_bind */
                                                    .state = o->state_len,
                                                    .wd = role_decays[specs[i].role],
                                                    .counted = (uint8_t)counted};
-            PTDP_ASSERT(o->runs[o->nruns - 1].grad);
             o->state_len += b - a;
         }
     }
-    o->m = ops->alloc(2 * sizeof(float) * (size_t)(o->state_len + 1));
-    if (!o->m) {
-        ptdp_optim_free(o);
-        return ptdp_errorf(PTDP_ENOMEM, "cannot allocate the optimizer state (%lld parameters)",
-                           (long long)o->state_len);
-    }
-    o->v = o->m + o->state_len;
+    ptdp_optim_bind(o, params, ddp, mem);
     return PTDP_OK;
+}
+
+void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem) {
+    o->params = params;
+    o->m = ptdp_arena_carve(&mem->cat[PTDP_MEM_OPTIMIZER], 2 * sizeof(float) * (size_t)o->state_len);
+    o->v = o->m ? o->m + o->state_len : NULL;
+    for (int i = 0; o->m && i < o->nruns; i++) {
+        o->runs[i].grad = ptdp_ddp_grad_at(ddp, o->runs[i].off, o->runs[i].len);
+        PTDP_ASSERT(o->runs[i].grad);
+    }
 }
 
 void ptdp_optim_free(ptdp_optimizer *o) {
     if (!o) return;
-    if (o->m) o->ops->free(o->m);
     free(o->runs);
     o->m = o->v = NULL;
     o->runs = NULL;

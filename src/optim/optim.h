@@ -59,13 +59,20 @@ typedef struct {
     int zero;               /* --use-distributed-optimizer */
     int64_t hold_below;     /* gradients below this offset wait for another
                                reduction first (the tied embedding); 0: none */
+    ptdp_mem *mem;          /* ZeRO-1: the shard [numel/d] is carved from
+                               mem->cat[PTDP_MEM_GRAD_SHARD] (required then) */
 } ptdp_ddp_params;
 /* Defaults: no group or buffers (the caller sets data, params, grads,
  * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
- * all-reduce, nothing held. */
+ * all-reduce, nothing held, no arenas. */
 ptdp_ddp_params ptdp_ddp_default_params(void);
 
+/* Builds the buckets and carves the ZeRO-1 shard from p->mem; over a plan
+ * arena that only records its size, and ptdp_ddp_bind carves it again once
+ * the block exists and takes the (then allocated) parameter and gradient
+ * buffers (the caller owns the memory). PTDP_ENOMEM (host). */
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
+void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m);
 void ptdp_ddp_free(ptdp_ddp *d);
 /* Starts every not yet started bucket lying entirely at offsets >= `offset`
  * and >= hold_below. Matches ptdp_grad_hook (ctx = the ptdp_ddp). */
@@ -98,7 +105,7 @@ typedef struct {
     const ptdp_ops *ops;
     ptdp_adamw_params hp;
     float *params;
-    float *m, *v;          /* [state_len] each, one allocation */
+    float *m, *v;          /* [state_len] each, one piece of the optimizer-state arena */
     int64_t state_len;
     ptdp_optim_run *runs;
     int nruns;
@@ -108,10 +115,14 @@ typedef struct {
 /* Builds the runs of the ranges `ddp` says this rank owns, split at tensor
  * boundaries, with their decay and norm flags: tensor-parallel replicated
  * parameters count on TP rank 0 only, the tied word embedding on the first
- * pipeline stage only. PTDP_ENOMEM on failure. */
+ * pipeline stage only. m and v [2, state_len] are carved from
+ * mem->cat[PTDP_MEM_OPTIMIZER]; over a plan arena that only records the
+ * size, and ptdp_optim_bind carves again (and points the runs at the
+ * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
-                    int first_stage);
+                    int first_stage, ptdp_mem *mem);
+void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem);
 void ptdp_optim_free(ptdp_optimizer *o);
 /* Sum of squares of this rank's counted gradient elements (ZeRO-1: of its
  * shard; the caller sums over the data-parallel group). */

@@ -13,7 +13,7 @@ struct ptdp_executor {
     int nacts;
     int64_t msg;         /* floats per message: b*s*h */
     int K;               /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs;         /* backend memory [1 + 2K][msg]: the receive buffer, then the rings */
+    float *bufs;         /* [1 + 2K][msg] (p > 1): the receive buffer, then the rings */
     float *recv_buf;     /* [msg] = bufs */
     ptdp_comm_req *send_reqs; /* [2][K] */
     int sent[2];         /* messages sent this iteration per direction */
@@ -61,17 +61,15 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
         ptdp_schedule_free(&all);
     }
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
-    ex->bufs = p->ops->alloc(sizeof(float) * (size_t)(1 + (p->sched.p > 1 ? 2 * ex->K : 0)) * (size_t)ex->msg);
-    ex->recv_buf = ex->bufs;
+    ptdp_executor_bind(ex, p->mem);
     ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->bufs || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
+    if (!ex->acts || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
         (p->max_events && !ex->events)) {
-        int64_t floats = (1 + 2 * ex->K) * ex->msg;
         ptdp_executor_free(ex);
-        return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline's send buffers (%lld floats)", (long long)floats);
+        return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
     }
     int n = 0;
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
@@ -84,10 +82,15 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     return PTDP_OK;
 }
 
+void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m) {
+    const size_t n = ex->p.sched.p > 1 ? (size_t)(1 + 2 * ex->K) * (size_t)ex->msg : 0;
+    ex->bufs = n ? ptdp_arena_carve(&m->cat[PTDP_MEM_PIPELINE], sizeof(float) * n) : NULL;
+    ex->recv_buf = ex->bufs;
+}
+
 void ptdp_executor_free(ptdp_executor *ex) {
     if (!ex) return;
     free(ex->acts);
-    if (ex->bufs) ex->p.ops->free(ex->bufs);
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);

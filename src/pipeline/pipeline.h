@@ -50,7 +50,8 @@ typedef struct {
     ptdp_schedule_params sched; /* checked, kind resolved */
     int pp_rank;
     ptdp_group *pipeline;
-    const ptdp_ops *ops;     /* allocates the message buffers */
+    const ptdp_ops *ops;
+    ptdp_mem *mem;           /* the message buffers come from mem->cat[PTDP_MEM_PIPELINE] */
     ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank;
                                 chunk c has ptdp_schedule_chunk_inflight() slots */
     int64_t tokens_per_mb;   /* b * s (rows of an activation) */
@@ -64,9 +65,14 @@ typedef struct {
     void **hook_ctx;         /* [v] */
 } ptdp_executor_params;
 
-/* PTDP_ENOMEM when the send buffers cannot be allocated. */
 ptdp_executor_params ptdp_executor_default_params(void);
+/* Builds this rank's action list and carves the message buffers (p > 1:
+ * [1 + 2K, b*s*h] floats, a receive buffer and a ring of K per direction)
+ * from p->mem; over a plan arena that only records the size, and
+ * ptdp_executor_bind carves again from the allocated block (the caller owns
+ * the memory). PTDP_ENOMEM (host bookkeeping). */
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p);
+void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m);
 void ptdp_executor_free(ptdp_executor *ex);
 
 /* Runs the iteration's list. tokens: [m, b, s+1] this data-parallel rank's

@@ -1,9 +1,14 @@
-/* memory.c - the planner's activation-memory model for one model chunk, from
- * the configuration alone (it must not depend on the model code: the train
- * run prints this prediction next to what the model actually held, and a test
- * holds the two together).
+/* memory.c - the planner's memory model of one training rank, from the
+ * configuration alone: every tensor category of base/base.h (weights,
+ * gradients, optimizer state, ZeRO-1 gradient shard, activations, workspace,
+ * pipeline and evaluation buffers). It must not depend on the model,
+ * optimizer or pipeline code (only on base and pipeline/schedule.h): the
+ * train run prints this prediction next to what the rank actually carved,
+ * and tests/test_memory_plan.sh holds the two equal, byte for byte. So the
+ * model below is exact, including the 64-byte alignment of every piece
+ * (ptdp_arena_need) and the 16-float alignment of every parameter tensor.
  *
- * ptdp's fp32 layout per layer per stashed micro-batch (N = s*b tokens,
+ * ptdp's fp32 activations per layer per stashed micro-batch (N = s*b tokens,
  * hl = h/t, fl = 4h/t, al = a/t), in floats:
  *   LayerNorm outputs ln1, ln2 and the residual xm   3 N h
  *   QKV, attention context                            4 N hl
@@ -15,22 +20,27 @@
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
  * stored. With full recomputation a stashed micro-batch keeps only the
  * inputs of its recompute groups; one group's internals live in a workspace
- * shared by all micro-batches. Not modelled: the 64-byte alignment of each
- * buffer (a few hundred bytes). */
+ * shared by all micro-batches. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "plan/plan.h"
 
-static double layer_floats(const ptdp_plan_mem *m) {
-    const double N = (double)(m->s * m->b), h = (double)m->h, hl = h / (double)m->t;
-    const double fl = (double)m->ffn / (double)m->t, al = (double)m->a / (double)m->t;
-    return N * (3 * h + 4 * hl + 2 * fl) + 4 * N + (double)m->b * al * (double)(m->s * m->s);
+static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
+
+/* One layer's stored activations, piece by piece as the model carves them. */
+static size_t layer_bytes(const ptdp_plan_mem *m) {
+    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t, al = m->a / m->t;
+    return 3 * nf((double)(N * h)) + 4 * nf((double)N) + nf((double)(N * 3 * hl)) +
+           nf((double)(m->b * al * m->s * m->s)) + nf((double)(N * hl)) + 2 * nf((double)(N * fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
-    const double N = (double)(m->s * m->b), h = (double)m->h, hl = h / (double)m->t;
-    const double fl = (double)m->ffn / (double)m->t, L = layer_floats(m);
+    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
+    const size_t L = layer_bytes(m), X = nf((double)(N * h));
     const int64_t n = m->recompute_num_layers < 1 ? 1 : m->recompute_num_layers, l = m->layers;
-    double slot = (m->pre || m->post) ? (double)(m->b * (m->s + 1)) : 0; /* tokens (int32) */
-    int64_t max_group = 0, stored_x = 0;
+    size_t slot = (m->pre || m->post) ? ptdp_arena_need(4 * (size_t)(m->b * (m->s + 1))) : 0; /* tokens */
+    int64_t max_group = 0;
     for (int64_t i = 0; i <= l; i++) {
         int64_t g = -1, e = i + 1; /* recompute group of layer i (i < l) */
         if (i < l && m->recompute == PTDP_PLAN_RECOMPUTE_UNIFORM) {
@@ -39,15 +49,122 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         } else if (i < l && m->recompute == PTDP_PLAN_RECOMPUTE_BLOCK && i < n) {
             g = i;
         }
-        if (i == 0 || i == l || g < 0 || g == i) stored_x++;
+        if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
-    slot += (double)stored_x * N * h;
-    double sh = (double)max_group * (L + N * h) + (max_group ? N * h : 0);
-    sh += 3 * N * h + N * hl + 3 * N * hl + N * fl;               /* backward buffers */
-    sh += 2.0 * (double)(m->s * m->s) * (double)m->threads;       /* attention scratch */
-    if (m->post) sh += N * h + 2 * N + N * (double)m->vocab_padded / (double)m->t + 4 * N; /* loss head */
-    *per_slot = 4 * slot;
-    *shared = 4 * sh;
+    size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
+    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) + nf((double)(N * fl)); /* backward buffers */
+    sh += nf(2.0 * (double)(m->s * m->s) * (double)m->threads);                           /* attention scratch */
+    if (m->post) sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
+    *per_slot = (double)slot;
+    *shared = (double)sh;
+}
+
+ptdp_plan_rank ptdp_plan_rank_default_params(void) {
+    return (ptdp_plan_rank){.layers = 0,
+                            .h = 0,
+                            .a = 0,
+                            .ffn = 0,
+                            .s = 0,
+                            .b = 1,
+                            .vocab_padded = 0,
+                            .max_positions = 0,
+                            .t = 1,
+                            .d = 1,
+                            .pp_rank = 0,
+                            .dp_rank = 0,
+                            .sched = ptdp_schedule_default_params(),
+                            .zero = 0,
+                            .bucket_floats = 40000000,
+                            .recompute = PTDP_PLAN_RECOMPUTE_NONE,
+                            .recompute_num_layers = 0,
+                            .threads = 1};
+}
+
+/* A chunk's parameter tensors in buffer order: local element counts. */
+static int chunk_tensors(const ptdp_plan_rank *r, int64_t nl, int pre, int post, int64_t *numel) {
+    const int64_t h = r->h, t = r->t, f = r->ffn;
+    int n = 0;
+    if (pre || post) numel[n++] = r->vocab_padded / t * h; /* word embedding (tied) */
+    if (pre) numel[n++] = r->max_positions * h;             /* position embedding */
+    for (int64_t i = 0; i < nl; i++) {
+        const int64_t layer[12] = {h, h, 3 * h / t * h, 3 * h / t, h * (h / t), h, h, h, f / t * h, f / t, h * (f / t), h};
+        for (int k = 0; k < 12; k++) numel[n++] = layer[k];
+    }
+    if (post) numel[n++] = h, numel[n++] = h; /* final LayerNorm */
+    return n;
+}
+
+/* Elements of the tensors' ranges this rank updates (ZeRO-1: its 1/d of
+ * every bucket, buckets cut from the end of the flat buffer). */
+static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const int64_t *numel, int n, int64_t total) {
+    int64_t st = 0;
+    if (!r->zero) {
+        for (int i = 0; i < n; i++) st += numel[i];
+        return st;
+    }
+    const int64_t d = r->d, size = r->bucket_floats < d ? d : r->bucket_floats / d * d;
+    for (int64_t end = total; end > 0;) {
+        const int64_t len = end >= size ? size : end, lo = end - len + r->dp_rank * (len / d), hi = lo + len / d;
+        for (int i = 0; i < n; i++) {
+            const int64_t a = off[i] > lo ? off[i] : lo, e = off[i] + numel[i], b = e < hi ? e : hi;
+            if (a < b) st += b - a;
+        }
+        end -= len;
+    }
+    return st;
+}
+
+int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) {
+    memset(bytes, 0, sizeof(size_t) * PTDP_MEM_NCAT);
+    const ptdp_schedule_params *sp = &r->sched;
+    const int64_t stages = (int64_t)sp->p * sp->v, per = r->layers / stages;
+    for (int c = 0; c < sp->v; c++) {
+        const int64_t stage = (int64_t)c * sp->p + r->pp_rank;
+        const int pre = stage == 0, post = stage == stages - 1;
+        int64_t *numel = malloc(sizeof(int64_t) * (size_t)(12 * per + 4) * 2);
+        if (!numel) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the memory plan");
+        int64_t *off = numel + 12 * per + 4, total = 0;
+        const int n = chunk_tensors(r, per, pre, post, numel);
+        for (int i = 0; i < n; i++) {
+            off[i] = total;
+            total += (numel[i] + 15) / 16 * 16; /* every tensor 64-byte aligned */
+        }
+        const int64_t mult = 16 * (int64_t)r->d; /* data-parallel shards divide evenly */
+        total = (total + mult - 1) / mult * mult;
+        bytes[PTDP_MEM_WEIGHTS] += ptdp_arena_need(4 * (size_t)total);
+        bytes[PTDP_MEM_GRADIENTS] += ptdp_arena_need(4 * (size_t)total);
+        if (r->zero) bytes[PTDP_MEM_GRAD_SHARD] += ptdp_arena_need(4 * (size_t)(total / r->d));
+        bytes[PTDP_MEM_OPTIMIZER] += ptdp_arena_need(8 * (size_t)owned_state(r, off, numel, n, total));
+        free(numel);
+        const ptdp_plan_mem m = {.layers = per,
+                                 .h = r->h,
+                                 .a = r->a,
+                                 .ffn = r->ffn,
+                                 .s = r->s,
+                                 .b = r->b,
+                                 .t = r->t,
+                                 .vocab_padded = r->vocab_padded,
+                                 .pre = pre,
+                                 .post = post,
+                                 .recompute = r->recompute,
+                                 .recompute_num_layers = r->recompute_num_layers,
+                                 .threads = r->threads};
+        double slot, shared;
+        ptdp_plan_activation_bytes(&m, &slot, &shared);
+        bytes[PTDP_MEM_ACTIVATIONS] += (size_t)slot * (size_t)ptdp_schedule_chunk_inflight(sp, r->pp_rank, c);
+        bytes[PTDP_MEM_WORKSPACE] += (size_t)shared;
+    }
+    if (sp->p > 1) {
+        const size_t msg = (size_t)(r->s * r->b * r->h); /* one activation [s, b, h] */
+        ptdp_schedule all;
+        int rc = ptdp_schedule_init(&all, sp);
+        if (rc != PTDP_OK) return rc;
+        const int K = ptdp_schedule_send_buffers(&all); /* ring slots per direction */
+        ptdp_schedule_free(&all);
+        bytes[PTDP_MEM_PIPELINE] = ptdp_arena_need(4 * msg * (size_t)(1 + 2 * K));
+        bytes[PTDP_MEM_EVAL] = ptdp_arena_need(4 * msg * 2);
+    }
+    return PTDP_OK;
 }

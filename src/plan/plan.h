@@ -2,14 +2,15 @@
  * schedules of pipeline/schedule.h, and an SVG timeline of the result.
  *
  * Uses base and the schedule generators only; never comm or kernels, so it
- * runs anywhere (laptop, login node). Deliberately not here yet: the memory
- * model, per-stage cost estimates from the model shape, and the search over
- * (t, p, d, v, b) configurations. */
+ * runs anywhere (laptop, login node); and the memory model of a training
+ * rank (memory.c). Deliberately not here yet: per-stage cost estimates from
+ * the model shape, and the search over (t, p, d, v, b) configurations. */
 #ifndef PTDP_PLAN_H
 #define PTDP_PLAN_H
 
 #include <stdio.h>
 
+#include "base/base.h"
 #include "pipeline/schedule.h"
 
 /* Costs of one action on one model chunk (any time unit). With a model of
@@ -64,7 +65,7 @@ void ptdp_sim_result_free(ptdp_sim_result *res);
  * f. */
 int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, const char *title);
 
-/* ---- activation memory ---------------------------------------------------- */
+/* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 
 enum { PTDP_PLAN_RECOMPUTE_NONE, PTDP_PLAN_RECOMPUTE_UNIFORM, PTDP_PLAN_RECOMPUTE_BLOCK };
@@ -82,9 +83,34 @@ typedef struct {
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
- * workspace shared by all of them; a rank's activation peak is
- * per_slot x (most micro-batches in flight) + shared. The formula is written
- * out in memory.c and docs/performance.md. */
+ * workspace shared by all of them, exactly as the model carves them; a
+ * rank's activation peak is per_slot x (most micro-batches in flight) +
+ * shared. The formula is written out in memory.c and docs/performance.md. */
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared);
+
+/* One training rank: the model shape, the layout and this rank's place in
+ * it, the schedule (kind resolved, m set), ZeRO-1 and recomputation. */
+typedef struct {
+    int64_t layers;               /* l, the whole model */
+    int64_t h, a, ffn, s, b;      /* hidden, heads, MLP width, sequence, micro-batch */
+    int64_t vocab_padded, max_positions;
+    int64_t t, d;                 /* tensor- and data-parallel sizes (p, v: sched) */
+    int pp_rank, dp_rank;
+    ptdp_schedule_params sched;
+    int zero;                     /* --use-distributed-optimizer */
+    int64_t bucket_floats;        /* --ddp-bucket-size */
+    int recompute;                /* PTDP_PLAN_RECOMPUTE_* */
+    int64_t recompute_num_layers;
+    int threads;                  /* OpenMP threads (attention scratch) */
+} ptdp_plan_rank;
+/* No model (the caller sets the shape), t = d = 1, rank 0, the default
+ * schedule, no ZeRO-1, Megatron's 40,000,000-float buckets, no
+ * recomputation, one thread. */
+ptdp_plan_rank ptdp_plan_rank_default_params(void);
+
+/* Bytes of every memory category (PTDP_MEM_*) the rank allocates, as the
+ * trainer carves them. Returns PTDP_ENOMEM, or an error of the schedule
+ * (p > 1: the send-ring size comes from replaying every rank's list). */
+int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]);
 
 #endif

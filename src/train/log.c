@@ -95,4 +95,5 @@ void ptdp__log_finish(ptdp_run *r) {
                  comm->pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
                  ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
     }
+    ptdp_trainer_log_peak_memory(r->tr);
 }

@@ -118,9 +118,18 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
 int ptdp_trainer_replicas_identical(ptdp_trainer *tr);
 /* Writes the Chrome trace of every rank (collective over the world). */
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
-/* Logs the memory budget (rank 0): bytes per parameter for weights,
- * gradients and optimizer state, with and without ZeRO-1, and activations. */
+/* This rank's tensor memory per category (PTDP_MEM_*): what it carved (one
+ * block per category) and what src/plan/memory.c predicted from the
+ * configuration. Either array may be NULL. */
+void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT], size_t predicted[PTDP_MEM_NCAT]);
+/* Logs the memory plan: every rank whose carved bytes differ from the
+ * prediction logs a "memory plan MISMATCH" line; the ranks with dp = tp = 0
+ * (one per pipeline stage) log the table category / bytes / predicted; rank
+ * 0 the bytes per parameter. Not collective. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
+/* Ranks with dp = tp = 0: the process's peak resident memory (getrusage
+ * ru_maxrss) next to the plan's total. End of a run. */
+void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
 
 /* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and
  * AdamW state with the iteration, consumed samples and optimizer step under

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include "ckpt/ckpt.h"
 #include "pipeline/pipeline.h"
@@ -25,6 +26,8 @@ struct ptdp_trainer {
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
     float *eval_buf; /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
+    ptdp_mem mem;    /* every tensor of the rank: one block per category */
+    size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
 };
 
@@ -48,11 +51,51 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
     };
 }
 
+/* Evaluation's two stage-to-stage buffers [2, b*s*h] (p > 1). */
+static void carve_eval(ptdp_trainer *tr) {
+    const ptdp_trainer_params *p = &tr->p;
+    const size_t n = 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden);
+    tr->eval_buf = p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
+}
+
+static int plan_recompute_kind(int method) {
+    return method == PTDP_RECOMPUTE_UNIFORM  ? PTDP_PLAN_RECOMPUTE_UNIFORM
+           : method == PTDP_RECOMPUTE_BLOCK ? PTDP_PLAN_RECOMPUTE_BLOCK
+                                            : PTDP_PLAN_RECOMPUTE_NONE;
+}
+
+/* The planner's prediction of this rank's memory, from the configuration. */
+static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
+    const ptdp_trainer_params *p = &tr->p;
+    const ptdp_comm *comm = p->comm;
+    ptdp_plan_rank r = ptdp_plan_rank_default_params();
+    r.layers = p->cfg.num_layers;
+    r.h = p->cfg.hidden;
+    r.a = p->cfg.heads;
+    r.ffn = p->cfg.ffn_hidden;
+    r.s = p->cfg.seq_length;
+    r.b = p->micro_batch;
+    r.vocab_padded = p->cfg.vocab_padded;
+    r.max_positions = p->cfg.max_positions;
+    r.t = comm->t;
+    r.d = comm->d;
+    r.pp_rank = comm->pp;
+    r.dp_rank = comm->dp;
+    r.sched = p->sched;
+    r.zero = p->distributed_optimizer;
+    if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
+    r.recompute = plan_recompute_kind(p->recompute_method);
+    r.recompute_num_layers = p->recompute_num_layers;
+    r.threads = omp_get_max_threads();
+    return ptdp_plan_rank_memory(&r, bytes);
+}
+
 int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     *out = NULL;
     ptdp_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     tr->p = *p;
+    ptdp_mem_plan(&tr->mem);
     ptdp_comm *comm = p->comm;
     ptdp_schedule_params sp = p->sched;
     if (sp.p == 0) sp = (ptdp_schedule_params){comm->p, 1, 1, -1};
@@ -86,14 +129,10 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .recompute_method = p->recompute_method,
             .recompute_num_layers = p->recompute_num_layers,
             .numel_multiple = 16 * (int64_t)comm->d,
+            .inference = 0,
+            .mem = &tr->mem,
         };
         rc = ptdp_gpt_chunk_init(&tr->chunks[c], &cp);
-        if (rc == PTDP_OK) {
-            if (p->init_from)
-                rc = ptdp_hf_load_chunk(tr->chunks[c], &tr->p.cfg, comm->tensor.rank, p->init_from);
-            else
-                ptdp_gpt_chunk_init_params(tr->chunks[c]);
-        }
         if (rc == PTDP_OK) {
             /* with p > 1 the tied embedding's gradient is summed over the first
              * and last stage before its bucket may start */
@@ -108,6 +147,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                 .bucket_floats = p->ddp_bucket_floats ? p->ddp_bucket_floats : dflt.bucket_floats,
                 .zero = p->distributed_optimizer,
                 .hold_below = wte ? wte->offset + wte->numel : 0,
+                .mem = &tr->mem,
             };
             rc = ptdp_ddp_init(&tr->ddp[c], &dp);
         }
@@ -115,7 +155,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             int n;
             const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
             rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n, ptdp_gpt_chunk_params(tr->chunks[c]),
-                                 tr->ddp[c], comm->tensor.rank, cp.pre);
+                                 tr->ddp[c], comm->tensor.rank, cp.pre, &tr->mem);
         }
     }
     if (rc == PTDP_OK) {
@@ -124,6 +164,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.pp_rank = comm->pp;
         ep.pipeline = &comm->pipeline;
         ep.ops = p->ops;
+        ep.mem = &tr->mem;
         ep.chunks = tr->chunks;
         ep.tokens_per_mb = p->cfg.seq_length * p->micro_batch;
         ep.hidden = p->cfg.hidden;
@@ -134,9 +175,27 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.hook_ctx = (void **)tr->ddp;
         rc = ptdp_executor_init(&tr->ex, &ep);
     }
-    if (rc == PTDP_OK && comm->p > 1) {
-        tr->eval_buf = malloc(sizeof(float) * 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden));
-        if (!tr->eval_buf) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for evaluation buffers");
+    /* Everything above carved from plan arenas (sizes only); now one block per
+     * category, and every subsystem carves again, in the same order. */
+    if (rc == PTDP_OK) carve_eval(tr);
+    if (rc == PTDP_OK) rc = ptdp_mem_alloc(&tr->mem, p->ops->alloc, p->ops->free);
+    if (rc == PTDP_OK) {
+        for (int c = 0; c < tr->v; c++) {
+            ptdp_gpt_chunk_bind(tr->chunks[c], &tr->mem);
+            float *w = ptdp_gpt_chunk_params(tr->chunks[c]);
+            ptdp_ddp_bind(tr->ddp[c], w, ptdp_gpt_chunk_grads(tr->chunks[c]), &tr->mem);
+            ptdp_optim_bind(&tr->opts[c], w, tr->ddp[c], &tr->mem);
+        }
+        ptdp_executor_bind(tr->ex, &tr->mem);
+        carve_eval(tr);
+        PTDP_ASSERT_MSG(ptdp_mem_exact(&tr->mem), "a subsystem carved differently from its plan");
+        rc = plan_rank(tr, tr->predicted);
+    }
+    for (int c = 0; rc == PTDP_OK && c < tr->v; c++) {
+        if (p->init_from)
+            rc = ptdp_hf_load_chunk(tr->chunks[c], &tr->p.cfg, comm->tensor.rank, p->init_from);
+        else
+            ptdp_gpt_chunk_init_params(tr->chunks[c]);
     }
     if (rc != PTDP_OK) {
         ptdp_trainer_free(tr);
@@ -154,7 +213,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
-    free(tr->eval_buf);
+    ptdp_mem_free(&tr->mem, tr->p.ops->free);
     free(tr);
 }
 
@@ -248,25 +307,53 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     return loss_sum / ((double)p->global_batch * (double)s);
 }
 
-void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
-    int64_t n = 0;
-    size_t act = 0, opt = 0;
-    for (int c = 0; c < tr->v; c++) {
-        size_t pb, ab;
-        ptdp_gpt_chunk_bytes(tr->chunks[c], &pb, &ab);
-        n += ptdp_gpt_chunk_numel(tr->chunks[c]);
-        act += ab;
-        opt += ptdp_optim_state_bytes(&tr->opts[c]);
+void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT], size_t predicted[PTDP_MEM_NCAT]) {
+    for (int k = 0; k < PTDP_MEM_NCAT; k++) {
+        if (carved) carved[k] = tr->mem.cat[k].size;
+        if (predicted) predicted[k] = tr->predicted[k];
     }
-    const int d = tr->p.comm->d;
-    char b1[32], b2[32], b3[32], b4[32];
-    ptdp_log0("memory (rank 0): parameters %s (%lld), gradients %s, optimizer state %s, activations+workspace %s",
-              ptdp_fmt_bytes((double)n * 4, b1), (long long)n, ptdp_fmt_bytes((double)n * 4, b2),
-              ptdp_fmt_bytes((double)opt, b3), ptdp_fmt_bytes((double)act, b4));
+}
+
+void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
+    const ptdp_comm *comm = tr->p.comm;
+    size_t carved[PTDP_MEM_NCAT], pred[PTDP_MEM_NCAT], tc = 0, tp = 0;
+    ptdp_trainer_memory(tr, carved, pred);
+    for (int k = 0; k < PTDP_MEM_NCAT; k++) {
+        tc += carved[k];
+        tp += pred[k];
+        if (carved[k] != pred[k])
+            ptdp_log("memory plan MISMATCH: %s carved %zu bytes, predicted %zu", ptdp_mem_category_name(k), carved[k],
+                     pred[k]);
+    }
+    if (comm->dp == 0 && comm->tp == 0) {
+        char tab[2048], b1[32];
+        int n = snprintf(tab, sizeof tab, "memory plan (pipeline stage %d; one block per category):\n"
+                                          "    %-20s %14s %14s %12s", comm->pp, "category", "bytes", "predicted", "(bytes)");
+        for (int k = 0; k <= PTDP_MEM_NCAT && n > 0 && (size_t)n < sizeof tab; k++) {
+            const size_t c = k < PTDP_MEM_NCAT ? carved[k] : tc, q = k < PTDP_MEM_NCAT ? pred[k] : tp;
+            n += snprintf(tab + n, sizeof tab - (size_t)n, "\n    %-20s %14zu %14zu %12s",
+                          k < PTDP_MEM_NCAT ? ptdp_mem_category_name(k) : "total", c, q, ptdp_fmt_bytes((double)c, b1));
+        }
+        ptdp_log("%s", tab);
+    }
+    int64_t n = 0;
+    for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
     ptdp_log0("memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
               "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
               "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
-              (double)opt / (double)(n ? n : 1), 8.0 / d);
+              (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1), 8.0 / comm->d);
+}
+
+void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
+    const ptdp_comm *comm = tr->p.comm;
+    struct rusage ru;
+    if (comm->dp != 0 || comm->tp != 0 || getrusage(RUSAGE_SELF, &ru) != 0) return;
+    const double rss = (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */
+    const double plan = (double)ptdp_mem_total(&tr->mem);
+    char b1[32], b2[32];
+    ptdp_log("peak resident memory %s (%.0f bytes); memory plan total %s (%.0f bytes); difference %+.0f bytes "
+             "(code, libraries, host bookkeeping, data, transient host buffers)",
+             ptdp_fmt_bytes(rss, b1), rss, ptdp_fmt_bytes(plan, b2), plan, rss - plan);
 }
 
 void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am) {
@@ -292,9 +379,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                             p->cfg.vocab_padded,
                             stage == 0,
                             stage == stages - 1,
-                            p->recompute_method == PTDP_RECOMPUTE_UNIFORM  ? PTDP_PLAN_RECOMPUTE_UNIFORM
-                            : p->recompute_method == PTDP_RECOMPUTE_BLOCK ? PTDP_PLAN_RECOMPUTE_BLOCK
-                                                                           : PTDP_PLAN_RECOMPUTE_NONE,
+                            plan_recompute_kind(p->recompute_method),
                             p->recompute_num_layers,
                             omp_get_max_threads()};
         double ps, psh;

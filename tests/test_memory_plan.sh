@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The memory plan (issue: one memory plan per rank): for a matrix of layouts,
+# every rank's tensor memory, category by category (weights, gradients,
+# optimizer state, ZeRO-1 gradient shard, activations, workspace, pipeline and
+# evaluation buffers), equals what src/plan/memory.c predicts from the
+# configuration alone, to the byte. Every rank compares and logs "memory plan
+# MISMATCH" on any difference; the ranks with dp = tp = 0 print the table,
+# whose rows are checked here too (bytes == predicted, one table per stage).
+source "$PTDP_SRC/tests/parallel_lib.sh"
+
+ARGS="--mock-data --num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-length 16
+ --micro-batch-size 2 --global-batch-size 8 --vocab-size 300 --train-iters 1 --lr 1e-3 --log-interval 100"
+RC_U="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+RC_B="--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+ZERO="--use-distributed-optimizer"
+V2="--virtual-pipeline-model-parallel-size 2"
+
+check() { # check NP STAGES flags...
+    local np=$1 stages=$2
+    shift 2
+    if ! run_np "$np" train $ARGS "$@" >"$TMP/m.out" 2>&1; then
+        fail "np=$np $*: run failed"
+        tail -3 "$TMP/m.out" >&2
+        return
+    fi
+    local bad tables rows
+    bad=$(grep -c "memory plan MISMATCH" "$TMP/m.out")
+    tables=$(grep -c "memory plan (pipeline stage" "$TMP/m.out")
+    # rows "    <category>  bytes  predicted  (human)": 9 per table (8 categories + total)
+    rows=$(awk '/memory plan \(pipeline stage/ { n = 10; next } n-- > 0 && NF >= 4 && $0 !~ /category/ {
+                  k++; if ($(NF-3) != $(NF-2)) d++ } END { printf "%d %d", k, d }' "$TMP/m.out")
+    if [ "$bad" = 0 ] && [ "$tables" = "$stages" ] && [ "$rows" = "$((9 * stages)) 0" ]; then
+        ok
+    else
+        fail "np=$np $*: $bad mismatch line(s), $tables table(s) (want $stages), rows/differing: $rows"
+        grep -A10 "memory plan" "$TMP/m.out" | head -24 >&2
+    fi
+}
+
+check 1 1
+check 1 1 $RC_U
+check 1 1 $RC_B
+check 2 1 --tensor-model-parallel-size 2
+check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
+check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b
+check 2 2 --pipeline-model-parallel-size 2 $V2
+check 2 2 --pipeline-model-parallel-size 2 $V2 $RC_U
+check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b $RC_B
+check 2 1
+check 2 1 $ZERO
+# small buckets: ZeRO-1 shards cut tensors, so the optimizer state differs per data-parallel rank
+check 2 1 $ZERO --ddp-bucket-size 1000
+check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline
+check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --no-scatter-gather-tensors-in-pipeline $V2
+check 4 2 --pipeline-model-parallel-size 2 $V2 $ZERO --ddp-bucket-size 1000 $RC_U
+finish
