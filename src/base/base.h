@@ -178,6 +178,27 @@ size_t ptdp_mem_total(const ptdp_mem *m); /* sum of the sizes (plan: used) */
  * <reason>" or "error reading ...", PTDP_ENOMEM. */
 int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
 
+/* ---- activation recomputation --------------------------------------------- */
+/* Here because the model runs it and the planner (which must not include the
+ * model) predicts its memory: one list for both. */
+/* Activation recomputation (Megatron's --recompute-method with
+ * --recompute-granularity full): uniform reruns consecutive groups of
+ * recompute_num_layers layers keeping only each group's input; block reruns
+ * the first recompute_num_layers layers of the chunk one by one and stores
+ * the rest. */
+#define PTDP_RECOMPUTE_METHODS(X) \
+    X(PTDP_RECOMPUTE_NONE, "none") \
+    X(PTDP_RECOMPUTE_UNIFORM, "uniform") \
+    X(PTDP_RECOMPUTE_BLOCK, "block")
+typedef enum {
+#define PTDP__RC_ENUM(e, s) e,
+    PTDP_RECOMPUTE_METHODS(PTDP__RC_ENUM)
+#undef PTDP__RC_ENUM
+} ptdp_recompute_method;
+/* PTDP_RECOMPUTE_* for a name of the table ("uniform", ...), or -1. */
+int ptdp_recompute_method_parse(const char *name);
+const char *ptdp_recompute_method_name(int method);
+
 /* ---- fault injection (tests) -------------------------------------------- */
 /* The one hook through which tests make ptdp fail on purpose. It is compiled
  * into every build and driven by one environment variable:

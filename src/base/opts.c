@@ -164,3 +164,20 @@ void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts) {
         fputc('\n', f);
     }
 }
+
+static const char *const recompute_names[] = {
+#define PTDP__RC_NAME(e, s) s,
+    PTDP_RECOMPUTE_METHODS(PTDP__RC_NAME)
+#undef PTDP__RC_NAME
+};
+
+int ptdp_recompute_method_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof recompute_names / sizeof recompute_names[0]); i++)
+        if (name && !strcmp(name, recompute_names[i])) return i;
+    return -1;
+}
+
+const char *ptdp_recompute_method_name(int method) {
+    PTDP_ASSERT(method >= 0 && method < (int)(sizeof recompute_names / sizeof recompute_names[0]));
+    return recompute_names[method];
+}

@@ -67,20 +67,6 @@ typedef struct {
     ptdp_layer_ptrs *layers; /* [nl] */
 } ptdp_model_ptrs;
 
-/* Activation recomputation (Megatron's --recompute-method with
- * --recompute-granularity full): uniform reruns consecutive groups of
- * recompute_num_layers layers keeping only each group's input; block reruns
- * the first recompute_num_layers layers of the chunk one by one and stores
- * the rest. */
-#define PTDP_RECOMPUTE_METHODS(X) \
-    X(PTDP_RECOMPUTE_NONE, "none") \
-    X(PTDP_RECOMPUTE_UNIFORM, "uniform") \
-    X(PTDP_RECOMPUTE_BLOCK, "block")
-typedef enum {
-#define PTDP__RC_ENUM(e, s) e,
-    PTDP_RECOMPUTE_METHODS(PTDP__RC_ENUM)
-#undef PTDP__RC_ENUM
-} ptdp_recompute_method;
 
 typedef struct {
     const ptdp_gpt_config *cfg;

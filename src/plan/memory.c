@@ -43,10 +43,10 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
     int64_t max_group = 0;
     for (int64_t i = 0; i <= l; i++) {
         int64_t g = -1, e = i + 1; /* recompute group of layer i (i < l) */
-        if (i < l && m->recompute == PTDP_PLAN_RECOMPUTE_UNIFORM) {
+        if (i < l && m->recompute == PTDP_RECOMPUTE_UNIFORM) {
             g = i / n * n;
             e = g + n < l ? g + n : l;
-        } else if (i < l && m->recompute == PTDP_PLAN_RECOMPUTE_BLOCK && i < n) {
+        } else if (i < l && m->recompute == PTDP_RECOMPUTE_BLOCK && i < n) {
             g = i;
         }
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
@@ -77,7 +77,7 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
                             .sched = ptdp_schedule_default_params(),
                             .zero = 0,
                             .bucket_floats = 40000000,
-                            .recompute = PTDP_PLAN_RECOMPUTE_NONE,
+                            .recompute = PTDP_RECOMPUTE_NONE,
                             .recompute_num_layers = 0,
                             .threads = 1};
 }

@@ -68,7 +68,6 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
 /* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 
-enum { PTDP_PLAN_RECOMPUTE_NONE, PTDP_PLAN_RECOMPUTE_UNIFORM, PTDP_PLAN_RECOMPUTE_BLOCK };
 
 /* One model chunk on one rank (fp32 activations). */
 typedef struct {
@@ -77,7 +76,7 @@ typedef struct {
     int64_t t;                /* tensor-parallel size */
     int64_t vocab_padded;
     int pre, post;            /* first / last pipeline stage */
-    int recompute;            /* PTDP_PLAN_RECOMPUTE_* */
+    int recompute;            /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int threads;              /* OpenMP threads (attention scratch) */
 } ptdp_plan_mem;
@@ -99,7 +98,7 @@ typedef struct {
     ptdp_schedule_params sched;
     int zero;                     /* --use-distributed-optimizer */
     int64_t bucket_floats;        /* --ddp-bucket-size */
-    int recompute;                /* PTDP_PLAN_RECOMPUTE_* */
+    int recompute;                /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int threads;                  /* OpenMP threads (attention scratch) */
 } ptdp_plan_rank;

@@ -58,12 +58,6 @@ static void carve_eval(ptdp_trainer *tr) {
     tr->eval_buf = p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
 
-static int plan_recompute_kind(int method) {
-    return method == PTDP_RECOMPUTE_UNIFORM  ? PTDP_PLAN_RECOMPUTE_UNIFORM
-           : method == PTDP_RECOMPUTE_BLOCK ? PTDP_PLAN_RECOMPUTE_BLOCK
-                                            : PTDP_PLAN_RECOMPUTE_NONE;
-}
-
 /* The planner's prediction of this rank's memory, from the configuration. */
 static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     const ptdp_trainer_params *p = &tr->p;
@@ -84,7 +78,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.sched = p->sched;
     r.zero = p->distributed_optimizer;
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
-    r.recompute = plan_recompute_kind(p->recompute_method);
+    r.recompute = p->recompute_method;
     r.recompute_num_layers = p->recompute_num_layers;
     r.threads = omp_get_max_threads();
     return ptdp_plan_rank_memory(&r, bytes);
@@ -379,7 +373,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                             p->cfg.vocab_padded,
                             stage == 0,
                             stage == stages - 1,
-                            plan_recompute_kind(p->recompute_method),
+                            p->recompute_method,
                             p->recompute_num_layers,
                             omp_get_max_threads()};
         double ps, psh;
