@@ -151,6 +151,15 @@ typedef struct ptdp_ops {
 const ptdp_ops *ptdp_cpu_ops_lib(ptdp_gemm_lib lib);
 const ptdp_ops *ptdp_cpu_ops(void);
 
+/* The CUDA backend (src/kernels/cuda, fp32, TF32 off; library ptdpcuda, see
+ * docs/gpu.md). The first call picks device 0 and creates the cuBLAS handle
+ * and a 128 MiB workspace, once (not thread-safe). Every pointer its ops take
+ * is device memory (tokens and targets too); sum/sumsq return to the host and
+ * synchronise. Returns the table, or NULL with the reason in
+ * ptdp_last_error(): PTDP_EBACKEND when no GPU is usable, PTDP_ENOMEM, or
+ * PTDP_EUNSUPPORTED in a build without CUDA. */
+const ptdp_ops *ptdp_cuda_ops(void);
+
 /* Floats of scratch attention_fwd/bwd need for (s, threads). */
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 

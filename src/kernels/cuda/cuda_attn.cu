@@ -1,0 +1,107 @@
+/* cuda_attn.cu - causal self-attention core on the GPU: cuBLAS strided-
+ * batched GEMMs over all (sequence, head) pairs around a causal softmax
+ * kernel (one block per row), attention dropout from the device Philox with
+ * attention.c's element numbering (task*s*s + i*s + j, the flat index into
+ * probs), so masks are the CPU's. The GEMMs run over full [s, s] blocks
+ * (the zeros above the diagonal make that equal to the CPU's causal
+ * blocking up to summation order). Scores are computed into probs and
+ * normalised in place; the dropped-out probabilities and the backward's dP
+ * live in the backend's workspace, tasks taken in chunks that fit it. The
+ * caller's scratch is not used. Not here: flash-style tiling. */
+#include "kernels/cuda/cuda_internal.h"
+
+#define T_ROW 256
+
+/* row r = task*s + i of P: P[i, j] = softmax(scale * S[i, 0..i]), zero for j > i (in place over S) */
+__global__ void softmax_fwd_k(float *P, int64_t s, float scale) {
+    float *pr = P + (int64_t)blockIdx.x * s;
+    const int64_t n = (int64_t)(blockIdx.x % s) + 1;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, pr[j]);
+    mx = ptdp__block_max(mx);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float e = expf(scale * (pr[j] - mx));
+        pr[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / ptdp__block_sum(sum);
+    for (int64_t j = threadIdx.x; j < s; j += blockDim.x) pr[j] = j < n ? pr[j] * inv : 0.0f;
+}
+
+/* dS = scale * P * (dP - rowsum(dP * P)) in place over dP, zero above the diagonal */
+__global__ void softmax_bwd_k(const float *P, float *dP, int64_t s, float scale) {
+    const float *pr = P + (int64_t)blockIdx.x * s;
+    float *d = dP + (int64_t)blockIdx.x * s;
+    const int64_t n = (int64_t)(blockIdx.x % s) + 1;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) dot += d[j] * pr[j];
+    dot = ptdp__block_sum(dot);
+    for (int64_t j = threadIdx.x; j < s; j += blockDim.x) d[j] = j < n ? scale * pr[j] * (d[j] - dot) : 0.0f;
+}
+
+static unsigned rows(int64_t nt, int64_t s) {
+    PTDP_ASSERT(nt * s < (int64_t)1 << 31);
+    return (unsigned)(nt * s);
+}
+
+/* tasks per chunk when each task needs `per` floats of workspace */
+static int64_t chunk_tasks(int64_t per, int64_t T) {
+    int64_t nt = ptdp__cuda.ws_floats / per;
+    PTDP_ASSERT_MSG(nt >= 1, "sequence too long for the CUDA attention workspace");
+    return nt < T ? nt : T;
+}
+
+void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s, int64_t b,
+                              int64_t al, int64_t hd, ptdp_dropout drop) {
+    const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (T == 0 || s == 0) return;
+    /* scores S = Q K^T into probs, then the softmax in place */
+    ptdp__cuda_gemm_batched(0, 1, s, s, hd, 1.0f, qkv, ld3, 3 * hd, qkv + hd, ld3, 3 * hd, 0.0f, probs, s, ss, T);
+    softmax_fwd_k<<<rows(T, s), T_ROW>>>(probs, s, scale);
+    PTDP_CUDA_LAUNCHED();
+    if (drop.p == 0.0f) {
+        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, probs, s, ss, qkv + 2 * hd, ld3, 3 * hd, 0.0f, ctx, ldc, hd,
+                                T);
+        return;
+    }
+    const int64_t nt = chunk_tasks(ss, T);
+    for (int64_t t0 = 0; t0 < T; t0 += nt) {
+        int64_t n = T - t0 < nt ? T - t0 : nt;
+        float *Pd = ptdp__cuda.ws;
+        ptdp__cuda_dropout_apply(probs + t0 * ss, Pd, n * ss, drop, (uint64_t)(t0 * ss));
+        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
+                                ctx + t0 * hd, ldc, hd, n);
+    }
+}
+
+void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv, float *scratch,
+                              int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int dropping = drop.p > 0.0f;
+    if (T == 0 || s == 0) return;
+    const int64_t nt = chunk_tasks(ss * (dropping ? 2 : 1), T);
+    for (int64_t t0 = 0; t0 < T; t0 += nt) {
+        const int64_t n = T - t0 < nt ? T - t0 : nt;
+        const float *P = probs + t0 * ss, *Q = qkv + t0 * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+        const float *dC = dctx + t0 * hd;
+        float *dQ = dqkv + t0 * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        float *dP = ptdp__cuda.ws, *Pd = dP + n * ss;
+        const float *Puse = P;
+        if (dropping) {
+            ptdp__cuda_dropout_apply(P, Pd, n * ss, drop, (uint64_t)(t0 * ss));
+            Puse = Pd;
+        }
+        /* dPd = dC V^T, dropout', softmax' */
+        ptdp__cuda_gemm_batched(0, 1, s, s, hd, 1.0f, dC, ldc, hd, V, ld3, 3 * hd, 0.0f, dP, s, ss, n);
+        if (dropping) ptdp__cuda_dropout_apply(dP, dP, n * ss, drop, (uint64_t)(t0 * ss));
+        softmax_bwd_k<<<rows(n, s), T_ROW>>>(P, dP, s, scale);
+        PTDP_CUDA_LAUNCHED();
+        /* dQ = dS K, dV = Pd^T dC, dK = dS^T Q */
+        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, dP, s, ss, K, ld3, 3 * hd, 0.0f, dQ, ld3, 3 * hd, n);
+        ptdp__cuda_gemm_batched(1, 0, s, hd, s, 1.0f, Puse, s, ss, dC, ldc, hd, 0.0f, dV, ld3, 3 * hd, n);
+        ptdp__cuda_gemm_batched(1, 0, s, hd, s, 1.0f, dP, s, ss, Q, ld3, 3 * hd, 0.0f, dK, ld3, 3 * hd, n);
+    }
+}
