@@ -125,6 +125,12 @@ expect_error 2 "--json-keys: give exactly one key" -- "$PTDP" preprocess --input
 expect_error 2 "--tokenizer-type must be one of" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --tokenizer-type BertWordPieceLowerCase
 printf '{"text": "ok"}\n{"text": broken\n' > "$T/broken.jsonl"
 expect_error 2 "--input: $T/broken.jsonl:2: not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/x" "${P[@]}"
+# a failed preprocess leaves an existing dataset at the prefix as it was, and no temporaries
+cp "$T/small_text_document.bin" "$T/before.bin"; cp "$T/small_text_document.idx" "$T/before.idx"
+expect_error 2 "not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/small" "${P[@]}"
+cmp -s "$T/small_text_document.bin" "$T/before.bin" && cmp -s "$T/small_text_document.idx" "$T/before.idx" &&
+    ok || bad "a failed preprocess changed the existing dataset"
+ls "$T" | grep -q '\.tmp\.' && bad "temporaries left: $(ls "$T" | grep '\.tmp\.')" || ok
 printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$T/nokey.jsonl"
 expect_error 2 "--input: $T/nokey.jsonl:3: no string under key \"text\"" -- "$PTDP" preprocess --input "$T/nokey.jsonl" --output-prefix "$T/x" "${P[@]}"
 
