@@ -96,6 +96,26 @@ expect_error 1 "$tmp/none.safetensors" export $MODEL --init-from "$tmp/none.safe
 expect_error 2 "has shape [128,32] but the model flags need [128,64]" \
     export $MODEL --hidden-size 64 --init-from "$FIXTURE" --out "$tmp/x.safetensors"
 expect_error 1 "$tmp/nodir/x.safetensors" export $MODEL --out "$tmp/nodir/x.safetensors"
+# weights that do not fit the flags are refused, not used in part (the fixture: l=2, a=4)
+expect_error 2 "--num-layers 1 but the file holds 2 layers" train $M --mock-data --num-layers 1 --init-from "$FIXTURE"
+expect_error 2 "--num-layers 3 but the file holds 2 layers" train $M --mock-data --num-layers 3 --init-from "$FIXTURE"
+expect_error 2 "--num-attention-heads 2 but the metadata of $FIXTURE says n_head 4" \
+    train $M --mock-data --num-attention-heads 2 --init-from "$FIXTURE"
+expect_error 2 "--num-layers 1 but the file holds 2 layers" \
+    export $MODEL --num-layers 1 --init-from "$FIXTURE" --out "$tmp/x.safetensors"
+"$PTDP" export $MODEL --num-layers 1 --init-from "$FIXTURE" --allow-extra-tensors --out "$tmp/first.safetensors" \
+    >/dev/null 2>"$tmp/err" && ok || bad "--allow-extra-tensors: $(cat "$tmp/err")"
+# two exports into one folder keep their own configs; the config beside the file is checked
+"$PTDP" export $MODEL --num-attention-heads 8 --out "$tmp/a8.safetensors" >/dev/null 2>&1
+"$PTDP" export $MODEL --out "$tmp/a4.safetensors" >/dev/null 2>&1
+grep -q '"n_head":8' "$tmp/a8.config.json" && grep -q '"n_head":4' "$tmp/a4.config.json" && ok ||
+    bad "exports overwrote each other's config"
+expect_error 2 "--num-attention-heads 4 but $tmp/a8.config.json says n_head 8" \
+    train $M --mock-data --init-from "$tmp/a8.safetensors"
+cp "$tmp/a8.safetensors" "$tmp/old.safetensors"; cp "$tmp/a8.config.json" "$tmp/config.json"
+expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
+    train $M --mock-data --init-from "$tmp/old.safetensors"
+rm -f "$tmp/config.json"
 
 # ---- commands and help ------------------------------------------------------
 "$PTDP" >/dev/null 2>&1
@@ -167,7 +187,7 @@ size=$(wc -c <"$tmp/e.safetensors")
 last=$(grep -o '"data_offsets":\[[0-9]*,[0-9]*\]' "$tmp/header.json" | sed 's/.*,\([0-9]*\)\]/\1/' | sort -n | tail -1)
 [ "$size" -eq $((8 + hlen + last)) ] && ok || bad "export size $size != 8 + $hlen + $last"
 for k in '"model_type":"gpt2"' '"n_embd":32' '"n_layer":2' '"n_head":4' '"vocab_size":128' '"n_positions":16'; do
-    grep -qF "$k" "$tmp/config.json" && ok || bad "config.json lacks $k: $(cat "$tmp/config.json")"
+    grep -qF "$k" "$tmp/e.config.json" && ok || bad "e.config.json lacks $k: $(cat "$tmp/e.config.json")"
 done
 
 # ---- safetensors round trip --------------------------------------------------

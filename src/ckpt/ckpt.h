@@ -252,6 +252,17 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
  * when a tensor fails (all tensors are checked before any upload). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
 
+/* Checks an HF GPT-2 safetensors file against the full model `cfg` before
+ * any load: every tensor the model needs is present with its shape, and
+ * (unless allow_extra) every tensor of the file is used, apart from the
+ * causal-mask buffers (`*.attn.bias`, `*.attn.masked_bias`), a tied
+ * `lm_head.weight` and names outside GPT-2's (`transformer.`, `h.`, `wte.`,
+ * `wpe.`, `ln_f.`, `lm_head.`), e.g. reference data stored beside a model. The file cannot tell the head count (QKV is [h, 3h]
+ * for any a): callers compare it with the config beside the file.
+ * Errors: PTDP_ENOTFOUND / PTDP_EFORMAT naming the file, the tensor and the
+ * flag to change; PTDP_EIO. Any rank may call it. */
+int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
+
 /* Writes the whole model as an HF GPT-2 safetensors file plus config.json
  * beside it (when config_json is non-NULL). Collective over `model` (the
  * tensor x pipeline group of one data-parallel replica): every member sends

@@ -58,6 +58,8 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
         I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1, 4096),
         S("init-from", init_from, "start from Hugging Face GPT-2 safetensors weights", NULL),
+        B("allow-extra-tensors", allow_extra_tensors, "with --init-from: ignore tensors of the file the model "
+          "does not use (e.g. load the first --num-layers layers of a deeper model)"),
         S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
     };
     const ptdp_opt train[] = {
@@ -121,7 +123,7 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         B("finetune", finetune, "with --load: load weights only; iteration 0, fresh optimizer and data position"),
     };
     const ptdp_opt export_[] = {
-        S("out", out, "output .safetensors file (config.json is written beside it)", NULL),
+        S("out", out, "output NAME.safetensors file (NAME.config.json is written beside it)", NULL),
         S("load", load, "export the weights of this checkpoint directory (any layout; model flags come from it)",
           NULL),
     };

@@ -34,7 +34,7 @@ static void usage(FILE *f, const char *cmd, int which) {
     else
         fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
                    "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
-                   "GPT-2 safetensors, with config.json beside it.\n\n", cmd);
+                   "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n", cmd);
     ptdp_opts_help(f, opts, n);
 }
 
@@ -88,6 +88,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
+    if (rc == PTDP_OK && a.init_from) rc = ptdp__cli_check_init_from(a.init_from, &tp.cfg, a.allow_extra_tensors);
     if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, d);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
@@ -196,7 +197,8 @@ int ptdp_cmd_export(int argc, char **argv) {
             rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
             if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
         } else if (a.init_from) {
-            rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
+            rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
+            if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
         } else {
             ptdp_gpt_chunk_init_params(chunk);
         }
