@@ -117,6 +117,29 @@ expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
     train $M --mock-data --init-from "$tmp/old.safetensors"
 rm -f "$tmp/config.json"
 
+# ---- resuming: reports, the LR schedule, flags that need --load ------------------
+R="$MODEL --mock-data --lr 1e-3 --lr-decay-iters 10 --log-interval 1"
+"$PTDP" train $R --train-iters 5 --save "$tmp/rs.ck" --log-jsonl "$tmp/rs.jsonl" >/dev/null 2>&1 || bad "resume: first run"
+"$PTDP" train $R --train-iters 7 --load "$tmp/rs.ck" --log-jsonl "$tmp/rs.jsonl" >"$tmp/out" 2>&1
+grep -q "done: 2 iterations (6 to 7) in" "$tmp/out" && ok || bad "resume: done line: $(grep done "$tmp/out")"
+[ "$(grep -c '"lm_loss"' "$tmp/rs.jsonl")" = 7 ] && ok || bad "resume: --log-jsonl lost the history: $(cat "$tmp/rs.jsonl")"
+"$PTDP" train $R --train-iters 3 --load "$tmp/rs.ck" >"$tmp/out" 2>&1
+grep -q "nothing trained: the checkpoint is at iteration 5 and --train-iters 3" "$tmp/out" && ok ||
+    bad "resume below the checkpoint: $(tail -1 "$tmp/out")"
+expect_error 2 "the learning-rate schedule differs from the checkpoint's" train $R --lr 2e-3 --train-iters 7 --load "$tmp/rs.ck"
+expect_error 2 "--lr-decay-iters defaults to --train-iters" train ${R/--lr-decay-iters 10/} --train-iters 7 --load "$tmp/rs.ck"
+for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
+    "$PTDP" train $R --lr 2e-3 --train-iters 6 --load "$tmp/rs.ck" $f >"$tmp/out" 2>&1 && ok || bad "$f: $(tail -1 "$tmp/out")"
+    echo "$f $(grep -o 'learning rate: [^ ]*' "$tmp/out")" >>"$tmp/lrs"
+done
+grep -q "use-checkpoint.*5.000000E-04" "$tmp/lrs" && grep -q "override.*1.000000E-03" "$tmp/lrs" && ok ||
+    bad "scheduler flags: $(cat "$tmp/lrs")"
+expect_error 2 "--finetune applies to the checkpoint of --load" train $M --mock-data --finetune
+expect_error 2 "--no-load-optim applies to the checkpoint of --load" train $M --mock-data --no-load-optim
+expect_error 2 "--init-from and --load exclude each other" train $M --mock-data --load "$tmp/rs.ck" --init-from "$FIXTURE"
+expect_error 2 "export --load takes the model from the checkpoint; drop --num-layers" \
+    export --load "$tmp/rs.ck" --num-layers 8 --out "$tmp/x.safetensors"
+
 # ---- commands and help ------------------------------------------------------
 "$PTDP" >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "ptdp with no arguments should exit 2"

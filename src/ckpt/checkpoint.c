@@ -850,6 +850,30 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
     return rc;
 }
 
+int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
+    manifest M;
+    *found = 0;
+    int rc = manifest_read(&M, dir);
+    if (rc == 0) rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST, MANIFEST);
+    if (rc == 1) {
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"), *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
+                    *st = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_style");
+        int bad = 0;
+        lr->warmup_iters = jint(tr, "lr_warmup_iters", &bad);
+        lr->decay_iters = jint(tr, "lr_decay_iters", &bad);
+        if (!bad && cJSON_IsNumber(mx) && cJSON_IsNumber(mn) && cJSON_IsString(st) &&
+            ptdp_lr_style_parse(st->valuestring, &lr->style) == PTDP_OK) {
+            lr->max_lr = mx->valuedouble;
+            lr->min_lr = mn->valuedouble;
+            *found = 1;
+        }
+        rc = PTDP_OK;
+    }
+    manifest_free(&M);
+    return rc;
+}
+
 /* ---- info and verify -------------------------------------------------------------- */
 
 static int open_manifest(manifest *M, const char *dir) {

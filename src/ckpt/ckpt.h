@@ -208,6 +208,12 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, 
  * vocab_padded must be recomputed by ptdp_gpt_config_finish. */
 int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
 
+/* The learning-rate schedule a checkpoint was saved with (manifest.json's
+ * training.lr, min_lr, lr_warmup_iters, lr_decay_iters, lr_decay_style).
+ * *found = 0 when the manifest lacks one of them. Errors as
+ * ptdp_ckpt_read_config. Any rank may call it. */
+int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found);
+
 /* `ptdp checkpoint info/verify`: print a summary to f / check every file's
  * size and checksum, every shard record against its file, and that every
  * global tensor is fully covered. One process; PTDP_OK or an error whose

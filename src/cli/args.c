@@ -121,6 +121,10 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         S("load", load, "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
         B("no-load-optim", no_load_optim, "with --load: load weights and iteration, start a fresh optimizer"),
         B("finetune", finetune, "with --load: load weights only; iteration 0, fresh optimizer and data position"),
+        B("override-opt-param-scheduler", override_scheduler, "with --load: use the flags' learning-rate schedule "
+          "where it differs from the checkpoint's"),
+        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler, "with --load: keep the checkpoint's "
+          "learning-rate schedule whatever the flags say"),
     };
     const ptdp_opt export_[] = {
         S("out", out, "output NAME.safetensors file (NAME.config.json is written beside it)", NULL),
@@ -249,6 +253,23 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     };
     if (which == PTDP_ARGS_TRAIN && a->save_interval && !a->save)
         return ptdp_errorf(PTDP_EINVAL, "--save-interval needs --save DIR");
+    if (which == PTDP_ARGS_TRAIN && !a->load) {
+        const char *with_load = a->finetune ? "--finetune"
+                                : a->no_load_optim ? "--no-load-optim"
+                                : a->override_scheduler ? "--override-opt_param-scheduler"
+                                : a->use_checkpoint_scheduler ? "--use-checkpoint-opt_param-scheduler"
+                                                              : NULL;
+        if (with_load)
+            return ptdp_errorf(PTDP_EINVAL, "%s applies to the checkpoint of --load DIR, and there is no --load; "
+                               "add --load DIR or drop %s", with_load, with_load);
+    }
+    if (which == PTDP_ARGS_TRAIN && a->load && a->init_from)
+        return ptdp_errorf(PTDP_EINVAL, "--init-from and --load exclude each other (the checkpoint's weights would "
+                           "replace --init-from's); give one (--load DIR --finetune starts a new run from a "
+                           "checkpoint's weights)");
+    if (which == PTDP_ARGS_TRAIN && a->override_scheduler && a->use_checkpoint_scheduler)
+        return ptdp_errorf(PTDP_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
+                           "exclude each other; give one");
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
     if (which == PTDP_ARGS_TRAIN) {

@@ -89,6 +89,7 @@ typedef struct {
     const char *save, *load;
     int64_t save_interval;
     int no_load_optim, finetune;
+    int override_scheduler, use_checkpoint_scheduler;
 } ptdp_args;
 
 /* Which flags a command takes. */

@@ -143,6 +143,8 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.save_interval = a.save_interval;
     rp.finetune = a.finetune;
     rp.no_load_optim = a.no_load_optim;
+    rp.override_scheduler = a.override_scheduler;
+    rp.use_checkpoint_scheduler = a.use_checkpoint_scheduler;
     rp.trace = a.trace;
     rp.save_safetensors = a.save_safetensors;
     char cfgpath[4096];
@@ -176,8 +178,19 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_gpt_config cfg;
     int rc;
     if (a.load) { /* the model shape comes from the checkpoint */
-        rc = a.out ? ptdp_ckpt_read_config(a.load, &cfg)
-                   : ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)");
+        const char *model_flag = a.num_layers ? "--num-layers"
+                                 : a.hidden_size ? "--hidden-size"
+                                 : a.num_attention_heads ? "--num-attention-heads"
+                                 : a.seq_length ? "--seq-length"
+                                 : a.ffn_hidden_size ? "--ffn-hidden-size"
+                                 : a.max_position_embeddings ? "--max-position-embeddings"
+                                 : a.init_from ? "--init-from"
+                                               : NULL;
+        rc = !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
+             : model_flag
+                 ? ptdp_errorf(PTDP_EINVAL, "export --load takes the model from the checkpoint; drop %s (or drop "
+                               "--load to export a new model)", model_flag)
+                 : ptdp_ckpt_read_config(a.load, &cfg);
         if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
     } else {
         rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
