@@ -117,6 +117,8 @@ expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
     train $M --mock-data --init-from "$tmp/old.safetensors"
 rm -f "$tmp/config.json"
 
+# a tiny --ddp-bucket-size (one collective per few gradients) is refused with a sensible size
+expect_error 2 "--ddp-bucket-size 1 cuts this rank's" train $M --mock-data --ddp-bucket-size 1
 # ---- resuming: reports, the LR schedule, flags that need --load ------------------
 R="$MODEL --mock-data --lr 1e-3 --lr-decay-iters 10 --log-interval 1"
 "$PTDP" train $R --train-iters 5 --save "$tmp/rs.ck" --log-jsonl "$tmp/rs.jsonl" >/dev/null 2>&1 || bad "resume: first run"

@@ -369,6 +369,22 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_ECONFIG, "give --lr-warmup-iters or --lr-warmup-fraction, not both");
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
+        /* Each bucket is one collective with its own request: tens of thousands
+         * of tiny ones make no progress worth having and hold memory per request. */
+        const int64_t h = cfg->hidden, ffn = cfg->ffn_hidden;
+        const int64_t params = (cfg->vocab_padded + cfg->max_positions) * h +
+                               cfg->num_layers * (4 * h * h + 2 * h * ffn + 9 * h + ffn) + 2 * h;
+        const int64_t per_rank = params / (t * pp), max_buckets = 10000;
+        if (a->ddp_bucket_size < (per_rank + max_buckets - 1) / max_buckets) {
+            const int64_t least = (per_rank + max_buckets - 1) / max_buckets;
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--ddp-bucket-size %lld cuts this rank's ~%lld gradients into ~%lld buckets (one "
+                               "collective each; at most %lld are allowed); give at least %lld, or leave the "
+                               "default 40000000 (Megatron's)",
+                               (long long)a->ddp_bucket_size, (long long)per_rank,
+                               (long long)((per_rank + a->ddp_bucket_size - 1) / a->ddp_bucket_size),
+                               (long long)max_buckets, (long long)least);
+        }
     }
     return PTDP_OK;
 }
