@@ -136,6 +136,12 @@ for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
 done
 grep -q "use-checkpoint.*5.000000E-04" "$tmp/lrs" && grep -q "override.*1.000000E-03" "$tmp/lrs" && ok ||
     bad "scheduler flags: $(cat "$tmp/lrs")"
+# debris of an interrupted save: verify names it, the next save removes it
+echo partial >"$tmp/rs.ck/iter_0000005/rank_00000.safetensors.tmp.4242"
+"$PTDP" checkpoint verify "$tmp/rs.ck" >"$tmp/out" 2>&1 && grep -q "stray file rank_00000.safetensors.tmp.4242" "$tmp/out" &&
+    ok || bad "verify does not mention the stray temporary: $(cat "$tmp/out")"
+"$PTDP" train $R --train-iters 6 --load "$tmp/rs.ck" --save "$tmp/rs.ck" >/dev/null 2>&1 &&
+    [ ! -e "$tmp/rs.ck/iter_0000005/rank_00000.safetensors.tmp.4242" ] && ok || bad "the next save left the temporary"
 expect_error 2 "--finetune applies to the checkpoint of --load" train $M --mock-data --finetune
 expect_error 2 "--no-load-optim applies to the checkpoint of --load" train $M --mock-data --no-load-optim
 expect_error 2 "--init-from and --load exclude each other" train $M --mock-data --load "$tmp/rs.ck" --init-from "$FIXTURE"
