@@ -130,7 +130,10 @@ const char *ptdp_idx_prefix(const ptdp_idx_dataset *ds);
 
 /* ---- preprocessing (tools/preprocess_data.py) ------------------------------- */
 typedef struct {
-    const char *input;         /* .json/.jsonl: JSON lines; anything else: plain text */
+    const char *input;         /* JSON lines or plain text, see format */
+    int format;                /* PTDP_PP_AUTO (default): JSON lines when the name ends in .json/.jsonl
+                                  or the first non-blank line starts with '{', else plain text;
+                                  PTDP_PP_JSON, PTDP_PP_TEXT: as told */
     const char *output_prefix; /* writes OUTPUT_PREFIX_KEY_document.{bin,idx} */
     const char *json_key;      /* default "text" */
     int append_eod;            /* append the EOD id to every non-empty document */
@@ -138,6 +141,7 @@ typedef struct {
     int progress;              /* 1: progress bar on stderr; 0: one summary line */
 } ptdp_preprocess_params;
 
+enum { PTDP_PP_AUTO = 0, PTDP_PP_JSON = 1, PTDP_PP_TEXT = 2 };
 ptdp_preprocess_params ptdp_preprocess_default_params(void);
 
 typedef struct {
