@@ -41,6 +41,15 @@ expect_error 2 "--lr-decay-style must be one of" train $M --mock-data --lr-decay
 expect_error 2 "--gemm must be one of" train $M --mock-data --gemm foo
 expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
+# Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted
+expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
+expect_error 2 "--train-samples is not supported: use --train-iters" train $M --mock-data --train-samples 10
+expect_error 2 "--tensorboard-dir is not supported: see --log-jsonl" train $M --mock-data --tensorboard-dir x
+expect_error 2 "--exit-interval is not supported yet" train $M --mock-data --exit-interval 3
+"$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
+expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
+    train $M --mock-data --ffn-hidden-size 255 --tensor-model-parallel-size 2
+
 # ---- required flags -------------------------------------------------------
 expect_error 2 "--num-layers" train --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
 expect_error 2 "--hidden-size" train --num-layers 2 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data

@@ -95,6 +95,8 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather, "send whole activations between stages"),
         I("ddp-bucket-size", ddp_bucket_size, "gradient elements per data-parallel reduction bucket", 1, BIG),
+        B("overlap-grad-reduce", overlap_grad_reduce, "overlap the data-parallel gradient reduction with the "
+          "backward (Megatron's flag; on by default in ptdp)"),
         {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
          "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
          NULL, 0, 1, 0},
@@ -282,6 +284,10 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
     }
     int64_t t = a->tensor_model_parallel_size, pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
+    if (a->ffn_hidden_size && a->ffn_hidden_size % t)
+        return ptdp_errorf(PTDP_ECONFIG, "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
+                           "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
+                           (long long)a->ffn_hidden_size, (long long)t);
     if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
         return ptdp_errorf(PTDP_ECONFIG,
                            "this job has %d ranks, which is not a multiple of --tensor-model-parallel-size %lld x "
