@@ -75,6 +75,16 @@ printf '{"body": "a", "text": "hello"}\n' > "$T/k.json"
     --json-keys body 2>/dev/null && [ "$(od -An -tu2 "$T/k_body_document.bin" | tr -d ' ')" = 64 ] && ok ||
     bad "--json-keys body"
 
+# ---- JSON lines under another name are JSON lines (Megatron reads nothing else)
+cp "$FIX/small.jsonl" "$T/small_json.data"
+"$PTDP" preprocess --input "$T/small_json.data" --output-prefix "$T/sd" --vocab-file "$V" --merge-file "$M" \
+    --append-eod 2>"$T/err" && cmp -s "$T/sd_text_document.bin" "$FIX/small_eod.bin" &&
+    cmp -s "$T/sd_text_document.idx" "$FIX/small_eod.idx" && grep -q "JSON lines" "$T/err" && ok ||
+    bad "JSON lines in a .data file: $(cat "$T/err")"
+"$PTDP" preprocess --input "$T/small_json.data" --output-prefix "$T/st" --vocab-file "$V" --merge-file "$M" \
+    --input-format text 2>"$T/err" && grep -q "plain text" "$T/err" && ! cmp -s "$T/st_text_document.bin" "$T/sd_text_document.bin" &&
+    ok || bad "--input-format text: $(cat "$T/err")"
+
 # ---- plain text: documents separated by blank lines, inner newlines kept
 printf 'doc one\nline two\n\n \t\n\ndoc two\n' > "$T/plain.txt"
 "$PTDP" preprocess --input "$T/plain.txt" --output-prefix "$T/plain" --vocab-file "$V" \
@@ -125,6 +135,15 @@ expect_error 2 "--json-keys: give exactly one key" -- "$PTDP" preprocess --input
 expect_error 2 "--tokenizer-type must be one of" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --tokenizer-type BertWordPieceLowerCase
 printf '{"text": "ok"}\n{"text": broken\n' > "$T/broken.jsonl"
 expect_error 2 "--input: $T/broken.jsonl:2: not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/x" "${P[@]}"
+# a failed preprocess leaves an existing dataset at the prefix as it was, and no temporaries
+cp "$T/small_text_document.bin" "$T/before.bin"; cp "$T/small_text_document.idx" "$T/before.idx"
+expect_error 2 "not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/small" "${P[@]}"
+cmp -s "$T/small_text_document.bin" "$T/before.bin" && cmp -s "$T/small_text_document.idx" "$T/before.idx" &&
+    ok || bad "a failed preprocess changed the existing dataset"
+ls "$T" | grep -q '\.tmp\.' && bad "temporaries left: $(ls "$T" | grep '\.tmp\.')" || ok
+printf 'plain text\n' > "$T/plain2.txt"
+expect_error 2 "plain2.txt:1: not a JSON object" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format json --output-prefix "$T/x" "${P[@]}"
+expect_error 2 "--input-format must be one of" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format xml --output-prefix "$T/x" "${P[@]}"
 printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$T/nokey.jsonl"
 expect_error 2 "--input: $T/nokey.jsonl:3: no string under key \"text\"" -- "$PTDP" preprocess --input "$T/nokey.jsonl" --output-prefix "$T/x" "${P[@]}"
 

@@ -31,6 +31,14 @@ expect_error 2 --prompt --init-from "$F" --prompt "1 128"
 expect_error 1 --init-from --init-from "$TMP/missing.safetensors" --prompt "1 2"
 expect_error 2 --tensor-model-parallel-size --init-from "$F" --prompt "1 2" --tensor-model-parallel-size 2
 
+# weights that do not fit the flags (the fixture: l=2, a=4, metadata n_head 4) are refused
+expect_error 2 "--num-layers 1 but the file holds 2 layers" --init-from "$F" --prompt "1 2" --max-new-tokens 3 --num-layers 1
+expect_error 2 "--num-layers 3 but the file holds 2 layers" --init-from "$F" --prompt "1 2" --max-new-tokens 3 --num-layers 3
+expect_error 2 "--num-attention-heads 2 but" --init-from "$F" --prompt "1 2" --max-new-tokens 3 --num-attention-heads 2
+expect_error 2 "--num-attention-heads 16 but" --init-from "$F" --prompt "1 2" --max-new-tokens 3 --num-attention-heads 16
+"$PTDP" generate --init-from "$F" --prompt "1 2" --max-new-tokens 3 --num-layers 1 --allow-extra-tensors >/dev/null 2>&1 && ok ||
+    fail "--allow-extra-tensors does not load the first layer"
+
 gen() { "$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 "$@" 2>"$TMP/err"; }
 greedy=$(gen --temperature 0) || fail "greedy run failed: $(cat "$TMP/err")"
 n=$(echo "$greedy" | wc -w)

@@ -53,6 +53,6 @@ expect_error() { # expect_error NP "message part" args...
 SMALL="--mock-data --num-layers 2 --hidden-size 48 --seq-length 16 --train-iters 2 --lr 1e-3"
 expect_error 2 "num-attention-heads 3 is not divisible by --tensor-model-parallel-size 2" $SMALL --num-attention-heads 3 --tensor-model-parallel-size 2
 expect_error 3 "not a multiple of --tensor-model-parallel-size 2" $SMALL --num-attention-heads 12 --tensor-model-parallel-size 2
-expect_error 3 "MLP width 100 .* not divisible by --tensor-model-parallel-size 3" $SMALL --num-attention-heads 12 --ffn-hidden-size 100 --tensor-model-parallel-size 3 --micro-batch-size 1
+expect_error 3 "--ffn-hidden-size 100 is not divisible by --tensor-model-parallel-size 3" $SMALL --num-attention-heads 12 --ffn-hidden-size 100 --tensor-model-parallel-size 3 --micro-batch-size 1
 expect_error 4 "global-batch-size 2 is not a multiple" $SMALL --num-attention-heads 12 --tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 2
 finish

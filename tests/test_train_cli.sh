@@ -41,6 +41,15 @@ expect_error 2 "--lr-decay-style must be one of" train $M --mock-data --lr-decay
 expect_error 2 "--gemm must be one of" train $M --mock-data --gemm foo
 expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
+# Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted
+expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
+expect_error 2 "--train-samples is not supported: use --train-iters" train $M --mock-data --train-samples 10
+expect_error 2 "--tensorboard-dir is not supported: see --log-jsonl" train $M --mock-data --tensorboard-dir x
+expect_error 2 "--exit-interval is not supported yet" train $M --mock-data --exit-interval 3
+"$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
+expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
+    train $M --mock-data --ffn-hidden-size 255 --tensor-model-parallel-size 2
+
 # ---- required flags -------------------------------------------------------
 expect_error 2 "--num-layers" train --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
 expect_error 2 "--hidden-size" train --num-layers 2 --num-attention-heads 4 --seq-length 16 --train-iters 2 --lr 1e-3 --mock-data
@@ -96,6 +105,57 @@ expect_error 1 "$tmp/none.safetensors" export $MODEL --init-from "$tmp/none.safe
 expect_error 2 "has shape [128,32] but the model flags need [128,64]" \
     export $MODEL --hidden-size 64 --init-from "$FIXTURE" --out "$tmp/x.safetensors"
 expect_error 1 "$tmp/nodir/x.safetensors" export $MODEL --out "$tmp/nodir/x.safetensors"
+# weights that do not fit the flags are refused, not used in part (the fixture: l=2, a=4)
+expect_error 2 "--num-layers 1 but the file holds 2 layers" train $M --mock-data --num-layers 1 --init-from "$FIXTURE"
+expect_error 2 "--num-layers 3 but the file holds 2 layers" train $M --mock-data --num-layers 3 --init-from "$FIXTURE"
+expect_error 2 "--num-attention-heads 2 but the metadata of $FIXTURE says n_head 4" \
+    train $M --mock-data --num-attention-heads 2 --init-from "$FIXTURE"
+expect_error 2 "--num-layers 1 but the file holds 2 layers" \
+    export $MODEL --num-layers 1 --init-from "$FIXTURE" --out "$tmp/x.safetensors"
+"$PTDP" export $MODEL --num-layers 1 --init-from "$FIXTURE" --allow-extra-tensors --out "$tmp/first.safetensors" \
+    >/dev/null 2>"$tmp/err" && ok || bad "--allow-extra-tensors: $(cat "$tmp/err")"
+# two exports into one folder keep their own configs; the config beside the file is checked
+"$PTDP" export $MODEL --num-attention-heads 8 --out "$tmp/a8.safetensors" >/dev/null 2>&1
+"$PTDP" export $MODEL --out "$tmp/a4.safetensors" >/dev/null 2>&1
+grep -q '"n_head":8' "$tmp/a8.config.json" && grep -q '"n_head":4' "$tmp/a4.config.json" && ok ||
+    bad "exports overwrote each other's config"
+expect_error 2 "--num-attention-heads 4 but $tmp/a8.config.json says n_head 8" \
+    train $M --mock-data --init-from "$tmp/a8.safetensors"
+cp "$tmp/a8.safetensors" "$tmp/old.safetensors"; cp "$tmp/a8.config.json" "$tmp/config.json"
+expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
+    train $M --mock-data --init-from "$tmp/old.safetensors"
+rm -f "$tmp/config.json"
+
+# a tiny --ddp-bucket-size (one collective per few gradients) is refused with a sensible size
+expect_error 2 "--ddp-bucket-size 1 cuts this rank's" train $M --mock-data --ddp-bucket-size 1
+# ---- resuming: reports, the LR schedule, flags that need --load ------------------
+R="$MODEL --mock-data --lr 1e-3 --lr-decay-iters 10 --log-interval 1"
+"$PTDP" train $R --train-iters 5 --save "$tmp/rs.ck" --log-jsonl "$tmp/rs.jsonl" >/dev/null 2>&1 || bad "resume: first run"
+"$PTDP" train $R --train-iters 7 --load "$tmp/rs.ck" --log-jsonl "$tmp/rs.jsonl" >"$tmp/out" 2>&1
+grep -q "done: 2 iterations (6 to 7) in" "$tmp/out" && ok || bad "resume: done line: $(grep done "$tmp/out")"
+[ "$(grep -c '"lm_loss"' "$tmp/rs.jsonl")" = 7 ] && ok || bad "resume: --log-jsonl lost the history: $(cat "$tmp/rs.jsonl")"
+"$PTDP" train $R --train-iters 3 --load "$tmp/rs.ck" >"$tmp/out" 2>&1
+grep -q "nothing trained: the checkpoint is at iteration 5 and --train-iters 3" "$tmp/out" && ok ||
+    bad "resume below the checkpoint: $(tail -1 "$tmp/out")"
+expect_error 2 "the learning-rate schedule differs from the checkpoint's" train $R --lr 2e-3 --train-iters 7 --load "$tmp/rs.ck"
+expect_error 2 "--lr-decay-iters defaults to --train-iters" train ${R/--lr-decay-iters 10/} --train-iters 7 --load "$tmp/rs.ck"
+for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
+    "$PTDP" train $R --lr 2e-3 --train-iters 6 --load "$tmp/rs.ck" $f >"$tmp/out" 2>&1 && ok || bad "$f: $(tail -1 "$tmp/out")"
+    echo "$f $(grep -o 'learning rate: [^ ]*' "$tmp/out")" >>"$tmp/lrs"
+done
+grep -q "use-checkpoint.*5.000000E-04" "$tmp/lrs" && grep -q "override.*1.000000E-03" "$tmp/lrs" && ok ||
+    bad "scheduler flags: $(cat "$tmp/lrs")"
+# debris of an interrupted save: verify names it, the next save removes it
+echo partial >"$tmp/rs.ck/iter_0000005/rank_00000.safetensors.tmp.4242"
+"$PTDP" checkpoint verify "$tmp/rs.ck" >"$tmp/out" 2>&1 && grep -q "stray file rank_00000.safetensors.tmp.4242" "$tmp/out" &&
+    ok || bad "verify does not mention the stray temporary: $(cat "$tmp/out")"
+"$PTDP" train $R --train-iters 6 --load "$tmp/rs.ck" --save "$tmp/rs.ck" >/dev/null 2>&1 &&
+    [ ! -e "$tmp/rs.ck/iter_0000005/rank_00000.safetensors.tmp.4242" ] && ok || bad "the next save left the temporary"
+expect_error 2 "--finetune applies to the checkpoint of --load" train $M --mock-data --finetune
+expect_error 2 "--no-load-optim applies to the checkpoint of --load" train $M --mock-data --no-load-optim
+expect_error 2 "--init-from and --load exclude each other" train $M --mock-data --load "$tmp/rs.ck" --init-from "$FIXTURE"
+expect_error 2 "export --load takes the model from the checkpoint; drop --num-layers" \
+    export --load "$tmp/rs.ck" --num-layers 8 --out "$tmp/x.safetensors"
 
 # ---- commands and help ------------------------------------------------------
 "$PTDP" >/dev/null 2>&1
@@ -167,7 +227,7 @@ size=$(wc -c <"$tmp/e.safetensors")
 last=$(grep -o '"data_offsets":\[[0-9]*,[0-9]*\]' "$tmp/header.json" | sed 's/.*,\([0-9]*\)\]/\1/' | sort -n | tail -1)
 [ "$size" -eq $((8 + hlen + last)) ] && ok || bad "export size $size != 8 + $hlen + $last"
 for k in '"model_type":"gpt2"' '"n_embd":32' '"n_layer":2' '"n_head":4' '"vocab_size":128' '"n_positions":16'; do
-    grep -qF "$k" "$tmp/config.json" && ok || bad "config.json lacks $k: $(cat "$tmp/config.json")"
+    grep -qF "$k" "$tmp/e.config.json" && ok || bad "e.config.json lacks $k: $(cat "$tmp/e.config.json")"
 done
 
 # ---- safetensors round trip --------------------------------------------------

@@ -42,8 +42,34 @@ static int choice_ok(const char *choices, const char *v) {
     return 0;
 }
 
+/* Megatron-LM flags ptdp does not have: what to do instead, rather than a
+ * spelling guess that may point at a flag meaning something else. */
+static const struct {
+    const char *name, *say;
+} ptdp__megatron_only[] = {
+    {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
+    {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
+    {"train-samples", "--train-samples is not supported: use --train-iters (samples = iterations x "
+                      "--global-batch-size)"},
+    {"lr-decay-samples", "--lr-decay-samples is not supported: use --lr-decay-iters"},
+    {"lr-warmup-samples", "--lr-warmup-samples is not supported: use --lr-warmup-iters or --lr-warmup-fraction"},
+    {"tensorboard-dir", "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
+    {"wandb-project", "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
+    {"exit-interval", "--exit-interval is not supported yet: set --train-iters to the iteration to stop at "
+                      "(with --save, a later run resumes with --load)"},
+    {"exit-duration-in-mins", "--exit-duration-in-mins is not supported yet: set --train-iters"},
+    {"sequence-parallel", "--sequence-parallel is not supported yet"},
+    {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
+    {"untie-embeddings-and-output-weights", "--untie-embeddings-and-output-weights is not supported: the output "
+                                            "layer is tied to the word embeddings (GPT-2)"},
+};
+
 int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value, const char *origin) {
     ptdp_opt *o = ptdp_opt_find(opts, nopts, name);
+    if (!o) /* in train, whose flags are Megatron's */
+        for (size_t i = 0; i < sizeof ptdp__megatron_only / sizeof ptdp__megatron_only[0]; i++)
+            if (!strcmp(name, ptdp__megatron_only[i].name) && ptdp_opt_find(opts, nopts, "train-iters"))
+                return ptdp_errorf(PTDP_EUNSUPPORTED, "%s", ptdp__megatron_only[i].say);
     if (!o) {
         const char *best = NULL;
         int bd = 4;

@@ -7,6 +7,7 @@
 #include "ckpt/ckpt.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -620,6 +621,36 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     return rc;
 }
 
+/* 1 for NAME.tmp.DIGITS: a file write_atomic or the shard writer had not
+ * renamed yet when its process stopped (Ctrl-C, a crash). */
+static int is_temporary(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name) return 0;
+    t += 5;
+    if (!*t) return 0;
+    for (; *t; t++)
+        if (*t < '0' || *t > '9') return 0;
+    return 1;
+}
+
+/* Removes the temporaries an interrupted save left in DIR and its iter_*
+ * directories. Rank 0 only, before any rank of this save writes. */
+static void remove_temporaries(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (is_temporary(e->d_name)) {
+            if (remove(path) == 0) ptdp_log0("removed %s (left by an interrupted save)", path);
+        } else if (depth == 0 && !strncmp(e->d_name, "iter_", 5)) {
+            remove_temporaries(path, 1);
+        }
+    }
+    closedir(d);
+}
+
 int ptdp_ckpt_prepare_dir(const char *dir) {
     int rc = mkdir_p(dir);
     if (rc == PTDP_OK && access(dir, W_OK) != 0)
@@ -634,6 +665,7 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dir, (long long)meta->iteration);
     int rc = PTDP_OK;
     if (comm->world_rank == 0) {
+        remove_temporaries(dir, 0);
         rc = mkdir_p(itdir);
         char mp[4400];
         snprintf(mp, sizeof mp, "%s/%s", itdir, MANIFEST);
@@ -850,6 +882,30 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
     return rc;
 }
 
+int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
+    manifest M;
+    *found = 0;
+    int rc = manifest_read(&M, dir);
+    if (rc == 0) rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST, MANIFEST);
+    if (rc == 1) {
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"), *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
+                    *st = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_style");
+        int bad = 0;
+        lr->warmup_iters = jint(tr, "lr_warmup_iters", &bad);
+        lr->decay_iters = jint(tr, "lr_decay_iters", &bad);
+        if (!bad && cJSON_IsNumber(mx) && cJSON_IsNumber(mn) && cJSON_IsString(st) &&
+            ptdp_lr_style_parse(st->valuestring, &lr->style) == PTDP_OK) {
+            lr->max_lr = mx->valuedouble;
+            lr->min_lr = mn->valuedouble;
+            *found = 1;
+        }
+        rc = PTDP_OK;
+    }
+    manifest_free(&M);
+    return rc;
+}
+
 /* ---- info and verify -------------------------------------------------------------- */
 
 static int open_manifest(manifest *M, const char *dir) {
@@ -935,6 +991,18 @@ int ptdp_ckpt_verify(const char *dir, FILE *f) {
     if (rc == PTDP_OK)
         fprintf(f, "%s: OK: %d files match their size and CRC-32, %lld global tensors (params%s) fully covered\n",
                 M.dir, M.nfiles, (long long)checked, M.has_optim ? ", exp_avg, exp_avg_sq" : "");
+    /* files the manifest does not name: not part of the checkpoint */
+    DIR *dd = rc == PTDP_OK ? opendir(M.dir) : NULL;
+    for (struct dirent *e; dd && (e = readdir(dd));) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, MANIFEST)) continue;
+        int listed = 0;
+        for (int i = 0; i < M.nfiles && !listed; i++) listed = !strcmp(M.files[i].name, e->d_name);
+        if (!listed)
+            fprintf(f, "%s: stray file %s (not in the manifest%s; safe to delete)\n", M.dir, e->d_name,
+                    is_temporary(e->d_name) ? ": a temporary of an interrupted save, the next save removes it"
+                                            : "");
+    }
+    if (dd) closedir(dd);
     if (fc.open) cache_close(&fc);
     manifest_free(&M);
     return rc;

@@ -208,6 +208,12 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, 
  * vocab_padded must be recomputed by ptdp_gpt_config_finish. */
 int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
 
+/* The learning-rate schedule a checkpoint was saved with (manifest.json's
+ * training.lr, min_lr, lr_warmup_iters, lr_decay_iters, lr_decay_style).
+ * *found = 0 when the manifest lacks one of them. Errors as
+ * ptdp_ckpt_read_config. Any rank may call it. */
+int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found);
+
 /* `ptdp checkpoint info/verify`: print a summary to f / check every file's
  * size and checksum, every shard record against its file, and that every
  * global tensor is fully covered. One process; PTDP_OK or an error whose
@@ -251,6 +257,17 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
  * safetensors file. Errors as above; nothing is half-loaded into the chunk
  * when a tensor fails (all tensors are checked before any upload). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
+
+/* Checks an HF GPT-2 safetensors file against the full model `cfg` before
+ * any load: every tensor the model needs is present with its shape, and
+ * (unless allow_extra) every tensor of the file is used, apart from the
+ * causal-mask buffers (`*.attn.bias`, `*.attn.masked_bias`), a tied
+ * `lm_head.weight` and names outside GPT-2's (`transformer.`, `h.`, `wte.`,
+ * `wpe.`, `ln_f.`, `lm_head.`), e.g. reference data stored beside a model. The file cannot tell the head count (QKV is [h, 3h]
+ * for any a): callers compare it with the config beside the file.
+ * Errors: PTDP_ENOTFOUND / PTDP_EFORMAT naming the file, the tensor and the
+ * flag to change; PTDP_EIO. Any rank may call it. */
+int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
 
 /* Writes the whole model as an HF GPT-2 safetensors file plus config.json
  * beside it (when config_json is non-NULL). Collective over `model` (the

@@ -172,6 +172,140 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
     return rc;
 }
 
+/* Tensors an HF GPT-2 file may hold beside the parameters: the causal-mask
+ * buffers of older exports, the tied output layer, and anything outside
+ * GPT-2's names (reference data such as the test fixtures' ref.*). */
+static int hf_buffer(const ptdp_st_tensor *t, const ptdp_st_tensor *wte) {
+    static const char *const gpt2[] = {"transformer.", "h.", "wte.", "wpe.", "ln_f.", "lm_head."};
+    int ours = 0;
+    for (size_t i = 0; i < sizeof gpt2 / sizeof gpt2[0]; i++)
+        if (!strncmp(t->name, gpt2[i], strlen(gpt2[i]))) ours = 1;
+    if (!ours) return 1;
+    size_t n = strlen(t->name);
+    if (n >= 10 && !strcmp(t->name + n - 10, ".attn.bias") && t->ndim == 4) return 1;
+    if (n >= 17 && !strcmp(t->name + n - 17, ".attn.masked_bias")) return 1;
+    if (!strcmp(t->name, "lm_head.weight") && wte && t->ndim == 2 && t->shape[0] == wte->shape[0] &&
+        t->shape[1] == wte->shape[1])
+        return 1;
+    return 0;
+}
+
+int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra) {
+    ptdp_st_file *f = NULL;
+    int rc = ptdp_st_open(&f, path);
+    if (rc) return rc;
+    const int nt = ptdp_st_count(f);
+    char *used = calloc((size_t)nt + 1, 1);
+    if (!used) {
+        ptdp_st_close(f);
+        return ptdp_errorf(PTDP_ENOMEM, "out of memory checking %s", path);
+    }
+    /* the layers the file holds, for the messages */
+    int64_t file_layers = 0;
+    for (;; file_layers++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "transformer.h.%lld.ln_1.weight", (long long)file_layers);
+        const ptdp_st_tensor *t = ptdp_st_find(f, nm);
+        if (!t) t = ptdp_st_find(f, nm + strlen("transformer."));
+        if (!t) break;
+    }
+    const int64_t h = cfg->hidden, ffn = cfg->ffn_hidden ? cfg->ffn_hidden : 4 * cfg->hidden;
+    static const struct {
+        const char *name;
+        int ndim;
+        int rows, cols; /* shape in units: 0 scalar 1, 1 h, 3 3h, 4 ffn */
+    } layer_tab[] = {
+        {"ln_1.weight", 1, 1, 0},      {"ln_1.bias", 1, 1, 0},        {"attn.c_attn.weight", 2, 1, 3},
+        {"attn.c_attn.bias", 1, 3, 0}, {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
+        {"ln_2.weight", 1, 1, 0},      {"ln_2.bias", 1, 1, 0},        {"mlp.c_fc.weight", 2, 1, 4},
+        {"mlp.c_fc.bias", 1, 4, 0},    {"mlp.c_proj.weight", 2, 4, 1}, {"mlp.c_proj.bias", 1, 1, 0},
+    };
+    const int per_layer = (int)(sizeof layer_tab / sizeof layer_tab[0]);
+    const int64_t nexp = 4 + cfg->num_layers * per_layer;
+    for (int64_t e = 0; e < nexp && rc == PTDP_OK; e++) {
+        char nm[128];
+        int64_t shape[2] = {0, 0};
+        int nd = 2;
+        if (e == 0) {
+            snprintf(nm, sizeof nm, "transformer.wte.weight");
+            shape[0] = cfg->vocab, shape[1] = h;
+        } else if (e == 1) {
+            snprintf(nm, sizeof nm, "transformer.wpe.weight");
+            shape[0] = cfg->max_positions, shape[1] = h;
+        } else if (e == 2 || e == 3) {
+            snprintf(nm, sizeof nm, "transformer.ln_f.%s", e == 2 ? "weight" : "bias");
+            nd = 1, shape[0] = h;
+        } else {
+            const int64_t l = (e - 4) / per_layer, k = (e - 4) % per_layer;
+            const int64_t unit[5] = {1, h, 0, 3 * h, ffn};
+            snprintf(nm, sizeof nm, "transformer.h.%lld.%s", (long long)l, layer_tab[k].name);
+            nd = layer_tab[k].ndim;
+            shape[0] = unit[layer_tab[k].rows];
+            shape[1] = nd == 2 ? unit[layer_tab[k].cols] : 0;
+        }
+        const ptdp_st_tensor *t = ptdp_st_find(f, nm);
+        if (!t) t = ptdp_st_find(f, nm + strlen("transformer."));
+        if (!t) {
+            if (e >= 4 && file_layers < cfg->num_layers)
+                rc = ptdp_errorf(PTDP_ENOTFOUND,
+                                 "%s: --num-layers %lld but the file holds %lld layers (tensor '%s' is missing); "
+                                 "give --num-layers %lld",
+                                 path, (long long)cfg->num_layers, (long long)file_layers, nm,
+                                 (long long)file_layers);
+            else
+                rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
+                                 path, nm);
+            break;
+        }
+        if (t->ndim != nd || t->shape[0] != shape[0] || (nd == 2 && t->shape[1] != shape[1])) {
+            char got[96] = "", want[64];
+            for (int i = 0; i < t->ndim && i < 4; i++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
+                         (long long)t->shape[i]);
+            if (nd == 1)
+                snprintf(want, sizeof want, "%lld", (long long)shape[0]);
+            else
+                snprintf(want, sizeof want, "%lld,%lld", (long long)shape[0], (long long)shape[1]);
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "%s: tensor '%s' has shape [%s] but the model flags need [%s] "
+                             "(check --hidden-size/--ffn-hidden-size/--max-position-embeddings "
+                             "and the vocabulary size)",
+                             path, t->name, got, want);
+            break;
+        }
+        used[t - ptdp_st_get(f, 0)] = 1;
+    }
+    if (rc == PTDP_OK && !allow_extra) {
+        const ptdp_st_tensor *wte = ptdp_st_find(f, "transformer.wte.weight");
+        if (!wte) wte = ptdp_st_find(f, "wte.weight");
+        int extra = 0;
+        char list[512] = "";
+        for (int i = 0; i < nt; i++) {
+            const ptdp_st_tensor *t = ptdp_st_get(f, i);
+            if (used[i] || hf_buffer(t, wte)) continue;
+            if (extra < 3)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", extra ? ", " : "", t->name);
+            extra++;
+        }
+        if (extra && file_layers > cfg->num_layers)
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "%s: --num-layers %lld but the file holds %lld layers (%d tensors would be left "
+                             "unused, e.g. %s); give --num-layers %lld, or --allow-extra-tensors to use only the "
+                             "first %lld",
+                             path, (long long)cfg->num_layers, (long long)file_layers, extra, list,
+                             (long long)file_layers, (long long)cfg->num_layers);
+        else if (extra)
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "%s: %d tensor%s in the file %s not part of the model (%s%s); "
+                             "give --allow-extra-tensors to ignore them",
+                             path, extra, extra > 1 ? "s" : "", extra > 1 ? "are" : "is", list,
+                             extra > 3 ? ", ..." : "");
+    }
+    free(used);
+    ptdp_st_close(f);
+    return rc;
+}
+
 /* Rank 0 of the export: one host image of the full model (t = 1, every
  * layer), filled shard by shard, then converted and written. */
 static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const char *path, const char *config_json) {

@@ -58,6 +58,8 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
         I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1, 4096),
         S("init-from", init_from, "start from Hugging Face GPT-2 safetensors weights", NULL),
+        B("allow-extra-tensors", allow_extra_tensors, "with --init-from: ignore tensors of the file the model "
+          "does not use (e.g. load the first --num-layers layers of a deeper model)"),
         S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
     };
     const ptdp_opt train[] = {
@@ -93,6 +95,8 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather, "send whole activations between stages"),
         I("ddp-bucket-size", ddp_bucket_size, "gradient elements per data-parallel reduction bucket", 1, BIG),
+        B("overlap-grad-reduce", overlap_grad_reduce, "overlap the data-parallel gradient reduction with the "
+          "backward (Megatron's flag; on by default in ptdp)"),
         {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
          "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
          NULL, 0, 1, 0},
@@ -119,9 +123,13 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         S("load", load, "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
         B("no-load-optim", no_load_optim, "with --load: load weights and iteration, start a fresh optimizer"),
         B("finetune", finetune, "with --load: load weights only; iteration 0, fresh optimizer and data position"),
+        B("override-opt-param-scheduler", override_scheduler, "with --load: use the flags' learning-rate schedule "
+          "where it differs from the checkpoint's"),
+        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler, "with --load: keep the checkpoint's "
+          "learning-rate schedule whatever the flags say"),
     };
     const ptdp_opt export_[] = {
-        S("out", out, "output .safetensors file (config.json is written beside it)", NULL),
+        S("out", out, "output NAME.safetensors file (NAME.config.json is written beside it)", NULL),
         S("load", load, "export the weights of this checkpoint directory (any layout; model flags come from it)",
           NULL),
     };
@@ -247,6 +255,23 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     };
     if (which == PTDP_ARGS_TRAIN && a->save_interval && !a->save)
         return ptdp_errorf(PTDP_EINVAL, "--save-interval needs --save DIR");
+    if (which == PTDP_ARGS_TRAIN && !a->load) {
+        const char *with_load = a->finetune ? "--finetune"
+                                : a->no_load_optim ? "--no-load-optim"
+                                : a->override_scheduler ? "--override-opt_param-scheduler"
+                                : a->use_checkpoint_scheduler ? "--use-checkpoint-opt_param-scheduler"
+                                                              : NULL;
+        if (with_load)
+            return ptdp_errorf(PTDP_EINVAL, "%s applies to the checkpoint of --load DIR, and there is no --load; "
+                               "add --load DIR or drop %s", with_load, with_load);
+    }
+    if (which == PTDP_ARGS_TRAIN && a->load && a->init_from)
+        return ptdp_errorf(PTDP_EINVAL, "--init-from and --load exclude each other (the checkpoint's weights would "
+                           "replace --init-from's); give one (--load DIR --finetune starts a new run from a "
+                           "checkpoint's weights)");
+    if (which == PTDP_ARGS_TRAIN && a->override_scheduler && a->use_checkpoint_scheduler)
+        return ptdp_errorf(PTDP_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
+                           "exclude each other; give one");
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
     if (which == PTDP_ARGS_TRAIN) {
@@ -259,6 +284,10 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
     }
     int64_t t = a->tensor_model_parallel_size, pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
+    if (a->ffn_hidden_size && a->ffn_hidden_size % t)
+        return ptdp_errorf(PTDP_ECONFIG, "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
+                           "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
+                           (long long)a->ffn_hidden_size, (long long)t);
     if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
         return ptdp_errorf(PTDP_ECONFIG,
                            "this job has %d ranks, which is not a multiple of --tensor-model-parallel-size %lld x "
@@ -346,6 +375,22 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_ECONFIG, "give --lr-warmup-iters or --lr-warmup-fraction, not both");
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
+        /* Each bucket is one collective with its own request: tens of thousands
+         * of tiny ones make no progress worth having and hold memory per request. */
+        const int64_t h = cfg->hidden, ffn = cfg->ffn_hidden;
+        const int64_t params = (cfg->vocab_padded + cfg->max_positions) * h +
+                               cfg->num_layers * (4 * h * h + 2 * h * ffn + 9 * h + ffn) + 2 * h;
+        const int64_t per_rank = params / (t * pp), max_buckets = 10000;
+        if (a->ddp_bucket_size < (per_rank + max_buckets - 1) / max_buckets) {
+            const int64_t least = (per_rank + max_buckets - 1) / max_buckets;
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--ddp-bucket-size %lld cuts this rank's ~%lld gradients into ~%lld buckets (one "
+                               "collective each; at most %lld are allowed); give at least %lld, or leave the "
+                               "default 40000000 (Megatron's)",
+                               (long long)a->ddp_bucket_size, (long long)per_rank,
+                               (long long)((per_rank + a->ddp_bucket_size - 1) / a->ddp_bucket_size),
+                               (long long)max_buckets, (long long)least);
+        }
     }
     return PTDP_OK;
 }

@@ -34,8 +34,18 @@ void ptdp__cli_set_threads(const ptdp_comm *comm);
  * printing the usage (--help: 0) or one error line (2). */
 int ptdp__cli_parse(ptdp_opt *opts, int nopts, int argc, char **argv,
                     void (*usage)(FILE *f, const ptdp_opt *opts, int nopts));
-/* The config.json path beside a weights file (same directory). */
+/* The config written beside a weights file: NAME.safetensors ->
+ * NAME.config.json (same directory). */
 void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap);
+/* The config to read for a weights file: NAME.config.json, else config.json
+ * in the same directory (Hugging Face's name, and older exports'). Returns 1
+ * with its path in buf, 0 when neither exists (buf: the first name). */
+int ptdp__cli_config_json_find(const char *weights, char *buf, size_t cap);
+/* Checks --init-from weights against the full model before loading them
+ * (ptdp_hf_check), then the config beside them (if any): its n_head,
+ * n_layer, n_embd, n_positions and vocab_size must match cfg. PTDP_ECONFIG /
+ * PTDP_EFORMAT / PTDP_ENOTFOUND naming the flag to change; any rank. */
+int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, int allow_extra);
 
 /* ---- flags ------------------------------------------------------------------ */
 /* The flags shared by `ptdp train`, `ptdp export` and friends:
@@ -72,12 +82,14 @@ typedef struct {
     int64_t eval_interval, eval_iters;
     /* io and logging */
     const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
+    int allow_extra_tensors;
     int64_t log_interval;
     int log_comm;
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
     int no_load_optim, finetune;
+    int override_scheduler, use_checkpoint_scheduler;
 } ptdp_args;
 
 /* Which flags a command takes. */

@@ -3,8 +3,9 @@
  * temperature, top-k, top-p), tensor parallel under `mpirun -np t`.
  *
  * The model shape comes from, in order of precedence: the flags, the
- * config.json beside the weights (written by `ptdp train --save-safetensors`
- * and `ptdp export`; keys vocab_size, n_positions, n_embd, n_layer, n_head),
+ * NAME.config.json beside NAME.safetensors (written by `ptdp train
+ * --save-safetensors` and `ptdp export`), else config.json there (keys
+ * vocab_size, n_positions, n_embd, n_layer, n_head),
  * the file's __metadata__ (the same keys), and the tensor shapes (all but the
  * number of heads). With --vocab-file/--merge-file the prompt is text and
  * the output is text; without, the prompt is a space-separated list of ids
@@ -28,6 +29,7 @@
 typedef struct {
     const char *init_from, *load, *prompt, *vocab_file, *merge_file, *gemm;
     int64_t max_new_tokens, top_k, seed, t, divisible_by;
+    int allow_extra_tensors;
     double temperature, top_p;
     /* model shape: 0 means "from config.json / the file" */
     int64_t num_layers, hidden_size, num_attention_heads, max_position_embeddings, vocab_size;
@@ -41,6 +43,8 @@ static int table(gen_args *a, ptdp_opt *opts) {
     const ptdp_opt t[] = {
         S("init-from", init_from, "Hugging Face GPT-2 safetensors weights (or --load)", NULL),
         S("load", load, "a ptdp checkpoint directory (any layout it was saved from; or --init-from)", NULL),
+        {"allow-extra-tensors", PTDP_OPT_BOOL, &a->allow_extra_tensors,
+         "with --init-from: ignore tensors of the file the model does not use", NULL, 0, 1, 0},
         S("prompt", prompt, "prompt text (with --vocab-file), else space-separated token ids (required)", NULL),
         I("max-new-tokens", max_new_tokens, "tokens to generate (prompt + these <= positions)", 1, 1e9),
         F("temperature", temperature, "softmax temperature; 0 is greedy (argmax)", 0, 1e6),
@@ -67,9 +71,10 @@ static void usage(FILE *f, const ptdp_opt *opts, int n) {
     fprintf(f, "usage: ptdp generate --init-from FILE.safetensors --prompt TEXT [--max-new-tokens N]\n"
                "                     [--temperature X] [--top-k K] [--top-p P] [--seed S]\n"
                "                     [--vocab-file encoder.json --merge-file vocab.bpe] [model flags]\n\n"
-               "Samples a continuation of the prompt with a KV cache. The model shape is read from config.json\n"
-               "beside the weights (or the file itself); flags override. Tensor parallel: mpirun -np t ptdp\n"
-               "generate ... --tensor-model-parallel-size t. (--load DIR of ptdp checkpoints: not yet.)\n\nflags:\n");
+               "Samples a continuation of the prompt with a KV cache. Weights: --init-from (the model shape is\n"
+               "read from NAME.config.json or config.json beside NAME.safetensors, or the file itself; flags\n"
+               "override but must match the file) or --load DIR (a ptdp checkpoint, any layout; the shape comes\n"
+               "from it). Tensor parallel: mpirun -np t ptdp generate ... --tensor-model-parallel-size t.\n\nflags:\n");
     ptdp_opts_help(f, opts, n);
 }
 
@@ -84,7 +89,7 @@ static int model_shape(gen_args *a, const char *weights) {
                           &a->num_attention_heads};
     const char *keys[5] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"};
     char cfgpath[4096];
-    ptdp__cli_config_json_path(weights, cfgpath, sizeof cfgpath);
+    ptdp__cli_config_json_find(weights, cfgpath, sizeof cfgpath);
     char *text = NULL;
     size_t len = 0;
     if (ptdp_read_file(cfgpath, "config.json", &text, &len) == PTDP_OK) { /* optional */
@@ -286,7 +291,8 @@ int ptdp_cmd_generate(int argc, char **argv) {
         rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
         if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
     } else if (rc == PTDP_OK) {
-        rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
+        rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
+        if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
     }
     if (rc == PTDP_OK) rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, np + a.max_new_tokens);
     if (rc) {

@@ -17,21 +17,23 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
             "                       --merge-file vocab.bpe [--append-eod] [--json-keys text]\n"
             "                       [--workers N]\n\n"
             "Writes P_KEY_document.bin/.idx (Megatron indexed dataset, byte-identical to\n"
-            "tools/preprocess_data.py with --tokenizer-type GPT2BPETokenizer). FILE ending in .json or\n"
-            ".jsonl is JSON lines (one document per line, the string under the key); any other FILE is\n"
-            "plain text whose documents are separated by blank lines.\n\n"
+            "tools/preprocess_data.py with --tokenizer-type GPT2BPETokenizer). FILE is JSON lines (one\n"
+            "document per line, the string under the key), as Megatron reads, when its name ends in .json\n"
+            "or .jsonl or its first non-blank line starts with '{'; otherwise plain text whose documents\n"
+            "are separated by blank lines. --input-format json|text says which.\n\n"
             "flags:\n");
     ptdp_opts_help(f, opts, nopts);
 }
 
 int ptdp_cmd_preprocess(int argc, char **argv) {
     const char *input = NULL, *prefix = NULL, *vocab = NULL, *merges = NULL, *keys = "text";
-    const char *tokenizer_type = "GPT2BPETokenizer";
+    const char *tokenizer_type = "GPT2BPETokenizer", *format = "auto";
     int append_eod = 0;
     int64_t workers = 1;
     ptdp_opt opts[] = {
-        {"input", PTDP_OPT_STR, &input, "input file: JSON lines (.json/.jsonl) or plain text (required)",
-         NULL, 0, 0, 0},
+        {"input", PTDP_OPT_STR, &input, "input file: JSON lines or plain text (required)", NULL, 0, 0, 0},
+        {"input-format", PTDP_OPT_STR, &format, "auto: JSON lines for .json/.jsonl or a first line starting "
+         "with '{', else plain text", "auto|json|text", 0, 0, 0},
         {"output-prefix", PTDP_OPT_STR, &prefix, "output prefix (required)", NULL, 0, 0, 0},
         {"vocab-file", PTDP_OPT_STR, &vocab, "GPT-2 encoder.json (required)", NULL, 0, 0, 0},
         {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 vocab.bpe (required)", NULL, 0, 0, 0},
@@ -81,6 +83,7 @@ int ptdp_cmd_preprocess(int argc, char **argv) {
     if (status) return status;
     ptdp_preprocess_params p = ptdp_preprocess_default_params();
     p.input = input;
+    p.format = !strcmp(format, "json") ? PTDP_PP_JSON : !strcmp(format, "text") ? PTDP_PP_TEXT : PTDP_PP_AUTO;
     p.output_prefix = prefix;
     p.json_key = keys;
     p.append_eod = append_eod;

@@ -34,7 +34,7 @@ static void usage(FILE *f, const char *cmd, int which) {
     else
         fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
                    "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
-                   "GPT-2 safetensors, with config.json beside it.\n\n", cmd);
+                   "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n", cmd);
     ptdp_opts_help(f, opts, n);
 }
 
@@ -88,6 +88,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
+    if (rc == PTDP_OK && a.init_from) rc = ptdp__cli_check_init_from(a.init_from, &tp.cfg, a.allow_extra_tensors);
     if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, d);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
@@ -140,6 +141,8 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.save_interval = a.save_interval;
     rp.finetune = a.finetune;
     rp.no_load_optim = a.no_load_optim;
+    rp.override_scheduler = a.override_scheduler;
+    rp.use_checkpoint_scheduler = a.use_checkpoint_scheduler;
     rp.trace = a.trace;
     rp.save_safetensors = a.save_safetensors;
     char cfgpath[4096];
@@ -173,8 +176,19 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_gpt_config cfg;
     int rc;
     if (a.load) { /* the model shape comes from the checkpoint */
-        rc = a.out ? ptdp_ckpt_read_config(a.load, &cfg)
-                   : ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)");
+        const char *model_flag = a.num_layers ? "--num-layers"
+                                 : a.hidden_size ? "--hidden-size"
+                                 : a.num_attention_heads ? "--num-attention-heads"
+                                 : a.seq_length ? "--seq-length"
+                                 : a.ffn_hidden_size ? "--ffn-hidden-size"
+                                 : a.max_position_embeddings ? "--max-position-embeddings"
+                                 : a.init_from ? "--init-from"
+                                               : NULL;
+        rc = !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
+             : model_flag
+                 ? ptdp_errorf(PTDP_EINVAL, "export --load takes the model from the checkpoint; drop %s (or drop "
+                               "--load to export a new model)", model_flag)
+                 : ptdp_ckpt_read_config(a.load, &cfg);
         if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
     } else {
         rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
@@ -194,7 +208,8 @@ int ptdp_cmd_export(int argc, char **argv) {
             rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
             if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
         } else if (a.init_from) {
-            rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
+            rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
+            if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
         } else {
             ptdp_gpt_chunk_init_params(chunk);
         }

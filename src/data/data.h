@@ -91,7 +91,9 @@ int ptdp_idx_dtype_for_vocab(int64_t vocab_size);
 
 typedef struct ptdp_idx_writer ptdp_idx_writer;
 
-/* Creates PREFIX.bin now (PREFIX.idx is written by finish). dtype: U16 or
+/* Writes PREFIX.bin.tmp.PID now and PREFIX.idx.tmp.PID in finish, which
+ * then renames both over PREFIX.{bin,idx}: a failed or abandoned writer
+ * leaves an existing dataset at PREFIX untouched. dtype: U16 or
  * I32 (others PTDP_EUNSUPPORTED). Errors: PTDP_EIO naming the file. */
 int ptdp_idx_writer_open(ptdp_idx_writer **out, const char *prefix, int dtype);
 /* Adds one document made of one sequence of n tokens (n == 0: an empty
@@ -101,7 +103,7 @@ int ptdp_idx_writer_add_document(ptdp_idx_writer *w, const int32_t *tokens, size
 /* Writes PREFIX.idx and closes both files. The writer is freed whether or
  * not it succeeds. Errors: PTDP_EIO. */
 int ptdp_idx_writer_finish(ptdp_idx_writer *w);
-/* Abandons a writer (files are left as they are). NULL is a no-op. */
+/* Abandons a writer, removing its temporary files. NULL is a no-op. */
 void ptdp_idx_writer_free(ptdp_idx_writer *w);
 
 typedef struct ptdp_idx_dataset ptdp_idx_dataset;
@@ -128,7 +130,10 @@ const char *ptdp_idx_prefix(const ptdp_idx_dataset *ds);
 
 /* ---- preprocessing (tools/preprocess_data.py) ------------------------------- */
 typedef struct {
-    const char *input;         /* .json/.jsonl: JSON lines; anything else: plain text */
+    const char *input;         /* JSON lines or plain text, see format */
+    int format;                /* PTDP_PP_AUTO (default): JSON lines when the name ends in .json/.jsonl
+                                  or the first non-blank line starts with '{', else plain text;
+                                  PTDP_PP_JSON, PTDP_PP_TEXT: as told */
     const char *output_prefix; /* writes OUTPUT_PREFIX_KEY_document.{bin,idx} */
     const char *json_key;      /* default "text" */
     int append_eod;            /* append the EOD id to every non-empty document */
@@ -136,6 +141,7 @@ typedef struct {
     int progress;              /* 1: progress bar on stderr; 0: one summary line */
 } ptdp_preprocess_params;
 
+enum { PTDP_PP_AUTO = 0, PTDP_PP_JSON = 1, PTDP_PP_TEXT = 2 };
 ptdp_preprocess_params ptdp_preprocess_default_params(void);
 
 typedef struct {

@@ -53,6 +53,7 @@ int ptdp_idx_dtype_for_vocab(int64_t vocab_size) {
 /* ---- writer ---------------------------------------------------------------- */
 struct ptdp_idx_writer {
     char *prefix;
+    char *bin_tmp, *idx_tmp; /* PREFIX.{bin,idx}.tmp.PID until finish renames them */
     FILE *bin;
     int dtype;
     int32_t *lengths;
@@ -76,6 +77,11 @@ static char *ptdp__path(const char *prefix, const char *ext) {
 void ptdp_idx_writer_free(ptdp_idx_writer *w) {
     if (!w) return;
     if (w->bin) fclose(w->bin);
+    /* an abandoned writer leaves the previous dataset (if any) untouched */
+    if (w->bin_tmp) unlink(w->bin_tmp);
+    if (w->idx_tmp) unlink(w->idx_tmp);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
     free(w->prefix);
     free(w->lengths);
     free(w->docs);
@@ -94,21 +100,24 @@ int ptdp_idx_writer_open(ptdp_idx_writer **out, const char *prefix, int dtype) {
     w->prefix = strdup(prefix);
     w->cap_doc = 1024;
     w->docs = malloc(w->cap_doc * sizeof(int64_t));
-    char *bin = ptdp__path(prefix, ".bin");
-    if (!w->prefix || !w->docs || !bin) {
-        free(bin);
+    char ext[64];
+    snprintf(ext, sizeof ext, ".bin.tmp.%ld", (long)getpid());
+    w->bin_tmp = ptdp__path(prefix, ext);
+    snprintf(ext, sizeof ext, ".idx.tmp.%ld", (long)getpid());
+    w->idx_tmp = ptdp__path(prefix, ext);
+    if (!w->prefix || !w->docs || !w->bin_tmp || !w->idx_tmp) {
         ptdp_idx_writer_free(w);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     }
     w->docs[w->ndoc++] = 0;
-    w->bin = fopen(bin, "wb");
+    w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
-        int rc = ptdp_errorf(PTDP_EIO, "cannot create '%s': %s", bin, strerror(errno));
-        free(bin);
+        int rc = ptdp_errorf(PTDP_EIO, "cannot create '%s': %s", w->bin_tmp, strerror(errno));
+        free(w->bin_tmp);
+        w->bin_tmp = NULL; /* not created: nothing to remove */
         ptdp_idx_writer_free(w);
         return rc;
     }
-    free(bin);
     *out = w;
     return PTDP_OK;
 }
@@ -158,13 +167,12 @@ static int ptdp__put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, 
 
 int ptdp_idx_writer_finish(ptdp_idx_writer *w) {
     int rc = PTDP_OK;
-    char *idx = ptdp__path(w->prefix, ".idx");
+    const char *idx = w->idx_tmp;
     if (fclose(w->bin) != 0)
-        rc = ptdp_errorf(PTDP_EIO, "error closing '%s.bin': %s", w->prefix, strerror(errno));
+        rc = ptdp_errorf(PTDP_EIO, "error closing '%s': %s", w->bin_tmp, strerror(errno));
     w->bin = NULL;
-    FILE *f = rc || !idx ? NULL : fopen(idx, "wb");
-    if (!rc && !f)
-        rc = ptdp_errorf(PTDP_EIO, "cannot create '%s': %s", idx ? idx : w->prefix, strerror(errno));
+    FILE *f = rc ? NULL : fopen(idx, "wb");
+    if (!rc && !f) rc = ptdp_errorf(PTDP_EIO, "cannot create '%s': %s", idx, strerror(errno));
     if (f) {
         uint64_t version = 1, s = w->nseq, d = w->ndoc;
         uint8_t code = (uint8_t)w->dtype;
@@ -180,7 +188,18 @@ int ptdp_idx_writer_finish(ptdp_idx_writer *w) {
         if (fclose(f) != 0) ok = 0;
         if (!ok) rc = ptdp_errorf(PTDP_EIO, "error writing '%s': %s", idx, strerror(errno));
     }
-    free(idx);
+    /* Only a complete pair replaces PREFIX.{bin,idx}; the .bin goes first so
+     * that a reader never sees the new .idx beside the old .bin. */
+    char *bin = ptdp__path(w->prefix, ".bin"), *final_idx = ptdp__path(w->prefix, ".idx");
+    if (!rc && (!bin || !final_idx)) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    if (!rc && rename(w->bin_tmp, bin) != 0)
+        rc = ptdp_errorf(PTDP_EIO, "cannot rename '%s' to '%s': %s", w->bin_tmp, bin,
+                         strerror(errno));
+    if (!rc && rename(w->idx_tmp, final_idx) != 0)
+        rc = ptdp_errorf(PTDP_EIO, "cannot rename '%s' to '%s': %s", w->idx_tmp, final_idx,
+                         strerror(errno));
+    free(bin);
+    free(final_idx);
     ptdp_idx_writer_free(w);
     return rc;
 }

@@ -1,11 +1,12 @@
 /* preprocess.c - Megatron's tools/preprocess_data.py without sentence
  * splitting: each input document becomes one sequence of GPT-2 BPE ids (plus
  * the EOD id when asked and the document is not empty) in
- * OUTPUT_PREFIX_KEY_document.{bin,idx}. Input is JSON lines (.json/.jsonl:
- * one object per line, the document is the string under the key; blank lines
- * are skipped) or plain text (anything else: documents are separated by one
- * or more blank lines - lines of only spaces, tabs or CR - and keep their
- * inner newlines but not the final one). Documents are tokenized in parallel
+ * OUTPUT_PREFIX_KEY_document.{bin,idx}. Input is JSON lines (one object per
+ * line, the document is the string under the key; blank lines are skipped),
+ * as Megatron always reads, or plain text (documents are separated by one or
+ * more blank lines - lines of only spaces, tabs or CR - and keep their inner
+ * newlines but not the final one). By default a file is JSON lines when its
+ * name ends in .json/.jsonl or its first non-blank line starts with '{'. Documents are tokenized in parallel
  * batches with OpenMP and written in input order, so the output does not
  * depend on the number of workers. Not supported: several JSON keys at once,
  * sentence splitting. As with Python's json.loads, the last of duplicate keys
@@ -173,12 +174,23 @@ static int ptdp__next_item(const char *d, size_t n, int json, size_t *pos, size_
 #define PTDP__BATCH_ITEMS 4096
 #define PTDP__BATCH_BYTES ((size_t)16 << 20)
 
+/* PTDP_PP_AUTO: JSON lines when the first non-blank line starts with '{'
+ * (after spaces); Megatron reads nothing but JSON lines. */
+static int ptdp__looks_json(const char *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == ' ' || d[i] == '\t' || d[i] == '\r' || d[i] == '\n') continue;
+        return d[i] == '{';
+    }
+    return 0;
+}
+
 int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params *p,
                         ptdp_preprocess_stats *stats) {
     if (p->workers < 1) return ptdp_errorf(PTDP_EINVAL, "workers must be >= 1, got %d", p->workers);
-    ptdp__pp_ctx c = {tok, p, NULL, ptdp__ends_with(p->input, ".json") ||
+    ptdp__pp_ctx c = {tok, p, NULL, p->format == PTDP_PP_JSON || ptdp__ends_with(p->input, ".json") ||
                                         ptdp__ends_with(p->input, ".jsonl"),
                       ptdp_tokenizer_eod(tok)};
+    if (p->format == PTDP_PP_TEXT) c.json = 0;
     if (p->append_eod && c.eod < 0)
         return ptdp_errorf(PTDP_EINVAL, "the vocabulary has no <|endoftext|> to append");
     int fd = open(p->input, O_RDONLY);
@@ -193,6 +205,7 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
     close(fd);
     if (map == MAP_FAILED) return ptdp_errorf(PTDP_EIO, "cannot map '%s'", p->input);
     c.data = map;
+    if (p->format == PTDP_PP_AUTO && !c.json) c.json = ptdp__looks_json(c.data, n);
 
     size_t plen = strlen(p->output_prefix) + strlen(p->json_key) + 16;
     char *prefix = malloc(plen);
@@ -254,9 +267,10 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
     if (p->progress) fprintf(stderr, "\n");
     if (!rc)
         fprintf(stderr, "preprocess: %lld documents (%lld empty), %lld tokens, %.1f MB in %.2f s "
-                "(%.1f MB/s, %d workers) -> %s.bin/.idx\n", (long long)s.documents,
+                "(%.1f MB/s, %d workers, %s) -> %s.bin/.idx\n", (long long)s.documents,
                 (long long)s.empty_documents, (long long)s.tokens, (double)s.bytes_in / 1e6,
-                s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9), p->workers, prefix);
+                s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9), p->workers,
+                c.json ? "JSON lines" : "plain text", prefix);
     if (stats) *stats = s;
     ptdp_idx_writer_free(wr);
     for (int i = 0; toks && i < PTDP__BATCH_ITEMS; i++) ptdp_tokens_free(&toks[i]);

@@ -9,7 +9,8 @@
 
 int ptdp__log_open(ptdp_run *r) {
     const char *path = r->p.log_jsonl;
-    if (path && r->comm->world_rank == 0 && !(r->jsonl = fopen(path, "w")))
+    /* a resumed run continues the history (Megatron's TensorBoard logs do) */
+    if (path && r->comm->world_rank == 0 && !(r->jsonl = fopen(path, r->resuming ? "a" : "w")))
         return ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", path);
     return PTDP_OK;
 }
@@ -82,9 +83,20 @@ void ptdp__log_validation(ptdp_run *r, double vl) {
 
 void ptdp__log_finish(ptdp_run *r) {
     const ptdp_comm *comm = r->comm;
-    const int64_t iters = r->p.train_iters;
-    ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f", (long long)iters,
-              r->t_total, iters ? r->t_total / (double)iters * 1e3 : 0.0, r->st.loss);
+    const int64_t iters = r->iters_run; /* this run's, not the checkpoint's */
+    if (iters == 0 && r->loaded.found && !r->p.finetune)
+        ptdp_log0("done: nothing trained: the checkpoint is at iteration %lld and --train-iters %lld counts from "
+                  "the start of training (as in Megatron); give --train-iters above %lld to go on",
+                  (long long)r->loaded.iteration, (long long)r->p.train_iters, (long long)r->loaded.iteration);
+    else if (iters == 0)
+        ptdp_log0("done: nothing trained (--train-iters %lld)", (long long)r->p.train_iters);
+    else if (iters == r->st.iteration)
+        ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f", (long long)iters,
+                  r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
+    else
+        ptdp_log0("done: %lld iterations (%lld to %lld) in %.1f s (%.1f ms per iteration), final lm loss %.6f",
+                  (long long)iters, (long long)(r->st.iteration - iters + 1), (long long)r->st.iteration,
+                  r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
     if (r->p.log_comm) ptdp_comm_log_counters(comm);
     if (comm->tp == 0 && comm->dp == 0 && iters > 0) {
         ptdp_act_memory am;

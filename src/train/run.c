@@ -112,6 +112,46 @@ static int load_checkpoint(ptdp_run *r) {
     return rc;
 }
 
+static int lr_differs(const ptdp_lr_schedule *a, const ptdp_lr_schedule *b) {
+    const double tol = 1e-12;
+    return fabs(a->max_lr - b->max_lr) > tol * fabs(a->max_lr) || fabs(a->min_lr - b->min_lr) > tol * fabs(a->min_lr) ||
+           a->warmup_iters != b->warmup_iters || a->decay_iters != b->decay_iters || a->style != b->style;
+}
+
+/* Megatron's OptimizerParamScheduler.load_state_dict: a resumed run keeps the
+ * checkpoint's schedule; flags that say otherwise are an error unless
+ * --override-opt_param-scheduler (the flags win) or
+ * --use-checkpoint-opt_param-scheduler (the checkpoint wins). A fresh
+ * optimizer (--no-load-optim, --finetune) starts the flags' schedule. Reads
+ * only the manifest (every rank, no collective); sets r->resuming. */
+static int check_schedule(ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    if (!p->load || p->finetune) return PTDP_OK;
+    ptdp_lr_schedule ck;
+    int found = 0;
+    ptdp_gpt_config cfg;
+    if (ptdp_ckpt_read_config(p->load, &cfg) != PTDP_OK) return PTDP_OK; /* none there: load says so */
+    r->resuming = 1;
+    int rc = ptdp_ckpt_read_lr(p->load, &ck, &found);
+    if (rc || !found || p->no_load_optim || p->override_scheduler) return rc;
+    ptdp_lr_schedule *mine = &r->p.trainer.lr;
+    if (p->use_checkpoint_scheduler) {
+        *mine = ck;
+        return PTDP_OK;
+    }
+    if (!lr_differs(mine, &ck)) return PTDP_OK;
+    static const char *const styles[] = {"constant", "linear", "cosine"};
+    return ptdp_errorf(PTDP_ECONFIG,
+                       "--load %s: the learning-rate schedule differs from the checkpoint's (flags: --lr %g "
+                       "--min-lr %g --lr-warmup-iters %lld --lr-decay-iters %lld --lr-decay-style %s; "
+                       "checkpoint: %g, %g, %lld, %lld, %s; --lr-decay-iters defaults to --train-iters); give "
+                       "the checkpoint's values, --use-checkpoint-opt_param-scheduler to keep them, or "
+                       "--override-opt_param-scheduler to use the flags'",
+                       p->load, mine->max_lr, mine->min_lr, (long long)mine->warmup_iters,
+                       (long long)mine->decay_iters, styles[mine->style], ck.max_lr, ck.min_lr,
+                       (long long)ck.warmup_iters, (long long)ck.decay_iters, styles[ck.style]);
+}
+
 int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     *out = NULL;
     ptdp_run *r = calloc(1, sizeof *r);
@@ -120,8 +160,9 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     r->comm = p->trainer.comm;
     int rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
+    if (rc == PTDP_OK) rc = check_schedule(r);
     if (rc == PTDP_OK) rc = ptdp__log_open(r);
-    if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &p->trainer);
+    if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &r->p.trainer);
     rc = agree_on_start(r->comm, rc);
     if (rc == PTDP_OK && p->load) rc = load_checkpoint(r);
     if (rc == PTDP_OK) {

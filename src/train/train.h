@@ -173,6 +173,10 @@ typedef struct {
     const char *save, *load;
     int64_t save_interval;
     int finetune, no_load_optim;
+    /* a resumed run whose LR schedule differs from the checkpoint's: Megatron
+     * refuses unless one of these says which schedule wins */
+    int override_scheduler;       /* the flags' schedule */
+    int use_checkpoint_scheduler; /* the checkpoint's schedule */
     /* outputs at the end */
     const char *trace;             /* Chrome trace */
     const char *save_safetensors, *save_safetensors_config;

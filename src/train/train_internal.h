@@ -20,6 +20,7 @@ struct ptdp_run {
     int64_t consumed;        /* consumed samples (global) */
     int64_t last_saved;      /* iteration of the last checkpoint, -1: none */
     ptdp_ckpt_loaded loaded; /* what --load found */
+    int resuming;            /* --load holds a checkpoint and it is not --finetune */
     ptdp_step_stats st;      /* the last step's */
     FILE *jsonl;             /* --log-jsonl, rank 0 only */
     /* the Megatron line averages over the logging interval */
