@@ -252,6 +252,31 @@ static void test_bias_gelu(void) {
 
 /* ---- dropout ------------------------------------------------------------- */
 
+/* The sample keying of kernels.h (b > 0): dropout_fwd on [s, b, w] and
+ * bias_dropout_add fwd/bwd give the CPU's masks bitwise. */
+static void test_keyed_dropout(void) {
+    const int64_t s = 7, b = 3, w = 96, n = s * b * w;
+    ptdp_dropout d = {.p = 0.1f, .key = ptdp_rng_key_make(77, "keyed"), .b = b, .sample0 = 6, .width = w};
+    float *one = fmalloc(n), *zero = fmalloc(n), *bias = fmalloc(w);
+    for (int64_t i = 0; i < n; i++) one[i] = 1.0f, zero[i] = 0.0f;
+    for (int64_t i = 0; i < w; i++) bias[i] = 0.0f;
+    float *x = fdup(one, n), *dx = up(one, n);
+    G->dropout_fwd(dx, n, d);
+    C->dropout_fwd(x, n, d);
+    cmp("dropout_fwd mask, keyed by sample", down(dx, n), x, n, BITWISE, 0);
+    float *o = fmalloc(n), *gone = up(one, n), *gb = up(bias, w), *gz = up(zero, n), *go = G->alloc(4 * n);
+    G->bias_dropout_add_fwd(gone, gb, gz, go, s * b, w, d);
+    C->bias_dropout_add_fwd(one, bias, zero, o, s * b, w, d);
+    cmp("bias_dropout_add_fwd mask, keyed by sample", down(go, n), o, n, BITWISE, 0);
+    float *db = fmalloc(w), *gdb = up(bias, w);
+    for (int64_t i = 0; i < w; i++) db[i] = 0.0f;
+    G->bias_dropout_add_bwd(gone, go, gdb, s * b, w, d);
+    C->bias_dropout_add_bwd(one, o, db, s * b, w, d);
+    cmp("bias_dropout_add_bwd mask, keyed by sample", down(go, n), o, n, BITWISE, 0);
+    free(one), free(zero), free(bias), free(x), free(o), free(db);
+    G->free(dx), G->free(gone), G->free(gb), G->free(gz), G->free(go), G->free(gdb);
+}
+
 static void test_dropout(void) {
     /* masks: dropout of ones is 0 or 1/(1-p) exactly, both sides */
     const int64_t n = 100003;
@@ -337,8 +362,10 @@ static void test_dropout(void) {
 
 /* ---- attention ----------------------------------------------------------- */
 
+/* keyed: the global numbering of kernels.h (sample0 4, this rank the second
+ * of two tensor ranks: heads 2*al, head0 al) instead of local numbering */
 static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p, double atol_ctx,
-                           double atol_dqkv) {
+                           double atol_dqkv, int keyed) {
     const int64_t T = b * al;
     const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, np = T * s * s;
     float *qkv = fmalloc(nq), *ctx = fmalloc(nc), *probs = fmalloc(np), *dctx = fmalloc(nc), *dqkv = fmalloc(nq);
@@ -346,6 +373,7 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
     fill_normal(qkv, nq, 31, 1.0f);
     fill_normal(dctx, nc, 32, 1.0f);
     ptdp_dropout d = {.p = p, .key = ptdp_rng_key_make(9, "attn"), .offset = 5};
+    if (keyed) d = (ptdp_dropout){.p = p, .key = d.key, .b = b, .sample0 = 4, .width = al * hd, .heads = 2 * al, .head0 = al};
     float *gq = up(qkv, nq), *gc = G->alloc(4 * nc), *gp = G->alloc(4 * np), *gdc = up(dctx, nc),
           *gdq = G->alloc(4 * nq), *gs = G->alloc(4 * ptdp_attention_scratch_floats(s, 1));
     G->attention_fwd(gq, gc, gp, gs, s, b, al, hd, d);
@@ -502,11 +530,13 @@ int main(void) {
     test_layernorm();
     test_bias_gelu();
     test_dropout();
-    test_attention(70, 2, 3, 16, 0.0f, 2e-5, 5e-5);
-    test_attention(70, 2, 3, 16, 0.1f, 2e-5, 5e-5);
+    test_attention(70, 2, 3, 16, 0.0f, 2e-5, 5e-5, 0);
+    test_attention(70, 2, 3, 16, 0.1f, 2e-5, 5e-5, 0);
+    test_attention(70, 2, 3, 16, 0.1f, 2e-5, 5e-5, 1);
+    test_keyed_dropout();
     /* 48 (sequence, head) pairs of s = 1024: more than one workspace chunk
      * (32 per chunk forward, 16 backward with dropout) */
-    test_attention(1024, 4, 12, 64, 0.1f, 2e-5, 1e-4);
+    test_attention(1024, 4, 12, 64, 0.1f, 2e-5, 1e-4, 1);
     test_embed();
     test_xent_slice(300, 0, 550);   /* all valid */
     test_xent_slice(300, 300, 550); /* 250 valid, 50 padding columns */

@@ -78,6 +78,50 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     free(R);
 }
 
+/* Sample keying (kernels.h): the masks of a [s, b, h] activation do not
+ * depend on b, only on the global sample: b = 2 equals two b = 1 calls on
+ * samples 0 and 1; and attention blocks by global head: two tensor ranks of
+ * 2 heads draw the blocks of one rank of 4. */
+static void test_dropout_keying(const ptdp_ops *o) {
+    const int64_t s = 5, h = 40;
+    float x2[5 * 2 * 40], z2[5 * 2 * 40], out2[5 * 2 * 40], bias[40] = {0};
+    for (int64_t i = 0; i < s * 2 * h; i++) x2[i] = 1.0f + (float)i, z2[i] = 0.0f;
+    ptdp_dropout d = {.p = 0.3f, .key = ptdp_rng_key_make(3, "keying"), .b = 2, .sample0 = 6, .width = h};
+    o->bias_dropout_add_fwd(x2, bias, z2, out2, s * 2, h, d);
+    int same = 1;
+    for (int64_t bi = 0; bi < 2; bi++) {
+        float x1[5 * 40], z1[5 * 40], out1[5 * 40];
+        for (int64_t si = 0; si < s; si++)
+            for (int64_t j = 0; j < h; j++) x1[si * h + j] = x2[(si * 2 + bi) * h + j], z1[si * h + j] = 0.0f;
+        ptdp_dropout d1 = d;
+        d1.b = 1;
+        d1.sample0 = 6 + bi;
+        o->bias_dropout_add_fwd(x1, bias, z1, out1, s, h, d1);
+        for (int64_t si = 0; si < s; si++)
+            for (int64_t j = 0; j < h; j++) same &= out1[si * h + j] == out2[(si * 2 + bi) * h + j];
+    }
+    CHECK(same);
+    /* attention: 4 heads on one rank vs 2 + 2 on two ranks, one sequence */
+    const int64_t S = 9, hd = 4, a = 4;
+    float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9];
+    float *scratch = malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(S, omp_get_max_threads()));
+    for (int64_t i = 0; i < S * a * 3 * hd; i++) qkv4[i] = (float)((i * 37) % 11) * 0.1f;
+    ptdp_dropout da = {.p = 0.3f, .key = ptdp_rng_key_make(4, "keying-attn"), .b = 1, .sample0 = 2, .heads = a};
+    o->attention_fwd(qkv4, ctx4, p4, scratch, S, 1, a, hd, da);
+    for (int64_t r = 0; r < 2; r++) {
+        float qkv2[9 * 2 * 3 * 4], ctx2[9 * 2 * 4], p2[2 * 9 * 9];
+        for (int64_t si = 0; si < S; si++)
+            memcpy(qkv2 + si * 2 * 3 * hd, qkv4 + si * a * 3 * hd + r * 2 * 3 * hd, sizeof(float) * 2 * 3 * hd);
+        ptdp_dropout dr = da;
+        dr.head0 = 2 * r;
+        o->attention_fwd(qkv2, ctx2, p2, scratch, S, 1, 2, hd, dr);
+        for (int64_t si = 0; si < S; si++)
+            for (int64_t j = 0; j < 2 * hd; j++) same &= ctx2[si * 2 * hd + j] == ctx4[si * a * hd + r * 2 * hd + j];
+    }
+    CHECK(same);
+    free(scratch);
+}
+
 /* ptdp_ops_check: the CPU tables are complete; a table missing a required
  * op is refused naming it; the optional dropout op only when needed. */
 static void test_ops_check(void) {
@@ -628,6 +672,7 @@ int main(void) {
     CHECK(o && o->name && !strcmp(o->name, "cpu/onednn"));
     test_gemm(o);
     test_ops_check();
+    test_dropout_keying(o);
     test_layernorm(o);
     test_bias_gelu(o);
     test_attention(o);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The invariance matrix (issue 7): one fixed model with awkward sizes (8
 # layers, h=48, 12 heads, V=300 padded per t, s=16), seed, data and global
-# batch B=16, trained for 20 iterations under many (t, p, d, v, schedule, b,
+# batch B=16, dropout 0.1 (the masks are keyed by global coordinates, so
+# every layout draws the single process's), trained for 20 iterations under many (t, p, d, v, schedule, b,
 # recomputation, scatter/gather, ZeRO-1, overlap) layouts with up to 8 ranks:
 # each must give the single process's loss and grad norm at every iteration
 # (1e-5 relative) and its final weights (1e-5 absolute), and data-parallel
@@ -14,7 +15,7 @@ source "$PTDP_SRC/tests/parallel_lib.sh"
 
 ARGS="--mock-data --num-layers 8 --hidden-size 48 --num-attention-heads 12 --seq-length 16
  --global-batch-size 16 --vocab-size 300 --train-iters 20 --lr 1e-3 --lr-warmup-iters 3
- --lr-decay-style cosine --weight-decay 0.1 --adam-eps 1e-8 --hidden-dropout 0 --attention-dropout 0
+ --lr-decay-style cosine --weight-decay 0.1 --adam-eps 1e-8 --hidden-dropout 0.1 --attention-dropout 0.1
  --log-interval 100 --check-dp-replicas"
 
 run_np 1 train $ARGS --micro-batch-size 1 --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" \

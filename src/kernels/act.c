@@ -15,6 +15,12 @@ int ptdp__dropout_keep(ptdp_dropout d, uint64_t e) {
     return r[(d.offset + e) & 3] >= thr;
 }
 
+uint64_t ptdp__dropout_row_index(ptdp_dropout d, int64_t r, int64_t w) {
+    if (d.b <= 0) return (uint64_t)(r * w);
+    const int64_t si = r / d.b, bi = r % d.b;
+    return ((((uint64_t)si) << 24) + (uint64_t)(d.sample0 + bi)) * (uint64_t)w;
+}
+
 void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; r++)
@@ -80,7 +86,7 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
             int64_t m = h - j0 < 256 ? h - j0 : 256;
             const int64_t e0 = r * h + j0;
             for (int64_t j = 0; j < m; j++) tmp[j] = x[e0 + j] + bias[j0 + j];
-            ptdp__dropout_apply(tmp, tmp, m, drop, (uint64_t)e0);
+            ptdp__dropout_apply(tmp, tmp, m, drop, ptdp__dropout_row_index(drop, r, h) + (uint64_t)j0);
             for (int64_t j = 0; j < m; j++) out[e0 + j] = resid[e0 + j] + tmp[j];
         }
     }
@@ -95,7 +101,8 @@ void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int6
         }
     } else {
 #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < N; r++) ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop, (uint64_t)(r * h));
+        for (int64_t r = 0; r < N; r++)
+            ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop, ptdp__dropout_row_index(drop, r, h));
     }
     ptdp__bias_bwd(dx, dbias, N, h);
 }
@@ -103,6 +110,14 @@ void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int6
 /* Forward and backward are the same operation: keep-mask times 1/(1-p). */
 void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop) {
     if (drop.p == 0.0f) return;
+    if (drop.b > 0) { /* an activation [s, b, width], keyed by sample */
+        const int64_t w = drop.width, rows = n / w;
+        PTDP_ASSERT(w > 0 && rows * w == n);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            ptdp__dropout_apply(x + r * w, x + r * w, w, drop, ptdp__dropout_row_index(drop, r, w));
+        return;
+    }
     const int64_t blk = 4096;
 #pragma omp parallel for schedule(static)
     for (int64_t e0 = 0; e0 < n; e0 += blk)

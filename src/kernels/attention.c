@@ -93,6 +93,8 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
         int64_t bi = task / al, j = task % al;
+        /* the dropout block of this (sequence, head): global head numbering */
+        const int64_t blk = drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j : task;
         float *S = scratch + 2 * s * s * omp_get_thread_num();
         float *Pd = S + s * s;
         const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
@@ -105,7 +107,7 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
             softmax_rows_fwd(S, P, s, r0, r1, s, scale);
             const float *Puse = P;
             if (drop.p > 0.0f) {
-                dropout_rows(P, Pd, s, r0, r1, r1, drop, task);
+                dropout_rows(P, Pd, s, r0, r1, r1, drop, blk);
                 Puse = Pd;
             }
             gemm(0, 0, rb, hd, r1, 1.0f, Puse + r0 * s, s, V, ld3, 0.0f, C + r0 * ldc, ldc);
@@ -121,6 +123,8 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
         int64_t bi = task / al, j = task % al;
+        /* the dropout block of this (sequence, head): global head numbering */
+        const int64_t blk = drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j : task;
         float *dP = scratch + 2 * s * s * omp_get_thread_num();
         float *Pd = dP + s * s;
         const int64_t off = bi * al * 3 * hd + j * 3 * hd;
@@ -132,9 +136,9 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
         /* by query rows: dPd = dC V^T, dropout', softmax', dQ = dS K */
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             int64_t r1 = r0 + B < s ? r0 + B : s, rb = r1 - r0;
-            if (drop.p > 0.0f) dropout_rows(P, Pd, s, r0, r1, r1, drop, task);
+            if (drop.p > 0.0f) dropout_rows(P, Pd, s, r0, r1, r1, drop, blk);
             gemm(0, 1, rb, r1, hd, 1.0f, dC + r0 * ldc, ldc, V, ld3, 0.0f, dP + r0 * s, s);
-            if (drop.p > 0.0f) dropout_rows(dP, dP, s, r0, r1, r1, drop, task);
+            if (drop.p > 0.0f) dropout_rows(dP, dP, s, r0, r1, r1, drop, blk);
             softmax_rows_bwd(P, dP, s, r0, r1, r1, scale);
             gemm(0, 0, rb, hd, r1, 1.0f, dP + r0 * s, s, K, ld3, 0.0f, dQ + r0 * ld3, ld3);
         }

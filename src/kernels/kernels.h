@@ -37,6 +37,17 @@ typedef struct {
     float p;
     ptdp_rng_key key;
     uint64_t offset;
+    /* Global numbering, so that every layout (t, b, d, p) draws the masks the
+     * single process draws. b == 0: elements are numbered locally (e, the
+     * flat index). b > 0: the site is an activation [s, b, w] whose sequence
+     * bi is global sample sample0 + bi of the iteration, and element
+     * (si, bi, j) is number ((si << 24) + sample0 + bi) * w + j, a function of
+     * the sample and not of the micro-batch size (w: the op's h, or `width`
+     * for dropout_fwd/bwd; fewer than 2^24 samples per iteration).
+     * Attention probabilities: the [s, s] block of (sequence bi, local head j)
+     * is block (sample0 + bi) * heads + head0 + j (heads: a, head0: this
+     * tensor rank's first global head), or bi * al + j when b == 0. */
+    int64_t b, sample0, width, heads, head0;
 } ptdp_dropout;
 
 /* What a backend must provide: every op is REQUIRED unless marked
@@ -165,6 +176,9 @@ int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 
 /* Keep-mask element e of a dropout site: 1 keeps, 0 drops. */
 int ptdp__dropout_keep(ptdp_dropout d, uint64_t e);
+/* Number of element (row r, column 0) of a [N = s*b, w] dropout site: r*w
+ * when d.b == 0, else the sample keying above. */
+uint64_t ptdp__dropout_row_index(ptdp_dropout d, int64_t r, int64_t w);
 
 /* Checks that every required op of `o` is set, and the optional ones the
  * run needs (dropout: hidden dropout > 0). PTDP_EUNSUPPORTED naming the

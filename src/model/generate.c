@@ -174,7 +174,7 @@ static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
     const ptdp_ops *o = g->ops;
     const ptdp_gpt_config *cfg = g->cfg;
     const int64_t h = g->h, hl = g->hl, fl = g->fl, pos0 = g->len;
-    const ptdp_dropout none = {0.0f, {0, 0}, 0};
+    const ptdp_dropout none = {.p = 0.0f};
     o->upload(g->tok, tokens, sizeof(int32_t) * (size_t)n);
     o->embed_fwd(g->tok, n, g->P->wte, g->v0, g->Vl, g->x, n, 1, h);
     allreduce(g, g->x, n * h);

@@ -14,22 +14,31 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
-/* per site: is the stream per tensor-parallel rank */
-static const uint8_t site_per_tp_rank[] = {
-#define PTDP__DROPOUT_PER_TP(e, s, per_tp) per_tp,
-    PTDP__DROPOUT_SITES(PTDP__DROPOUT_PER_TP)
-#undef PTDP__DROPOUT_PER_TP
+/* per site: are its elements numbered by global attention head (the
+ * attention probabilities: each tensor-parallel rank holds a/t heads) */
+static const uint8_t site_by_head[] = {
+#define PTDP__DROPOUT_BY_HEAD(e, s, by_head) by_head,
+    PTDP__DROPOUT_SITES(PTDP__DROPOUT_BY_HEAD)
+#undef PTDP__DROPOUT_BY_HEAD
 };
 
 ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site site, int64_t layer,
                            const ptdp__slot_act *sa) {
-    ptdp_dropout d = {.p = c->training ? p : 0.0f, .key = {0, 0}, .offset = 0};
+    ptdp_dropout d = {.p = c->training ? p : 0.0f};
     if (d.p == 0.0f) return d;
-    uint64_t seed = ptdp_hash_mix(c->cfg->seed, ptdp_hash_mix((uint64_t)sa->iteration, (uint64_t)sa->microbatch));
-    uint64_t stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
-    if (site_per_tp_rank[site]) stream = ptdp_hash_mix(stream, (uint64_t)c->tp + 1000);
-    d.key.seed = seed;
-    d.key.stream = stream;
+    /* Keyed by (seed, iteration, layer, site) and, inside the site, by global
+     * sample, token position, hidden index and global head (kernels.h), never
+     * by this rank's micro-batch, tensor rank or micro-batch size: every
+     * layout draws the single process's masks. */
+    d.key.seed = ptdp_hash_mix(c->cfg->seed, (uint64_t)sa->iteration);
+    d.key.stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
+    d.b = c->p.micro_batch;
+    d.sample0 = sa->microbatch * c->p.micro_batch;
+    d.width = c->h;
+    if (site_by_head[site]) {
+        d.heads = c->cfg->heads;
+        d.head0 = (int64_t)c->tp * (c->cfg->heads / c->t);
+    }
     return d;
 }
 

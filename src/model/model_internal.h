@@ -104,10 +104,11 @@ struct ptdp_gpt_chunk {
     float *gmax, *sumexp, *tgt, *loss; /* [s, b] row max, sum of exponentials, target logit, token loss */
 };
 
-/* Dropout sites: X(enum, name, stream per tensor-parallel rank). The enum
- * value keys the site's RNG stream, so the order is fixed. Attention-
- * probability dropout is inside the tensor-parallel region, so its stream
- * differs per TP rank; the others act on replicated activations and must be
+/* Dropout sites: X(enum, name, numbered by global head). The enum value
+ * keys the site's RNG stream, so the order is fixed. Attention-probability
+ * dropout is inside the tensor-parallel region: each rank draws the blocks of
+ * its own global heads from the one stream, so the masks are the single
+ * process's whatever t is. The others act on replicated activations and are
  * identical on all TP ranks. */
 #define PTDP__DROPOUT_SITES(X)                               \
     X(PTDP__DROPOUT_EMBEDDING, "embedding", 0)               \
@@ -115,7 +116,7 @@ struct ptdp_gpt_chunk {
     X(PTDP__DROPOUT_ATTN_OUT, "after-attention", 0)          \
     X(PTDP__DROPOUT_MLP_OUT, "after-mlp", 0)
 typedef enum {
-#define PTDP__DROPOUT_ENUM(e, s, per_tp) e,
+#define PTDP__DROPOUT_ENUM(e, s, by_head) e,
     PTDP__DROPOUT_SITES(PTDP__DROPOUT_ENUM)
 #undef PTDP__DROPOUT_ENUM
 } ptdp__dropout_site;

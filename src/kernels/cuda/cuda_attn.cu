@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_internal.h"
 
 #define T_ROW 256
+#define T_ELEM 256 /* threads per block, element-wise kernels */
 
 /* row r = task*s + i of P: P[i, j] = softmax(scale * S[i, 0..i]), zero for j > i (in place over S) */
 __global__ void softmax_fwd_k(float *P, int64_t s, float scale) {
@@ -52,6 +53,25 @@ static int64_t chunk_tasks(int64_t per, int64_t T) {
     return nt < T ? nt : T;
 }
 
+/* Dropout on n tasks' [s, s] blocks starting at task t0; task (bi, j) uses
+ * block bi*heads + head0 + j of the site when drop.heads > 0 (global head
+ * numbering, kernels.h), else block task: attention.c's numbering. */
+__global__ void attn_drop_k(const float *src, float *dst, int64_t total, ptdp__cuda_drop d, int64_t t0, int64_t ss,
+                            int64_t al, int64_t heads, int64_t head0) {
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    const int64_t task = t0 + e / ss, r = e % ss;
+    const int64_t blk = d.b > 0 ? (d.sample0 + task / al) * (heads ? heads : al) + head0 + task % al : task;
+    dst[e] = ptdp__drop_apply(d, (uint64_t)(blk * ss + r), src[e]);
+}
+static void attn_dropout(const float *src, float *dst, int64_t n, int64_t ss, int64_t t0, int64_t al,
+                         ptdp_dropout drop) {
+    if (n * ss == 0) return;
+    attn_drop_k<<<ptdp__blocks(n * ss, T_ELEM), T_ELEM>>>(src, dst, n * ss, ptdp__cuda_drop_make(drop), t0, ss, al,
+                                                          drop.heads, drop.head0);
+    PTDP_CUDA_LAUNCHED();
+}
+
 void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s, int64_t b,
                               int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
@@ -70,7 +90,7 @@ void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float 
     for (int64_t t0 = 0; t0 < T; t0 += nt) {
         int64_t n = T - t0 < nt ? T - t0 : nt;
         float *Pd = ptdp__cuda.ws;
-        ptdp__cuda_dropout_apply(probs + t0 * ss, Pd, n * ss, drop, (uint64_t)(t0 * ss));
+        attn_dropout(probs + t0 * ss, Pd, n, ss, t0, al, drop);
         ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
                                 ctx + t0 * hd, ldc, hd, n);
     }
@@ -91,12 +111,12 @@ void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *
         float *dP = ptdp__cuda.ws, *Pd = dP + n * ss;
         const float *Puse = P;
         if (dropping) {
-            ptdp__cuda_dropout_apply(P, Pd, n * ss, drop, (uint64_t)(t0 * ss));
+            attn_dropout(P, Pd, n, ss, t0, al, drop);
             Puse = Pd;
         }
         /* dPd = dC V^T, dropout', softmax' */
         ptdp__cuda_gemm_batched(0, 1, s, s, hd, 1.0f, dC, ldc, hd, V, ld3, 3 * hd, 0.0f, dP, s, ss, n);
-        if (dropping) ptdp__cuda_dropout_apply(dP, dP, n * ss, drop, (uint64_t)(t0 * ss));
+        if (dropping) attn_dropout(dP, dP, n, ss, t0, al, drop);
         softmax_bwd_k<<<rows(n, s), T_ROW>>>(P, dP, s, scale);
         PTDP_CUDA_LAUNCHED();
         /* dQ = dS K, dV = Pd^T dC, dK = dS^T Q */

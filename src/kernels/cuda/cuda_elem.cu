@@ -149,7 +149,7 @@ __global__ void bda_fwd_k(const float *x, const float *bias, const float *resid,
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= total) return;
     float v = x[e] + bias[e % h];
-    if (use) v = ptdp__drop_apply(d, (uint64_t)e, v);
+    if (use) v = ptdp__drop_apply(d, ptdp__drop_index(d, (uint64_t)e, h), v);
     out[e] = resid[e] + v;
 }
 void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
@@ -160,13 +160,20 @@ void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const fl
     PTDP_CUDA_LAUNCHED();
 }
 
-__global__ void drop_apply_k(const float *src, float *dst, int64_t n, ptdp__cuda_drop d, uint64_t base) {
+/* w: the row width of a [s*b, w] site for the sample keying (drop.b > 0) */
+__global__ void drop_apply_k(const float *src, float *dst, int64_t n, ptdp__cuda_drop d, uint64_t base, int64_t w) {
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < n) dst[e] = ptdp__drop_apply(d, base + (uint64_t)e, src[e]);
+    if (e < n) dst[e] = ptdp__drop_apply(d, ptdp__drop_index(d, base + (uint64_t)e, w), src[e]);
+}
+static void dropout_rows(const float *src, float *dst, int64_t n, ptdp_dropout drop, int64_t w) {
+    if (n == 0) return;
+    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(src, dst, n, ptdp__cuda_drop_make(drop), 0, w);
+    PTDP_CUDA_LAUNCHED();
 }
 void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base) {
     if (n == 0) return;
-    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(src, dst, n, ptdp__cuda_drop_make(drop), base);
+    PTDP_ASSERT(drop.b <= 0); /* flat numbering only; sites keyed by sample go through dropout_rows */
+    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(src, dst, n, ptdp__cuda_drop_make(drop), base, 1);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -176,7 +183,7 @@ void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias,
         if (dx != dout && N * h != 0) PTDP_CUDA_CHECK(cudaMemcpyAsync(dx, dout, sizeof(float) * (size_t)(N * h),
                                                                  cudaMemcpyDeviceToDevice, 0));
     } else {
-        ptdp__cuda_dropout_apply(dout, dx, N * h, drop, 0);
+        dropout_rows(dout, dx, N * h, drop, h);
     }
     ptdp__cuda_bias_bwd(dx, dbias, N, h);
 }
@@ -184,7 +191,7 @@ void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias,
 /* forward and backward are the same: keep-mask times 1/(1-p) */
 void ptdp__cuda_dropout_inplace(float *x, int64_t n, ptdp_dropout drop) {
     if (drop.p == 0.0f) return;
-    ptdp__cuda_dropout_apply(x, x, n, drop, 0);
+    dropout_rows(x, x, n, drop, drop.b > 0 ? drop.width : 1);
 }
 
 /* ---- embedding, position --------------------------------------------------------- */

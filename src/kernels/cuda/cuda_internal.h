@@ -86,14 +86,27 @@ typedef struct {
     uint64_t offset;
     uint32_t thr;
     float sc;
+    int64_t b, sample0, heads, head0; /* global numbering (kernels.h) */
 } ptdp__cuda_drop;
 static inline ptdp__cuda_drop ptdp__cuda_drop_make(ptdp_dropout d) {
     ptdp__cuda_drop r;
     r.key = d.key;
     r.offset = d.offset;
+    r.b = d.b;
+    r.sample0 = d.sample0;
+    r.heads = d.heads;
+    r.head0 = d.head0;
     r.thr = (uint32_t)((double)d.p * 4294967296.0);
     r.sc = 1.0f / (1.0f - d.p);
     return r;
+}
+/* Number of element e of a [s*b, w] site: kernels.h's sample keying when
+ * d.b > 0 (the CPU's ptdp__dropout_row_index), else e. */
+__device__ __forceinline__ uint64_t ptdp__drop_index(ptdp__cuda_drop d, uint64_t e, int64_t w) {
+    if (d.b <= 0) return e;
+    const int64_t r = (int64_t)(e / (uint64_t)w), j = (int64_t)(e % (uint64_t)w);
+    const int64_t si = r / d.b, bi = r % d.b;
+    return ((((uint64_t)si) << 24) + (uint64_t)(d.sample0 + bi)) * (uint64_t)w + (uint64_t)j;
 }
 __device__ __forceinline__ float ptdp__drop_apply(ptdp__cuda_drop d, uint64_t e, float v) {
     return ptdp__philox_word(d.key, d.offset + e) >= d.thr ? v * d.sc : 0.0f;
