@@ -39,6 +39,7 @@ expect_error 2 "--hidden-dropout must be between" train $M --mock-data --hidden-
 expect_error 2 "--num-layers must be between" train $M --mock-data --num-layers 0
 expect_error 2 "--lr-decay-style must be one of" train $M --mock-data --lr-decay-style foo
 expect_error 2 "--gemm must be one of" train $M --mock-data --gemm foo
+expect_error 2 "--device must be one of" train $M --mock-data --device tpu
 expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
 # Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted

@@ -34,6 +34,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->overlap_grad_reduce = 1;
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
+    a->device = "cpu";
 }
 
 #define I(name, field, help, lo, hi) {name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0}
@@ -117,7 +118,9 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
         B("log-comm", log_comm, "print per-group communication counters at the end"),
         S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors", NULL),
-        S("gemm", gemm, "GEMM library", "onednn|openblas"),
+        S("gemm", gemm, "GEMM library (--device cpu)", "onednn|openblas"),
+        S("device", device, "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
+          "cpu|cuda"),
         S("save", save, "write checkpoints to this directory (every --save-interval and at the end)", NULL),
         I("save-interval", save_interval, "iterations between checkpoints (0: only at the end)", 0, BIG),
         S("load", load, "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),

@@ -81,7 +81,7 @@ typedef struct {
     const char *vocab_file, *merge_file, *tokenizer_type, *split;
     int64_t eval_interval, eval_iters;
     /* io and logging */
-    const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *out;
+    const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *device, *out;
     int allow_extra_tensors;
     int64_t log_interval;
     int log_comm;

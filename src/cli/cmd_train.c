@@ -101,6 +101,24 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
     ptdp_args_optim(&a, &tp.lr, &tp.adam);
     tp.ops = ptdp_cpu_ops_lib(lib);
+    if (!strcmp(a.device, "cuda")) {
+        /* one GPU, one process: the communication backends move host memory
+         * only (multi-GPU communication is not there yet) */
+        if (comm.world_size > 1) {
+            rc = ptdp_errorf(PTDP_EUNSUPPORTED,
+                             "it runs one process on one GPU and this job has %d processes "
+                             "(multi-GPU communication is not implemented yet)",
+                             comm.world_size);
+        } else if (!(tp.ops = ptdp_cuda_ops())) {
+            rc = PTDP_EBACKEND; /* no GPU, or a build without CUDA: the reason is in ptdp_last_error() */
+        }
+        if (rc) {
+            ptdp_log_error("--device cuda: %s", ptdp_last_error());
+            ptdp_comm_finalize(&comm);
+            ptdp_args_free(keep);
+            return status_of(rc);
+        }
+    }
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;
@@ -134,7 +152,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.log_interval = a.log_interval;
     rp.log_jsonl = a.log_jsonl;
     rp.log_comm = a.log_comm;
-    rp.gemm_name = ptdp_gemm_lib_name(lib);
+    rp.gemm_name = tp.ops == ptdp_cpu_ops_lib(lib) ? ptdp_gemm_lib_name(lib) : "cublas";
     rp.check_dp_replicas = a.check_dp_replicas;
     rp.save = a.save;
     rp.load = a.load;

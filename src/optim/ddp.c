@@ -86,7 +86,14 @@ void ptdp_ddp_free(ptdp_ddp *d) {
 static void start(ptdp_ddp *d, int k) {
     bucket *b = &d->b[k];
     b->started = 1;
-    if (d->p.zero)
+    if (d->p.zero && d->d == 1) {
+        /* a group of one: the shard is the bucket, copied by the backend (the
+         * local collective would memmove, and backend memory may not be host
+         * memory); the in-place call keeps the communication counters */
+        float *shard = d->shard + d->shard_off[k];
+        d->p.ops->copy(shard, d->p.grads + b->off, b->len);
+        ptdp_ireduce_scatter_f32(d->p.data, shard, shard, b->len, &b->req);
+    } else if (d->p.zero)
         ptdp_ireduce_scatter_f32(d->p.data, d->p.grads + b->off, d->shard + d->shard_off[k], b->len / d->d, &b->req);
     else
         ptdp_iallreduce_sum_f32(d->p.data, d->p.grads + b->off, b->len, &b->req);

@@ -29,7 +29,12 @@ struct ptdp_trainer {
     ptdp_mem mem;    /* every tensor of the rank: one block per category */
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
+    float *hash_buf; /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
+                        the parameters through it (backend memory may not be
+                        host memory) */
 };
+
+#define HASH_CHUNK ((int64_t)1 << 18) /* floats (1 MiB) per download */
 
 /* The tied word embedding's spec in a chunk (by role), or NULL. */
 static const ptdp_param_spec *find_wte(ptdp_gpt_chunk *c) {
@@ -89,6 +94,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     ptdp_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     tr->p = *p;
+    tr->hash_buf = malloc(sizeof(float) * (size_t)HASH_CHUNK);
+    if (!tr->hash_buf) {
+        free(tr);
+        return ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    }
     ptdp_mem_plan(&tr->mem);
     ptdp_comm *comm = p->comm;
     ptdp_schedule_params sp = p->sched;
@@ -208,6 +218,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
     }
     ptdp_executor_free(tr->ex);
     ptdp_mem_free(&tr->mem, tr->p.ops->free);
+    free(tr->hash_buf);
     free(tr);
 }
 
@@ -391,8 +402,17 @@ void ptdp_trainer_perturb(ptdp_trainer *tr) {
 
 int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
     uint64_t h = PTDP_FNV1A_INIT;
-    for (int c = 0; c < tr->v; c++)
-        h = ptdp_fnv1a(ptdp_gpt_chunk_params(tr->chunks[c]), sizeof(float) * (size_t)ptdp_gpt_chunk_numel(tr->chunks[c]), h);
+    /* FNV-1a runs byte by byte: hashing piece after piece through the host
+     * buffer gives the hash of the whole */
+    for (int c = 0; c < tr->v; c++) {
+        const float *w = ptdp_gpt_chunk_params(tr->chunks[c]);
+        const int64_t n = ptdp_gpt_chunk_numel(tr->chunks[c]);
+        for (int64_t i = 0; i < n; i += HASH_CHUNK) {
+            const size_t bytes = sizeof(float) * (size_t)(n - i < HASH_CHUNK ? n - i : HASH_CHUNK);
+            tr->p.ops->download(tr->hash_buf, w + i, bytes);
+            h = ptdp_fnv1a(tr->hash_buf, bytes, h);
+        }
+    }
     uint64_t mm[2] = {h, ~h}; /* max of h and of ~h: equal iff all equal */
     ptdp_allreduce_max_u64(&tr->p.comm->data, mm, 2);
     return mm[0] == h && mm[1] == ~h;
