@@ -147,5 +147,17 @@ expect_error 2 "--input-format must be one of" -- "$PTDP" preprocess --input "$T
 printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$T/nokey.jsonl"
 expect_error 2 "--input: $T/nokey.jsonl:3: no string under key \"text\"" -- "$PTDP" preprocess --input "$T/nokey.jsonl" --output-prefix "$T/x" "${P[@]}"
 
+# ---- train --data-path: a prefix given with its extension, or one that does not exist, gets a
+# message naming the flag, the prefix rule and the datasets that exist; an empty validation split
+# says which split it is and how to turn evaluation off
+TR=(train --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1
+    --train-iters 1 --lr 1e-3 --vocab-file "$V" --merge-file "$M")
+expect_error 1 "--data-path takes the prefix of PREFIX.bin and PREFIX.idx" -- "$PTDP" "${TR[@]}" --data-path "$T/m1_text_document.bin"
+expect_error 1 "datasets in that directory: " -- "$PTDP" "${TR[@]}" --data-path "$T/m1"
+"$PTDP" "${TR[@]}" --data-path "$T/m1" >/dev/null 2>"$T/err"; grep -qF "$T/m1_text_document" "$T/err" && ok ||
+    bad "the existing prefix is not listed: $(cat "$T/err")"
+expect_error 2 "the validation split (part 1 of --split) has 0 tokens" -- "$PTDP" "${TR[@]}" --data-path "$T/m1_text_document" --split 100,0,0 --eval-interval 1 --eval-iters 1
+grep -qF -- "--eval-iters 0" "$T/err" && ok || bad "no --eval-iters 0 suggestion: $(cat "$T/err")"
+
 echo "test_data_cli: $pass checks passed, $fails failed"
 [ "$fails" = 0 ]

@@ -11,9 +11,12 @@
  * counter-based RNG (Fisher-Yates keyed by seed, dataset and split), so they
  * are deterministic but not numpy's. Not here: mock datasets, caching the
  * indices on disk, the "drop last partial sequence = False" mode. */
+#define _DEFAULT_SOURCE /* dirent's d_type-free listing, strdup */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "data/data.h"
@@ -112,15 +115,54 @@ static void ptdp__shuffle(int64_t *a, int64_t n, uint64_t seed, const char *name
     }
 }
 
+static const char *const split_names[PTDP_NUM_SPLITS] = {"training", "validation", "test"};
+
+/* A --data-path prefix whose PREFIX.idx or PREFIX.bin does not exist: one
+ * message saying the flag takes the prefix, and the datasets that exist in
+ * that directory, those starting with the given name first (up to 6). */
+static int missing_prefix(const char *prefix) {
+    char dir[4096], listed[1200] = "";
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? prefix + (slash - dir) + 1 : prefix;
+    if (slash) *slash = 0;
+    const char *where = slash ? (dir[0] ? dir : "/") : ".";
+    int n = 0;
+    size_t off = 0;
+    for (int pass = 0; pass < 2; pass++) { /* 0: names starting with base, 1: the others */
+        DIR *dh = opendir(where);
+        for (struct dirent *e; dh && (e = readdir(dh)) && n < 6 && off < sizeof listed;) {
+            size_t len = strlen(e->d_name);
+            if (len <= 4 || strcmp(e->d_name + len - 4, ".idx")) continue;
+            if ((strncmp(e->d_name, base, strlen(base)) == 0) != (pass == 0)) continue;
+            off += (size_t)snprintf(listed + off, sizeof listed - off, "%s%s%s%.*s", n ? ", " : "",
+                                    slash ? dir : "", slash ? "/" : "", (int)(len - 4), e->d_name);
+            n++;
+        }
+        if (dh) closedir(dh);
+    }
+    return ptdp_errorf(PTDP_EIO,
+                       "--data-path %s: no dataset with that prefix (--data-path takes the prefix of "
+                       "PREFIX.bin and PREFIX.idx, without the extension, as `ptdp preprocess "
+                       "--output-prefix` writes them); %s%s",
+                       prefix, n ? "datasets in that directory: " : "no .idx files in that directory",
+                       listed);
+}
+
 static int ptdp__build_split(ptdp__gpt_split *sp, const ptdp_idx_dataset *ds, int64_t lo,
                              int64_t hi, int64_t need, int64_t s, uint64_t seed, int di, int k) {
     int64_t ndocs = hi - lo, tokens = 0;
     for (int64_t i = lo; i < hi; i++) tokens += ptdp_idx_sequence_length(ds, i);
     if (tokens <= 1) {
         if (need > 0)
-            return ptdp_errorf(PTDP_ECONFIG, "'%s': split %d has %lld tokens, cannot provide "
-                               "%lld samples of %lld tokens", ptdp_idx_prefix(ds), k,
-                               (long long)tokens, (long long)need, (long long)s + 1);
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "'%s': the %s split (part %d of --split) has %lld tokens, cannot provide "
+                               "%lld samples of %lld tokens%s",
+                               ptdp_idx_prefix(ds), split_names[k], k, (long long)tokens, (long long)need,
+                               (long long)s + 1,
+                               k == PTDP_SPLIT_VALID ? "; give validation documents with --split (e.g. 969,30,1) "
+                                                       "or turn evaluation off with --eval-iters 0"
+                                                     : "; give it documents with --split (e.g. 969,30,1)");
         return PTDP_OK;
     }
     int64_t epochs = 1;
@@ -241,7 +283,13 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
     int blended = d->n > 1, rc = PTDP_OK;
     for (int i = 0; i < d->n; i++) d->weights[i] = (blended ? p->weights[i] : 1.0) / wsum;
     for (int i = 0; i < d->n && !rc; i++) {
-        rc = ptdp_idx_open(&d->ds[i], p->prefixes[i]);
+        {
+            char idx[4200], bin[4200];
+            snprintf(idx, sizeof idx, "%s.idx", p->prefixes[i]);
+            snprintf(bin, sizeof bin, "%s.bin", p->prefixes[i]);
+            rc = access(idx, F_OK) || access(bin, F_OK) ? missing_prefix(p->prefixes[i]) : PTDP_OK;
+        }
+        if (!rc) rc = ptdp_idx_open(&d->ds[i], p->prefixes[i]);
         if (!rc && p->vocab_size > 0) rc = ptdp__check_tokens(d->ds[i], p->vocab_size);
         int64_t b[PTDP_NUM_SPLITS + 1];
         if (!rc) rc = ptdp__split_bounds(p->split ? p->split : "969,30,1",
