@@ -3,6 +3,7 @@
  * comparable with the CPU backend), the double-precision reductions, and the
  * table that gathers the kernels of cuda_elem.cu and cuda_attn.cu. Not here:
  * streams (everything runs on the default stream), bf16/fp16, NCCL. */
+#include <dlfcn.h>
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -50,10 +51,10 @@ void ptdp__cuda_gemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, fl
     if (M == 0 || N == 0 || batch == 0) return;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch == 1)
-        PTDP_CUBLAS_CHECK(cublasSgemm(ptdp__cuda.blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A,
+        PTDP_CUBLAS_CHECK(ptdp__cuda.blasfn.sgemm(ptdp__cuda.blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A,
                                       (int)lda, &beta, C, (int)ldc));
     else
-        PTDP_CUBLAS_CHECK(cublasSgemmStridedBatched(ptdp__cuda.blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B,
+        PTDP_CUBLAS_CHECK(ptdp__cuda.blasfn.sgemm_strided_batched(ptdp__cuda.blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B,
                                                     (int)ldb, sB, A, (int)lda, sA, &beta, C, (int)ldc, sC,
                                                     (int)batch));
 }
@@ -135,6 +136,32 @@ static const ptdp_ops cuda_ops = {
     .sum = ptdp__cuda_sum,
 };
 
+/* Loads cuBLAS (see cuda_internal.h); PTDP_EBACKEND naming the library and
+ * dlerror when it cannot. */
+static int load_cublas(void) {
+    const char *names[] = {"libcublas.so.13", "libcublas.so"};
+    void *h = NULL;
+    for (int i = 0; i < 2 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return ptdp_errorf(PTDP_EBACKEND,
+                           "CUDA backend: cannot load cuBLAS (libcublas.so.13): %s; add the CUDA "
+                           "toolkit's lib64 to LD_LIBRARY_PATH",
+                           dlerror());
+    ptdp__cublas_fns *f = &ptdp__cuda.blasfn;
+    const struct {
+        void **slot;
+        const char *sym;
+    } want[] = {{(void **)&f->create, "cublasCreate_v2"},
+                {(void **)&f->set_math_mode, "cublasSetMathMode"},
+                {(void **)&f->sgemm, "cublasSgemm_v2"},
+                {(void **)&f->sgemm_strided_batched, "cublasSgemmStridedBatched"},
+                {(void **)&f->status_string, "cublasGetStatusString"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!(*want[i].slot = dlsym(h, want[i].sym)))
+            return ptdp_errorf(PTDP_EBACKEND, "CUDA backend: cuBLAS lacks %s", want[i].sym);
+    return PTDP_OK;
+}
+
 static int cuda_init_state(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -145,10 +172,12 @@ static int cuda_init_state(void) {
     }
     if ((e = cudaSetDevice(0)) != cudaSuccess)
         return ptdp_errorf(PTDP_EBACKEND, "CUDA backend: cudaSetDevice(0): %s", cudaGetErrorString(e));
-    if (cublasCreate(&ptdp__cuda.blas) != CUBLAS_STATUS_SUCCESS)
+    int rc = load_cublas();
+    if (rc != PTDP_OK) return rc;
+    if (ptdp__cuda.blasfn.create(&ptdp__cuda.blas) != CUBLAS_STATUS_SUCCESS)
         return ptdp_errorf(PTDP_EBACKEND, "CUDA backend: cuBLAS could not be initialised");
     /* fp32 GEMMs in fp32: no TF32 tensor-core rounding of the inputs */
-    PTDP_CUBLAS_CHECK(cublasSetMathMode(ptdp__cuda.blas, CUBLAS_DEFAULT_MATH));
+    PTDP_CUBLAS_CHECK(ptdp__cuda.blasfn.set_math_mode(ptdp__cuda.blas, CUBLAS_DEFAULT_MATH));
     ptdp__cuda.ws_floats = PTDP_CUDA_ATT_WS_FLOATS;
     if (cudaMalloc((void **)&ptdp__cuda.ws, sizeof(float) * (size_t)ptdp__cuda.ws_floats) != cudaSuccess ||
         cudaMalloc((void **)&ptdp__cuda.partials, sizeof(double) * (PTDP_CUDA_RED_BLOCKS + 1)) != cudaSuccess) {

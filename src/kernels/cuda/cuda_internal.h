@@ -27,7 +27,7 @@ extern "C" {
     do {                                                                                       \
         cublasStatus_t ptdp__bs = (call);                                                      \
         if (ptdp__bs != CUBLAS_STATUS_SUCCESS)                                                 \
-            ptdp__assert_fail(#call, __FILE__, __LINE__, cublasGetStatusString(ptdp__bs));     \
+            ptdp__assert_fail(#call, __FILE__, __LINE__, ptdp__cuda.blasfn.status_string(ptdp__bs)); \
     } while (0)
 /* after every kernel launch: catches bad configurations at once */
 #define PTDP_CUDA_LAUNCHED() PTDP_CUDA_CHECK(cudaGetLastError())
@@ -35,7 +35,20 @@ extern "C" {
 /* Set once by ptdp_cuda_ops() before the table is handed out. Everything runs
  * on the legacy default stream, so ops are ordered as they are called and
  * download()/sum()/sumsq() synchronise. */
+/* cuBLAS is loaded with dlopen when the backend is first asked for, not
+ * linked: libcublas/libcublasLt are hundreds of MB that every process would
+ * otherwise map and relocate at start (0.4 s per `ptdp` process, most of the
+ * test suite's time on a machine without a GPU). The few entry points used: */
 typedef struct {
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSgemm_v2) sgemm;
+    decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+    decltype(&cublasGetStatusString) status_string;
+} ptdp__cublas_fns;
+
+typedef struct {
+    ptdp__cublas_fns blasfn;
     cublasHandle_t blas; /* fp32 math, TF32 off */
     float *ws;           /* attention workspace, ws_floats floats */
     int64_t ws_floats;
