@@ -9,7 +9,8 @@
 # replicas must hold bitwise identical weights after every iteration
 # (--check-dp-replicas, shown able to fail at the end). Megatron's --adam-eps
 # 1e-8; the K third of each c_attn.bias within lr x iterations = 2e-2 (see
-# test_pp.sh and compare_weights in parallel_lib.sh).
+# test_pp.sh and compare_weights in parallel_lib.sh). Every run's memory plan
+# must equal the planner's prediction, category by category (check_plan).
 # MATRIX=full (test_full_matrix.sh) adds more layouts.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
@@ -71,7 +72,9 @@ for entry in "${entries[@]}"; do
     compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
     compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
     compare_weights "$TMP/ref.safetensors" "$TMP/$name.safetensors" 2e-2 && ok || fail "$name: final weights differ"
+    check_plan "$TMP/$name.out" "$p" && ok || fail "$name: memory plan differs from the prediction"
 done
+check_plan "$TMP/ref.out" 1 && ok || fail "single process: memory plan differs from the prediction"
 
 # --check-dp-replicas can fail: one replica nudged after iteration 1
 PTDP_FAULT=perturb@1:1 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" train $ARGS --micro-batch-size 1 \

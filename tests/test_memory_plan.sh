@@ -23,18 +23,7 @@ check() { # check NP STAGES flags...
         tail -3 "$TMP/m.out" >&2
         return
     fi
-    local bad tables rows
-    bad=$(grep -c "memory plan MISMATCH" "$TMP/m.out")
-    tables=$(grep -c "memory plan (pipeline stage" "$TMP/m.out")
-    # rows "    <category>  bytes  predicted  (human)": 9 per table (8 categories + total)
-    rows=$(awk '/memory plan \(pipeline stage/ { n = 10; next } n-- > 0 && NF >= 4 && $0 !~ /category/ {
-                  k++; if ($(NF-3) != $(NF-2)) d++ } END { printf "%d %d", k, d }' "$TMP/m.out")
-    if [ "$bad" = 0 ] && [ "$tables" = "$stages" ] && [ "$rows" = "$((9 * stages)) 0" ]; then
-        ok
-    else
-        fail "np=$np $*: $bad mismatch line(s), $tables table(s) (want $stages), rows/differing: $rows"
-        grep -A10 "memory plan" "$TMP/m.out" | head -24 >&2
-    fi
+    check_plan "$TMP/m.out" "$stages" && ok || fail "np=$np $*: the memory plan differs from the prediction"
 }
 
 check 1 1
@@ -53,4 +42,8 @@ check 2 1 $ZERO --ddp-bucket-size 1000
 check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline
 check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --no-scatter-gather-tensors-in-pipeline $V2
 check 4 2 --pipeline-model-parallel-size 2 $V2 $ZERO --ddp-bucket-size 1000 $RC_U
+# the check itself can fail: the last run's table with one predicted number changed
+awk '/memory plan \(pipeline stage/ { n = 3 } n && --n == 0 && NF >= 4 { $(NF-2) = $(NF-2) + 64 } { print }' \
+    "$TMP/m.out" >"$TMP/m.bad"
+check_plan "$TMP/m.bad" 1 2>/dev/null && fail "check_plan accepted a table whose prediction differs" || ok
 finish
