@@ -35,9 +35,11 @@ int main(int argc, char **argv) {
         qsort(t, (size_t)reps, sizeof t[0], cmp);
         double med = t[reps / 2], bytes = 4.0 * (double)n;
         if (rank == 0)
-            printf("{\"bench\":\"allreduce\",\"ranks\":%d,\"floats\":%ld,\"bytes\":%.0f,\"ms_median\":%.4f,"
-                   "\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f}\n",
-                   size, n, bytes, med * 1e3, bytes / med / 1e9, bytes / med / 1e9 * 2.0 * (size - 1) / size);
+            printf(
+                "{\"bench\":\"allreduce\",\"ranks\":%d,\"floats\":%ld,\"bytes\":%.0f,\"ms_median\":%.4f,"
+                "\"algbw_GBps\":%.3f,\"busbw_GBps\":%.3f}\n",
+                size, n, bytes, med * 1e3, bytes / med / 1e9,
+                bytes / med / 1e9 * 2.0 * (size - 1) / size);
     }
     free(buf);
     MPI_Finalize();

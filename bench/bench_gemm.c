@@ -75,7 +75,8 @@ static float *alloc_fill(int64_t n, float scale) {
         fprintf(stderr, "bench_gemm: out of memory (%lld floats)\n", (long long)n);
         exit(1);
     }
-    for (int64_t i = 0; i < n; i++) p[i] = scale * ((float)((i * 2654435761u) % 1000) * 0.002f - 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = scale * ((float)((i * 2654435761u) % 1000) * 0.002f - 1.0f);
     return p;
 }
 
@@ -84,7 +85,8 @@ static const ptdp_ops *O; /* the CPU table of the library being timed */
 
 static double time_gemm(const gemm_shape *g, int reps) {
     int64_t ar = g->ta ? g->K : g->M, br = g->tb ? g->N : g->K;
-    float *A = alloc_fill(ar * g->lda, 0.1f), *B = alloc_fill(br * g->ldb, 0.1f), *C = alloc_fill(g->M * g->ldc, 0.0f);
+    float *A = alloc_fill(ar * g->lda, 0.1f), *B = alloc_fill(br * g->ldb, 0.1f),
+          *C = alloc_fill(g->M * g->ldc, 0.0f);
     double t[64];
     O->gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
     for (int r = 0; r < reps; r++) {
@@ -134,7 +136,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
             if (reps < 1 || reps > 64) reps = 5;
         } else {
-            fprintf(stderr, "usage: bench_gemm [--config b|c|d] [--lib onednn|openblas] [--reps N]\n");
+            fprintf(stderr,
+                    "usage: bench_gemm [--config b|c|d] [--lib onednn|openblas] [--reps N]\n");
             return 2;
         }
     }
@@ -154,23 +157,28 @@ int main(int argc, char **argv) {
             for (int k = 0; k < ns; k++) {
                 const gemm_shape *g = &sh[k];
                 double ms = time_gemm(g, reps), flop = 2.0 * (double)g->M * g->N * g->K;
-                if (g->per_layer) layer_ms += ms, layer_flop += flop;
-                else head_ms += ms, head_flop += flop;
-                printf("{\"bench\":\"gemm\",\"config\":\"%s\",\"shape\":\"%s\",\"lib\":\"%s\",\"ta\":%d,\"tb\":%d,"
-                       "\"M\":%lld,\"N\":%lld,\"K\":%lld,\"beta\":%g,\"threads\":%d,\"reps\":%d,\"ms\":%.3f,"
-                       "\"gflops\":%.1f,\"env_OPENBLAS_CORETYPE\":\"%s\"}\n",
-                       c->name, g->name, ptdp_gemm_lib_name(libs[l]), g->ta, g->tb, (long long)g->M,
-                       (long long)g->N, (long long)g->K, (double)g->beta, omp_get_max_threads(), reps, ms,
-                       flop / ms * 1e-6, coretype);
+                if (g->per_layer)
+                    layer_ms += ms, layer_flop += flop;
+                else
+                    head_ms += ms, head_flop += flop;
+                printf(
+                    "{\"bench\":\"gemm\",\"config\":\"%s\",\"shape\":\"%s\",\"lib\":\"%s\",\"ta\":%d,\"tb\":%d,"
+                    "\"M\":%lld,\"N\":%lld,\"K\":%lld,\"beta\":%g,\"threads\":%d,\"reps\":%d,\"ms\":%.3f,"
+                    "\"gflops\":%.1f,\"env_OPENBLAS_CORETYPE\":\"%s\"}\n",
+                    c->name, g->name, ptdp_gemm_lib_name(libs[l]), g->ta, g->tb, (long long)g->M,
+                    (long long)g->N, (long long)g->K, (double)g->beta, omp_get_max_threads(), reps,
+                    ms, flop / ms * 1e-6, coretype);
                 fflush(stdout);
             }
             double total_ms = c->l * layer_ms + head_ms, total_flop = c->l * layer_flop + head_flop;
-            printf("{\"bench\":\"gemm_total\",\"config\":\"%s\",\"lib\":\"%s\",\"l\":%lld,\"h\":%lld,\"s\":%lld,"
-                   "\"b\":%lld,\"V\":%lld,\"layer_ms\":%.3f,\"head_ms\":%.3f,\"iter_gemm_ms\":%.2f,"
-                   "\"gflops\":%.1f,\"threads\":%d,\"env_OPENBLAS_CORETYPE\":\"%s\",\"openblas_core\":\"%s\"}\n",
-                   c->name, ptdp_gemm_lib_name(libs[l]), (long long)c->l, (long long)c->h, (long long)c->s,
-                   (long long)c->b, (long long)c->V, layer_ms, head_ms, total_ms, total_flop / total_ms * 1e-6,
-                   omp_get_max_threads(), coretype, openblas_get_corename());
+            printf(
+                "{\"bench\":\"gemm_total\",\"config\":\"%s\",\"lib\":\"%s\",\"l\":%lld,\"h\":%lld,\"s\":%lld,"
+                "\"b\":%lld,\"V\":%lld,\"layer_ms\":%.3f,\"head_ms\":%.3f,\"iter_gemm_ms\":%.2f,"
+                "\"gflops\":%.1f,\"threads\":%d,\"env_OPENBLAS_CORETYPE\":\"%s\",\"openblas_core\":\"%s\"}\n",
+                c->name, ptdp_gemm_lib_name(libs[l]), (long long)c->l, (long long)c->h,
+                (long long)c->s, (long long)c->b, (long long)c->V, layer_ms, head_ms, total_ms,
+                total_flop / total_ms * 1e-6, omp_get_max_threads(), coretype,
+                openblas_get_corename());
             fflush(stdout);
         }
     }

@@ -78,7 +78,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *coretype) {
-    float *A = malloc(sizeof(float) * (size_t)(n * n)), *B = malloc(sizeof(float) * (size_t)(n * n)),
+    float *A = malloc(sizeof(float) * (size_t)(n * n)),
+          *B = malloc(sizeof(float) * (size_t)(n * n)),
           *C = malloc(sizeof(float) * (size_t)(n * n));
     if (!A || !B || !C) {
         fprintf(stderr, "bench_peak: out of memory for n=%lld\n", (long long)n);
@@ -100,12 +101,13 @@ static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *corety
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     double flop = 2.0 * (double)n * n * n;
-    printf("{\"bench\":\"gemm_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":0,\"tb\":1,"
-           "\"threads\":%d,\"reps\":%d,\"ms_median\":%.2f,\"ms_best\":%.2f,\"gflops\":%.1f,"
-           "\"gflops_median\":%.1f,\"env_OPENBLAS_CORETYPE\":\"%s\",\"openblas_core\":\"%s\"}\n",
-           ptdp_gemm_lib_name(lib), (long long)n, (long long)n, (long long)n, omp_get_max_threads(), reps,
-           t[reps / 2] * 1e3, t[0] * 1e3, flop / t[0] * 1e-9, flop / t[reps / 2] * 1e-9, coretype,
-           openblas_get_corename());
+    printf(
+        "{\"bench\":\"gemm_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":0,\"tb\":1,"
+        "\"threads\":%d,\"reps\":%d,\"ms_median\":%.2f,\"ms_best\":%.2f,\"gflops\":%.1f,"
+        "\"gflops_median\":%.1f,\"env_OPENBLAS_CORETYPE\":\"%s\",\"openblas_core\":\"%s\"}\n",
+        ptdp_gemm_lib_name(lib), (long long)n, (long long)n, (long long)n, omp_get_max_threads(),
+        reps, t[reps / 2] * 1e3, t[0] * 1e3, flop / t[0] * 1e-9, flop / t[reps / 2] * 1e-9,
+        coretype, openblas_get_corename());
     fflush(stdout);
     free(A);
     free(B);
@@ -122,12 +124,13 @@ int main(int argc, char **argv) {
     const int64_t iters = 50 * 1000 * 1000; /* ~0.1-0.4 s per run */
 
     double one = fma_peak(1, avx512, iters);
-    printf("{\"bench\":\"fma_peak\",\"isa\":\"%s\",\"threads\":1,\"gflops\":%.1f}\n", avx512 ? "avx512" : "avx2", one);
+    printf("{\"bench\":\"fma_peak\",\"isa\":\"%s\",\"threads\":1,\"gflops\":%.1f}\n",
+           avx512 ? "avx512" : "avx2", one);
     fflush(stdout);
     if (nthr > 1) {
         double all = fma_peak(nthr, avx512, iters);
-        printf("{\"bench\":\"fma_peak\",\"isa\":\"%s\",\"threads\":%d,\"gflops\":%.1f}\n", avx512 ? "avx512" : "avx2",
-               nthr, all);
+        printf("{\"bench\":\"fma_peak\",\"isa\":\"%s\",\"threads\":%d,\"gflops\":%.1f}\n",
+               avx512 ? "avx512" : "avx2", nthr, all);
     }
     if (avx512) { /* the AVX2 figure too: what -march=x86-64-v3 code can reach */
         double a2 = fma_peak(1, 0, iters);

@@ -59,7 +59,8 @@ int main(int argc, char **argv) {
     if (!mkdtemp(prefix)) return 1;
     char out[1100];
     snprintf(out, sizeof out, "%s/moby", prefix);
-    for (int w = 1; w <= workers; w = w == workers ? workers + 1 : (w * 2 > workers ? workers : w * 2)) {
+    for (int w = 1; w <= workers;
+         w = w == workers ? workers + 1 : (w * 2 > workers ? workers : w * 2)) {
         ptdp_preprocess_params p = ptdp_preprocess_default_params();
         p.input = txt;
         p.output_prefix = out;
@@ -71,9 +72,9 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("{\"bench\":\"preprocess\",\"workers\":%d,\"documents\":%lld,\"tokens\":%lld,"
-               "\"bytes\":%lld,\"ms\":%.1f,\"MB_per_s\":%.2f}\n", w, (long long)st.documents,
-               (long long)st.tokens, (long long)st.bytes_in, st.seconds * 1e3,
-               (double)st.bytes_in / 1e6 / st.seconds);
+               "\"bytes\":%lld,\"ms\":%.1f,\"MB_per_s\":%.2f}\n",
+               w, (long long)st.documents, (long long)st.tokens, (long long)st.bytes_in,
+               st.seconds * 1e3, (double)st.bytes_in / 1e6 / st.seconds);
     }
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", prefix);

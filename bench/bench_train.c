@@ -38,8 +38,10 @@ static int cmp_double(const void *x, const void *y) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
-               "[--peak-gflops X] [--dropout P]\n");
+    fprintf(
+        f,
+        "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
+        "[--peak-gflops X] [--dropout P]\n");
 }
 
 /* Runs one configuration; returns 0, or 1 after printing why it could not. */
@@ -98,18 +100,22 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
     double tflops = flops / (med / 1e3) / 1e12;
     const char *coretype = getenv("OPENBLAS_CORETYPE");
-    printf("{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
-           "\"V\":%lld,\"dropout\":%g,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
-           "\"ms_min\":%.3f,\"ms_all\":[",
-           bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
-           (long long)bc->V, (double)dropout, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
+    printf(
+        "{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
+        "\"V\":%lld,\"dropout\":%g,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
+        "\"ms_min\":%.3f,\"ms_all\":[",
+        bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
+        (long long)bc->V, (double)dropout, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup,
+        iters, med, sorted[0]);
     for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
     printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,", (double)(B * s) / (med / 1e3), tflops);
     if (peak_gflops > 0)
-        printf("\"peak_gflops\":%.1f,\"pct_of_peak\":%.2f,", peak_gflops, 100.0 * tflops * 1e3 / peak_gflops);
+        printf("\"peak_gflops\":%.1f,\"pct_of_peak\":%.2f,", peak_gflops,
+               100.0 * tflops * 1e3 / peak_gflops);
     else
         printf("\"pct_of_peak\":null,");
-    printf("\"final_loss\":%.6f,\"env_OPENBLAS_CORETYPE\":\"%s\"}\n", st.loss, coretype ? coretype : "");
+    printf("\"final_loss\":%.6f,\"env_OPENBLAS_CORETYPE\":\"%s\"}\n", st.loss,
+           coretype ? coretype : "");
     fflush(stdout);
     free(sorted);
     free(ms);

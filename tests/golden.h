@@ -51,8 +51,9 @@ static double normwise(const float *a, const float *b, int64_t n) {
  * with the fixture's tensors PREFIX<hf name>; with iter >= 0 the fixture
  * tensor is [iters, *shape] and row `iter` is compared. Returns the worst
  * error / tolerance over the tensors. */
-static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_st_file *f, const char *prefix,
-                            int iter, int grads, double tol_normwise, double tol_abs) {
+static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_st_file *f,
+                              const char *prefix, int iter, int grads, double tol_normwise,
+                              double tol_abs) {
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(chunk, &n);
     float *host = malloc(sizeof(float) * (size_t)ptdp_gpt_chunk_numel(chunk));
@@ -81,7 +82,8 @@ static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
             e = md;
         }
         double tol = tol_abs > 0 ? tol_abs : tol_normwise;
-        if (!(e <= tol)) fprintf(stderr, "  %s (iteration %d): error %.3g > %.3g\n", full, iter, e, tol);
+        if (!(e <= tol))
+            fprintf(stderr, "  %s (iteration %d): error %.3g > %.3g\n", full, iter, e, tol);
         CHECK(e <= tol);
         worst = fmax(worst, e / tol);
         free(all);
@@ -118,10 +120,16 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
     CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
     tp.micro_batch = meta_i(f, "micro_batch_size");
     tp.global_batch = meta_i(f, "global_batch_size");
-    tp.lr = (ptdp_lr_schedule){.max_lr = meta_f(f, "lr"), .min_lr = meta_f(f, "lr"), .warmup_iters = 0,
-                               .decay_iters = 1, .style = PTDP_LR_CONSTANT};
-    tp.adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"), .beta2 = meta_f(f, "beta2"), .eps = meta_f(f, "eps"),
-                                  .weight_decay = meta_f(f, "weight_decay"), .clip_grad = meta_f(f, "clip_grad")};
+    tp.lr = (ptdp_lr_schedule){.max_lr = meta_f(f, "lr"),
+                               .min_lr = meta_f(f, "lr"),
+                               .warmup_iters = 0,
+                               .decay_iters = 1,
+                               .style = PTDP_LR_CONSTANT};
+    tp.adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"),
+                                  .beta2 = meta_f(f, "beta2"),
+                                  .eps = meta_f(f, "eps"),
+                                  .weight_decay = meta_f(f, "weight_decay"),
+                                  .clip_grad = meta_f(f, "clip_grad")};
     tp.ops = ops;
     tp.comm = &comm;
     tp.init_from = path;
@@ -129,7 +137,8 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
     if (!tr) return;
     ptdp_gpt_chunk *chunk = ptdp_trainer_chunk(tr);
-    const int64_t s = tp.cfg.seq_length, B = tp.global_batch, V = tp.cfg.vocab, Vp = tp.cfg.vocab_padded;
+    const int64_t s = tp.cfg.seq_length, B = tp.global_batch, V = tp.cfg.vocab,
+                  Vp = tp.cfg.vocab_padded;
     int32_t *tokens = malloc(sizeof(int32_t) * 10 * (size_t)(B * (s + 1)));
     CHECK_OK(ptdp_st_read_i32(f, "ref.tokens", tokens, 10 * B * (s + 1)));
 
@@ -144,7 +153,8 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
         for (int64_t bi = 0; bi < b; bi++)
             for (int64_t si = 0; si < s; si++)
                 for (int64_t v = 0; v < V; v++) {
-                    double mine = lg[(si * b + bi) * Vp + v], ref = ref_logits[((k * b + bi) * s + si) * V + v];
+                    double mine = lg[(si * b + bi) * Vp + v],
+                           ref = ref_logits[((k * b + bi) * s + si) * V + v];
                     double e = fabs(mine - ref) / (1e-5 + 1e-4 * fabs(ref));
                     worst = e > worst ? e : worst;
                 }
@@ -179,8 +189,8 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
         ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st);
         CHECK_CLOSE(st.loss, ref_losses[it], 1e-5, 0);
         CHECK_CLOSE(st.grad_norm, ref_norms[it], 1e-5, 0);
-        printf("%s it %d: loss %.7f (ref %.7f)  norm %.7f (ref %.7f)\n", file, it, st.loss, ref_losses[it],
-               st.grad_norm, ref_norms[it]);
+        printf("%s it %d: loss %.7f (ref %.7f)  norm %.7f (ref %.7f)\n", file, it, st.loss,
+               ref_losses[it], st.grad_norm, ref_norms[it]);
     }
     printf("%s: worst gradient error / tolerance over 10 iterations = %.3g\n", file, worst_grad);
     if (ptdp_st_find(f, "ref.final.transformer.wte.weight"))

@@ -13,39 +13,39 @@
 
 static int test__fail, test__pass;
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            test__pass++;                                                        \
-        } else {                                                                 \
-            test__fail++;                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
+#define CHECK(cond)                                                         \
+    do {                                                                    \
+        if (cond) {                                                         \
+            test__pass++;                                                   \
+        } else {                                                            \
+            test__fail++;                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                   \
     } while (0)
 
 /* |a-b| <= atol + rtol*|b| */
-#define CHECK_CLOSE(a, b, rtol, atol)                                                          \
-    do {                                                                                       \
-        double test__a = (double)(a), test__b = (double)(b);                                   \
-        if (fabs(test__a - test__b) <= (atol) + (rtol) * fabs(test__b)) {                      \
-            test__pass++;                                                                      \
-        } else {                                                                               \
-            test__fail++;                                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s = %.9g, expected %s = %.9g (rtol %g, atol %g)\n", \
+#define CHECK_CLOSE(a, b, rtol, atol)                                                              \
+    do {                                                                                           \
+        double test__a = (double)(a), test__b = (double)(b);                                       \
+        if (fabs(test__a - test__b) <= (atol) + (rtol)*fabs(test__b)) {                            \
+            test__pass++;                                                                          \
+        } else {                                                                                   \
+            test__fail++;                                                                          \
+            fprintf(stderr, "FAIL %s:%d: %s = %.9g, expected %s = %.9g (rtol %g, atol %g)\n",      \
                     __FILE__, __LINE__, #a, test__a, #b, test__b, (double)(rtol), (double)(atol)); \
-        }                                                                                      \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_OK(expr)                                                                    \
-    do {                                                                                  \
-        int test__rc = (expr);                                                            \
-        if (test__rc == 0) {                                                              \
-            test__pass++;                                                                 \
-        } else {                                                                          \
-            test__fail++;                                                                 \
+#define CHECK_OK(expr)                                                                     \
+    do {                                                                                   \
+        int test__rc = (expr);                                                             \
+        if (test__rc == 0) {                                                               \
+            test__pass++;                                                                  \
+        } else {                                                                           \
+            test__fail++;                                                                  \
             fprintf(stderr, "FAIL %s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #expr, \
-                    test__rc, ptdp_last_error());                                         \
-        }                                                                                 \
+                    test__rc, ptdp_last_error());                                          \
+        }                                                                                  \
     } while (0)
 
 /* n floats (at least one), asserting on failure. */

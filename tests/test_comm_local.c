@@ -79,7 +79,8 @@ static void test_local(void) {
 
 /* ---- a recording backend posing as rank 1 of a group of 3 ---- */
 typedef struct {
-    int calls, allreduce, allgather, gather, gatherv, barrier, iallreduce, ireduce_scatter, isend, irecv;
+    int calls, allreduce, allgather, gather, gatherv, barrier, iallreduce, ireduce_scatter, isend,
+        irecv;
     int waits, tests;
     int64_t last_n;
     ptdp_comm_dtype last_dt;
@@ -101,12 +102,16 @@ static void rec(int *which, int64_t n, ptdp_comm_dtype dt) {
     R.last_n = n;
     R.last_dt = dt;
 }
-static void rec_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+static void rec_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                          ptdp_comm_reduce op) {
     rec(&R.allreduce, n, dt);
     R.last_op = op;
 }
-static void rec_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) { rec(&R.allgather, n, dt); }
-static void rec_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv, int root) {
+static void rec_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
+    rec(&R.allgather, n, dt);
+}
+static void rec_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv,
+                       int root) {
     rec(&R.gather, n, dt);
     R.last_root = root;
     if (recv) /* every member sent the same */
@@ -114,27 +119,28 @@ static void rec_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dty
             memcpy((char *)recv + (size_t)r * (size_t)n * ptdp_comm_dtype_size(dt), send,
                    (size_t)n * ptdp_comm_dtype_size(dt));
 }
-static void rec_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv, const int64_t *counts,
-                        int root) {
+static void rec_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv,
+                        const int64_t *counts, int root) {
     rec(&R.gatherv, nbytes, PTDP_COMM_BYTE);
     R.last_root = root;
     if (recv)
-        for (int r = 0; r < g->size; r++) memcpy((char *)recv + r * nbytes, send, (size_t)counts[r]);
+        for (int r = 0; r < g->size; r++)
+            memcpy((char *)recv + r * nbytes, send, (size_t)counts[r]);
 }
 static void rec_barrier(ptdp_group *g) { rec(&R.barrier, 0, PTDP_COMM_BYTE); }
-static void rec_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op,
-                           ptdp_comm_req *req) {
+static void rec_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                           ptdp_comm_reduce op, ptdp_comm_req *req) {
     rec(&R.iallreduce, n, dt);
     R.last_op = op;
     start_req(req);
 }
-static void rec_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n, ptdp_comm_dtype dt,
-                                ptdp_comm_req *req) {
+static void rec_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                                ptdp_comm_dtype dt, ptdp_comm_req *req) {
     rec(&R.ireduce_scatter, n, dt);
     start_req(req);
 }
-static void rec_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
-                      ptdp_comm_req *req) {
+static void rec_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer,
+                      int tag, ptdp_comm_req *req) {
     rec(&R.isend, n, dt);
     R.last_peer = peer;
     R.last_tag = tag;
@@ -180,7 +186,8 @@ static void test_dispatch_and_counters(void) {
     uint64_t u64[4] = {0};
 
     ptdp_allreduce_sum_f32(&g, f, 5);
-    CHECK(R.allreduce == 1 && R.last_n == 5 && R.last_dt == PTDP_COMM_F32 && R.last_op == PTDP_COMM_SUM);
+    CHECK(R.allreduce == 1 && R.last_n == 5 && R.last_dt == PTDP_COMM_F32 &&
+          R.last_op == PTDP_COMM_SUM);
     ptdp_allreduce_max_f32(&g, f, 4);
     CHECK(R.last_op == PTDP_COMM_MAX && R.last_dt == PTDP_COMM_F32);
     ptdp_allreduce_sum_f64(&g, dd, 3);
@@ -230,7 +237,8 @@ static void test_dispatch_and_counters(void) {
     /* exact counters: payload bytes handed to each call; barrier and the
      * gatherv's counts are not payload */
     const ptdp_comm_counters *k = &g.counters;
-    CHECK(k->calls[PTDP_OP_ALLREDUCE] == 6 && k->bytes[PTDP_OP_ALLREDUCE] == 20 + 16 + 24 + 8 + 8 + 40);
+    CHECK(k->calls[PTDP_OP_ALLREDUCE] == 6 &&
+          k->bytes[PTDP_OP_ALLREDUCE] == 20 + 16 + 24 + 8 + 8 + 40);
     CHECK(k->calls[PTDP_OP_REDUCE_SCATTER] == 1 && k->bytes[PTDP_OP_REDUCE_SCATTER] == 4 * 3 * 4);
     CHECK(k->calls[PTDP_OP_ALLGATHER] == 1 && k->bytes[PTDP_OP_ALLGATHER] == 8);
     CHECK(k->calls[PTDP_OP_GATHER] == 2 && k->bytes[PTDP_OP_GATHER] == 12 + 7);

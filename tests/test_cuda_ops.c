@@ -66,14 +66,16 @@ static float *down(const float *d, int64_t n) {
 
 /* gpu against cpu: all within atol + rtol |cpu| (or bitwise if rtol < 0);
  * frees gpu (a host copy). */
-static void cmp(const char *what, float *gpu, const float *cpu, int64_t n, double rtol, double atol) {
+static void cmp(const char *what, float *gpu, const float *cpu, int64_t n, double rtol,
+                double atol) {
     int64_t bad = 0, first = -1;
     double maxd = 0.0, maxr = 0.0;
     int bitwise = memcmp(gpu, cpu, sizeof(float) * (size_t)n) == 0;
     for (int64_t i = 0; i < n; i++) {
         double g = gpu[i], w = cpu[i], d = fabs(g - w);
-        int ok = rtol < 0 ? memcmp(&gpu[i], &cpu[i], sizeof(float)) == 0
-                          : (isnan(w) && isnan(g)) || (isinf(w) && g == w) || d <= atol + rtol * fabs(w);
+        int ok = rtol < 0
+                     ? memcmp(&gpu[i], &cpu[i], sizeof(float)) == 0
+                     : (isnan(w) && isnan(g)) || (isinf(w) && g == w) || d <= atol + rtol * fabs(w);
         if (isfinite(d)) {
             maxd = d > maxd ? d : maxd;
             if (w != 0.0) maxr = d / fabs(w) > maxr ? d / fabs(w) : maxr;
@@ -84,11 +86,12 @@ static void cmp(const char *what, float *gpu, const float *cpu, int64_t n, doubl
         printf("%-4s %-40s n=%-8lld %s\n", bad ? "FAIL" : "ok", what, (long long)n,
                bitwise ? "bitwise equal (required)" : "NOT bitwise equal");
     else
-        printf("%-4s %-40s n=%-8lld max|d|=%-9.3g max|d|/|cpu|=%-9.3g bound rtol=%g atol=%g%s\n", bad ? "FAIL" : "ok",
-               what, (long long)n, maxd, maxr, rtol, atol, bitwise ? " (bitwise equal)" : "");
+        printf("%-4s %-40s n=%-8lld max|d|=%-9.3g max|d|/|cpu|=%-9.3g bound rtol=%g atol=%g%s\n",
+               bad ? "FAIL" : "ok", what, (long long)n, maxd, maxr, rtol, atol,
+               bitwise ? " (bitwise equal)" : "");
     if (bad)
-        fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] gpu %.9g cpu %.9g\n", what, (long long)bad,
-                (long long)n, (long long)first, gpu[first], cpu[first]);
+        fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] gpu %.9g cpu %.9g\n", what,
+                (long long)bad, (long long)n, (long long)first, gpu[first], cpu[first]);
     CHECK(bad == 0);
     free(gpu);
 }
@@ -116,7 +119,8 @@ static void test_memory(void) {
 
 /* ---- GEMM ---------------------------------------------------------------- */
 
-static void test_gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, uint64_t seed) {
+static void test_gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                           uint64_t seed) {
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     int64_t lda = ac + 3, ldb = bc + 5, ldc = N + 2;
     float *A = fmalloc(ar * lda), *B = fmalloc(br * ldb), *Cc = fmalloc(M * ldc);
@@ -149,10 +153,13 @@ static void test_gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
             if (lim > 0) maxq = d / lim > maxq ? d / lim : maxq;
             if (!(d <= lim) && bad++ == 0) first = e;
         }
-    printf("%-4s gemm ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g  max|d|=%.3g, at most %.3g of the bound 2(K+2)u|A||B|\n",
-           bad ? "FAIL" : "ok", ta, tb, (long long)M, (long long)N, (long long)K, (double)beta, maxd, maxq);
-    if (bad) fprintf(stderr, "  gemm: %lld differ; first [%lld] gpu %.9g cpu %.9g\n", (long long)bad, (long long)first,
-                     g[first], Cc[first]);
+    printf(
+        "%-4s gemm ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g  max|d|=%.3g, at most %.3g of the bound 2(K+2)u|A||B|\n",
+        bad ? "FAIL" : "ok", ta, tb, (long long)M, (long long)N, (long long)K, (double)beta, maxd,
+        maxq);
+    if (bad)
+        fprintf(stderr, "  gemm: %lld differ; first [%lld] gpu %.9g cpu %.9g\n", (long long)bad,
+                (long long)first, g[first], Cc[first]);
     CHECK(bad == 0);
     G->free(dA);
     G->free(dB);
@@ -181,8 +188,8 @@ static void test_gemm(void) {
 
 static void test_layernorm(void) {
     const int64_t N = 37, h = 300;
-    float *x = fmalloc(N * h), *w = fmalloc(h), *b = fmalloc(h), *out = fmalloc(N * h), *mean = fmalloc(N),
-          *rstd = fmalloc(N);
+    float *x = fmalloc(N * h), *w = fmalloc(h), *b = fmalloc(h), *out = fmalloc(N * h),
+          *mean = fmalloc(N), *rstd = fmalloc(N);
     fill_normal(x, N * h, 1, 2.0f);
     for (int64_t i = 0; i < N * h; i++) x[i] += 0.5f;
     fill_normal(w, h, 2, 1.0f);
@@ -215,12 +222,14 @@ static void test_layernorm(void) {
 
 static void test_bias_gelu(void) {
     const int64_t N = 33, n = 200;
-    float *x = fmalloc(N * n), *bias = fmalloc(n), *y = fmalloc(N * n), *dbias = fmalloc(n), *g = fmalloc(N * n);
+    float *x = fmalloc(N * n), *bias = fmalloc(n), *y = fmalloc(N * n), *dbias = fmalloc(n),
+          *g = fmalloc(N * n);
     fill_normal(x, N * n, 11, 2.0f);
     fill_normal(bias, n, 12, 1.0f);
     fill_normal(dbias, n, 13, 1.0f);
     fill_normal(g, N * n, 14, 1.0f);
-    float *dx = up(x, N * n), *dbs = up(bias, n), *dy = up(x, N * n), *ddb = up(dbias, n), *dg = up(g, N * n);
+    float *dx = up(x, N * n), *dbs = up(bias, n), *dy = up(x, N * n), *ddb = up(dbias, n),
+          *dg = up(g, N * n);
 
     memcpy(y, x, sizeof(float) * N * n);
     G->bias_add(dy, dbs, N, n);
@@ -256,7 +265,8 @@ static void test_bias_gelu(void) {
  * bias_dropout_add fwd/bwd give the CPU's masks bitwise. */
 static void test_keyed_dropout(void) {
     const int64_t s = 7, b = 3, w = 96, n = s * b * w;
-    ptdp_dropout d = {.p = 0.1f, .key = ptdp_rng_key_make(77, "keyed"), .b = b, .sample0 = 6, .width = w};
+    ptdp_dropout d = {
+        .p = 0.1f, .key = ptdp_rng_key_make(77, "keyed"), .b = b, .sample0 = 6, .width = w};
     float *one = fmalloc(n), *zero = fmalloc(n), *bias = fmalloc(w);
     for (int64_t i = 0; i < n; i++) one[i] = 1.0f, zero[i] = 0.0f;
     for (int64_t i = 0; i < w; i++) bias[i] = 0.0f;
@@ -264,7 +274,8 @@ static void test_keyed_dropout(void) {
     G->dropout_fwd(dx, n, d);
     C->dropout_fwd(x, n, d);
     cmp("dropout_fwd mask, keyed by sample", down(dx, n), x, n, BITWISE, 0);
-    float *o = fmalloc(n), *gone = up(one, n), *gb = up(bias, w), *gz = up(zero, n), *go = G->alloc(4 * n);
+    float *o = fmalloc(n), *gone = up(one, n), *gb = up(bias, w), *gz = up(zero, n),
+          *go = G->alloc(4 * n);
     G->bias_dropout_add_fwd(gone, gb, gz, go, s * b, w, d);
     C->bias_dropout_add_fwd(one, bias, zero, o, s * b, w, d);
     cmp("bias_dropout_add_fwd mask, keyed by sample", down(go, n), o, n, BITWISE, 0);
@@ -284,21 +295,25 @@ static void test_dropout(void) {
     for (int64_t i = 0; i < n; i++) one[i] = 1.0f;
     const uint64_t offsets[] = {0, 3, 1ull << 33};
     for (int k = 0; k < 3; k++) {
-        ptdp_dropout d = {.p = 0.1f, .key = ptdp_rng_key_make(42 + k, "drop"), .offset = offsets[k]};
+        ptdp_dropout d = {
+            .p = 0.1f, .key = ptdp_rng_key_make(42 + k, "drop"), .offset = offsets[k]};
         float *x = fdup(one, n), *dx = up(one, n);
         G->dropout_fwd(dx, n, d);
         C->dropout_fwd(x, n, d);
         char what[80];
-        snprintf(what, sizeof what, "dropout_fwd mask, offset %llu", (unsigned long long)offsets[k]);
+        snprintf(what, sizeof what, "dropout_fwd mask, offset %llu",
+                 (unsigned long long)offsets[k]);
         cmp(what, down(dx, n), x, n, BITWISE, 0);
         G->dropout_bwd(dx, n, d);
         C->dropout_bwd(x, n, d);
-        snprintf(what, sizeof what, "dropout_bwd mask, offset %llu", (unsigned long long)offsets[k]);
+        snprintf(what, sizeof what, "dropout_bwd mask, offset %llu",
+                 (unsigned long long)offsets[k]);
         cmp(what, down(dx, n), x, n, BITWISE, 0);
         /* and the per-element rule of kernels.h */
         float *h = down(dx, n);
         int64_t agree = 0;
-        for (int64_t e = 0; e < n; e++) agree += (h[e] != 0.0f) == ptdp__dropout_keep(d, (uint64_t)e);
+        for (int64_t e = 0; e < n; e++)
+            agree += (h[e] != 0.0f) == ptdp__dropout_keep(d, (uint64_t)e);
         CHECK(agree == n);
         free(h);
         free(x);
@@ -314,9 +329,11 @@ static void test_dropout(void) {
     fill_normal(x, N * h, 21, 1.0f);
     fill_normal(bias, h, 22, 1.0f);
     fill_normal(dbias, h, 23, 1.0f);
-    float *dx = up(x, N * h), *db = up(bias, h), *ddbias = up(dbias, h), *dout = G->alloc(4 * N * h);
+    float *dx = up(x, N * h), *db = up(bias, h), *ddbias = up(dbias, h),
+          *dout = G->alloc(4 * N * h);
     for (int pass = 0; pass < 3; pass++) {
-        ptdp_dropout d = {.p = pass == 2 ? 0.0f : 0.1f, .key = ptdp_rng_key_make(5, "bda"), .offset = 77};
+        ptdp_dropout d = {
+            .p = pass == 2 ? 0.0f : 0.1f, .key = ptdp_rng_key_make(5, "bda"), .offset = 77};
         if (pass == 0)
             memset(resid, 0, sizeof(float) * N * h);
         else
@@ -326,13 +343,15 @@ static void test_dropout(void) {
         G->bias_dropout_add_fwd(dx, db, dres, dres, N, h, d);
         C->bias_dropout_add_fwd(x, bias, resid, resid, N, h, d);
         char what[80];
-        snprintf(what, sizeof what, "bias_dropout_add_fwd p=%g resid=%s", (double)d.p, pass ? "rand" : "0");
+        snprintf(what, sizeof what, "bias_dropout_add_fwd p=%g resid=%s", (double)d.p,
+                 pass ? "rand" : "0");
         float *got = down(dres, N * h);
         if (pass == 0) {
             int64_t same = 0;
             for (int64_t e = 0; e < N * h; e++) same += (got[e] == 0.0f) == (resid[e] == 0.0f);
             printf("%-4s %-40s zeros at the same %lld of %lld places (required)\n",
-                   same == N * h ? "ok" : "FAIL", "bias_dropout_add_fwd mask", (long long)same, (long long)(N * h));
+                   same == N * h ? "ok" : "FAIL", "bias_dropout_add_fwd mask", (long long)same,
+                   (long long)(N * h));
             CHECK(same == N * h);
         }
         cmp(what, got, resid, N * h, 1e-6, 1e-6);
@@ -368,19 +387,27 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
                            double atol_dqkv, int keyed) {
     const int64_t T = b * al;
     const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, np = T * s * s;
-    float *qkv = fmalloc(nq), *ctx = fmalloc(nc), *probs = fmalloc(np), *dctx = fmalloc(nc), *dqkv = fmalloc(nq);
+    float *qkv = fmalloc(nq), *ctx = fmalloc(nc), *probs = fmalloc(np), *dctx = fmalloc(nc),
+          *dqkv = fmalloc(nq);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     fill_normal(qkv, nq, 31, 1.0f);
     fill_normal(dctx, nc, 32, 1.0f);
     ptdp_dropout d = {.p = p, .key = ptdp_rng_key_make(9, "attn"), .offset = 5};
-    if (keyed) d = (ptdp_dropout){.p = p, .key = d.key, .b = b, .sample0 = 4, .width = al * hd, .heads = 2 * al, .head0 = al};
+    if (keyed)
+        d = (ptdp_dropout){.p = p,
+                           .key = d.key,
+                           .b = b,
+                           .sample0 = 4,
+                           .width = al * hd,
+                           .heads = 2 * al,
+                           .head0 = al};
     float *gq = up(qkv, nq), *gc = G->alloc(4 * nc), *gp = G->alloc(4 * np), *gdc = up(dctx, nc),
           *gdq = G->alloc(4 * nq), *gs = G->alloc(4 * ptdp_attention_scratch_floats(s, 1));
     G->attention_fwd(gq, gc, gp, gs, s, b, al, hd, d);
     C->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, d);
     char what[80];
-    printf("     attention s=%lld b=%lld al=%lld hd=%lld p=%g\n", (long long)s, (long long)b, (long long)al,
-           (long long)hd, (double)p);
+    printf("     attention s=%lld b=%lld al=%lld hd=%lld p=%g\n", (long long)s, (long long)b,
+           (long long)al, (long long)hd, (double)p);
     snprintf(what, sizeof what, "attention_fwd probs p=%g", (double)p);
     cmp(what, down(gp, np), probs, np, 1e-5, 1e-7);
     snprintf(what, sizeof what, "attention_fwd ctx p=%g (sums of %lld)", (double)p, (long long)s);
@@ -401,10 +428,11 @@ static void test_embed(void) {
     const int64_t s = 9, b = 3, ld = s + 1, h = 96, Vl = 50, v0 = 40;
     int32_t tok[3 * 10];
     ptdp_rng_key k = ptdp_rng_key_make(3, "tok");
-    for (int i = 0; i < b * ld; i++) tok[i] = (int32_t)(ptdp_rng_uniform(k, (uint64_t)i) * 120.0f) % 120;
+    for (int i = 0; i < b * ld; i++)
+        tok[i] = (int32_t)(ptdp_rng_uniform(k, (uint64_t)i) * 120.0f) % 120;
     tok[0] = tok[1] = tok[ld] = 45; /* repeated owned tokens: the scatter-add order matters */
-    float *wte = fmalloc(Vl * h), *out = fmalloc(s * b * h), *dwte = fmalloc(Vl * h), *g = fmalloc(s * b * h),
-          *wpe = fmalloc(s * h), *dwpe = fmalloc(s * h);
+    float *wte = fmalloc(Vl * h), *out = fmalloc(s * b * h), *dwte = fmalloc(Vl * h),
+          *g = fmalloc(s * b * h), *wpe = fmalloc(s * h), *dwpe = fmalloc(s * h);
     fill_normal(wte, Vl * h, 41, 1.0f);
     fill_normal(dwte, Vl * h, 42, 1.0f);
     fill_normal(g, s * b * h, 43, 1.0f);
@@ -437,17 +465,20 @@ static void test_xent_slice(int64_t Vl, int64_t v0, int64_t V) {
     const int64_t s = 8, b = 3, ld = s + 1, N = s * b;
     int32_t tgt_ids[3 * 9];
     ptdp_rng_key k = ptdp_rng_key_make(4, "tgt");
-    for (int i = 0; i < b * ld; i++) tgt_ids[i] = (int32_t)((int64_t)(ptdp_rng_uniform(k, (uint64_t)i) * V) % V);
+    for (int i = 0; i < b * ld; i++)
+        tgt_ids[i] = (int32_t)((int64_t)(ptdp_rng_uniform(k, (uint64_t)i) * V) % V);
     tgt_ids[0] = (int32_t)(v0 < V ? v0 : 0); /* at least one owned target */
-    float *l = fmalloc(N * Vl), *mx = fmalloc(N), *se = fmalloc(N), *tg = fmalloc(N), *loss = fmalloc(N);
+    float *l = fmalloc(N * Vl), *mx = fmalloc(N), *se = fmalloc(N), *tg = fmalloc(N),
+          *loss = fmalloc(N);
     fill_normal(l, N * Vl, 51 + v0, 3.0f);
     int32_t *dt = up_i32(tgt_ids, b * ld);
-    float *dl = up(l, N * Vl), *dmx = G->alloc(4 * N), *dse = G->alloc(4 * N), *dtg = G->alloc(4 * N),
-          *dloss = G->alloc(4 * N);
+    float *dl = up(l, N * Vl), *dmx = G->alloc(4 * N), *dse = G->alloc(4 * N),
+          *dtg = G->alloc(4 * N), *dloss = G->alloc(4 * N);
     char what[96];
     G->xent_max(dl, dmx, N, Vl, v0, V);
     C->xent_max(l, mx, N, Vl, v0, V);
-    snprintf(what, sizeof what, "xent_max Vl=%lld v0=%lld V=%lld", (long long)Vl, (long long)v0, (long long)V);
+    snprintf(what, sizeof what, "xent_max Vl=%lld v0=%lld V=%lld", (long long)Vl, (long long)v0,
+             (long long)V);
     cmp(what, down(dmx, N), mx, N, BITWISE, 0);
     /* one slice stands for the all-reduced max here; -inf (no valid column) -> 0 */
     for (int64_t n = 0; n < N; n++) mx[n] = isinf(mx[n]) ? 0.0f : mx[n];
@@ -493,8 +524,8 @@ static void test_optim(void) {
 
     G->upload(dp, p, sizeof(float) * n); /* the reductions on the same data */
     double gs = G->sumsq(dp, n), cs = C->sumsq(p, n), gt = G->sum(dp, n), ct = C->sum(p, n);
-    printf("%-4s %-40s gpu %.17g cpu %.17g (rtol 1e-12)\n", fabs(gs - cs) <= 1e-12 * fabs(cs) ? "ok" : "FAIL", "sumsq",
-           gs, cs);
+    printf("%-4s %-40s gpu %.17g cpu %.17g (rtol 1e-12)\n",
+           fabs(gs - cs) <= 1e-12 * fabs(cs) ? "ok" : "FAIL", "sumsq", gs, cs);
     CHECK_CLOSE(gs, cs, 1e-12, 0);
     printf("%-4s %-40s gpu %.17g cpu %.17g (rtol 1e-12, atol 1e-12 sumsq)\n",
            fabs(gt - ct) <= 1e-12 * fabs(ct) + 1e-12 * cs ? "ok" : "FAIL", "sum", gt, ct);

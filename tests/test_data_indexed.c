@@ -38,18 +38,26 @@ static int same_file(const char *a, const char *b) {
 
 /* Writes a corrupted copy of the worked example under dir/bad and expects
  * ptdp_idx_open to fail with `code` and a message containing `needle`. */
-static void expect_bad(const char *dir, const unsigned char *idx, long nidx, const unsigned char *bin,
-                       long nbin, int code, const char *needle) {
+static void expect_bad(const char *dir, const unsigned char *idx, long nidx,
+                       const unsigned char *bin, long nbin, int code, const char *needle) {
     char p[512], q[520];
     snprintf(p, sizeof p, "%s/bad", dir);
     snprintf(q, sizeof q, "%s.idx", p);
-    if (idx) write_all(q, idx, nidx); else unlink(q);
+    if (idx)
+        write_all(q, idx, nidx);
+    else
+        unlink(q);
     snprintf(q, sizeof q, "%s.bin", p);
-    if (bin) write_all(q, bin, nbin); else unlink(q);
+    if (bin)
+        write_all(q, bin, nbin);
+    else
+        unlink(q);
     ptdp_idx_dataset *ds = (ptdp_idx_dataset *)1;
     int rc = ptdp_idx_open(&ds, p);
-    int ok = rc == code && ds == NULL && strstr(ptdp_last_error(), needle) && strstr(ptdp_last_error(), dir);
-    if (!ok) fprintf(stderr, "expect_bad(%s): rc %d, message '%s'\n", needle, rc, ptdp_last_error());
+    int ok = rc == code && ds == NULL && strstr(ptdp_last_error(), needle) &&
+             strstr(ptdp_last_error(), dir);
+    if (!ok)
+        fprintf(stderr, "expect_bad(%s): rc %d, message '%s'\n", needle, rc, ptdp_last_error());
     CHECK(ok);
 }
 
@@ -142,24 +150,37 @@ int main(void) {
     expect_bad(dir, NULL, 0, bin, 10, PTDP_EIO, "bad.idx");
     expect_bad(dir, idx, 82, NULL, 0, PTDP_EIO, "bad.bin");
     expect_bad(dir, idx, 20, bin, 10, PTDP_EFORMAT, "shorter than the 34-byte header");
-    memcpy(b, idx, 82); b[0] = 'X';
+    memcpy(b, idx, 82);
+    b[0] = 'X';
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "bad magic");
-    memcpy(b, idx, 82); b[9] = 2;
+    memcpy(b, idx, 82);
+    b[9] = 2;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "version 2");
-    memcpy(b, idx, 82); b[17] = 9;
+    memcpy(b, idx, 82);
+    b[17] = 9;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "unknown dtype code 9");
-    memcpy(b, idx, 82); b[17] = 7;
+    memcpy(b, idx, 82);
+    b[17] = 7;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "cannot hold token ids");
-    memcpy(b, idx, 82); b[18] = 3;
+    memcpy(b, idx, 82);
+    b[18] = 3;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "does not match S = 3");
     expect_bad(dir, idx, 81, bin, 10, PTDP_EFORMAT, "size 81 does not match");
-    memcpy(b, idx, 82); b[34] = 0xFF; b[35] = 0xFF; b[36] = 0xFF; b[37] = 0xFF;
+    memcpy(b, idx, 82);
+    b[34] = 0xFF;
+    b[35] = 0xFF;
+    b[36] = 0xFF;
+    b[37] = 0xFF;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "negative length");
-    memcpy(b, idx, 82); b[50] = 8;
+    memcpy(b, idx, 82);
+    b[50] = 8;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "pointers inconsistent");
-    memcpy(b, idx, 82); b[66] = 2; b[74] = 1;
+    memcpy(b, idx, 82);
+    b[66] = 2;
+    b[74] = 1;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "out of order");
-    memcpy(b, idx, 82); b[74] = 1;
+    memcpy(b, idx, 82);
+    b[74] = 1;
     expect_bad(dir, b, 82, bin, 10, PTDP_EFORMAT, "last document boundary");
     expect_bad(dir, idx, 82, bin, 8, PTDP_EFORMAT, "truncated or mismatched");
     expect_bad(dir, idx, 82, bin, 0, PTDP_EFORMAT, "truncated or mismatched");

@@ -28,14 +28,26 @@ static int roundtrip(const ptdp_tokenizer *tok, ptdp_tok_cache *c, const char *s
 }
 
 static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63)); return 3;
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
     }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 63));
-    o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63)); return 4;
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 63));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 63));
+        o[2] = (char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 63));
+    o[2] = (char)(0x80 | ((cp >> 6) & 63));
+    o[3] = (char)(0x80 | (cp & 63));
+    return 4;
 }
 
 static void check_split(const char *s, const char *const *want, int nwant) {
@@ -57,13 +69,24 @@ int main(void) {
         return 1;
     }
     /* pre-tokenizer, by hand from the regex */
-    { const char *w[] = {"Hello", ",", " world", "!!", "  ", " x", "\n"};
-      check_split("Hello, world!!   x\n", w, 7); }
-    { const char *w[] = {"I", "'ll", " don", "'t", " 42", "abc", "'", "S"}; /* case-sensitive */
-      check_split("I'll don't 42abc'S", w, 8); }
-    { const char *w[] = {" ", "\t", "a", "   "}; check_split(" \ta   ", w, 4); }
-    { const char *w[] = {"\xff\xfe", " \xc3\xa9t\xc3\xa9", " \xe2\x82\xac", "5"};
-      check_split("\xff\xfe \xc3\xa9t\xc3\xa9 \xe2\x82\xac" "5", w, 4); }
+    {
+        const char *w[] = {"Hello", ",", " world", "!!", "  ", " x", "\n"};
+        check_split("Hello, world!!   x\n", w, 7);
+    }
+    {
+        const char *w[] = {"I", "'ll", " don", "'t", " 42", "abc", "'", "S"}; /* case-sensitive */
+        check_split("I'll don't 42abc'S", w, 8);
+    }
+    {
+        const char *w[] = {" ", "\t", "a", "   "};
+        check_split(" \ta   ", w, 4);
+    }
+    {
+        const char *w[] = {"\xff\xfe", " \xc3\xa9t\xc3\xa9", " \xe2\x82\xac", "5"};
+        check_split("\xff\xfe \xc3\xa9t\xc3\xa9 \xe2\x82\xac"
+                    "5",
+                    w, 4);
+    }
 
     ptdp_tokenizer *tok = NULL;
     CHECK_OK(ptdp_tokenizer_open(&tok, PTDP_SOURCE_DIR "/data/gpt2/encoder.json",
@@ -94,8 +117,10 @@ int main(void) {
             }
             for (int pass = 0; pass < 2; pass++) { /* with and without the cache */
                 ptdp_tokens t = {0};
-                int rc = ptdp_tokenizer_encode(tok, pass ? cache : NULL, sample, strlen(sample), &t);
-                int ok = rc == 0 && (int)t.n == nw && (nw == 0 || memcmp(t.ids, want, (size_t)nw * 4) == 0);
+                int rc =
+                    ptdp_tokenizer_encode(tok, pass ? cache : NULL, sample, strlen(sample), &t);
+                int ok = rc == 0 && (int)t.n == nw &&
+                         (nw == 0 || memcmp(t.ids, want, (size_t)nw * 4) == 0);
                 if (!ok && pass == 0) {
                     nbad++;
                     fprintf(stderr, "vector %d differs: \"%s\"\n  got:", nvec, sample);
@@ -124,7 +149,8 @@ int main(void) {
         CHECK(len == 13 && memcmp(buf, "<|endoftext|>", 13) == 0);
         free(buf);
         int32_t bad = 50257;
-        buf = NULL; len = cap = 0;
+        buf = NULL;
+        len = cap = 0;
         CHECK(ptdp_tokenizer_decode(tok, &bad, 1, &buf, &len, &cap) == PTDP_EINVAL);
         free(buf);
     }
@@ -147,7 +173,9 @@ int main(void) {
         size_t m = 0;
         for (size_t i = 0; i < 600; i++) {
             ptdp_rng_u32x4(key, (uint64_t)it * 100000 + 50000 + i, r);
-            uint32_t cp = r[0] % 3 == 0 ? r[1] % 0x80 : r[0] % 3 == 1 ? r[1] % 0x3000 : r[1] % 0x110000;
+            uint32_t cp = r[0] % 3 == 0   ? r[1] % 0x80
+                          : r[0] % 3 == 1 ? r[1] % 0x3000
+                                          : r[1] % 0x110000;
             if (cp >= 0xD800 && cp <= 0xDFFF) cp = ' ';
             m += put_utf8(text + m, cp);
         }

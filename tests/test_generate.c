@@ -38,8 +38,15 @@ static int load(model *m, const char *file) {
     ptdp_st_close(f);
     CHECK_OK(ptdp_gpt_config_finish(&m->cfg, 128, 1));
     ptdp_comm_init_single(&m->comm);
-    ptdp_chunk_params cp = {.cfg = &m->cfg, .layer_begin = 0, .layer_end = m->cfg.num_layers, .pre = 1, .post = 1,
-                            .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = &m->comm.tensor};
+    ptdp_chunk_params cp = {.cfg = &m->cfg,
+                            .layer_begin = 0,
+                            .layer_end = m->cfg.num_layers,
+                            .pre = 1,
+                            .post = 1,
+                            .micro_batch = 1,
+                            .slots = 1,
+                            .ops = ptdp_cpu_ops(),
+                            .tp = &m->comm.tensor};
     CHECK_OK(ptdp_gpt_chunk_init(&m->chunk, &cp));
     if (!m->chunk) return -1;
     ptdp_gpt_chunk_set_training(m->chunk, 0);
@@ -65,7 +72,8 @@ static void test_logits(model *m) {
         for (int64_t v = 0; v < V; v++) {
             double a = lg[v], b = full[p * Vp + v];
             if (fabs(a - b) > 1e-6 + 1e-5 * fabs(b) && bad++ < 5)
-                fprintf(stderr, "  position %lld id %lld: cache %.9g full %.9g\n", (long long)p, (long long)v, a, b);
+                fprintf(stderr, "  position %lld id %lld: cache %.9g full %.9g\n", (long long)p,
+                        (long long)v, a, b);
         }
         for (int64_t v = V; v < Vp; v++) bad += !(isinf(lg[v]) && lg[v] < 0);
     }
@@ -84,15 +92,16 @@ static void test_logits(model *m) {
     CHECK(ptdp_generator_next_logits(g, -1, &lg) == PTDP_EINVAL);
     CHECK(ptdp_generator_len(g) == 0);
     ptdp_generator *g2 = NULL;
-    CHECK(ptdp_generator_init(&g2, m->chunk, &m->cfg, NULL, m->cfg.max_positions + 1) == PTDP_ECONFIG);
+    CHECK(ptdp_generator_init(&g2, m->chunk, &m->cfg, NULL, m->cfg.max_positions + 1) ==
+          PTDP_ECONFIG);
     CHECK(g2 == NULL);
     ptdp_generator_free(g);
     free(full);
 }
 
 /* generates to n tokens from a prompt of np; returns the sequence in out */
-static void generate(model *m, const int32_t *prompt, int64_t np, int64_t n, const ptdp_sampling_params *sp,
-                     int32_t *out) {
+static void generate(model *m, const int32_t *prompt, int64_t np, int64_t n,
+                     const ptdp_sampling_params *sp, int32_t *out) {
     ptdp_generator *g = NULL;
     CHECK_OK(ptdp_generator_init(&g, m->chunk, &m->cfg, NULL, n));
     if (!g) return;
@@ -129,7 +138,8 @@ static void test_greedy(model *m) {
     }
     int same = memcmp(a, ref, sizeof(int32_t) * (size_t)s) == 0;
     if (!same)
-        for (int64_t k = 0; k < s; k++) fprintf(stderr, "  %lld: kv %d full %d\n", (long long)k, a[k], ref[k]);
+        for (int64_t k = 0; k < s; k++)
+            fprintf(stderr, "  %lld: kv %d full %d\n", (long long)k, a[k], ref[k]);
     CHECK(same);
     sp.temperature = 0.7f;
     sp.top_k = 1;

@@ -39,7 +39,10 @@ static void train20(const ptdp_ops *ops, run20 *out) {
     CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
     tp.micro_batch = 2;
     tp.global_batch = 4;
-    tp.lr = (ptdp_lr_schedule){.max_lr = 1e-3, .min_lr = 1e-3, .warmup_iters = 0, .decay_iters = 1,
+    tp.lr = (ptdp_lr_schedule){.max_lr = 1e-3,
+                               .min_lr = 1e-3,
+                               .warmup_iters = 0,
+                               .decay_iters = 1,
                                .style = PTDP_LR_CONSTANT};
     tp.adam.clip_grad = 1.0;
     tp.ops = ops;
@@ -75,12 +78,13 @@ static void cpu_vs_gpu(const ptdp_ops *gpu) {
         CHECK_CLOSE(g.norm[it], c.norm[it], 1e-3, 0);
         wl = fmax(wl, fabs(g.loss[it] - c.loss[it]) / fabs(c.loss[it]));
         wn = fmax(wn, fabs(g.norm[it] - c.norm[it]) / fabs(c.norm[it]));
-        printf("cpu-vs-gpu it %2d: loss cpu %.7f gpu %.7f  norm cpu %.7f gpu %.7f\n", it + 1, c.loss[it], g.loss[it],
-               c.norm[it], g.norm[it]);
+        printf("cpu-vs-gpu it %2d: loss cpu %.7f gpu %.7f  norm cpu %.7f gpu %.7f\n", it + 1,
+               c.loss[it], g.loss[it], c.norm[it], g.norm[it]);
     }
-    printf("cpu-vs-gpu (dropout 0.1, 20 iterations): worst relative loss difference %.3g (bound 1e-4), "
-           "worst relative grad-norm difference %.3g (bound 1e-3)\n",
-           wl, wn);
+    printf(
+        "cpu-vs-gpu (dropout 0.1, 20 iterations): worst relative loss difference %.3g (bound 1e-4), "
+        "worst relative grad-norm difference %.3g (bound 1e-3)\n",
+        wl, wn);
 }
 
 int main(void) {

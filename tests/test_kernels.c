@@ -32,7 +32,8 @@ static void check_arr(const char *what, const float *got, const float *want, int
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; i < n; i++) {
         double g = got[i], w = want[i];
-        int ok = (isnan(w) && isnan(g)) || (isinf(w) && g == w) || fabs(g - w) <= atol + rtol * fabs(w);
+        int ok =
+            (isnan(w) && isnan(g)) || (isinf(w) && g == w) || fabs(g - w) <= atol + rtol * fabs(w);
         if (!ok) {
             if (first < 0) first = i;
             bad++;
@@ -51,7 +52,8 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     /* stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K]; each row padded */
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     int64_t lda = ac + 3, ldb = bc + 5, ldc = N + 2;
-    float *A = fmalloc(ar * lda), *B = fmalloc(br * ldb), *C = fmalloc(M * ldc), *R = fmalloc(M * ldc);
+    float *A = fmalloc(ar * lda), *B = fmalloc(br * ldb), *C = fmalloc(M * ldc),
+          *R = fmalloc(M * ldc);
     fill_normal(A, ar * lda, seed, 1.0f);
     fill_normal(B, br * ldb, seed + 1, 1.0f);
     if (beta == 0.0f) {
@@ -68,9 +70,8 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     o->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     ptdp_ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     char what[128];
-    snprintf(what, sizeof what, "gemm %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g",
-             o->name, ta, tb, (long long)M, (long long)N, (long long)K,
-             (double)beta);
+    snprintf(what, sizeof what, "gemm %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g", o->name, ta, tb,
+             (long long)M, (long long)N, (long long)K, (double)beta);
     check_arr(what, C, R, M * ldc, 2e-5, 1e-5 * (double)K); /* padding columns compared too */
     free(A);
     free(B);
@@ -86,13 +87,15 @@ static void test_dropout_keying(const ptdp_ops *o) {
     const int64_t s = 5, h = 40;
     float x2[5 * 2 * 40], z2[5 * 2 * 40], out2[5 * 2 * 40], bias[40] = {0};
     for (int64_t i = 0; i < s * 2 * h; i++) x2[i] = 1.0f + (float)i, z2[i] = 0.0f;
-    ptdp_dropout d = {.p = 0.3f, .key = ptdp_rng_key_make(3, "keying"), .b = 2, .sample0 = 6, .width = h};
+    ptdp_dropout d = {
+        .p = 0.3f, .key = ptdp_rng_key_make(3, "keying"), .b = 2, .sample0 = 6, .width = h};
     o->bias_dropout_add_fwd(x2, bias, z2, out2, s * 2, h, d);
     int same = 1;
     for (int64_t bi = 0; bi < 2; bi++) {
         float x1[5 * 40], z1[5 * 40], out1[5 * 40];
         for (int64_t si = 0; si < s; si++)
-            for (int64_t j = 0; j < h; j++) x1[si * h + j] = x2[(si * 2 + bi) * h + j], z1[si * h + j] = 0.0f;
+            for (int64_t j = 0; j < h; j++)
+                x1[si * h + j] = x2[(si * 2 + bi) * h + j], z1[si * h + j] = 0.0f;
         ptdp_dropout d1 = d;
         d1.b = 1;
         d1.sample0 = 6 + bi;
@@ -104,19 +107,23 @@ static void test_dropout_keying(const ptdp_ops *o) {
     /* attention: 4 heads on one rank vs 2 + 2 on two ranks, one sequence */
     const int64_t S = 9, hd = 4, a = 4;
     float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9];
-    float *scratch = malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(S, omp_get_max_threads()));
+    float *scratch =
+        malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(S, omp_get_max_threads()));
     for (int64_t i = 0; i < S * a * 3 * hd; i++) qkv4[i] = (float)((i * 37) % 11) * 0.1f;
-    ptdp_dropout da = {.p = 0.3f, .key = ptdp_rng_key_make(4, "keying-attn"), .b = 1, .sample0 = 2, .heads = a};
+    ptdp_dropout da = {
+        .p = 0.3f, .key = ptdp_rng_key_make(4, "keying-attn"), .b = 1, .sample0 = 2, .heads = a};
     o->attention_fwd(qkv4, ctx4, p4, scratch, S, 1, a, hd, da);
     for (int64_t r = 0; r < 2; r++) {
         float qkv2[9 * 2 * 3 * 4], ctx2[9 * 2 * 4], p2[2 * 9 * 9];
         for (int64_t si = 0; si < S; si++)
-            memcpy(qkv2 + si * 2 * 3 * hd, qkv4 + si * a * 3 * hd + r * 2 * 3 * hd, sizeof(float) * 2 * 3 * hd);
+            memcpy(qkv2 + si * 2 * 3 * hd, qkv4 + si * a * 3 * hd + r * 2 * 3 * hd,
+                   sizeof(float) * 2 * 3 * hd);
         ptdp_dropout dr = da;
         dr.head0 = 2 * r;
         o->attention_fwd(qkv2, ctx2, p2, scratch, S, 1, 2, hd, dr);
         for (int64_t si = 0; si < S; si++)
-            for (int64_t j = 0; j < 2 * hd; j++) same &= ctx2[si * 2 * hd + j] == ctx4[si * a * hd + r * 2 * hd + j];
+            for (int64_t j = 0; j < 2 * hd; j++)
+                same &= ctx2[si * 2 * hd + j] == ctx4[si * a * hd + r * 2 * hd + j];
     }
     CHECK(same);
     free(scratch);
@@ -133,7 +140,8 @@ static void test_ops_check(void) {
     t = *ptdp_cpu_ops();
     t.dropout_fwd = NULL;
     CHECK_OK(ptdp_ops_check(&t, 0));
-    CHECK(ptdp_ops_check(&t, 1) == PTDP_EUNSUPPORTED && strstr(ptdp_last_error(), "--hidden-dropout 0"));
+    CHECK(ptdp_ops_check(&t, 1) == PTDP_EUNSUPPORTED &&
+          strstr(ptdp_last_error(), "--hidden-dropout 0"));
 }
 
 static void test_gemm(const ptdp_ops *o) {
@@ -300,7 +308,8 @@ static void test_attention_blocked(const ptdp_ops *o) {
     fill_normal(dctx, s * ldc, 17, 1.0f);
     for (int pass = 0; pass < 2; pass++) {
         ptdp_dropout drop = {0};
-        if (pass) drop = (ptdp_dropout){.p = 0.2f, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
+        if (pass)
+            drop = (ptdp_dropout){.p = 0.2f, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
         fill_const(probs, b * al * s * s, NAN);
         o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
         o->attention_bwd(dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
@@ -317,11 +326,16 @@ static void test_attention_blocked(const ptdp_ops *o) {
                 }
             ptdp_ref_softmax_causal(S, P, s, scale);
             /* keep-mask factor of element (i, k) */
-#define MK(i, k) (drop.p > 0.0f ? (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + (i) * s + (k))) ? 1.0 / (1.0 - drop.p) : 0.0) : 1.0)
+#define MK(i, k)                                                                       \
+    (drop.p > 0.0f ? (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + (i)*s + (k))) \
+                          ? 1.0 / (1.0 - drop.p)                                       \
+                          : 0.0)                                                       \
+                   : 1.0)
             for (int64_t i = 0; i < s; i++)
                 for (int64_t e = 0; e < hd; e++) {
                     double acc = 0;
-                    for (int64_t k = 0; k <= i; k++) acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
+                    for (int64_t k = 0; k <= i; k++)
+                        acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
                     ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
                 }
             float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
@@ -333,7 +347,8 @@ static void test_attention_blocked(const ptdp_ops *o) {
                     dP[i * s + k] = d * MK(i, k);
                     dot += dP[i * s + k] * P[i * s + k];
                 }
-                for (int64_t k = 0; k <= i; k++) dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
+                for (int64_t k = 0; k <= i; k++)
+                    dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
             }
             for (int64_t r = 0; r < s; r++)
                 for (int64_t e = 0; e < hd; e++) {
@@ -343,7 +358,8 @@ static void test_attention_blocked(const ptdp_ops *o) {
                         kk += dP[i * s + r] * Q[i * ld3 + e];
                         v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
                     }
-                    dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk, dV[r * ld3 + e] = (float)v;
+                    dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk,
+                                 dV[r * ld3 + e] = (float)v;
                 }
 #undef MK
         }
@@ -370,10 +386,12 @@ static void test_dropout_batched(const ptdp_ops *o) {
     memcpy(y, x, sizeof(float) * (size_t)n);
     o->dropout_fwd(y, n, d);
     int64_t bad = 0;
-    for (int64_t e = 0; e < n; e++) bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    for (int64_t e = 0; e < n; e++)
+        bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
     fill_const(db, h, 0.0f);
     o->bias_dropout_add_bwd(x, y, db, N, h, d);
-    for (int64_t e = 0; e < n; e++) bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    for (int64_t e = 0; e < n; e++)
+        bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
     printf("dropout batched masks: %lld mismatches\n", (long long)bad);
     CHECK(bad == 0);
     free(x), free(y), free(db);
@@ -385,11 +403,12 @@ static void test_embed(const ptdp_ops *o) {
     const int64_t s = 5, b = 2, ld = 7, h = 6, V = 10, v0 = 4, Vl = 3;
     int32_t tokens[2 * 7];
     for (int i = 0; i < b * ld; i++) tokens[i] = (int32_t)((i * 7 + 3) % V);
-    tokens[0] = 4;  /* first owned id */
-    tokens[1] = 6;  /* last owned id */
-    tokens[2] = 7;  /* just past the slice */
-    tokens[3] = 3;  /* just before */
-    float *wte = fmalloc(Vl * h), *wpe = fmalloc(s * h), *out = fmalloc(s * b * h), *ref = fmalloc(s * b * h);
+    tokens[0] = 4; /* first owned id */
+    tokens[1] = 6; /* last owned id */
+    tokens[2] = 7; /* just past the slice */
+    tokens[3] = 3; /* just before */
+    float *wte = fmalloc(Vl * h), *wpe = fmalloc(s * h), *out = fmalloc(s * b * h),
+          *ref = fmalloc(s * b * h);
     fill_normal(wte, Vl * h, 8, 1.0f);
     fill_normal(wpe, s * h, 9, 1.0f);
     fill_const(out, s * b * h, NAN);
@@ -434,7 +453,8 @@ static void test_xent_split(const ptdp_ops *o, int T) {
     for (int64_t n = 0; n < N; n++) trow[n] = targets[(n % b) * ld + n / b];
     fill_const(gmax, N, -INFINITY);
     for (int k = 0; k < T; k++) {
-        for (int64_t n = 0; n < N; n++) memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
+        for (int64_t n = 0; n < N; n++)
+            memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
         o->xent_max(sl, part, N, Vl, k * Vl, V);
         if (k * Vl >= V)
             for (int64_t n = 0; n < N; n++) CHECK(isinf(part[n]) && part[n] < 0);
@@ -443,7 +463,8 @@ static void test_xent_split(const ptdp_ops *o, int T) {
     fill_const(sumexp, N, 0.0f);
     fill_const(tgt, N, 0.0f);
     for (int k = 0; k < T; k++) {
-        for (int64_t n = 0; n < N; n++) memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
+        for (int64_t n = 0; n < N; n++)
+            memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
         o->xent_sums(sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
         for (int64_t n = 0; n < N; n++) { /* all-reduce sums */
             sumexp[n] += part[n];
@@ -571,7 +592,8 @@ static void test_fastmath(void) {
 
 static void test_dropout(const ptdp_ops *o) {
     const int64_t N = 100, h = 100, n = N * h;
-    float *x = fmalloc(n), *bias = fmalloc(h), *zero = fmalloc(n), *out = fmalloc(n), *out2 = fmalloc(n);
+    float *x = fmalloc(n), *bias = fmalloc(h), *zero = fmalloc(n), *out = fmalloc(n),
+          *out2 = fmalloc(n);
     float *dx = fmalloc(n), *dout = fmalloc(n), *ones = fmalloc(n);
     fill_normal(x, n, 13, 1.0f);
     fill_normal(bias, h, 14, 1.0f);
@@ -609,19 +631,22 @@ static void test_dropout(const ptdp_ops *o) {
     CHECK(diff > n / 10);
     /* the offset shifts the stream: element e at offset 7 is element e+7 at 0 */
     int64_t shift_bad = 0;
-    for (int64_t e = 0; e + 7 < n; e++) shift_bad += (out[e + 7] == 0.0f) != !ptdp__dropout_keep(d_off, (uint64_t)e);
+    for (int64_t e = 0; e + 7 < n; e++)
+        shift_bad += (out[e + 7] == 0.0f) != !ptdp__dropout_keep(d_off, (uint64_t)e);
     CHECK(shift_bad == 0);
     /* residual is added */
     o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d);
     int64_t rbad = 0;
-    for (int64_t e = 0; e < n; e++) rbad += fabsf(out2[e] - (x[e] + out[e])) > 1e-6f * (1.0f + fabsf(out2[e]));
+    for (int64_t e = 0; e < n; e++)
+        rbad += fabsf(out2[e] - (x[e] + out[e])) > 1e-6f * (1.0f + fabsf(out2[e]));
     CHECK(rbad == 0);
     /* p = 0: exact x + bias + resid */
     ptdp_dropout d0 = {0};
     o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d0);
     rbad = 0;
     for (int64_t r = 0; r < N; r++)
-        for (int64_t j = 0; j < h; j++) rbad += out2[r * h + j] != x[r * h + j] + (x[r * h + j] + bias[j]);
+        for (int64_t j = 0; j < h; j++)
+            rbad += out2[r * h + j] != x[r * h + j] + (x[r * h + j] + bias[j]);
     CHECK(rbad == 0);
 
     /* backward: the same mask and scale; dbias accumulates column sums of dx */

@@ -167,7 +167,8 @@ static void test_bias_dropout_add(float p) {
     bda_ctx c = {.N = 6, .h = 10};
     c.drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(99, "bda"), .offset = 3};
     int64_t n = c.N * c.h;
-    c.x = fmalloc(n), c.bias = fmalloc(c.h), c.resid = fmalloc(n), c.out = fmalloc(n), c.R = fmalloc(n);
+    c.x = fmalloc(n), c.bias = fmalloc(c.h), c.resid = fmalloc(n), c.out = fmalloc(n),
+    c.R = fmalloc(n);
     fill_normal(c.x, n, 20, 1.0f);
     fill_normal(c.bias, c.h, 21, 1.0f);
     fill_normal(c.resid, n, 22, 1.0f);
@@ -199,7 +200,8 @@ static void test_bias_dropout_add(float p) {
     memcpy(alias, c.R, sizeof(float) * (size_t)n);
     O->dropout_bwd(alias, n, c.drop);
     fd_check(w4, drop_obj, &c, c.x, n, alias, FD_EPS, FD_RTOL, FD_ATOL);
-    free(c.x), free(c.bias), free(c.resid), free(c.out), free(c.R), free(dx), free(db), free(alias), free(db2);
+    free(c.x), free(c.bias), free(c.resid), free(c.out), free(c.R), free(dx), free(db), free(alias),
+        free(db2);
 }
 
 /* ---- attention ------------------------------------------------------------------------- */
@@ -265,7 +267,8 @@ static void test_embed(void) {
     O->pos_add_bwd(c.R, dwpe, c.s, c.b, c.h);
     for (int64_t i = 0; i < c.Vl * c.h; i++) dwte[i] -= 2.0f;
     for (int64_t i = 0; i < c.s * c.h; i++) dwpe[i] += 2.0f;
-    fd_check("embed_bwd dwte (slice v0=5)", emb_obj, &c, c.wte, c.Vl * c.h, dwte, FD_EPS, FD_RTOL, FD_ATOL);
+    fd_check("embed_bwd dwte (slice v0=5)", emb_obj, &c, c.wte, c.Vl * c.h, dwte, FD_EPS, FD_RTOL,
+             FD_ATOL);
     fd_check("pos_add_bwd dwpe", emb_obj, &c, c.wpe, c.s * c.h, dwpe, FD_EPS, FD_RTOL, FD_ATOL);
     free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
 }
@@ -283,7 +286,8 @@ typedef struct {
 
 static void slice(const xent_ctx *c, int k, float *dst) {
     int64_t N = c->s * c->b, Vpad = c->Vl * c->T;
-    for (int64_t n = 0; n < N; n++) memcpy(dst + n * c->Vl, c->logits + n * Vpad + k * c->Vl, sizeof(float) * (size_t)c->Vl);
+    for (int64_t n = 0; n < N; n++)
+        memcpy(dst + n * c->Vl, c->logits + n * Vpad + k * c->Vl, sizeof(float) * (size_t)c->Vl);
 }
 
 static double xent_obj(void *p) {
@@ -297,7 +301,8 @@ static double xent_obj(void *p) {
     }
     for (int k = 0; k < c->T; k++) {
         slice(c, k, c->sl);
-        O->xent_sums(c->sl, c->gmax, c->targets, c->ld, c->part, c->part2, c->s, c->b, c->Vl, k * c->Vl, c->V);
+        O->xent_sums(c->sl, c->gmax, c->targets, c->ld, c->part, c->part2, c->s, c->b, c->Vl,
+                     k * c->Vl, c->V);
         for (int64_t n = 0; n < N; n++) c->sumexp[n] += c->part[n], c->tgt[n] += c->part2[n];
     }
     O->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
@@ -308,10 +313,18 @@ static double xent_obj(void *p) {
 
 static void test_xent(int T) {
     int32_t targets[2 * 4] = {0, 3, 12, 7, 9, 1, 5, 11}; /* [b=2, ld=4] */
-    xent_ctx c = {.s = 3, .b = 2, .ld = 4, .V = 13, .Vl = 16 / T, .T = T, .targets = targets, .scale = 1.0f / 6.0f};
+    xent_ctx c = {.s = 3,
+                  .b = 2,
+                  .ld = 4,
+                  .V = 13,
+                  .Vl = 16 / T,
+                  .T = T,
+                  .targets = targets,
+                  .scale = 1.0f / 6.0f};
     int64_t N = c.s * c.b, Vpad = c.Vl * T;
     c.logits = fmalloc(N * Vpad), c.sl = fmalloc(N * c.Vl);
-    c.gmax = fmalloc(N), c.sumexp = fmalloc(N), c.tgt = fmalloc(N), c.part = fmalloc(N), c.part2 = fmalloc(N), c.loss = fmalloc(N);
+    c.gmax = fmalloc(N), c.sumexp = fmalloc(N), c.tgt = fmalloc(N), c.part = fmalloc(N),
+    c.part2 = fmalloc(N), c.loss = fmalloc(N);
     fill_normal(c.logits, N * Vpad, 50 + (uint64_t)T, 1.0f);
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = c.V; j < Vpad; j++) c.logits[n * Vpad + j] = 5.0f; /* padding: ignored */
@@ -320,7 +333,8 @@ static void test_xent(int T) {
     for (int k = 0; k < T; k++) {
         slice(&c, k, c.sl); /* each rank's backward in place on its slice */
         O->xent_bwd(c.sl, c.gmax, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
-        for (int64_t n = 0; n < N; n++) memcpy(grad + n * Vpad + k * c.Vl, c.sl + n * c.Vl, sizeof(float) * (size_t)c.Vl);
+        for (int64_t n = 0; n < N; n++)
+            memcpy(grad + n * Vpad + k * c.Vl, c.sl + n * c.Vl, sizeof(float) * (size_t)c.Vl);
     }
     int64_t padbad = 0;
     for (int64_t n = 0; n < N; n++)
@@ -329,10 +343,12 @@ static void test_xent(int T) {
     char what[64];
     snprintf(what, sizeof what, "xent_bwd dlogits t=%d", T);
     fd_check(what, xent_obj, &c, c.logits, N * Vpad, grad, FD_EPS, FD_RTOL, FD_ATOL);
-    free(c.logits), free(c.sl), free(c.gmax), free(c.sumexp), free(c.tgt), free(c.part), free(c.part2), free(c.loss), free(grad);
+    free(c.logits), free(c.sl), free(c.gmax), free(c.sumexp), free(c.tgt), free(c.part),
+        free(c.part2), free(c.loss), free(grad);
 }
 
-/* ---- linear layer through GEMM ---------------------------------------------------------------- */
+/* ---- linear layer through GEMM ----------------------------------------------------------------
+ */
 
 /* Y[N,n] = X[N,k] W[n,k]^T (gpt.c's forward gemm(0,1)); dW += dY^T X (gemm(1,0),
  * beta 1), dX = dY W (gemm(0,0)). */
@@ -351,7 +367,8 @@ static void test_linear(ptdp_gemm_lib lib) {
     const ptdp_ops *saved = O;
     O = ptdp_cpu_ops_lib(lib);
     lin_ctx c = {.N = 7, .n = 5, .k = 6};
-    c.X = fmalloc(c.N * c.k), c.W = fmalloc(c.n * c.k), c.Y = fmalloc(c.N * c.n), c.R = fmalloc(c.N * c.n);
+    c.X = fmalloc(c.N * c.k), c.W = fmalloc(c.n * c.k), c.Y = fmalloc(c.N * c.n),
+    c.R = fmalloc(c.N * c.n);
     fill_normal(c.X, c.N * c.k, 60, 1.0f);
     fill_normal(c.W, c.n * c.k, 61, 1.0f);
     fill_normal(c.R, c.N * c.n, 62, 1.0f);

@@ -19,7 +19,8 @@
 
 /* Writes `len8` (the u64 header length), then `hdr`, then `data` to a fresh
  * /tmp file; returns its malloc'd path. */
-static char *write_raw(uint64_t len8, const char *hdr, size_t nhdr, const void *data, size_t ndata) {
+static char *write_raw(uint64_t len8, const char *hdr, size_t nhdr, const void *data,
+                       size_t ndata) {
     char *path = malloc(64);
     strcpy(path, "/tmp/ptdp_test_st_XXXXXX");
     int fd = mkstemp(path);
@@ -64,14 +65,16 @@ static void expect_bad(const char *label, const char *path, const char *what) {
 }
 
 /* A header + data file whose header length is the header's own length. */
-static void bad_case(const char *label, const char *hdr, const void *data, size_t ndata, const char *what) {
+static void bad_case(const char *label, const char *hdr, const void *data, size_t ndata,
+                     const char *what) {
     char *p = write_raw(strlen(hdr), hdr, strlen(hdr), data, ndata);
     expect_bad(label, p, what);
     free(p);
 }
 
 static void test_upstream_vector(void) {
-    static const char hdr[] = "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}";
+    static const char hdr[] =
+        "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}";
     CHECK(strlen(hdr) == 64);
     /* Reader: the exact upstream bytes. */
     char *p = write_raw(64, hdr, 64, k_vec, 24);
@@ -103,8 +106,9 @@ static void test_upstream_vector(void) {
     unlink(p);
 
     /* Writer: the same tensor, plus the mandatory metadata, padded to 8. */
-    static const char whdr[] = "{\"__metadata__\":{\"format\":\"pt\"},"
-                               "\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}} ";
+    static const char whdr[] =
+        "{\"__metadata__\":{\"format\":\"pt\"},"
+        "\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}} ";
     CHECK(strlen(whdr) == 96);
     char *q = write_raw(96, whdr, 96, k_vec, 24);
     size_t nq = 0;
@@ -139,7 +143,7 @@ static void test_round_trip(void) {
     float a[2 * 3 * 4];
     for (int i = 0; i < 24; i++) a[i] = (float)i * 0.5f - 3.f;
     int32_t tok[5] = {7, -1, 0, 2147483647, 42};
-    uint16_t bf[3] = {0x3f80, 0xc000, 0x4049}; /* 1, -2, 3.140625 */
+    uint16_t bf[3] = {0x3f80, 0xc000, 0x4049};         /* 1, -2, 3.140625 */
     uint16_t hf[4] = {0x3c00, 0xc000, 0x0001, 0x7c00}; /* 1, -2, 2^-24, inf */
     double dd[2] = {1.5, -0.25};
     uint8_t u8[3] = {1, 2, 255};
@@ -196,7 +200,8 @@ static void test_round_trip(void) {
         CHECK_OK(ptdp_st_read_f32(f, "bf", g3, 3));
         CHECK(g3[0] == 1.f && g3[1] == -2.f && g3[2] == 3.140625f);
         CHECK_OK(ptdp_st_read_f32(f, "hf", g3, 4));
-        CHECK(g3[0] == 1.f && g3[1] == -2.f && g3[2] == ldexpf(1.f, -24) && isinf(g3[3]) && g3[3] > 0);
+        CHECK(g3[0] == 1.f && g3[1] == -2.f && g3[2] == ldexpf(1.f, -24) && isinf(g3[3]) &&
+              g3[3] > 0);
         CHECK_OK(ptdp_st_read_f32(f, "dd", g3, 2));
         CHECK(g3[0] == 1.5f && g3[1] == -0.25f);
         int32_t g8[3];
@@ -235,7 +240,8 @@ static void test_errors(void) {
     }
     expect_bad("short", p, "truncated");
     free(p);
-    bad_case("short data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}", d12, 20, "truncated");
+    bad_case("short data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]}}", d12,
+             20, "truncated");
     {
         char path[] = "/tmp/ptdp_test_st_empty_XXXXXX";
         int fd = mkstemp(path);
@@ -267,23 +273,30 @@ static void test_errors(void) {
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},"
              "\"b\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[28,48]}}",
              d12, 48, "hole");
-    bad_case("hole at start", "{\"a\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[4,24]}}", d12, 24, "hole");
-    bad_case("size vs shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", d12, 20, "shape");
+    bad_case("hole at start", "{\"a\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[4,24]}}",
+             d12, 24, "hole");
+    bad_case("size vs shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}",
+             d12, 20, "shape");
     bad_case("duplicate",
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
              "\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[12,24]}}",
              d12, 24, "duplicate");
-    bad_case("unknown dtype", "{\"a\":{\"dtype\":\"Q4\",\"shape\":[3],\"data_offsets\":[0,12]}}", d12, 12, "dtype");
-    bad_case("trailing", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", d12, 16, "trailing");
+    bad_case("unknown dtype", "{\"a\":{\"dtype\":\"Q4\",\"shape\":[3],\"data_offsets\":[0,12]}}",
+             d12, 12, "dtype");
+    bad_case("trailing", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", d12,
+             16, "trailing");
     bad_case("trailing no tensors", "{\"__metadata__\":{\"format\":\"pt\"}}", &zero, 1, "trailing");
 
     /* Missing or malformed fields. */
     bad_case("no dtype", "{\"a\":{\"shape\":[3],\"data_offsets\":[0,12]}}", d12, 12, "dtype");
     bad_case("no shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,12]}}", d12, 12, "shape");
     bad_case("no offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3]}}", d12, 12, "data_offsets");
-    bad_case("neg dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[0,12]}}", d12, 12, "shape");
-    bad_case("frac dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,12]}}", d12, 12, "shape");
-    bad_case("reversed offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[12,0]}}", d12, 12,
+    bad_case("neg dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[0,12]}}", d12,
+             12, "shape");
+    bad_case("frac dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,12]}}", d12,
+             12, "shape");
+    bad_case("reversed offsets",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[12,0]}}", d12, 12,
              "data_offsets");
     bad_case("meta not string", "{\"__metadata__\":{\"format\":1}}", NULL, 0, "not a string");
     bad_case("entry not object", "{\"a\":3}", NULL, 0, "not a JSON object");
@@ -310,10 +323,11 @@ static void test_fixture(const char *name, int n_layer) {
     CHECK(atoi(ptdp_st_metadata(f, "n_layer")) == n_layer);
     int V = atoi(ptdp_st_metadata(f, "vocab_size")), h = atoi(ptdp_st_metadata(f, "n_embd"));
     const ptdp_st_tensor *wte = ptdp_st_find(f, "transformer.wte.weight");
-    CHECK(wte && wte->dtype == PTDP_ST_F32 && wte->ndim == 2 && wte->shape[0] == V && wte->shape[1] == h);
+    CHECK(wte && wte->dtype == PTDP_ST_F32 && wte->ndim == 2 && wte->shape[0] == V &&
+          wte->shape[1] == h);
     const ptdp_st_tensor *g = ptdp_st_find(f, "ref.grads.transformer.wte.weight");
-    CHECK(g && g->ndim == 3 && g->shape[0] == atoi(ptdp_st_metadata(f, "iters")) && g->shape[1] == V &&
-          g->shape[2] == h);
+    CHECK(g && g->ndim == 3 && g->shape[0] == atoi(ptdp_st_metadata(f, "iters")) &&
+          g->shape[1] == V && g->shape[2] == h);
     float losses[10];
     CHECK_OK(ptdp_st_read_f32(f, "ref.losses", losses, 10));
     float loss0;

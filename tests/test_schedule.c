@@ -17,7 +17,8 @@ static const char *list_str(const ptdp_schedule *s, int r, char *buf, size_t cap
     size_t off = 0;
     buf[0] = 0;
     for (int i = 0; i < s->len && off < cap; i++)
-        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? " " : "", ptdp_action_str(&s->params, &a[i], one));
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? " " : "",
+                                ptdp_action_str(&s->params, &a[i], one));
     return buf;
 }
 
@@ -27,7 +28,9 @@ static int list_is(int p, int m, int v, int kind, int rank, const char *want) {
     if (ptdp_schedule_init(&s, &sp)) return 0;
     char buf[4096];
     int ok = !strcmp(list_str(&s, rank, buf, sizeof buf), want);
-    if (!ok) fprintf(stderr, "p=%d m=%d v=%d kind=%d rank %d:\n  got  %s\n  want %s\n", p, m, v, kind, rank, buf, want);
+    if (!ok)
+        fprintf(stderr, "p=%d m=%d v=%d kind=%d rank %d:\n  got  %s\n  want %s\n", p, m, v, kind,
+                rank, buf, want);
     ptdp_schedule_free(&s);
     return ok;
 }
@@ -49,10 +52,12 @@ static void test_hand_lists(void) {
     /* Interleaved p=2 v=2 m=4. Forward order: (0,c0) (1,c0) (0,c1) (1,c1)
      * (2,c0) (3,c0) (2,c1) (3,c1); backward order mirrors the chunk.
      * Rank 0 warm-up (2-0-1)*2 + (2-1)*2 = 4, rank 1 warm-up 2. */
-    CHECK(list_is(2, 4, 2, -1, 0,
-                  "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0"));
-    CHECK(list_is(2, 4, 2, PTDP_SCHED_INTERLEAVED, 1,
-                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"));
+    CHECK(
+        list_is(2, 4, 2, -1, 0,
+                "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0"));
+    CHECK(
+        list_is(2, 4, 2, PTDP_SCHED_INTERLEAVED, 1,
+                "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"));
     /* Interleaved p=4 v=2 m=8: rank 0 warm-up 3*2 + 4 = 10, rank 3 warm-up 4. */
     CHECK(list_is(4, 8, 2, -1, 0,
                   "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 "
@@ -136,8 +141,10 @@ static void test_p2p(void) {
         for (int mb = 0; mb < 8; mb++)
             for (int st = 0; st < 8; st++) {
                 int t = ptdp_p2p_tag(&sp, k, mb, st);
-                if (t < 0 || t >= 128 || used[t]) dup++;
-                else used[t] = 1, seen++;
+                if (t < 0 || t >= 128 || used[t])
+                    dup++;
+                else
+                    used[t] = 1, seen++;
             }
     CHECK(dup == 0 && seen == 128);
     free(used);
@@ -163,13 +170,15 @@ static void test_sweep(void) {
                     int peak[5];
                     if (ptdp_schedule_validate(&s, peak)) {
                         val_fail++;
-                        fprintf(stderr, "validate p=%d m=%d v=%d kind=%d: %s\n", p, m, v, kind, ptdp_last_error());
+                        fprintf(stderr, "validate p=%d m=%d v=%d kind=%d: %s\n", p, m, v, kind,
+                                ptdp_last_error());
                     }
                     for (int r = 0; r < p; r++) {
                         int want = ptdp_schedule_max_inflight(&s.params, r);
                         if (peak[r] != want) peak_fail++;
                         if (s.params.kind == PTDP_SCHED_GPIPE && peak[r] != m) peak_fail++;
-                        if (s.params.kind == PTDP_SCHED_1F1B && (peak[r] > p || peak[r] != (p - r < m ? p - r : m)))
+                        if (s.params.kind == PTDP_SCHED_1F1B &&
+                            (peak[r] > p || peak[r] != (p - r < m ? p - r : m)))
                             peak_fail++;
                     }
                     /* Uniform per-chunk costs tf/v, tb/v for several tb/tf ratios. */
@@ -183,8 +192,9 @@ static void test_sweep(void) {
                         double want = (double)(p - 1) / ((double)v * m);
                         if (fabs(res.bubble_fraction - want) > 1e-12) {
                             bubble_fail++;
-                            fprintf(stderr, "bubble p=%d m=%d v=%d kind=%d ratio %d: %.12g want %.12g\n", p, m,
-                                    v, s.params.kind, ratio, res.bubble_fraction, want);
+                            fprintf(stderr,
+                                    "bubble p=%d m=%d v=%d kind=%d ratio %d: %.12g want %.12g\n", p,
+                                    m, v, s.params.kind, ratio, res.bubble_fraction, want);
                         }
                         for (int r = 0; r < p; r++)
                             if (res.peak_stash[r] != peak[r]) peak_fail++;
@@ -208,8 +218,12 @@ static void test_sim_exact(void) {
         int p, m, v, kind;
         double makespan;
     } cases[] = {
-        {4, 8, 1, PTDP_SCHED_GPIPE, 33}, {4, 8, 1, PTDP_SCHED_1F1B, 33}, {3, 5, 1, PTDP_SCHED_1F1B, 21},
-        {4, 8, 2, -1, 28.5},             {2, 4, 3, -1, 13},             {1, 4, 1, -1, 12},
+        {4, 8, 1, PTDP_SCHED_GPIPE, 33},
+        {4, 8, 1, PTDP_SCHED_1F1B, 33},
+        {3, 5, 1, PTDP_SCHED_1F1B, 21},
+        {4, 8, 2, -1, 28.5},
+        {2, 4, 3, -1, 13},
+        {1, 4, 1, -1, 12},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ptdp_schedule_params sp = {cases[i].p, cases[i].m, cases[i].v, cases[i].kind};
@@ -316,8 +330,10 @@ static void test_broken(void) {
      * from rank 1 while rank 1 waits for F1 that rank 0 sends only after. */
     ptdp_schedule_params two = {2, 2, 1, PTDP_SCHED_1F1B};
     CHECK_OK(ptdp_schedule_init(&s, &two));
-    const ptdp_action r0[4] = {{PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}, {PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}};
-    const ptdp_action r1d[4] = {{PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}, {PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}};
+    const ptdp_action r0[4] = {
+        {PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}, {PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}};
+    const ptdp_action r1d[4] = {
+        {PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}, {PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}};
     memcpy(s.acts, r0, sizeof r0);
     memcpy(s.acts + 4, r1d, sizeof r1d);
     CHECK(ptdp_schedule_validate(&s, NULL) == PTDP_EINVAL);
@@ -349,24 +365,28 @@ static void test_broken(void) {
 static void test_send_buffers(void) {
     const struct {
         int p, v, kind;
-    } cases[] = {{2, 1, PTDP_SCHED_1F1B}, {4, 1, PTDP_SCHED_1F1B}, {2, 2, PTDP_SCHED_INTERLEAVED},
-                 {4, 2, PTDP_SCHED_INTERLEAVED}, {2, 1, PTDP_SCHED_GPIPE}, {3, 1, PTDP_SCHED_1F1B}};
+    } cases[] = {{2, 1, PTDP_SCHED_1F1B},        {4, 1, PTDP_SCHED_1F1B},
+                 {2, 2, PTDP_SCHED_INTERLEAVED}, {4, 2, PTDP_SCHED_INTERLEAVED},
+                 {2, 1, PTDP_SCHED_GPIPE},       {3, 1, PTDP_SCHED_1F1B}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int K[2];
         for (int j = 0; j < 2; j++) {
             const int m = j ? 32 : 8;
-            ptdp_schedule_params sp = {.p = cases[i].p, .m = m, .v = cases[i].v, .kind = cases[i].kind};
+            ptdp_schedule_params sp = {
+                .p = cases[i].p, .m = m, .v = cases[i].v, .kind = cases[i].kind};
             ptdp_schedule s;
             CHECK_OK(ptdp_schedule_init(&s, &sp));
             K[j] = ptdp_schedule_send_buffers(&s);
             CHECK(K[j] >= 1 && K[j] <= m * sp.v);
             CHECK_OK(ptdp_schedule_replay(&s, K[j], NULL, NULL, NULL));
-            if (K[j] - 2 >= 1) CHECK(ptdp_schedule_replay(&s, K[j] - 2, NULL, NULL, NULL) == PTDP_EINVAL);
+            if (K[j] - 2 >= 1)
+                CHECK(ptdp_schedule_replay(&s, K[j] - 2, NULL, NULL, NULL) == PTDP_EINVAL);
             ptdp_schedule_free(&s);
         }
         fprintf(stderr, "send ring: %s p=%d v=%d: K=%d at m=8, K=%d at m=32\n",
                 ptdp_schedule_kind_name(cases[i].kind), cases[i].p, cases[i].v, K[0], K[1]);
-        if (cases[i].kind != PTDP_SCHED_GPIPE) CHECK(K[1] == K[0]); /* bounded by the schedule, not by m */
+        if (cases[i].kind != PTDP_SCHED_GPIPE)
+            CHECK(K[1] == K[0]); /* bounded by the schedule, not by m */
     }
 }
 

@@ -9,7 +9,14 @@
 #include "test.h"
 
 static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
-    ptdp_chunk_params cp = {.cfg = cfg, .layer_end = cfg->num_layers, .pre = 1, .post = 1, .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops(), .tp = g};
+    ptdp_chunk_params cp = {.cfg = cfg,
+                            .layer_end = cfg->num_layers,
+                            .pre = 1,
+                            .post = 1,
+                            .micro_batch = 1,
+                            .slots = 1,
+                            .ops = ptdp_cpu_ops(),
+                            .tp = g};
     ptdp_gpt_chunk *c = NULL;
     CHECK_OK(ptdp_gpt_chunk_init(&c, &cp));
     ptdp_gpt_chunk_init_params(c);
@@ -18,9 +25,15 @@ static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
 
 int main(void) {
     for (int t = 2; t <= 4; t++) {
-        ptdp_gpt_config cfg = {.num_layers = 2, .hidden = 48, .heads = 12, .seq_length = 8, .vocab = 300,
-                               .init_std = 0.02f, .seed = 77};
-        CHECK_OK(ptdp_gpt_config_finish(&cfg, 128, t)); /* same padded V for the full model and its shards */
+        ptdp_gpt_config cfg = {.num_layers = 2,
+                               .hidden = 48,
+                               .heads = 12,
+                               .seq_length = 8,
+                               .vocab = 300,
+                               .init_std = 0.02f,
+                               .seed = 77};
+        CHECK_OK(ptdp_gpt_config_finish(&cfg, 128,
+                                        t)); /* same padded V for the full model and its shards */
         ptdp_group one = {.name = "tensor", .size = 1, .rank = 0};
         ptdp_gpt_chunk *full = make(&cfg, &one);
         int n, nf;

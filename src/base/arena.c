@@ -9,7 +9,9 @@
 
 #define PTDP__ALIGN 64
 
-size_t ptdp_arena_need(size_t bytes) { return (bytes + PTDP__ALIGN - 1) & ~(size_t)(PTDP__ALIGN - 1); }
+size_t ptdp_arena_need(size_t bytes) {
+    return (bytes + PTDP__ALIGN - 1) & ~(size_t)(PTDP__ALIGN - 1);
+}
 
 int ptdp_arena_init(ptdp_arena *a, const char *name, size_t bytes) {
     memset(a, 0, sizeof *a);
@@ -92,8 +94,8 @@ int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(size_t), void (*release)(void *))
         void *block = bytes ? alloc(bytes) : NULL;
         if (bytes && !block) {
             char b[32];
-            int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate %s of %s", ptdp_fmt_bytes((double)bytes, b),
-                                 mem_names[k]);
+            int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate %s of %s",
+                                 ptdp_fmt_bytes((double)bytes, b), mem_names[k]);
             ptdp_mem_free(m, release); /* the blocks of categories 0..k-1 */
             return rc;
         }

@@ -17,16 +17,16 @@
 #include <stdio.h>
 
 /* ---- errors ------------------------------------------------------------ */
-#define PTDP_ERRORS(X)                                                    \
-    X(PTDP_OK, 0, "success")                                              \
-    X(PTDP_EINVAL, -1, "invalid argument")                                \
-    X(PTDP_ECONFIG, -2, "inconsistent configuration")                     \
-    X(PTDP_EIO, -3, "input/output error")                                 \
-    X(PTDP_EFORMAT, -4, "malformed file")                                 \
-    X(PTDP_ENOMEM, -5, "out of memory")                                   \
-    X(PTDP_ENOTFOUND, -6, "not found")                                    \
-    X(PTDP_ECOMM, -7, "communication error")                              \
-    X(PTDP_EBACKEND, -8, "compute backend error")                         \
+#define PTDP_ERRORS(X)                                \
+    X(PTDP_OK, 0, "success")                          \
+    X(PTDP_EINVAL, -1, "invalid argument")            \
+    X(PTDP_ECONFIG, -2, "inconsistent configuration") \
+    X(PTDP_EIO, -3, "input/output error")             \
+    X(PTDP_EFORMAT, -4, "malformed file")             \
+    X(PTDP_ENOMEM, -5, "out of memory")               \
+    X(PTDP_ENOTFOUND, -6, "not found")                \
+    X(PTDP_ECOMM, -7, "communication error")          \
+    X(PTDP_EBACKEND, -8, "compute backend error")     \
     X(PTDP_EUNSUPPORTED, -9, "not supported")
 
 enum {
@@ -51,13 +51,13 @@ typedef void (*ptdp_abort_fn)(void);
 void ptdp_set_abort_hook(ptdp_abort_fn fn);
 _Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
 
-#define PTDP_ASSERT(expr)                                                    \
-    do {                                                                     \
-        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, NULL);     \
+#define PTDP_ASSERT(expr)                                                \
+    do {                                                                 \
+        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, NULL); \
     } while (0)
-#define PTDP_ASSERT_MSG(expr, msg)                                           \
-    do {                                                                     \
-        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, (msg));    \
+#define PTDP_ASSERT_MSG(expr, msg)                                        \
+    do {                                                                  \
+        if (!(expr)) ptdp__assert_fail(#expr, __FILE__, __LINE__, (msg)); \
     } while (0)
 
 /* ---- logging ------------------------------------------------------------ */
@@ -138,15 +138,15 @@ size_t ptdp_arena_need(size_t bytes);
  * fixed order twice: first from plan arenas (this sums what they need), then,
  * once ptdp_mem_alloc has made the blocks, from block arenas over them.
  * src/plan/memory.c predicts every category from the configuration alone. */
-#define PTDP_MEM_CATEGORIES(X)                                                  \
-    X(PTDP_MEM_WEIGHTS, "weights")             /* fp32 parameters */          \
-    X(PTDP_MEM_GRADIENTS, "gradients")         /* fp32, same layout */        \
-    X(PTDP_MEM_OPTIMIZER, "optimizer state")   /* AdamW m and v */            \
-    X(PTDP_MEM_GRAD_SHARD, "ZeRO-1 grad shard") /* reduce-scatter output */   \
-    X(PTDP_MEM_ACTIVATIONS, "activations")     /* per micro-batch slots */    \
-    X(PTDP_MEM_WORKSPACE, "workspace")         /* shared by all slots */      \
-    X(PTDP_MEM_PIPELINE, "pipeline buffers")   /* receive + send rings */     \
-    X(PTDP_MEM_EVAL, "evaluation buffers")     /* stage-to-stage, eval */
+#define PTDP_MEM_CATEGORIES(X)                                              \
+    X(PTDP_MEM_WEIGHTS, "weights")              /* fp32 parameters */       \
+    X(PTDP_MEM_GRADIENTS, "gradients")          /* fp32, same layout */     \
+    X(PTDP_MEM_OPTIMIZER, "optimizer state")    /* AdamW m and v */         \
+    X(PTDP_MEM_GRAD_SHARD, "ZeRO-1 grad shard") /* reduce-scatter output */ \
+    X(PTDP_MEM_ACTIVATIONS, "activations")      /* per micro-batch slots */ \
+    X(PTDP_MEM_WORKSPACE, "workspace")          /* shared by all slots */   \
+    X(PTDP_MEM_PIPELINE, "pipeline buffers")    /* receive + send rings */  \
+    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */
 typedef enum {
 #define PTDP__MEM_ENUM(e, s) e,
     PTDP_MEM_CATEGORIES(PTDP__MEM_ENUM)
@@ -186,8 +186,8 @@ int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
  * recompute_num_layers layers keeping only each group's input; block reruns
  * the first recompute_num_layers layers of the chunk one by one and stores
  * the rest. */
-#define PTDP_RECOMPUTE_METHODS(X) \
-    X(PTDP_RECOMPUTE_NONE, "none") \
+#define PTDP_RECOMPUTE_METHODS(X)        \
+    X(PTDP_RECOMPUTE_NONE, "none")       \
     X(PTDP_RECOMPUTE_UNIFORM, "uniform") \
     X(PTDP_RECOMPUTE_BLOCK, "block")
 typedef enum {
@@ -226,11 +226,11 @@ int ptdp_fault_at(const char *name, int64_t iteration);
 /* X(enum, name, weight_decay): decoupled weight decay applies to weight
  * matrices and embeddings, never to biases or LayerNorm parameters
  * (Megatron's rule). */
-#define PTDP_PARAM_ROLES(X)                                                 \
+#define PTDP_PARAM_ROLES(X)                                                  \
     X(PTDP_ROLE_EMBEDDING, "embedding", 1) /* tied word embedding [Vp, h] */ \
-    X(PTDP_ROLE_POSITION, "position", 1)   /* position embedding */        \
-    X(PTDP_ROLE_LAYERNORM, "layernorm", 0) /* LayerNorm gain and bias */  \
-    X(PTDP_ROLE_BIAS, "bias", 0)           /* a linear layer's bias */    \
+    X(PTDP_ROLE_POSITION, "position", 1)   /* position embedding */          \
+    X(PTDP_ROLE_LAYERNORM, "layernorm", 0) /* LayerNorm gain and bias */     \
+    X(PTDP_ROLE_BIAS, "bias", 0)           /* a linear layer's bias */       \
     X(PTDP_ROLE_WEIGHT, "weight", 1)       /* a linear layer's weight */
 typedef enum {
 #define PTDP__ROLE_ENUM(e, s, wd) e,
@@ -239,20 +239,20 @@ typedef enum {
 } ptdp_param_role;
 
 /* How a global parameter is split over the tensor-parallel group. */
-#define PTDP_SPLITS(X)                                                          \
-    X(PTDP_SPLIT_NONE, "replicated")  /* every TP rank holds all of it */     \
-    X(PTDP_SPLIT_DIM0, "dim0")        /* rows: column-parallel, vocabulary */ \
-    X(PTDP_SPLIT_DIM1, "dim1")        /* columns: row-parallel weights */
+#define PTDP_SPLITS(X)                                                       \
+    X(PTDP_SPLIT_NONE, "replicated") /* every TP rank holds all of it */     \
+    X(PTDP_SPLIT_DIM0, "dim0")       /* rows: column-parallel, vocabulary */ \
+    X(PTDP_SPLIT_DIM1, "dim1")       /* columns: row-parallel weights */
 typedef enum {
 #define PTDP__SPLIT_ENUM(e, s) e,
     PTDP_SPLITS(PTDP__SPLIT_ENUM)
 #undef PTDP__SPLIT_ENUM
 } ptdp_split;
 
-#define PTDP_INITS(X)                                                    \
-    X(PTDP_INIT_NORMAL, "normal")          /* N(0, init_std) */        \
-    X(PTDP_INIT_SCALED, "scaled-normal")   /* N(0, init_std/sqrt(2l)) */ \
-    X(PTDP_INIT_ZERO, "zero")                                           \
+#define PTDP_INITS(X)                                                  \
+    X(PTDP_INIT_NORMAL, "normal")        /* N(0, init_std) */          \
+    X(PTDP_INIT_SCALED, "scaled-normal") /* N(0, init_std/sqrt(2l)) */ \
+    X(PTDP_INIT_ZERO, "zero")                                          \
     X(PTDP_INIT_ONE, "one")
 typedef enum {
 #define PTDP__INIT_ENUM(e, s) e,
@@ -261,18 +261,18 @@ typedef enum {
 } ptdp_init;
 
 typedef struct {
-    char name[96];       /* global name, e.g. "layers.3.mlp.dense_h_to_4h.weight";
-                            for files and RNG streams, never for finding roles */
+    char name[96]; /* global name, e.g. "layers.3.mlp.dense_h_to_4h.weight";
+                      for files and RNG streams, never for finding roles */
     ptdp_param_role role;
     ptdp_split split;
     ptdp_init init;
-    int ndim;            /* 1 or 2 */
-    int64_t gshape[2];   /* global shape ([out, in] for weights) */
-    int64_t lshape[2];   /* this rank's shape */
-    int64_t offset;      /* element offset in the chunk's flat buffer */
-    int64_t numel;       /* local elements */
-    int64_t valid_rows;  /* dim0 rows that hold real data (the vocabulary's
-                            padding rows are excluded); = lshape[0] otherwise */
+    int ndim;           /* 1 or 2 */
+    int64_t gshape[2];  /* global shape ([out, in] for weights) */
+    int64_t lshape[2];  /* this rank's shape */
+    int64_t offset;     /* element offset in the chunk's flat buffer */
+    int64_t numel;      /* local elements */
+    int64_t valid_rows; /* dim0 rows that hold real data (the vocabulary's
+                           padding rows are excluded); = lshape[0] otherwise */
 } ptdp_param_spec;
 
 /* ---- time ------------------------------------------------------------- */
@@ -293,14 +293,14 @@ typedef enum {
 } ptdp_opt_type;
 
 typedef struct {
-    const char *name;    /* without leading dashes, e.g. "num-layers" */
+    const char *name; /* without leading dashes, e.g. "num-layers" */
     ptdp_opt_type type;
     void *dst;
     const char *help;
     const char *choices; /* for STR: "a|b|c" or NULL */
     double min;          /* for INT/FLOAT: inclusive bounds */
     double max;
-    int seen;            /* set by the parser */
+    int seen; /* set by the parser */
 } ptdp_opt;
 
 /* Parses argv[0..argc) (no program name). Returns PTDP_OK, or PTDP_EINVAL
@@ -308,7 +308,8 @@ typedef struct {
  * *want_help. Unknown flags suggest the closest known one. */
 int ptdp_opts_parse(ptdp_opt *opts, int nopts, int argc, char **argv, int *want_help);
 /* Sets one option from its name and textual value (used for JSON configs). */
-int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value, const char *origin);
+int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
+                 const char *origin);
 ptdp_opt *ptdp_opt_find(ptdp_opt *opts, int nopts, const char *name);
 /* Prints "  --name VALUE   help (default: ...)" lines. */
 void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts);

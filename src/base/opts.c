@@ -52,23 +52,30 @@ static const struct {
     {"train-samples", "--train-samples is not supported: use --train-iters (samples = iterations x "
                       "--global-batch-size)"},
     {"lr-decay-samples", "--lr-decay-samples is not supported: use --lr-decay-iters"},
-    {"lr-warmup-samples", "--lr-warmup-samples is not supported: use --lr-warmup-iters or --lr-warmup-fraction"},
-    {"tensorboard-dir", "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
-    {"wandb-project", "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
-    {"exit-interval", "--exit-interval is not supported yet: set --train-iters to the iteration to stop at "
-                      "(with --save, a later run resumes with --load)"},
+    {"lr-warmup-samples",
+     "--lr-warmup-samples is not supported: use --lr-warmup-iters or --lr-warmup-fraction"},
+    {"tensorboard-dir",
+     "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
+    {"wandb-project",
+     "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
+    {"exit-interval",
+     "--exit-interval is not supported yet: set --train-iters to the iteration to stop at "
+     "(with --save, a later run resumes with --load)"},
     {"exit-duration-in-mins", "--exit-duration-in-mins is not supported yet: set --train-iters"},
     {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
-    {"untie-embeddings-and-output-weights", "--untie-embeddings-and-output-weights is not supported: the output "
-                                            "layer is tied to the word embeddings (GPT-2)"},
+    {"untie-embeddings-and-output-weights",
+     "--untie-embeddings-and-output-weights is not supported: the output "
+     "layer is tied to the word embeddings (GPT-2)"},
 };
 
-int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value, const char *origin) {
+int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
+                 const char *origin) {
     ptdp_opt *o = ptdp_opt_find(opts, nopts, name);
     if (!o) /* in train, whose flags are Megatron's */
         for (size_t i = 0; i < sizeof ptdp__megatron_only / sizeof ptdp__megatron_only[0]; i++)
-            if (!strcmp(name, ptdp__megatron_only[i].name) && ptdp_opt_find(opts, nopts, "train-iters"))
+            if (!strcmp(name, ptdp__megatron_only[i].name) &&
+                ptdp_opt_find(opts, nopts, "train-iters"))
                 return ptdp_errorf(PTDP_EUNSUPPORTED, "%s", ptdp__megatron_only[i].say);
     if (!o) {
         const char *best = NULL;
@@ -81,9 +88,10 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
             }
         }
         if (best)
-            return ptdp_errorf(PTDP_EINVAL, "unknown %s '--%s'; did you mean '--%s'? (see --help)", origin,
-                               name, best);
-        return ptdp_errorf(PTDP_EINVAL, "unknown %s '--%s' (see --help for the list)", origin, name);
+            return ptdp_errorf(PTDP_EINVAL, "unknown %s '--%s'; did you mean '--%s'? (see --help)",
+                               origin, name, best);
+        return ptdp_errorf(PTDP_EINVAL, "unknown %s '--%s' (see --help for the list)", origin,
+                           name);
     }
     o->seen = 1;
     switch (o->type) {
@@ -95,7 +103,8 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
             } else if (!strcmp(value, "false") || !strcmp(value, "0")) {
                 on = !on;
             } else {
-                return ptdp_errorf(PTDP_EINVAL, "--%s takes no value here, or true/false in a config (got '%s')",
+                return ptdp_errorf(PTDP_EINVAL,
+                                   "--%s takes no value here, or true/false in a config (got '%s')",
                                    name, value);
             }
         }
@@ -113,19 +122,21 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
         if (errno || end == value || *end)
             return ptdp_errorf(PTDP_EINVAL, "--%s expects an integer, got '%s'", name, value);
         if ((double)v < o->min || (double)v > o->max)
-            return ptdp_errorf(PTDP_EINVAL, "--%s must be between %.0f and %.0f, got %lld", name, o->min,
-                               o->max, v);
+            return ptdp_errorf(PTDP_EINVAL, "--%s must be between %.0f and %.0f, got %lld", name,
+                               o->min, o->max, v);
         *(int64_t *)o->dst = v;
     } else if (o->type == PTDP_OPT_FLOAT) {
         double v = strtod(value, &end);
         if (errno || end == value || *end || !isfinite(v))
             return ptdp_errorf(PTDP_EINVAL, "--%s expects a number, got '%s'", name, value);
         if (v < o->min || v > o->max)
-            return ptdp_errorf(PTDP_EINVAL, "--%s must be between %g and %g, got %g", name, o->min, o->max, v);
+            return ptdp_errorf(PTDP_EINVAL, "--%s must be between %g and %g, got %g", name, o->min,
+                               o->max, v);
         *(double *)o->dst = v;
     } else {
         if (o->choices && !choice_ok(o->choices, value))
-            return ptdp_errorf(PTDP_EINVAL, "--%s must be one of %s, got '%s'", name, o->choices, value);
+            return ptdp_errorf(PTDP_EINVAL, "--%s must be one of %s, got '%s'", name, o->choices,
+                               value);
         *(const char **)o->dst = value;
     }
     return PTDP_OK;
@@ -140,7 +151,8 @@ int ptdp_opts_parse(ptdp_opt *opts, int nopts, int argc, char **argv, int *want_
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || !a[2])
-            return ptdp_errorf(PTDP_EINVAL, "unexpected argument '%s' (flags look like --name value)", a);
+            return ptdp_errorf(PTDP_EINVAL,
+                               "unexpected argument '%s' (flags look like --name value)", a);
         char name[128];
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #define LATEST "latest_checkpointed_iteration.txt"
 #define MANIFEST "manifest.json"
 
@@ -41,7 +40,9 @@ uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n) {
 /* CRC-32 and size of a whole file. */
 static int file_crc(const char *path, uint32_t *crc, int64_t *size) {
     FILE *f = fopen(path, "rb");
-    if (!f) return ptdp_errorf(errno == ENOENT ? PTDP_ENOTFOUND : PTDP_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (!f)
+        return ptdp_errorf(errno == ENOENT ? PTDP_ENOTFOUND : PTDP_EIO, "%s: cannot open: %s", path,
+                           strerror(errno));
     enum { CH = 1 << 20 };
     unsigned char *buf = malloc(CH);
     if (!buf) {
@@ -72,7 +73,8 @@ static int mkdir_p(const char *dir) {
             char keep = *s;
             *s = 0;
             if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ptdp_errorf(PTDP_EIO, "--save %s: cannot create directory %s: %s", dir, buf, strerror(errno));
+                return ptdp_errorf(PTDP_EIO, "--save %s: cannot create directory %s: %s", dir, buf,
+                                   strerror(errno));
             *s = keep;
             if (!keep) break;
         }
@@ -189,7 +191,8 @@ static int resolve(const char *dir, char *out, size_t cap) {
         char *end;
         long long it = ok ? strtoll(line, &end, 10) : -1;
         if (!ok || end == line || it < 0 || (*end && *end != '\n'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number, found '%.20s'", p, line);
+            return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number, found '%.20s'", p,
+                               line);
         snprintf(out, cap, "%s/iter_%07lld", dir, it);
         return 1;
     }
@@ -232,23 +235,27 @@ static int manifest_read(manifest *M, const char *dir) {
     M->root = cJSON_Parse(text);
     free(text);
     const cJSON *r = M->root;
-    if (!cJSON_IsObject(r)) return ptdp_errorf(PTDP_EFORMAT, "%s: not a JSON object (corrupted manifest)", M->path);
+    if (!cJSON_IsObject(r))
+        return ptdp_errorf(PTDP_EFORMAT, "%s: not a JSON object (corrupted manifest)", M->path);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ptdp-checkpoint"))
-        return ptdp_errorf(PTDP_EFORMAT, "%s: not a ptdp checkpoint manifest (no \"format\":\"ptdp-checkpoint\")",
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: not a ptdp checkpoint manifest (no \"format\":\"ptdp-checkpoint\")",
                            M->path);
     int bad = 0;
     M->version = (int)jint(r, "version", &bad);
     if (bad) return ptdp_errorf(PTDP_EFORMAT, "%s: no format version", M->path);
     if (M->version > PTDP_CKPT_VERSION || M->version < 1)
-        return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: format version %d is newer than this ptdp reads (version %d); use a newer ptdp",
-                           M->path, M->version, PTDP_CKPT_VERSION);
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "%s: format version %d is newer than this ptdp reads (version %d); use a newer ptdp",
+            M->path, M->version, PTDP_CKPT_VERSION);
     M->iteration = jint(r, "iteration", &bad);
     M->consumed = jint(r, "consumed_samples", &bad);
     M->step = jint(r, "optimizer_step", &bad);
     M->has_optim = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "has_optimizer"));
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model"), *lay = cJSON_GetObjectItemCaseSensitive(r, "layout");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model"),
+                *lay = cJSON_GetObjectItemCaseSensitive(r, "layout");
     M->l = jint(m, "num_layers", &bad);
     M->h = jint(m, "hidden_size", &bad);
     M->a = jint(m, "num_attention_heads", &bad);
@@ -266,8 +273,12 @@ static int manifest_read(manifest *M, const char *dir) {
     M->v = jint(lay, "virtual_pipeline_model_parallel_size", &bad);
     M->world = jint(lay, "world_size", &bad);
     M->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
-    if (bad) return ptdp_errorf(PTDP_EFORMAT, "%s: a required field of iteration/model/training/layout is missing", M->path);
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "files"), *tens = cJSON_GetObjectItemCaseSensitive(r, "tensors"),
+    if (bad)
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: a required field of iteration/model/training/layout is missing",
+                           M->path);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "files"),
+                *tens = cJSON_GetObjectItemCaseSensitive(r, "tensors"),
                 *sh = cJSON_GetObjectItemCaseSensitive(r, "shards");
     if (!cJSON_IsArray(files) || !cJSON_IsArray(tens) || !cJSON_IsArray(sh))
         return ptdp_errorf(PTDP_EFORMAT, "%s: missing files/tensors/shards arrays", M->path);
@@ -277,12 +288,15 @@ static int manifest_read(manifest *M, const char *dir) {
     M->files = calloc((size_t)M->nfiles + 1, sizeof *M->files);
     M->tensors = calloc((size_t)M->ntensors + 1, sizeof *M->tensors);
     M->shards = calloc((size_t)M->nshards + 1, sizeof *M->shards);
-    if (!M->files || !M->tensors || !M->shards) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", M->path);
+    if (!M->files || !M->tensors || !M->shards)
+        return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", M->path);
     int i = 0;
     for (const cJSON *x = files->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"), *cr = cJSON_GetObjectItemCaseSensitive(x, "crc32");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
+                    *cr = cJSON_GetObjectItemCaseSensitive(x, "crc32");
         if (!cJSON_IsString(nm) || !cJSON_IsString(cr) || strchr(nm->valuestring, '/'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: files[%d] needs a plain name and a crc32", M->path, i);
+            return ptdp_errorf(PTDP_EFORMAT, "%s: files[%d] needs a plain name and a crc32",
+                               M->path, i);
         snprintf(M->files[i].name, sizeof M->files[i].name, "%s", nm->valuestring);
         M->files[i].crc = (uint32_t)strtoul(cr->valuestring, NULL, 16);
         M->files[i].bytes = jint(x, "bytes", &bad);
@@ -290,10 +304,13 @@ static int manifest_read(manifest *M, const char *dir) {
     }
     i = 0;
     for (const cJSON *x = tens->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"), *shp = cJSON_GetObjectItemCaseSensitive(x, "shape");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
+                    *shp = cJSON_GetObjectItemCaseSensitive(x, "shape");
         int nd = cJSON_GetArraySize(shp);
         if (!cJSON_IsString(nm) || !cJSON_IsArray(shp) || nd < 1 || nd > 2)
-            return ptdp_errorf(PTDP_EFORMAT, "%s: tensors[%d] needs a name and a shape of 1 or 2 dims", M->path, i);
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "%s: tensors[%d] needs a name and a shape of 1 or 2 dims", M->path,
+                               i);
         snprintf(M->tensors[i].name, sizeof M->tensors[i].name, "%s", nm->valuestring);
         M->tensors[i].ndim = nd;
         M->tensors[i].shape[0] = (int64_t)cJSON_GetArrayItem(shp, 0)->valuedouble;
@@ -302,15 +319,17 @@ static int manifest_read(manifest *M, const char *dir) {
     i = 0;
     for (const cJSON *x = sh->child; x; x = x->next, i++) {
         shard_rec *s = &M->shards[i];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "tensor"), *k = cJSON_GetObjectItemCaseSensitive(x, "kind"),
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "tensor"),
+                    *k = cJSON_GetObjectItemCaseSensitive(x, "kind"),
                     *key = cJSON_GetObjectItemCaseSensitive(x, "key");
         s->kind = -1;
         for (int j = 0; cJSON_IsString(k) && j < K_COUNT; j++)
             if (!strcmp(k->valuestring, kind_names[j])) s->kind = j;
         s->file = (int)jint(x, "file", &bad);
-        if (!cJSON_IsString(nm) || !cJSON_IsString(key) || s->kind < 0 || bad || s->file < 0 || s->file >= M->nfiles ||
-            !get_range(x, "rows", &s->r0, &s->r1) || !get_range(x, "cols", &s->c0, &s->c1) ||
-            !get_range(x, "elements", &s->e0, &s->e1) || s->e1 > (s->r1 - s->r0) * (s->c1 - s->c0))
+        if (!cJSON_IsString(nm) || !cJSON_IsString(key) || s->kind < 0 || bad || s->file < 0 ||
+            s->file >= M->nfiles || !get_range(x, "rows", &s->r0, &s->r1) ||
+            !get_range(x, "cols", &s->c0, &s->c1) || !get_range(x, "elements", &s->e0, &s->e1) ||
+            s->e1 > (s->r1 - s->r0) * (s->c1 - s->c0))
             return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] is malformed", M->path, i);
         snprintf(s->name, sizeof s->name, "%s", nm->valuestring);
         snprintf(s->key, sizeof s->key, "%s", key->valuestring);
@@ -319,9 +338,12 @@ static int manifest_read(manifest *M, const char *dir) {
             if (!strcmp(M->tensors[j].name, s->name)) {
                 found = 1;
                 if (s->r1 > M->tensors[j].shape[0] || s->c1 > M->tensors[j].shape[1])
-                    return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] lies outside tensor %s", M->path, i, s->name);
+                    return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] lies outside tensor %s",
+                                       M->path, i, s->name);
             }
-        if (!found) return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] names unknown tensor %s", M->path, i, s->name);
+        if (!found)
+            return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] names unknown tensor %s", M->path, i,
+                               s->name);
     }
     return 1;
 }
@@ -351,11 +373,14 @@ static int cache_get(file_cache *fc, int i, ptdp_st_file **out) {
     int rc = file_crc(path, &crc, &size);
     if (rc) return rc;
     if (size != fr->bytes)
-        return ptdp_errorf(PTDP_EFORMAT, "%s: the file is %lld bytes but %s says %lld (truncated or replaced)", path,
-                           (long long)size, MANIFEST, (long long)fr->bytes);
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: the file is %lld bytes but %s says %lld (truncated or replaced)",
+                           path, (long long)size, MANIFEST, (long long)fr->bytes);
     if (crc != fr->crc)
-        return ptdp_errorf(PTDP_EFORMAT, "%s: checksum mismatch (CRC-32 %08x on disk, %08x in %s): the file is corrupted",
-                           path, crc, fr->crc, MANIFEST);
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "%s: checksum mismatch (CRC-32 %08x on disk, %08x in %s): the file is corrupted", path,
+            crc, fr->crc, MANIFEST);
     rc = ptdp_st_open(&fc->open[i], path);
     if (rc) return rc;
     *out = fc->open[i];
@@ -374,10 +399,13 @@ static int read_shard(file_cache *fc, const shard_rec *s, float **out) {
     int rc = cache_get(fc, s->file, &f);
     if (rc) return rc;
     const ptdp_st_tensor *t = ptdp_st_find(f, s->key);
-    if (!t) return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' listed in %s is missing", ptdp_st_path(f), s->key, MANIFEST);
+    if (!t)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' listed in %s is missing", ptdp_st_path(f),
+                           s->key, MANIFEST);
     if (t->dtype != PTDP_ST_F32 || t->numel != s->e1 - s->e0)
-        return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' has %lld elements, %s says %lld", ptdp_st_path(f), s->key,
-                           (long long)t->numel, MANIFEST, (long long)(s->e1 - s->e0));
+        return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' has %lld elements, %s says %lld",
+                           ptdp_st_path(f), s->key, (long long)t->numel, MANIFEST,
+                           (long long)(s->e1 - s->e0));
     float *buf = malloc(sizeof(float) * (size_t)(t->numel + 1));
     if (!buf) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", ptdp_st_path(f));
     rc = ptdp_st_read_f32(f, s->key, buf, t->numel);
@@ -420,7 +448,8 @@ static int chunk_is_first(ptdp_gpt_chunk *c) {
     return 0;
 }
 
-static cJSON *shard_json(const ptdp_param_spec *sp, int tp, int kind, const char *key, int64_t e0, int64_t e1) {
+static cJSON *shard_json(const ptdp_param_spec *sp, int tp, int kind, const char *key, int64_t e0,
+                         int64_t e1) {
     int64_t r0, c0;
     shard_rect(sp, tp, &r0, &c0);
     cJSON *o = cJSON_CreateObject();
@@ -479,7 +508,8 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
                 if (run->off < sp[i].offset || run->off >= sp[i].offset + sp[i].numel) continue;
                 int64_t e0 = run->off - sp[i].offset, e1 = e0 + run->len;
                 for (int kind = K_EXP_AVG; rc == PTDP_OK && kind <= K_EXP_AVG_SQ; kind++) {
-                    snprintf(key, sizeof key, "%s/%s/%lld", kind_names[kind], sp[i].name, (long long)e0);
+                    snprintf(key, sizeof key, "%s/%s/%lld", kind_names[kind], sp[i].name,
+                             (long long)e0);
                     int64_t len = run->len;
                     const float *src = MV + (kind == K_EXP_AVG ? 0 : o->state_len) + run->state;
                     rc = ptdp_st_writer_add(w, key, PTDP_ST_F32, 1, &len, src);
@@ -495,7 +525,8 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
         snprintf(path, sizeof path, "%s/%s", itdir, name);
         ptdp_st_writer_meta(w, "ptdp_checkpoint_iteration", "see manifest.json");
         if (ptdp_fault("save")) /* PTDP_FAULT=save@R: rank R's write fails */
-            rc = ptdp_errorf(PTDP_EIO, "%s: cannot write: injected failure (PTDP_FAULT=save)", path);
+            rc =
+                ptdp_errorf(PTDP_EIO, "%s: cannot write: injected failure (PTDP_FAULT=save)", path);
         if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
         uint32_t crc = 0;
         int64_t size = 0;
@@ -518,8 +549,8 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
 }
 
 /* World rank 0: the manifest from every rank's part. */
-static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_comm *comm, const char *all,
-                          const int64_t *counts) {
+static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_comm *comm,
+                          const char *all, const int64_t *counts) {
     const ptdp_gpt_config *cfg = meta->cfg;
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "format", "ptdp-checkpoint");
@@ -528,7 +559,8 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(r, "consumed_samples", (double)meta->consumed_samples);
     cJSON_AddNumberToObject(r, "optimizer_step", (double)meta->optimizer_step);
     cJSON_AddBoolToObject(r, "has_optimizer", 1);
-    cJSON_AddStringToObject(r, "checksum", "crc32 (IEEE 802.3 / zlib) of each whole file, 8 hex digits");
+    cJSON_AddStringToObject(r, "checksum",
+                            "crc32 (IEEE 802.3 / zlib) of each whole file, 8 hex digits");
     cJSON *m = cJSON_AddObjectToObject(r, "model");
     cJSON_AddNumberToObject(m, "num_layers", (double)cfg->num_layers);
     cJSON_AddNumberToObject(m, "hidden_size", (double)cfg->hidden);
@@ -564,7 +596,8 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(lay, "virtual_pipeline_model_parallel_size", meta->v);
     cJSON_AddBoolToObject(lay, "use_distributed_optimizer", meta->zero);
     cJSON_AddNumberToObject(lay, "world_size", comm->world_size);
-    cJSON *files = cJSON_AddArrayToObject(r, "files"), *tensors = cJSON_AddArrayToObject(r, "tensors"),
+    cJSON *files = cJSON_AddArrayToObject(r, "files"),
+          *tensors = cJSON_AddArrayToObject(r, "tensors"),
           *shards = cJSON_AddArrayToObject(r, "shards");
     int rc = PTDP_OK, nfiles = 0;
     const char *p = all;
@@ -582,10 +615,13 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
             cJSON *fo = cJSON_CreateObject();
             cJSON_AddStringToObject(fo, "name", file->valuestring);
             cJSON_AddNumberToObject(fo, "rank", rank);
-            cJSON_AddNumberToObject(fo, "bytes", cJSON_GetObjectItemCaseSensitive(part, "bytes")->valuedouble);
-            cJSON_AddStringToObject(fo, "crc32", cJSON_GetObjectItemCaseSensitive(part, "crc32")->valuestring);
+            cJSON_AddNumberToObject(fo, "bytes",
+                                    cJSON_GetObjectItemCaseSensitive(part, "bytes")->valuedouble);
+            cJSON_AddStringToObject(fo, "crc32",
+                                    cJSON_GetObjectItemCaseSensitive(part, "crc32")->valuestring);
             cJSON_AddItemToArray(files, fo);
-            for (cJSON *s = cJSON_GetObjectItemCaseSensitive(part, "shards")->child; s; s = s->next) {
+            for (cJSON *s = cJSON_GetObjectItemCaseSensitive(part, "shards")->child; s;
+                 s = s->next) {
                 cJSON *sh = cJSON_Duplicate(s, 1);
                 cJSON *shape = cJSON_DetachItemFromObject(sh, "shape");
                 cJSON_AddNumberToObject(sh, "file", nfiles);
@@ -658,8 +694,8 @@ int ptdp_ckpt_prepare_dir(const char *dir) {
     return rc;
 }
 
-int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts,
-                   int nchunks, ptdp_comm *comm) {
+int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks,
+                   ptdp_optimizer *opts, int nchunks, ptdp_comm *comm) {
     PTDP_ASSERT(nchunks <= PTDP_MAX_CHUNKS);
     char itdir[4200];
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dir, (long long)meta->iteration);
@@ -715,23 +751,28 @@ static int check_config(const manifest *M, const ptdp_gpt_config *cfg) {
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].ckpt != f[i].flags)
-            return ptdp_errorf(PTDP_ECONFIG, "%s: the checkpoint's model has %s %lld but the flags give %lld", M->path,
-                               f[i].flag, (long long)f[i].ckpt, (long long)f[i].flags);
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "%s: the checkpoint's model has %s %lld but the flags give %lld",
+                               M->path, f[i].flag, (long long)f[i].ckpt, (long long)f[i].flags);
     return PTDP_OK;
 }
 
 /* Fills this rank's shard of spec sp (kind) into local[lshape] and marks
  * have[] for every element found in the checkpoint. */
-static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *sp, int tp, const ptdp_gpt_config *cfg,
-                      int kind, float *local, uint8_t *have) {
+static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *sp, int tp,
+                      const ptdp_gpt_config *cfg, int kind, float *local, uint8_t *have) {
     const tensor_rec *T = find_tensor(M, sp->name);
-    if (!T) return ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint has no tensor '%s'", M->path, sp->name);
+    if (!T)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint has no tensor '%s'", M->path,
+                           sp->name);
     const int wte = sp->role == PTDP_ROLE_EMBEDDING;
     if (T->ndim != sp->ndim || T->shape[1] != sp->gshape[1] ||
         (wte ? T->shape[0] < cfg->vocab : T->shape[0] != sp->gshape[0]))
-        return ptdp_errorf(PTDP_ECONFIG, "%s: tensor '%s' has shape [%lld,%lld] but the model flags need [%lld,%lld]",
-                           M->path, sp->name, (long long)T->shape[0], (long long)T->shape[1], (long long)sp->gshape[0],
-                           (long long)sp->gshape[1]);
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "%s: tensor '%s' has shape [%lld,%lld] but the model flags need [%lld,%lld]", M->path,
+            sp->name, (long long)T->shape[0], (long long)T->shape[1], (long long)sp->gshape[0],
+            (long long)sp->gshape[1]);
     int64_t R0, C0;
     shard_rect(sp, tp, &R0, &C0);
     const int64_t LR = sp->lshape[0], LC = sp->lshape[1];
@@ -757,7 +798,8 @@ static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *
             if (lr >= 0 && lr < LR && gr < (wte ? cfg->vocab : INT64_MAX)) {
                 int64_t a = gc0 > C0 ? gc0 : C0, b = gc0 + n < C0 + LC ? gc0 + n : C0 + LC;
                 if (a < b) {
-                    memcpy(local + lr * LC + (a - C0), buf + (k - s->e0) + (a - gc0), sizeof(float) * (size_t)(b - a));
+                    memcpy(local + lr * LC + (a - C0), buf + (k - s->e0) + (a - gc0),
+                           sizeof(float) * (size_t)(b - a));
                     memset(have + lr * LC + (a - C0), 1, (size_t)(b - a));
                 }
             }
@@ -768,24 +810,30 @@ static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *
     return PTDP_OK;
 }
 
-static int missing(const manifest *M, const ptdp_param_spec *sp, int kind, const uint8_t *have, int64_t e0, int64_t e1) {
+static int missing(const manifest *M, const ptdp_param_spec *sp, int kind, const uint8_t *have,
+                   int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; e++)
         if (!have[e])
-            return ptdp_errorf(PTDP_EFORMAT,
-                               "%s: the checkpoint does not cover %s of tensor '%s' (local element %lld of this "
-                               "rank's shard is in no shard file)",
-                               M->path, kind_names[kind], sp->name, (long long)e);
+            return ptdp_errorf(
+                PTDP_EFORMAT,
+                "%s: the checkpoint does not cover %s of tensor '%s' (local element %lld of this "
+                "rank's shard is in no shard file)",
+                M->path, kind_names[kind], sp->name, (long long)e);
     return PTDP_OK;
 }
 
 /* Reads everything this rank needs into host images (no chunk touched). */
-static int load_local(const manifest *M, int load_optim, const ptdp_gpt_config *cfg, ptdp_gpt_chunk *const *chunks,
-                      ptdp_optimizer *opts, int nchunks, int tp, float **P, float **MV) {
+static int load_local(const manifest *M, int load_optim, const ptdp_gpt_config *cfg,
+                      ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts, int nchunks, int tp,
+                      float **P, float **MV) {
     int rc = check_config(M, cfg);
     if (rc == PTDP_OK && load_optim && !M->has_optim)
-        rc = ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint holds no optimizer state (use --no-load-optim)", M->path);
+        rc = ptdp_errorf(PTDP_EFORMAT,
+                         "%s: the checkpoint holds no optimizer state (use --no-load-optim)",
+                         M->path);
     file_cache fc = {M, calloc((size_t)M->nfiles + 1, sizeof(ptdp_st_file *))};
-    if (rc == PTDP_OK && !fc.open) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory loading %s", M->path);
+    if (rc == PTDP_OK && !fc.open)
+        rc = ptdp_errorf(PTDP_ENOMEM, "out of memory loading %s", M->path);
     for (int c = 0; rc == PTDP_OK && c < nchunks; c++) {
         int n;
         const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(chunks[c], &n);
@@ -801,10 +849,12 @@ static int load_local(const manifest *M, int load_optim, const ptdp_gpt_config *
         for (int i = 0; rc == PTDP_OK && i < n; i++) {
             rc = fill_shard(M, &fc, &sp[i], tp, cfg, K_PARAM, P[c] + sp[i].offset, have);
             if (rc == PTDP_OK) rc = missing(M, &sp[i], K_PARAM, have, 0, sp[i].numel);
-            for (int kind = K_EXP_AVG; load_optim && rc == PTDP_OK && kind <= K_EXP_AVG_SQ; kind++) {
+            for (int kind = K_EXP_AVG; load_optim && rc == PTDP_OK && kind <= K_EXP_AVG_SQ;
+                 kind++) {
                 int any = 0;
                 for (int k = 0; k < o->nruns && !any; k++)
-                    any = o->runs[k].off >= sp[i].offset && o->runs[k].off < sp[i].offset + sp[i].numel;
+                    any = o->runs[k].off >= sp[i].offset &&
+                          o->runs[k].off < sp[i].offset + sp[i].numel;
                 if (!any) continue;
                 rc = fill_shard(M, &fc, &sp[i], tp, cfg, kind, tmp, have);
                 for (int k = 0; rc == PTDP_OK && k < o->nruns; k++) {
@@ -813,8 +863,8 @@ static int load_local(const manifest *M, int load_optim, const ptdp_gpt_config *
                     int64_t e0 = run->off - sp[i].offset;
                     rc = missing(M, &sp[i], kind, have, e0, e0 + run->len);
                     if (rc == PTDP_OK)
-                        memcpy(MV[c] + (kind == K_EXP_AVG ? 0 : o->state_len) + run->state, tmp + e0,
-                               sizeof(float) * (size_t)run->len);
+                        memcpy(MV[c] + (kind == K_EXP_AVG ? 0 : o->state_len) + run->state,
+                               tmp + e0, sizeof(float) * (size_t)run->len);
                 }
             }
         }
@@ -825,8 +875,9 @@ static int load_local(const manifest *M, int load_optim, const ptdp_gpt_config *
     return rc;
 }
 
-int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, ptdp_gpt_chunk *const *chunks,
-                   ptdp_optimizer *opts, int nchunks, ptdp_comm *comm, ptdp_ckpt_loaded *out) {
+int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
+                   ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts, int nchunks,
+                   ptdp_comm *comm, ptdp_ckpt_loaded *out) {
     memset(out, 0, sizeof *out);
     manifest M;
     int found = manifest_read(&M, dir);
@@ -837,13 +888,15 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, 
     }
     float *P[PTDP_MAX_CHUNKS] = {0}, *MV[PTDP_MAX_CHUNKS] = {0};
     PTDP_ASSERT(nchunks <= PTDP_MAX_CHUNKS);
-    rc = agree(comm, load_local(&M, load_optim, cfg, chunks, opts, nchunks, comm->tensor.rank, P, MV));
+    rc = agree(comm,
+               load_local(&M, load_optim, cfg, chunks, opts, nchunks, comm->tensor.rank, P, MV));
     if (rc == PTDP_OK) { /* every rank has everything: now touch the model */
         for (int c = 0; c < nchunks; c++) {
             ptdp_gpt_chunk_upload_params(chunks[c], P[c]);
             if (load_optim) {
                 if (opts[c].state_len)
-                    opts[c].ops->upload(opts[c].m, MV[c], sizeof(float) * (size_t)(2 * opts[c].state_len));
+                    opts[c].ops->upload(opts[c].m, MV[c],
+                                        sizeof(float) * (size_t)(2 * opts[c].state_len));
                 opts[c].step = M.step;
             }
         }
@@ -864,7 +917,9 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, 
 int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
     manifest M;
     int rc = manifest_read(&M, dir);
-    if (rc == 0) rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST, MANIFEST);
+    if (rc == 0)
+        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
+                         MANIFEST);
     if (rc == 1) {
         memset(cfg, 0, sizeof *cfg);
         cfg->num_layers = M.l;
@@ -886,10 +941,13 @@ int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
     manifest M;
     *found = 0;
     int rc = manifest_read(&M, dir);
-    if (rc == 0) rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST, MANIFEST);
+    if (rc == 0)
+        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
+                         MANIFEST);
     if (rc == 1) {
         const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
-        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"), *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"),
+                    *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
                     *st = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_style");
         int bad = 0;
         lr->warmup_iters = jint(tr, "lr_warmup_iters", &bad);
@@ -910,7 +968,9 @@ int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
 
 static int open_manifest(manifest *M, const char *dir) {
     int rc = manifest_read(M, dir);
-    if (rc == 0) rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST, MANIFEST);
+    if (rc == 0)
+        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
+                         MANIFEST);
     return rc < 0 ? rc : PTDP_OK;
 }
 
@@ -926,14 +986,18 @@ int ptdp_ckpt_info(const char *dir, FILE *f) {
     for (int i = 0; i < M.nfiles; i++) bytes += M.files[i].bytes;
     fprintf(f, "checkpoint %s (format version %d)\n", M.dir, M.version);
     fprintf(f, "iteration %lld, consumed samples %lld, optimizer steps %lld, optimizer state %s\n",
-            (long long)M.iteration, (long long)M.consumed, (long long)M.step, M.has_optim ? "yes (AdamW m, v)" : "no");
-    fprintf(f, "model: l=%lld h=%lld a=%lld ffn=%lld s=%lld max positions=%lld V=%lld (padded %lld), seed %lld\n",
-            (long long)M.l, (long long)M.h, (long long)M.a, (long long)M.ffn, (long long)M.s, (long long)M.maxpos,
-            (long long)M.V, (long long)M.Vp, (long long)M.seed);
-    fprintf(f, "saved from: t=%lld p=%lld d=%lld v=%lld ZeRO-1 %s (%lld ranks)\n", (long long)M.t, (long long)M.p,
-            (long long)M.d, (long long)M.v, M.zero ? "on" : "off", (long long)M.world);
-    fprintf(f, "%d tensors, %lld parameters (incl. vocabulary padding); %d shard records\n", M.ntensors,
-            (long long)total, M.nshards);
+            (long long)M.iteration, (long long)M.consumed, (long long)M.step,
+            M.has_optim ? "yes (AdamW m, v)" : "no");
+    fprintf(
+        f,
+        "model: l=%lld h=%lld a=%lld ffn=%lld s=%lld max positions=%lld V=%lld (padded %lld), seed %lld\n",
+        (long long)M.l, (long long)M.h, (long long)M.a, (long long)M.ffn, (long long)M.s,
+        (long long)M.maxpos, (long long)M.V, (long long)M.Vp, (long long)M.seed);
+    fprintf(f, "saved from: t=%lld p=%lld d=%lld v=%lld ZeRO-1 %s (%lld ranks)\n", (long long)M.t,
+            (long long)M.p, (long long)M.d, (long long)M.v, M.zero ? "on" : "off",
+            (long long)M.world);
+    fprintf(f, "%d tensors, %lld parameters (incl. vocabulary padding); %d shard records\n",
+            M.ntensors, (long long)total, M.nshards);
     fprintf(f, "%d files, %lld bytes:\n", M.nfiles, (long long)bytes);
     for (int i = 0; i < M.nfiles; i++)
         fprintf(f, "  %-28s rank %5d  %12lld bytes  crc32 %08x\n", M.files[i].name, M.files[i].rank,
@@ -946,8 +1010,8 @@ int ptdp_ckpt_info(const char *dir, FILE *f) {
             fprintf(f, "  %-48s [%lld, %lld]  F32  %d shard records\n", M.tensors[i].name,
                     (long long)M.tensors[i].shape[0], (long long)M.tensors[i].shape[1], ns);
         else
-            fprintf(f, "  %-48s [%lld]  F32  %d shard records\n", M.tensors[i].name, (long long)M.tensors[i].shape[0],
-                    ns);
+            fprintf(f, "  %-48s [%lld]  F32  %d shard records\n", M.tensors[i].name,
+                    (long long)M.tensors[i].shape[0], ns);
     }
     manifest_free(&M);
     return PTDP_OK;
@@ -982,15 +1046,20 @@ int ptdp_ckpt_verify(const char *dir, FILE *f) {
             }
             for (int64_t e = 0; rc == PTDP_OK && e < numel; e++)
                 if (!have[e])
-                    rc = ptdp_errorf(PTDP_EFORMAT, "%s: %s of tensor '%s' is not fully covered (element %lld is in no "
-                                     "shard)", M.path, kind_names[kind], T->name, (long long)e);
+                    rc = ptdp_errorf(
+                        PTDP_EFORMAT,
+                        "%s: %s of tensor '%s' is not fully covered (element %lld is in no "
+                        "shard)",
+                        M.path, kind_names[kind], T->name, (long long)e);
             checked++;
         }
         free(have);
     }
     if (rc == PTDP_OK)
-        fprintf(f, "%s: OK: %d files match their size and CRC-32, %lld global tensors (params%s) fully covered\n",
-                M.dir, M.nfiles, (long long)checked, M.has_optim ? ", exp_avg, exp_avg_sq" : "");
+        fprintf(
+            f,
+            "%s: OK: %d files match their size and CRC-32, %lld global tensors (params%s) fully covered\n",
+            M.dir, M.nfiles, (long long)checked, M.has_optim ? ", exp_avg, exp_avg_sq" : "");
     /* files the manifest does not name: not part of the checkpoint */
     DIR *dd = rc == PTDP_OK ? opendir(M.dir) : NULL;
     for (struct dirent *e; dd && (e = readdir(dd));) {
@@ -998,9 +1067,11 @@ int ptdp_ckpt_verify(const char *dir, FILE *f) {
         int listed = 0;
         for (int i = 0; i < M.nfiles && !listed; i++) listed = !strcmp(M.files[i].name, e->d_name);
         if (!listed)
-            fprintf(f, "%s: stray file %s (not in the manifest%s; safe to delete)\n", M.dir, e->d_name,
-                    is_temporary(e->d_name) ? ": a temporary of an interrupted save, the next save removes it"
-                                            : "");
+            fprintf(f, "%s: stray file %s (not in the manifest%s; safe to delete)\n", M.dir,
+                    e->d_name,
+                    is_temporary(e->d_name)
+                        ? ": a temporary of an interrupted save, the next save removes it"
+                        : "");
     }
     if (dd) closedir(dd);
     if (fc.open) cache_close(&fc);

@@ -52,7 +52,7 @@ typedef enum {
 #define PTDP__ST_DT_ENUM(e, name, size) PTDP_ST_##e,
     PTDP_ST_DTYPES(PTDP__ST_DT_ENUM)
 #undef PTDP__ST_DT_ENUM
-    PTDP_ST_NDTYPES
+        PTDP_ST_NDTYPES
 } ptdp_st_dtype;
 
 /* Header name ("F32") and element size of a dtype; asserts on a bad value. */
@@ -69,10 +69,10 @@ size_t ptdp_st_dtype_size(ptdp_st_dtype dt);
 typedef struct {
     const char *name;
     ptdp_st_dtype dtype;
-    int ndim;                         /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     int64_t shape[PTDP_ST_MAX_DIMS];
-    int64_t numel;                    /* prod(shape), 1 for a scalar */
-    const void *data;                 /* nbytes little-endian bytes */
+    int64_t numel;    /* prod(shape), 1 for a scalar */
+    const void *data; /* nbytes little-endian bytes */
     size_t nbytes;
 } ptdp_st_tensor;
 
@@ -177,13 +177,13 @@ typedef struct {
  * Only data-parallel rank 0 writes weights (ZeRO-1: every rank writes its
  * optimizer shard), only tensor-parallel rank 0 writes replicated tensors,
  * and the tied embedding is written by the first pipeline stage. */
-int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts,
-                   int nchunks, ptdp_comm *comm);
+int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *const *chunks,
+                   ptdp_optimizer *opts, int nchunks, ptdp_comm *comm);
 
 typedef struct ptdp_ckpt_loaded {
-    int found;               /* 0: DIR holds no checkpoint (nothing loaded) */
+    int found; /* 0: DIR holds no checkpoint (nothing loaded) */
     int64_t iteration, consumed_samples, optimizer_step;
-    char path[4096];         /* the iteration directory loaded */
+    char path[4096]; /* the iteration directory loaded */
 } ptdp_ckpt_loaded;
 
 /* Creates DIR (and its parents) for --save and checks it is writable;
@@ -200,8 +200,9 @@ int ptdp_ckpt_prepare_dir(const char *dir);
  * message. *out->found = 0 and PTDP_OK when DIR has no latest file and no
  * manifest. Errors: PTDP_ENOTFOUND, PTDP_EFORMAT, PTDP_ECONFIG (shape does
  * not match the flags), PTDP_EIO, PTDP_ENOMEM. */
-int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg, ptdp_gpt_chunk *const *chunks,
-                   ptdp_optimizer *opts, int nchunks, ptdp_comm *comm, ptdp_ckpt_loaded *out);
+int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
+                   ptdp_gpt_chunk *const *chunks, ptdp_optimizer *opts, int nchunks,
+                   ptdp_comm *comm, ptdp_ckpt_loaded *out);
 
 /* The model configuration a checkpoint was saved with (for `ptdp export
  * --load`): fills l, h, a, ffn, s, max positions, V, init std and seed;
@@ -229,8 +230,8 @@ uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n);
  * tensors, used by `ptdp train --init-from` and `ptdp export`.
  *
  * Mapping (ptdp spec, stored [out, in] -> HF GPT-2, stored [in, out]):
- *   embedding.word_embeddings.weight [Vp,h]   transformer.wte.weight [V,h] (padding rows dropped/zeroed)
- *   embedding.position_embeddings.weight      transformer.wpe.weight
+ *   embedding.word_embeddings.weight [Vp,h]   transformer.wte.weight [V,h] (padding rows
+ * dropped/zeroed) embedding.position_embeddings.weight      transformer.wpe.weight
  *   layers.i.input_layernorm.*                transformer.h.i.ln_1.*
  *   layers.i.self_attention.query_key_value   transformer.h.i.attn.c_attn (transposed; ptdp's
  *       rows are per head [a][q|k|v][hd], HF's columns are [q|k|v][a][hd])
@@ -242,16 +243,18 @@ uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n);
  * Files without the "transformer." prefix are accepted on import. */
 
 /* HF name and shape of a spec's tensor; returns the number of dims. */
-int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap, int64_t shape[2]);
+int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap,
+                 int64_t shape[2]);
 
 /* Fills `global` (the spec's full tensor in ptdp's layout, gshape) from the
  * HF file. PTDP_ENOTFOUND / PTDP_EFORMAT with a message naming the file and
  * tensor when it is missing or its shape does not match the model flags. */
-int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp, const ptdp_gpt_config *cfg,
-                        float *global);
+int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
+                        const ptdp_gpt_config *cfg, float *global);
 /* Converts a full tensor in ptdp's layout to the HF layout (caller-owned
  * hf buffer of prod(shape) floats from ptdp_hf_name). */
-void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global, float *hf);
+void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global,
+                         float *hf);
 
 /* Loads this rank's shards of every parameter of `chunk` from an HF GPT-2
  * safetensors file. Errors as above; nothing is half-loaded into the chunk
@@ -263,8 +266,8 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
  * (unless allow_extra) every tensor of the file is used, apart from the
  * causal-mask buffers (`*.attn.bias`, `*.attn.masked_bias`), a tied
  * `lm_head.weight` and names outside GPT-2's (`transformer.`, `h.`, `wte.`,
- * `wpe.`, `ln_f.`, `lm_head.`), e.g. reference data stored beside a model. The file cannot tell the head count (QKV is [h, 3h]
- * for any a): callers compare it with the config beside the file.
+ * `wpe.`, `ln_f.`, `lm_head.`), e.g. reference data stored beside a model. The file cannot tell the
+ * head count (QKV is [h, 3h] for any a): callers compare it with the config beside the file.
  * Errors: PTDP_ENOTFOUND / PTDP_EFORMAT naming the file, the tensor and the
  * flag to change; PTDP_EIO. Any rank may call it. */
 int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
@@ -275,7 +278,7 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
  * the shards of its `nchunks` chunks (tensor-parallel rank `tp`, size `t`)
  * to the group's rank 0, which assembles the global tensors and writes.
  * PTDP_EIO / PTDP_ENOMEM on rank 0 when writing fails. */
-int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg, ptdp_group *model, int tp,
-                   int t, const char *path, const char *config_json);
+int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
+                   ptdp_group *model, int tp, int t, const char *path, const char *config_json);
 
 #endif

@@ -51,7 +51,8 @@ static map_kind classify(const ptdp_param_spec *sp, char *hf, size_t cap) {
     return MAP_COPY;
 }
 
-int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap, int64_t shape[2]) {
+int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap,
+                 int64_t shape[2]) {
     map_kind k = classify(sp, name, cap);
     shape[0] = sp->gshape[0];
     shape[1] = sp->gshape[1];
@@ -70,8 +71,8 @@ static int64_t qkv_col(int64_t r, int64_t h, int64_t hd) {
 }
 
 /* ptdp[r][c] = hf[...] for every kind; `to_ptdp` picks the direction. */
-static void convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, map_kind k, float *ptdp, float *hf,
-                    int to_ptdp) {
+static void convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, map_kind k, float *ptdp,
+                    float *hf, int to_ptdp) {
     const int64_t R = sp->gshape[0], C = sp->gshape[1], hd = cfg->hidden / cfg->heads;
     for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < C; c++) {
@@ -104,29 +105,33 @@ static void convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, map_k
         }
 }
 
-int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, float *global) {
+int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
+                        const ptdp_gpt_config *cfg, float *global) {
     char name[128];
     int64_t shape[2];
     int nd = ptdp_hf_name(sp, cfg, name, sizeof name, shape);
     const ptdp_st_tensor *t = ptdp_st_find(f, name);
     if (!t) t = ptdp_st_find(f, name + strlen("transformer."));
     if (!t)
-        return ptdp_errorf(PTDP_ENOTFOUND, "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
+        return ptdp_errorf(PTDP_ENOTFOUND,
+                           "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
                            ptdp_st_path(f), name);
     int ok = t->ndim == nd && t->shape[0] == shape[0] && (nd == 1 || t->shape[1] == shape[1]);
     if (!ok) {
         char got[64] = "", want[64];
         for (int i = 0; i < t->ndim && i < 4; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "", (long long)t->shape[i]);
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
+                     (long long)t->shape[i]);
         if (nd == 1)
             snprintf(want, sizeof want, "%lld", (long long)shape[0]);
         else
             snprintf(want, sizeof want, "%lld,%lld", (long long)shape[0], (long long)shape[1]);
-        return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: tensor '%s' has shape [%s] but the model flags need [%s] "
-                           "(check --num-layers/--hidden-size/--num-attention-heads/--max-position-embeddings "
-                           "and the vocabulary size)",
-                           ptdp_st_path(f), t->name, got, want);
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "%s: tensor '%s' has shape [%s] but the model flags need [%s] "
+            "(check --num-layers/--hidden-size/--num-attention-heads/--max-position-embeddings "
+            "and the vocabulary size)",
+            ptdp_st_path(f), t->name, got, want);
     }
     int64_t n = shape[0] * (nd == 2 ? shape[1] : 1);
     float *hf = malloc(sizeof(float) * (size_t)(n ? n : 1));
@@ -137,12 +142,14 @@ int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp, const 
     return rc;
 }
 
-void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global, float *hf) {
+void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global,
+                         float *hf) {
     char name[128];
     convert(sp, cfg, classify(sp, name, sizeof name), (float *)global, hf, 0);
 }
 
-int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path) {
+int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp,
+                       const char *path) {
     ptdp_st_file *f = NULL;
     int rc = ptdp_st_open(&f, path);
     if (rc) return rc;
@@ -215,10 +222,12 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
         int ndim;
         int rows, cols; /* shape in units: 0 scalar 1, 1 h, 3 3h, 4 ffn */
     } layer_tab[] = {
-        {"ln_1.weight", 1, 1, 0},      {"ln_1.bias", 1, 1, 0},        {"attn.c_attn.weight", 2, 1, 3},
-        {"attn.c_attn.bias", 1, 3, 0}, {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
-        {"ln_2.weight", 1, 1, 0},      {"ln_2.bias", 1, 1, 0},        {"mlp.c_fc.weight", 2, 1, 4},
-        {"mlp.c_fc.bias", 1, 4, 0},    {"mlp.c_proj.weight", 2, 4, 1}, {"mlp.c_proj.bias", 1, 1, 0},
+        {"ln_1.weight", 1, 1, 0},        {"ln_1.bias", 1, 1, 0},
+        {"attn.c_attn.weight", 2, 1, 3}, {"attn.c_attn.bias", 1, 3, 0},
+        {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
+        {"ln_2.weight", 1, 1, 0},        {"ln_2.bias", 1, 1, 0},
+        {"mlp.c_fc.weight", 2, 1, 4},    {"mlp.c_fc.bias", 1, 4, 0},
+        {"mlp.c_proj.weight", 2, 4, 1},  {"mlp.c_proj.bias", 1, 1, 0},
     };
     const int per_layer = (int)(sizeof layer_tab / sizeof layer_tab[0]);
     const int64_t nexp = 4 + cfg->num_layers * per_layer;
@@ -247,13 +256,15 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
         if (!t) t = ptdp_st_find(f, nm + strlen("transformer."));
         if (!t) {
             if (e >= 4 && file_layers < cfg->num_layers)
-                rc = ptdp_errorf(PTDP_ENOTFOUND,
-                                 "%s: --num-layers %lld but the file holds %lld layers (tensor '%s' is missing); "
-                                 "give --num-layers %lld",
-                                 path, (long long)cfg->num_layers, (long long)file_layers, nm,
-                                 (long long)file_layers);
+                rc = ptdp_errorf(
+                    PTDP_ENOTFOUND,
+                    "%s: --num-layers %lld but the file holds %lld layers (tensor '%s' is missing); "
+                    "give --num-layers %lld",
+                    path, (long long)cfg->num_layers, (long long)file_layers, nm,
+                    (long long)file_layers);
             else
-                rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
+                rc = ptdp_errorf(PTDP_ENOTFOUND,
+                                 "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
                                  path, nm);
             break;
         }
@@ -284,16 +295,18 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
             const ptdp_st_tensor *t = ptdp_st_get(f, i);
             if (used[i] || hf_buffer(t, wte)) continue;
             if (extra < 3)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", extra ? ", " : "", t->name);
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'",
+                         extra ? ", " : "", t->name);
             extra++;
         }
         if (extra && file_layers > cfg->num_layers)
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "%s: --num-layers %lld but the file holds %lld layers (%d tensors would be left "
-                             "unused, e.g. %s); give --num-layers %lld, or --allow-extra-tensors to use only the "
-                             "first %lld",
-                             path, (long long)cfg->num_layers, (long long)file_layers, extra, list,
-                             (long long)file_layers, (long long)cfg->num_layers);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "%s: --num-layers %lld but the file holds %lld layers (%d tensors would be left "
+                "unused, e.g. %s); give --num-layers %lld, or --allow-extra-tensors to use only the "
+                "first %lld",
+                path, (long long)cfg->num_layers, (long long)file_layers, extra, list,
+                (long long)file_layers, (long long)cfg->num_layers);
         else if (extra)
             rc = ptdp_errorf(PTDP_EFORMAT,
                              "%s: %d tensor%s in the file %s not part of the model (%s%s); "
@@ -308,14 +321,16 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
 
 /* Rank 0 of the export: one host image of the full model (t = 1, every
  * layer), filled shard by shard, then converted and written. */
-static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const char *path, const char *config_json) {
+static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const char *path,
+                      const char *config_json) {
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(full, &n);
     float *host = ptdp_gpt_chunk_params(full); /* CPU backend: host memory */
     float **hfbuf = calloc((size_t)n, sizeof(float *));
-    char (*names)[128] = calloc((size_t)n, 128);
+    char(*names)[128] = calloc((size_t)n, 128);
     ptdp_st_writer *w = NULL;
-    int rc = (!hfbuf || !names) ? ptdp_errorf(PTDP_ENOMEM, "out of memory exporting") : ptdp_st_writer_init(&w);
+    int rc = (!hfbuf || !names) ? ptdp_errorf(PTDP_ENOMEM, "out of memory exporting")
+                                : ptdp_st_writer_init(&w);
     for (int i = 0; i < n && rc == PTDP_OK; i++) {
         const ptdp_param_spec *sp = &specs[i];
         int64_t shape[2];
@@ -334,12 +349,13 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
         if (!cf) {
             rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
         } else {
-            fprintf(cf,
-                    "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\",\"vocab_size\":%lld,"
-                    "\"n_positions\":%lld,\"n_embd\":%lld,\"n_layer\":%lld,\"n_head\":%lld,\"n_inner\":null,"
-                    "\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05,\"tie_word_embeddings\":true}\n",
-                    (long long)cfg->vocab, (long long)cfg->max_positions, (long long)cfg->hidden,
-                    (long long)cfg->num_layers, (long long)cfg->heads);
+            fprintf(
+                cf,
+                "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\",\"vocab_size\":%lld,"
+                "\"n_positions\":%lld,\"n_embd\":%lld,\"n_layer\":%lld,\"n_head\":%lld,\"n_inner\":null,"
+                "\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05,\"tie_word_embeddings\":true}\n",
+                (long long)cfg->vocab, (long long)cfg->max_positions, (long long)cfg->hidden,
+                (long long)cfg->num_layers, (long long)cfg->heads);
             if (fclose(cf) != 0) rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
         }
     }
@@ -353,8 +369,8 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
 /* Serialised shard: name[96], int64 tp, int64 numel, float data[numel]. */
 #define REC_HDR (96 + 16)
 
-int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg, ptdp_group *model, int tp,
-                   int t, const char *path, const char *config_json) {
+int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
+                   ptdp_group *model, int tp, int t, const char *path, const char *config_json) {
     int64_t bytes = 0;
     for (int c = 0; c < nchunks; c++) {
         int n;

@@ -51,10 +51,10 @@ struct ptdp_st_file {
     char *path;
     unsigned char *map; /* whole file */
     size_t size;
-    ptdp_st_tensor *t;  /* n, header order */
+    ptdp_st_tensor *t; /* n, header order */
     int n;
-    int *by_name;       /* n indices into t, sorted by name */
-    char **meta;        /* 2*nmeta: key, value, ... */
+    int *by_name; /* n indices into t, sorted by name */
+    char **meta;  /* 2*nmeta: key, value, ... */
     int nmeta;
 };
 
@@ -85,8 +85,10 @@ const ptdp_st_tensor *ptdp_st_find(const ptdp_st_file *f, const char *name) {
         const ptdp_st_tensor *t = &f->t[f->by_name[mid]];
         int c = strcmp(name, t->name);
         if (c == 0) return t;
-        if (c < 0) hi = mid - 1;
-        else lo = mid + 1;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
     }
     return NULL;
 }
@@ -147,37 +149,46 @@ static char *xstrdup(const char *s) {
 static int parse_header(ptdp_st_file *f) {
     const char *path = f->path;
     if (f->size < 8)
-        return ptdp_errorf(PTDP_EFORMAT, "file %s: truncated: %zu bytes, too short for the 8-byte header length",
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "file %s: truncated: %zu bytes, too short for the 8-byte header length",
                            path, f->size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
     if (hlen > PTDP_ST_MAX_HEADER)
-        return ptdp_errorf(PTDP_EFORMAT, "file %s: header length %llu exceeds the limit of %llu bytes", path,
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "file %s: header length %llu exceeds the limit of %llu bytes", path,
                            (unsigned long long)hlen, PTDP_ST_MAX_HEADER);
     if (hlen > f->size - 8)
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: header length %llu runs past the end of the file (%zu bytes; truncated?)",
+            path, (unsigned long long)hlen, f->size);
+    if (hlen < 2)
         return ptdp_errorf(PTDP_EFORMAT,
-                           "file %s: header length %llu runs past the end of the file (%zu bytes; truncated?)",
-                           path, (unsigned long long)hlen, f->size);
-    if (hlen < 2) return ptdp_errorf(PTDP_EFORMAT, "file %s: header length %llu is too short for a JSON object", path,
-                                     (unsigned long long)hlen);
+                           "file %s: header length %llu is too short for a JSON object", path,
+                           (unsigned long long)hlen);
     const char *hdr = (const char *)f->map + 8;
     if (memchr(hdr, 0, hlen))
-        return ptdp_errorf(PTDP_EFORMAT, "file %s: header contains a NUL byte (invalid JSON; padding must be spaces)",
-                           path);
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: header contains a NUL byte (invalid JSON; padding must be spaces)", path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
     if (!root) {
         long at = end ? (long)(end - hdr) : -1;
-        return ptdp_errorf(PTDP_EFORMAT, "file %s: header is not valid JSON (parse error near byte %ld of %llu)", path,
-                           at, (unsigned long long)hlen);
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "file %s: header is not valid JSON (parse error near byte %ld of %llu)",
+                           path, at, (unsigned long long)hlen);
     }
     int rc = PTDP_OK;
     span *spans = NULL;
     named *names = NULL;
     for (const char *p = end; p < hdr + hlen; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: header is not valid JSON (unexpected text after the object at byte %ld)",
-                             path, (long)(p - hdr));
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: header is not valid JSON (unexpected text after the object at byte %ld)",
+                path, (long)(p - hdr));
             goto done;
         }
     }
@@ -188,11 +199,14 @@ static int parse_header(ptdp_st_file *f) {
 
     int nent = 0, nmetaobj = 0;
     for (const cJSON *e = root->child; e; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0) nmetaobj++;
-        else nent++;
+        if (strcmp(e->string, "__metadata__") == 0)
+            nmetaobj++;
+        else
+            nent++;
     }
     if (nmetaobj > 1) {
-        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate name '__metadata__' in the header", path);
+        rc =
+            ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate name '__metadata__' in the header", path);
         goto done;
     }
     f->t = calloc(nent ? nent : 1, sizeof *f->t);
@@ -219,13 +233,15 @@ static int parse_header(ptdp_st_file *f) {
             }
             for (const cJSON *m = e->child; m; m = m->next) {
                 if (!cJSON_IsString(m)) {
-                    rc = ptdp_errorf(PTDP_EFORMAT, "file %s: __metadata__ value for '%s' is not a string", path,
+                    rc = ptdp_errorf(PTDP_EFORMAT,
+                                     "file %s: __metadata__ value for '%s' is not a string", path,
                                      m->string);
                     goto done;
                 }
                 for (int k = 0; k < f->nmeta; k++)
                     if (strcmp(f->meta[2 * k], m->string) == 0) {
-                        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate __metadata__ key '%s'", path, m->string);
+                        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate __metadata__ key '%s'",
+                                         path, m->string);
                         goto done;
                     }
                 f->meta[2 * f->nmeta] = xstrdup(m->string);
@@ -240,43 +256,50 @@ static int parse_header(ptdp_st_file *f) {
         }
         ptdp_st_tensor *t = &f->t[f->n];
         if (!cJSON_IsObject(e)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': entry is not a JSON object", path, name);
+            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': entry is not a JSON object", path,
+                             name);
             goto done;
         }
         const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
         const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
         if (!cJSON_IsString(jd)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-string \"dtype\"", path, name);
+            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-string \"dtype\"",
+                             path, name);
             goto done;
         }
         int dt = dtype_from_name(jd->valuestring);
         if (dt < 0) {
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "file %s: tensor '%s': unknown dtype \"%s\" (known: F64 F32 F16 BF16 I64 I32 U16 U8)",
-                             path, name, jd->valuestring);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: tensor '%s': unknown dtype \"%s\" (known: F64 F32 F16 BF16 I64 I32 U16 U8)",
+                path, name, jd->valuestring);
             goto done;
         }
         if (!cJSON_IsArray(js)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-array \"shape\"", path, name);
+            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-array \"shape\"",
+                             path, name);
             goto done;
         }
         int ndim = cJSON_GetArraySize(js);
         if (ndim > PTDP_ST_MAX_DIMS) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape has %d dims, at most %d supported", path, name,
-                             ndim, PTDP_ST_MAX_DIMS);
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "file %s: tensor '%s': shape has %d dims, at most %d supported", path,
+                             name, ndim, PTDP_ST_MAX_DIMS);
             goto done;
         }
         int64_t numel = 1;
         int d = 0;
         for (const cJSON *x = js->child; x; x = x->next, d++) {
             if (!json_uint(x, &t->shape[d])) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape[%d] is not a non-negative integer", path,
-                                 name, d);
+                rc = ptdp_errorf(PTDP_EFORMAT,
+                                 "file %s: tensor '%s': shape[%d] is not a non-negative integer",
+                                 path, name, d);
                 goto done;
             }
             if (t->shape[d] && numel > INT64_MAX / 8 / t->shape[d]) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape is too large", path, name);
+                rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape is too large", path,
+                                 name);
                 goto done;
             }
             numel *= t->shape[d];
@@ -284,23 +307,26 @@ static int parse_header(ptdp_st_file *f) {
         int64_t b0, b1;
         if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &b0) ||
             !json_uint(jo->child->next, &b1)) {
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "file %s: tensor '%s': \"data_offsets\" missing or not two non-negative integers", path,
-                             name);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: tensor '%s': \"data_offsets\" missing or not two non-negative integers",
+                path, name);
             goto done;
         }
         if (b1 < b0) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': data_offsets [%lld,%lld] end before they begin",
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "file %s: tensor '%s': data_offsets [%lld,%lld] end before they begin",
                              path, name, (long long)b0, (long long)b1);
             goto done;
         }
         int64_t want = numel * (int64_t)k_dtypes[dt].size;
         if (b1 - b0 != want) {
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "file %s: tensor '%s': data_offsets [%lld,%lld] hold %lld bytes but shape of %lld "
-                             "elements of %s needs %lld",
-                             path, name, (long long)b0, (long long)b1, (long long)(b1 - b0), (long long)numel,
-                             k_dtypes[dt].name, (long long)want);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: tensor '%s': data_offsets [%lld,%lld] hold %lld bytes but shape of %lld "
+                "elements of %s needs %lld",
+                path, name, (long long)b0, (long long)b1, (long long)(b1 - b0), (long long)numel,
+                k_dtypes[dt].name, (long long)want);
             goto done;
         }
         t->name = xstrdup(name);
@@ -320,7 +346,8 @@ static int parse_header(ptdp_st_file *f) {
     qsort(names, f->n, sizeof *names, cmp_named);
     for (int i = 0; i < f->n; i++) {
         if (i > 0 && strcmp(names[i - 1].name, names[i].name) == 0) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate tensor name '%s' in the header", path, names[i].name);
+            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate tensor name '%s' in the header",
+                             path, names[i].name);
             goto done;
         }
         f->by_name[i] = names[i].idx;
@@ -331,28 +358,38 @@ static int parse_header(ptdp_st_file *f) {
     for (int i = 0; i < f->n; i++) {
         const span *s = &spans[i];
         if (s->begin > pos) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: hole in the data buffer: bytes [%lld,%lld) belong to no tensor "
-                             "(next is '%s')", path, (long long)pos, (long long)s->begin, f->t[s->idx].name);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: hole in the data buffer: bytes [%lld,%lld) belong to no tensor "
+                "(next is '%s')",
+                path, (long long)pos, (long long)s->begin, f->t[s->idx].name);
             goto done;
         }
         if (s->begin < pos) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s' data_offsets [%lld,%lld] overlap the previous tensor "
-                             "(which ends at %lld)", path, f->t[s->idx].name, (long long)s->begin, (long long)s->end,
-                             (long long)pos);
+            rc = ptdp_errorf(
+                PTDP_EFORMAT,
+                "file %s: tensor '%s' data_offsets [%lld,%lld] overlap the previous tensor "
+                "(which ends at %lld)",
+                path, f->t[s->idx].name, (long long)s->begin, (long long)s->end, (long long)pos);
             goto done;
         }
         pos = s->end;
     }
     uint64_t data_size = f->size - 8 - hlen;
     if ((uint64_t)pos > data_size) {
-        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: truncated: the header declares %lld data bytes but only %llu follow it",
-                         path, (long long)pos, (unsigned long long)data_size);
+        rc = ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: truncated: the header declares %lld data bytes but only %llu follow it", path,
+            (long long)pos, (unsigned long long)data_size);
         goto done;
     }
     if ((uint64_t)pos < data_size) {
-        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: %llu trailing bytes after the last tensor (8 + header %llu + data %lld "
-                         "!= file size %zu)", path, (unsigned long long)(data_size - pos), (unsigned long long)hlen,
-                         (long long)pos, f->size);
+        rc = ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: %llu trailing bytes after the last tensor (8 + header %llu + data %lld "
+            "!= file size %zu)",
+            path, (unsigned long long)(data_size - pos), (unsigned long long)hlen, (long long)pos,
+            f->size);
         goto done;
     }
     const unsigned char *data = f->map + 8 + hlen;
@@ -426,8 +463,8 @@ static int lookup(const ptdp_st_file *f, const char *name, int64_t n, const ptdp
     *t = ptdp_st_find(f, name);
     if (!*t) return ptdp_errorf(PTDP_ENOTFOUND, "file %s: no tensor named '%s'", f->path, name);
     if ((*t)->numel != n)
-        return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s' has %lld elements, expected %lld", f->path, name,
-                           (long long)(*t)->numel, (long long)n);
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s' has %lld elements, expected %lld",
+                           f->path, name, (long long)(*t)->numel, (long long)n);
     return PTDP_OK;
 }
 
@@ -454,10 +491,12 @@ int ptdp_st_read_f32(const ptdp_st_file *f, const char *name, float *dst, int64_
         }
         return PTDP_OK;
     case PTDP_ST_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         return PTDP_OK;
     default:
-        return ptdp_errorf(PTDP_EUNSUPPORTED, "file %s: tensor '%s' has dtype %s, not a floating-point type", f->path,
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "file %s: tensor '%s' has dtype %s, not a floating-point type", f->path,
                            name, k_dtypes[t->dtype].name);
     }
 }
@@ -476,7 +515,8 @@ int ptdp_st_read_i32(const ptdp_st_file *f, const char *name, int32_t *dst, int6
             int64_t v;
             memcpy(&v, p + 8 * i, 8);
             if (v < INT32_MIN || v > INT32_MAX)
-                return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s' element %lld = %lld does not fit in int32",
+                return ptdp_errorf(PTDP_EFORMAT,
+                                   "file %s: tensor '%s' element %lld = %lld does not fit in int32",
                                    f->path, name, (long long)i, (long long)v);
             dst[i] = (int32_t)v;
         }
@@ -488,7 +528,8 @@ int ptdp_st_read_i32(const ptdp_st_file *f, const char *name, int32_t *dst, int6
         for (int64_t i = 0; i < n; i++) dst[i] = p[i];
         return PTDP_OK;
     default:
-        return ptdp_errorf(PTDP_EUNSUPPORTED, "file %s: tensor '%s' has dtype %s, not an integer type", f->path, name,
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "file %s: tensor '%s' has dtype %s, not an integer type", f->path, name,
                            k_dtypes[t->dtype].name);
     }
 }
@@ -526,28 +567,32 @@ void ptdp_st_writer_free(ptdp_st_writer *w) {
     free(w);
 }
 
-int ptdp_st_writer_add(ptdp_st_writer *w, const char *name, ptdp_st_dtype dtype, int ndim, const int64_t *shape,
-                       const void *data) {
+int ptdp_st_writer_add(ptdp_st_writer *w, const char *name, ptdp_st_dtype dtype, int ndim,
+                       const int64_t *shape, const void *data) {
     if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
-        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: invalid tensor name '%s'", name ? name : "(null)");
+        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: invalid tensor name '%s'",
+                           name ? name : "(null)");
     if ((int)dtype < 0 || dtype >= PTDP_ST_NDTYPES)
-        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': invalid dtype %d", name, (int)dtype);
+        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': invalid dtype %d", name,
+                           (int)dtype);
     if (ndim < 0 || ndim > PTDP_ST_MAX_DIMS)
-        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': ndim %d outside 0..%d", name, ndim,
-                           PTDP_ST_MAX_DIMS);
+        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': ndim %d outside 0..%d",
+                           name, ndim, PTDP_ST_MAX_DIMS);
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->e[i].name, name) == 0)
             return ptdp_errorf(PTDP_EINVAL, "safetensors writer: duplicate tensor name '%s'", name);
     wentry e = {0};
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': negative dim", name);
+        if (shape[d] < 0)
+            return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': negative dim", name);
         e.shape[d] = shape[d];
         numel *= shape[d];
     }
     e.nbytes = (size_t)numel * k_dtypes[dtype].size;
     if (!data && e.nbytes)
-        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': NULL data for %zu bytes", name, e.nbytes);
+        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: tensor '%s': NULL data for %zu bytes",
+                           name, e.nbytes);
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
         wentry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
@@ -565,10 +610,13 @@ int ptdp_st_writer_add(ptdp_st_writer *w, const char *name, ptdp_st_dtype dtype,
 }
 
 int ptdp_st_writer_meta(ptdp_st_writer *w, const char *key, const char *value) {
-    if (!key || !value) return ptdp_errorf(PTDP_EINVAL, "safetensors writer: NULL metadata key or value");
+    if (!key || !value)
+        return ptdp_errorf(PTDP_EINVAL, "safetensors writer: NULL metadata key or value");
     if (strcmp(key, "format") == 0) {
         if (strcmp(value, "pt") != 0)
-            return ptdp_errorf(PTDP_EINVAL, "safetensors writer: metadata \"format\" must be \"pt\", got \"%s\"", value);
+            return ptdp_errorf(PTDP_EINVAL,
+                               "safetensors writer: metadata \"format\" must be \"pt\", got \"%s\"",
+                               value);
         return PTDP_OK;
     }
     char *v = xstrdup(value);
@@ -669,7 +717,8 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path) {
         sb_put(&h, ",", 1);
         sb_json_str(&h, e->name);
         sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", k_dtypes[e->dtype].name);
-        for (int d = 0; d < e->ndim; d++) sb_printf(&h, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        for (int d = 0; d < e->ndim; d++)
+            sb_printf(&h, d ? ",%lld" : "%lld", (long long)e->shape[d]);
         sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                   (unsigned long long)(off + e->nbytes));
         off += e->nbytes;
@@ -682,7 +731,8 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path) {
     }
     if (h.len > PTDP_ST_MAX_HEADER) {
         free(h.s);
-        return ptdp_errorf(PTDP_EINVAL, "file %s: header of %zu bytes exceeds the safetensors limit", path, h.len);
+        return ptdp_errorf(
+            PTDP_EINVAL, "file %s: header of %zu bytes exceeds the safetensors limit", path, h.len);
     }
 
     size_t tlen = strlen(path) + 32;
@@ -701,7 +751,8 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path) {
         what = "write";
         ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(h.s, 1, h.len, fp) == h.len;
         for (int i = 0; ok && i < w->n; i++)
-            ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;
+            ok = w->e[i].nbytes == 0 ||
+                 fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;
         if (ok) {
             what = "flush";
             ok = fflush(fp) == 0;

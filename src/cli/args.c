@@ -16,7 +16,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->seed = 1234;
     a->micro_batch_size = 1;
     a->train_iters = -1; /* required; 0 is allowed (load, save, no step) */
-    a->lr = -1; /* required */
+    a->lr = -1;          /* required */
     a->min_lr = 0.0;
     a->weight_decay = 0.01;
     a->clip_grad = 1.0;
@@ -37,10 +37,14 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->device = "cpu";
 }
 
-#define I(name, field, help, lo, hi) {name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0}
-#define F(name, field, help, lo, hi) {name, PTDP_OPT_FLOAT, &a->field, help, NULL, lo, hi, 0}
-#define S(name, field, help, choices) {name, PTDP_OPT_STR, &a->field, help, choices, 0, 0, 0}
-#define B(name, field, help) {name, PTDP_OPT_BOOL, &a->field, help, NULL, 0, 1, 0}
+#define I(name, field, help, lo, hi) \
+    { name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0 }
+#define F(name, field, help, lo, hi) \
+    { name, PTDP_OPT_FLOAT, &a->field, help, NULL, lo, hi, 0 }
+#define S(name, field, help, choices) \
+    { name, PTDP_OPT_STR, &a->field, help, choices, 0, 0, 0 }
+#define B(name, field, help) \
+    { name, PTDP_OPT_BOOL, &a->field, help, NULL, 0, 1, 0 }
 #define BIG 1e15
 
 int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
@@ -50,64 +54,87 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("num-attention-heads", num_attention_heads, "attention heads a (required)", 1, 100000),
         I("ffn-hidden-size", ffn_hidden_size, "MLP width (0: 4h)", 0, 10000000),
         I("seq-length", seq_length, "sequence length s (required)", 1, 1000000),
-        I("max-position-embeddings", max_position_embeddings, "position embedding rows (0: seq-length)", 0, 1000000),
+        I("max-position-embeddings", max_position_embeddings,
+          "position embedding rows (0: seq-length)", 0, 1000000),
         I("vocab-size", vocab_size, "vocabulary size V for --mock-data/--token-file", 2, 100000000),
-        I("make-vocab-size-divisible-by", make_vocab_size_divisible_by, "pad V to a multiple of this x t", 1, 1000000),
+        I("make-vocab-size-divisible-by", make_vocab_size_divisible_by,
+          "pad V to a multiple of this x t", 1, 1000000),
         F("init-method-std", init_method_std, "std of the normal initialisation", 0, 10),
-        F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0, 0.99),
+        F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0,
+          0.99),
         F("attention-dropout", attention_dropout, "dropout on attention probabilities", 0, 0.99),
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
-        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1, 4096),
+        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1,
+          4096),
         S("init-from", init_from, "start from Hugging Face GPT-2 safetensors weights", NULL),
-        B("allow-extra-tensors", allow_extra_tensors, "with --init-from: ignore tensors of the file the model "
+        B("allow-extra-tensors", allow_extra_tensors,
+          "with --init-from: ignore tensors of the file the model "
           "does not use (e.g. load the first --num-layers layers of a deeper model)"),
         S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
     };
     const ptdp_opt train[] = {
         I("micro-batch-size", micro_batch_size, "micro-batch size b", 1, 1000000),
-        I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)", 0, BIG),
+        I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)",
+          0, BIG),
         I("train-iters", train_iters, "iterations to train (required; 0 runs no step)", 0, BIG),
         F("lr", lr, "peak learning rate (required)", 0, 1e3),
         F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
         S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
         I("lr-warmup-iters", lr_warmup_iters, "linear warm-up iterations", 0, BIG),
-        F("lr-warmup-fraction", lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters", 0, 1),
+        F("lr-warmup-fraction", lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters", 0,
+          1),
         I("lr-decay-iters", lr_decay_iters, "iterations of decay (0: --train-iters)", 0, BIG),
-        F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0, 100),
+        F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0,
+          100),
         F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
         F("adam-beta1", adam_beta1, "AdamW beta1", 0, 0.999999),
         F("adam-beta2", adam_beta2, "AdamW beta2", 0, 0.999999999),
         F("adam-eps", adam_eps, "AdamW epsilon", 0, 1),
-        I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p", 1, 4096),
+        I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p",
+          1, 4096),
         I("virtual-pipeline-model-parallel-size", virtual_pipeline_model_parallel_size,
           "model chunks per pipeline rank v (interleaved schedule)", 0, 4096),
         I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
           "layers per model chunk (sets v = l / (p x this))", 0, 100000),
-        S("pipeline-schedule", pipeline_schedule, "pipeline schedule (default: interleaved if v > 1, else 1f1b)",
-          "gpipe|1f1b|interleaved"),
-        S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file", NULL),
-        S("recompute-granularity", recompute_granularity, "activation recomputation (rerun each layer group's "
-          "forward before its backward)", "full"),
-        S("recompute-method", recompute_method, "uniform: groups of --recompute-num-layers; block: only the first "
-          "--recompute-num-layers layers of each stage", "uniform|block"),
-        I("recompute-num-layers", recompute_num_layers, "layers per recompute group (uniform) or recomputed "
-          "layers per stage (block)", 1, 100000),
-        B("scatter-gather-tensors-in-pipeline", scatter_gather, "send 1/t of each activation between stages and "
+        S("pipeline-schedule", pipeline_schedule,
+          "pipeline schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved"),
+        S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file",
+          NULL),
+        S("recompute-granularity", recompute_granularity,
+          "activation recomputation (rerun each layer group's "
+          "forward before its backward)",
+          "full"),
+        S("recompute-method", recompute_method,
+          "uniform: groups of --recompute-num-layers; block: only the first "
+          "--recompute-num-layers layers of each stage",
+          "uniform|block"),
+        I("recompute-num-layers", recompute_num_layers,
+          "layers per recompute group (uniform) or recomputed "
+          "layers per stage (block)",
+          1, 100000),
+        B("scatter-gather-tensors-in-pipeline", scatter_gather,
+          "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
-        B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather, "send whole activations between stages"),
-        I("ddp-bucket-size", ddp_bucket_size, "gradient elements per data-parallel reduction bucket", 1, BIG),
-        B("overlap-grad-reduce", overlap_grad_reduce, "overlap the data-parallel gradient reduction with the "
+        B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather,
+          "send whole activations between stages"),
+        I("ddp-bucket-size", ddp_bucket_size,
+          "gradient elements per data-parallel reduction bucket", 1, BIG),
+        B("overlap-grad-reduce", overlap_grad_reduce,
+          "overlap the data-parallel gradient reduction with the "
           "backward (Megatron's flag; on by default in ptdp)"),
         {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
          "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
          NULL, 0, 1, 0},
-        B("check-dp-replicas", check_dp_replicas, "after every iteration, check that data-parallel replicas hold "
+        B("check-dp-replicas", check_dp_replicas,
+          "after every iteration, check that data-parallel replicas hold "
           "bitwise identical weights (fails the run otherwise)"),
-        B("use-distributed-optimizer", use_distributed_optimizer, "ZeRO-1: shard AdamW state and the update "
+        B("use-distributed-optimizer", use_distributed_optimizer,
+          "ZeRO-1: shard AdamW state and the update "
           "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
-        S("data-path", data_path, "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
+        S("data-path", data_path,
+          "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
         S("split", split, "train,valid,test proportions of --data-path documents", NULL),
         S("vocab-file", vocab_file, "GPT-2 encoder.json (vocabulary size, text samples)", NULL),
         S("merge-file", merge_file, "GPT-2 vocab.bpe merges", NULL),
@@ -117,30 +144,40 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("log-interval", log_interval, "iterations between log lines", 1, BIG),
         S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
         B("log-comm", log_comm, "print per-group communication counters at the end"),
-        S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors", NULL),
+        S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors",
+          NULL),
         S("gemm", gemm, "GEMM library (--device cpu)", "onednn|openblas"),
-        S("device", device, "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
+        S("device", device,
+          "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
           "cpu|cuda"),
-        S("save", save, "write checkpoints to this directory (every --save-interval and at the end)", NULL),
-        I("save-interval", save_interval, "iterations between checkpoints (0: only at the end)", 0, BIG),
-        S("load", load, "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
-        B("no-load-optim", no_load_optim, "with --load: load weights and iteration, start a fresh optimizer"),
-        B("finetune", finetune, "with --load: load weights only; iteration 0, fresh optimizer and data position"),
-        B("override-opt-param-scheduler", override_scheduler, "with --load: use the flags' learning-rate schedule "
+        S("save", save,
+          "write checkpoints to this directory (every --save-interval and at the end)", NULL),
+        I("save-interval", save_interval, "iterations between checkpoints (0: only at the end)", 0,
+          BIG),
+        S("load", load,
+          "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
+        B("no-load-optim", no_load_optim,
+          "with --load: load weights and iteration, start a fresh optimizer"),
+        B("finetune", finetune,
+          "with --load: load weights only; iteration 0, fresh optimizer and data position"),
+        B("override-opt-param-scheduler", override_scheduler,
+          "with --load: use the flags' learning-rate schedule "
           "where it differs from the checkpoint's"),
-        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler, "with --load: keep the checkpoint's "
+        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler,
+          "with --load: keep the checkpoint's "
           "learning-rate schedule whatever the flags say"),
     };
     const ptdp_opt export_[] = {
         S("out", out, "output NAME.safetensors file (NAME.config.json is written beside it)", NULL),
-        S("load", load, "export the weights of this checkpoint directory (any layout; model flags come from it)",
+        S("load", load,
+          "export the weights of this checkpoint directory (any layout; model flags come from it)",
           NULL),
     };
     int n = 0;
-#define APPEND(tab)                                                      \
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {            \
-        PTDP_ASSERT(n < cap);                                            \
-        opts[n++] = tab[i];                                              \
+#define APPEND(tab)                                           \
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) { \
+        PTDP_ASSERT(n < cap);                                 \
+        opts[n++] = tab[i];                                   \
     }
     APPEND(model);
     if (which == PTDP_ARGS_TRAIN) APPEND(train);
@@ -158,7 +195,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return ptdp_errorf(PTDP_EINVAL, "--config %s: not a JSON object of flag names to values", path);
+        return ptdp_errorf(PTDP_EINVAL, "--config %s: not a JSON object of flag names to values",
+                           path);
     }
     *json_keep = root;
     for (cJSON *it = root->child; it; it = it->next) {
@@ -169,7 +207,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
         const char *v = val;
         ptdp_opt *o = ptdp_opt_find(opts, n, name);
         if (o && o->type == PTDP_OPT_STR && !cJSON_IsString(it))
-            return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a string", path, it->string);
+            return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a string", path,
+                               it->string);
         if (cJSON_IsBool(it))
             v = cJSON_IsTrue(it) ? "true" : "false";
         else if (cJSON_IsNumber(it)) {
@@ -181,7 +220,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
         } else if (cJSON_IsString(it))
             v = it->valuestring;
         else
-            return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a number, string or boolean", path,
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--config %s: key '%s' must be a number, string or boolean", path,
                                it->string);
         char origin[300];
         snprintf(origin, sizeof origin, "key in %s:", path);
@@ -191,7 +231,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
     return PTDP_OK;
 }
 
-int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep) {
+int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
+                    void **json_keep) {
     ptdp_opt opts[96];
     int n = ptdp_args_table(a, which, opts, 96);
     *json_keep = NULL;
@@ -226,14 +267,16 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
         }
         if (a->n_data_paths == 0) {
             free(rest);
-            return ptdp_errorf(PTDP_EINVAL, "--data-path needs a dataset prefix (or weights and prefixes)");
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--data-path needs a dataset prefix (or weights and prefixes)");
         }
         a->data_path = a->data_paths[0];
     }
     if (!from_cli && a->data_path) { /* from --config: split the string on spaces */
         snprintf(a->data_path_buf, sizeof a->data_path_buf, "%s", a->data_path);
         a->n_data_paths = 0;
-        for (char *tok = strtok(a->data_path_buf, " \t"); tok && a->n_data_paths < 128; tok = strtok(NULL, " \t"))
+        for (char *tok = strtok(a->data_path_buf, " \t"); tok && a->n_data_paths < 128;
+             tok = strtok(NULL, " \t"))
             a->data_paths[a->n_data_paths++] = tok;
     }
     int rc = ptdp_opts_parse(opts, n, nrest, rest, want_help);
@@ -243,7 +286,8 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
 
 void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
 
-int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg, int *d_out) {
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
+                           int *d_out) {
     const struct {
         int missing;
         const char *flag;
@@ -259,45 +303,62 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (which == PTDP_ARGS_TRAIN && a->save_interval && !a->save)
         return ptdp_errorf(PTDP_EINVAL, "--save-interval needs --save DIR");
     if (which == PTDP_ARGS_TRAIN && !a->load) {
-        const char *with_load = a->finetune ? "--finetune"
-                                : a->no_load_optim ? "--no-load-optim"
+        const char *with_load = a->finetune             ? "--finetune"
+                                : a->no_load_optim      ? "--no-load-optim"
                                 : a->override_scheduler ? "--override-opt_param-scheduler"
-                                : a->use_checkpoint_scheduler ? "--use-checkpoint-opt_param-scheduler"
-                                                              : NULL;
+                                : a->use_checkpoint_scheduler
+                                    ? "--use-checkpoint-opt_param-scheduler"
+                                    : NULL;
         if (with_load)
-            return ptdp_errorf(PTDP_EINVAL, "%s applies to the checkpoint of --load DIR, and there is no --load; "
-                               "add --load DIR or drop %s", with_load, with_load);
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "%s applies to the checkpoint of --load DIR, and there is no --load; "
+                "add --load DIR or drop %s",
+                with_load, with_load);
     }
     if (which == PTDP_ARGS_TRAIN && a->load && a->init_from)
-        return ptdp_errorf(PTDP_EINVAL, "--init-from and --load exclude each other (the checkpoint's weights would "
-                           "replace --init-from's); give one (--load DIR --finetune starts a new run from a "
-                           "checkpoint's weights)");
+        return ptdp_errorf(
+            PTDP_EINVAL,
+            "--init-from and --load exclude each other (the checkpoint's weights would "
+            "replace --init-from's); give one (--load DIR --finetune starts a new run from a "
+            "checkpoint's weights)");
     if (which == PTDP_ARGS_TRAIN && a->override_scheduler && a->use_checkpoint_scheduler)
-        return ptdp_errorf(PTDP_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
-                           "exclude each other; give one");
+        return ptdp_errorf(
+            PTDP_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
+                         "exclude each other; give one");
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-        if (req[i].missing) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
+        if (req[i].missing)
+            return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
     if (which == PTDP_ARGS_TRAIN) {
         int sources = (a->mock_data != 0) + (a->token_file != NULL) + (a->data_path != NULL);
         if (sources == 0)
-            return ptdp_errorf(PTDP_EINVAL, "no training data: give --data-path PREFIX, --token-file FILE or --mock-data");
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "no training data: give --data-path PREFIX, --token-file FILE or --mock-data");
         if (sources > 1)
-            return ptdp_errorf(PTDP_EINVAL, "--data-path, --token-file and --mock-data exclude each other; give one");
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "--data-path, --token-file and --mock-data exclude each other; give one");
         if ((a->vocab_file != NULL) != (a->merge_file != NULL))
             return ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
     }
-    int64_t t = a->tensor_model_parallel_size, pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
+    int64_t t = a->tensor_model_parallel_size,
+            pp = which == PTDP_ARGS_TRAIN ? a->pipeline_model_parallel_size : 1;
     if (a->ffn_hidden_size && a->ffn_hidden_size % t)
-        return ptdp_errorf(PTDP_ECONFIG, "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
-                           "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
-                           (long long)a->ffn_hidden_size, (long long)t);
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
+            "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
+            (long long)a->ffn_hidden_size, (long long)t);
     if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "this job has %d ranks, which is not a multiple of --tensor-model-parallel-size %lld x "
-                           "--pipeline-model-parallel-size %lld; launch with mpirun -np a multiple of %lld",
-                           world_size, (long long)t, (long long)pp, (long long)(t * pp));
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "this job has %d ranks, which is not a multiple of --tensor-model-parallel-size %lld x "
+            "--pipeline-model-parallel-size %lld; launch with mpirun -np a multiple of %lld",
+            world_size, (long long)t, (long long)pp, (long long)(t * pp));
     if (which != PTDP_ARGS_TRAIN && t != 1)
-        return ptdp_errorf(PTDP_EUNSUPPORTED, "--tensor-model-parallel-size: export works on one process; use 1");
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "--tensor-model-parallel-size: export works on one process; use 1");
     int64_t d = which == PTDP_ARGS_TRAIN ? world_size / (t * pp) : 1;
     if (d_out) *d_out = (int)d;
     if (which == PTDP_ARGS_TRAIN) {
@@ -308,46 +369,59 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
         if (a->num_layers_per_virtual_pipeline_stage) {
             if (a->num_layers % (pp * a->num_layers_per_virtual_pipeline_stage))
-                return ptdp_errorf(PTDP_ECONFIG,
-                                   "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                                   "--num-layers-per-virtual-pipeline-stage %lld",
-                                   (long long)a->num_layers, (long long)pp,
-                                   (long long)a->num_layers_per_virtual_pipeline_stage);
+                return ptdp_errorf(
+                    PTDP_ECONFIG,
+                    "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
+                    "--num-layers-per-virtual-pipeline-stage %lld",
+                    (long long)a->num_layers, (long long)pp,
+                    (long long)a->num_layers_per_virtual_pipeline_stage);
             v = a->num_layers / (pp * a->num_layers_per_virtual_pipeline_stage);
         }
         if (v > 1 && pp == 1)
-            return ptdp_errorf(PTDP_ECONFIG, "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
-                               (long long)v);
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
+                (long long)v);
         if (a->num_layers % (pp * v))
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                               "virtual stages %lld (every stage needs the same number of layers)",
-                               (long long)a->num_layers, (long long)pp, (long long)v);
-        const char *sched = a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
+                "virtual stages %lld (every stage needs the same number of layers)",
+                (long long)a->num_layers, (long long)pp, (long long)v);
+        const char *sched =
+            a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
         if (v > 1 && strcmp(sched, "interleaved"))
-            return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule %s runs one model chunk per rank; virtual stages "
-                                             "(v = %lld) need the interleaved schedule",
-                               sched, (long long)v);
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--pipeline-schedule %s runs one model chunk per rank; virtual stages "
+                "(v = %lld) need the interleaved schedule",
+                sched, (long long)v);
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
         if (a->recompute_method && !a->recompute_granularity)
-            return ptdp_errorf(PTDP_ECONFIG, "--recompute-method needs --recompute-granularity full");
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--recompute-method needs --recompute-granularity full");
         if (a->recompute_num_layers && !a->recompute_granularity)
-            return ptdp_errorf(PTDP_ECONFIG, "--recompute-num-layers needs --recompute-granularity full");
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--recompute-num-layers needs --recompute-granularity full");
         if (a->recompute_granularity && !a->recompute_method)
-            return ptdp_errorf(PTDP_ECONFIG, "--recompute-granularity full needs --recompute-method uniform|block");
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--recompute-granularity full needs --recompute-method uniform|block");
         if (a->scatter_gather && a->no_scatter_gather)
-            return ptdp_errorf(PTDP_ECONFIG, "--scatter-gather-tensors-in-pipeline and "
-                                             "--no-scatter-gather-tensors-in-pipeline exclude each other");
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--scatter-gather-tensors-in-pipeline and "
+                               "--no-scatter-gather-tensors-in-pipeline exclude each other");
         int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
         int64_t m = B / (a->micro_batch_size * d);
         if (v > 1 && B % (a->micro_batch_size * d) == 0 && m % pp)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "the interleaved schedule needs the number of micro-batches (%lld = "
-                               "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple "
-                               "of --pipeline-model-parallel-size %lld",
-                               (long long)m, (long long)pp);
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "the interleaved schedule needs the number of micro-batches (%lld = "
+                "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple "
+                "of --pipeline-model-parallel-size %lld",
+                (long long)m, (long long)pp);
     }
     memset(cfg, 0, sizeof *cfg);
     cfg->num_layers = a->num_layers;
@@ -366,16 +440,20 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (which == PTDP_ARGS_TRAIN) {
         int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
         if (B % (a->micro_batch_size * d))
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--global-batch-size %lld is not a multiple of --micro-batch-size %lld x "
+                "data-parallel size %lld (= ranks / (t x p)); each data-parallel rank needs "
+                "a whole number of micro-batches",
+                (long long)B, (long long)a->micro_batch_size, (long long)d);
+        if (a->lr_decay_iters && a->lr_warmup_iters >= a->lr_decay_iters &&
+            strcmp(a->lr_decay_style, "constant"))
             return ptdp_errorf(PTDP_ECONFIG,
-                               "--global-batch-size %lld is not a multiple of --micro-batch-size %lld x "
-                               "data-parallel size %lld (= ranks / (t x p)); each data-parallel rank needs "
-                               "a whole number of micro-batches",
-                               (long long)B, (long long)a->micro_batch_size, (long long)d);
-        if (a->lr_decay_iters && a->lr_warmup_iters >= a->lr_decay_iters && strcmp(a->lr_decay_style, "constant"))
-            return ptdp_errorf(PTDP_ECONFIG, "--lr-warmup-iters %lld must be below --lr-decay-iters %lld",
+                               "--lr-warmup-iters %lld must be below --lr-decay-iters %lld",
                                (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);
         if (a->lr_warmup_iters && a->lr_warmup_fraction > 0)
-            return ptdp_errorf(PTDP_ECONFIG, "give --lr-warmup-iters or --lr-warmup-fraction, not both");
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "give --lr-warmup-iters or --lr-warmup-fraction, not both");
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
         /* Each bucket is one collective with its own request: tens of thousands
@@ -386,13 +464,14 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         const int64_t per_rank = params / (t * pp), max_buckets = 10000;
         if (a->ddp_bucket_size < (per_rank + max_buckets - 1) / max_buckets) {
             const int64_t least = (per_rank + max_buckets - 1) / max_buckets;
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--ddp-bucket-size %lld cuts this rank's ~%lld gradients into ~%lld buckets (one "
-                               "collective each; at most %lld are allowed); give at least %lld, or leave the "
-                               "default 40000000 (Megatron's)",
-                               (long long)a->ddp_bucket_size, (long long)per_rank,
-                               (long long)((per_rank + a->ddp_bucket_size - 1) / a->ddp_bucket_size),
-                               (long long)max_buckets, (long long)least);
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--ddp-bucket-size %lld cuts this rank's ~%lld gradients into ~%lld buckets (one "
+                "collective each; at most %lld are allowed); give at least %lld, or leave the "
+                "default 40000000 (Megatron's)",
+                (long long)a->ddp_bucket_size, (long long)per_rank,
+                (long long)((per_rank + a->ddp_bucket_size - 1) / a->ddp_bucket_size),
+                (long long)max_buckets, (long long)least);
         }
     }
     return PTDP_OK;
@@ -403,7 +482,8 @@ void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params
     lr->min_lr = a->min_lr;
     lr->decay_iters = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
     lr->warmup_iters = a->lr_warmup_iters;
-    if (a->lr_warmup_fraction > 0) lr->warmup_iters = (int64_t)(a->lr_warmup_fraction * (double)lr->decay_iters);
+    if (a->lr_warmup_fraction > 0)
+        lr->warmup_iters = (int64_t)(a->lr_warmup_fraction * (double)lr->decay_iters);
     if (lr->decay_iters <= lr->warmup_iters) lr->decay_iters = lr->warmup_iters + 1;
     PTDP_ASSERT(ptdp_lr_style_parse(a->lr_decay_style, &lr->style) == PTDP_OK);
     adam->beta1 = a->adam_beta1;

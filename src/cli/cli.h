@@ -53,13 +53,15 @@ int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, i
  * same keys. Parsing validates everything before any work starts. */
 typedef struct {
     /* model */
-    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, max_position_embeddings;
+    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length,
+        max_position_embeddings;
     int64_t vocab_size, make_vocab_size_divisible_by;
     double init_method_std, hidden_dropout, attention_dropout;
     int64_t seed;
     /* batch and schedule */
     int64_t micro_batch_size, global_batch_size, train_iters;
-    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, lr_warmup_fraction;
+    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps,
+        lr_warmup_fraction;
     int64_t lr_warmup_iters, lr_decay_iters;
     const char *lr_decay_style;
     /* parallelism */
@@ -74,10 +76,10 @@ typedef struct {
     /* data */
     int mock_data;
     const char *token_file;
-    const char *data_path;        /* first value (presence); all values below */
-    const char *data_paths[128];  /* "PREFIX" or "W1 P1 W2 P2 ..." */
+    const char *data_path;       /* first value (presence); all values below */
+    const char *data_paths[128]; /* "PREFIX" or "W1 P1 W2 P2 ..." */
     int n_data_paths;
-    char data_path_buf[4096];     /* storage when the list came from --config */
+    char data_path_buf[4096]; /* storage when the list came from --config */
     const char *vocab_file, *merge_file, *tokenizer_type, *split;
     int64_t eval_interval, eval_iters;
     /* io and logging */
@@ -104,12 +106,14 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap);
  * flags on the command line win. Sets *want_help. PTDP_EINVAL/PTDP_EIO with
  * one message naming the flag or file. *json_keep receives the parsed JSON
  * tree whose strings the args point into (free with ptdp_args_free). */
-int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help, void **json_keep);
+int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
+                    void **json_keep);
 void ptdp_args_free(void *json_keep);
 /* Checks required flags and cross-flag consistency for `which`, given the
  * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
  * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
-int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg, int *d_out);
+int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
+                           int *d_out);
 /* The LR schedule and AdamW settings from the flags. */
 void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 

@@ -11,10 +11,12 @@
 #include "cli/cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ptdp checkpoint info DIR     print iteration, layout, model shape, tensors and files\n"
-               "       ptdp checkpoint verify DIR   check every checksum and that every tensor is fully covered\n\n"
-               "DIR is a --save directory (its latest_checkpointed_iteration.txt is followed) or one\n"
-               "iter_NNNNNNN directory.\n");
+    fprintf(
+        f,
+        "usage: ptdp checkpoint info DIR     print iteration, layout, model shape, tensors and files\n"
+        "       ptdp checkpoint verify DIR   check every checksum and that every tensor is fully covered\n\n"
+        "DIR is a --save directory (its latest_checkpointed_iteration.txt is followed) or one\n"
+        "iter_NNNNNNN directory.\n");
 }
 
 int ptdp_cmd_checkpoint(int argc, char **argv) {
@@ -23,11 +25,14 @@ int ptdp_cmd_checkpoint(int argc, char **argv) {
         return 0;
     }
     if (argc != 2 || (strcmp(argv[0], "info") && strcmp(argv[0], "verify"))) {
-        fprintf(stderr, "ptdp: error: expected `ptdp checkpoint info DIR` or `ptdp checkpoint verify DIR`\n");
+        fprintf(
+            stderr,
+            "ptdp: error: expected `ptdp checkpoint info DIR` or `ptdp checkpoint verify DIR`\n");
         usage(stderr);
         return 2;
     }
-    int rc = !strcmp(argv[0], "info") ? ptdp_ckpt_info(argv[1], stdout) : ptdp_ckpt_verify(argv[1], stdout);
+    int rc = !strcmp(argv[0], "info") ? ptdp_ckpt_info(argv[1], stdout)
+                                      : ptdp_ckpt_verify(argv[1], stdout);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         return 1;

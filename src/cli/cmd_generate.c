@@ -35,18 +35,24 @@ typedef struct {
     int64_t num_layers, hidden_size, num_attention_heads, max_position_embeddings, vocab_size;
 } gen_args;
 
-#define I(name, field, help, lo, hi) {name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0}
-#define F(name, field, help, lo, hi) {name, PTDP_OPT_FLOAT, &a->field, help, NULL, lo, hi, 0}
-#define S(name, field, help, choices) {name, PTDP_OPT_STR, &a->field, help, choices, 0, 0, 0}
+#define I(name, field, help, lo, hi) \
+    { name, PTDP_OPT_INT, &a->field, help, NULL, lo, hi, 0 }
+#define F(name, field, help, lo, hi) \
+    { name, PTDP_OPT_FLOAT, &a->field, help, NULL, lo, hi, 0 }
+#define S(name, field, help, choices) \
+    { name, PTDP_OPT_STR, &a->field, help, choices, 0, 0, 0 }
 
 static int table(gen_args *a, ptdp_opt *opts) {
     const ptdp_opt t[] = {
         S("init-from", init_from, "Hugging Face GPT-2 safetensors weights (or --load)", NULL),
-        S("load", load, "a ptdp checkpoint directory (any layout it was saved from; or --init-from)", NULL),
+        S("load", load,
+          "a ptdp checkpoint directory (any layout it was saved from; or --init-from)", NULL),
         {"allow-extra-tensors", PTDP_OPT_BOOL, &a->allow_extra_tensors,
          "with --init-from: ignore tensors of the file the model does not use", NULL, 0, 1, 0},
-        S("prompt", prompt, "prompt text (with --vocab-file), else space-separated token ids (required)", NULL),
-        I("max-new-tokens", max_new_tokens, "tokens to generate (prompt + these <= positions)", 1, 1e9),
+        S("prompt", prompt,
+          "prompt text (with --vocab-file), else space-separated token ids (required)", NULL),
+        I("max-new-tokens", max_new_tokens, "tokens to generate (prompt + these <= positions)", 1,
+          1e9),
         F("temperature", temperature, "softmax temperature; 0 is greedy (argmax)", 0, 1e6),
         I("top-k", top_k, "sample among the k most likely tokens (0: off)", 0, 1e9),
         F("top-p", top_p, "nucleus: smallest set with probability >= p, in (0, 1] (1: off)", 0, 1),
@@ -55,12 +61,15 @@ static int table(gen_args *a, ptdp_opt *opts) {
         S("merge-file", merge_file, "GPT-2 vocab.bpe merges", NULL),
         I("num-layers", num_layers, "l (default: config.json / the file)", 0, 100000),
         I("hidden-size", hidden_size, "h (default: config.json / the file)", 0, 1000000),
-        I("num-attention-heads", num_attention_heads, "a (default: config.json / the file's metadata)", 0, 100000),
-        I("max-position-embeddings", max_position_embeddings, "positions (default: config.json / the file)", 0,
-          1000000),
+        I("num-attention-heads", num_attention_heads,
+          "a (default: config.json / the file's metadata)", 0, 100000),
+        I("max-position-embeddings", max_position_embeddings,
+          "positions (default: config.json / the file)", 0, 1000000),
         I("vocab-size", vocab_size, "V (default: config.json / the file)", 0, 100000000),
-        I("make-vocab-size-divisible-by", divisible_by, "pad V to a multiple of this x t", 1, 1000000),
-        I("tensor-model-parallel-size", t, "tensor-parallel size t (run under mpirun -np t)", 1, 4096),
+        I("make-vocab-size-divisible-by", divisible_by, "pad V to a multiple of this x t", 1,
+          1000000),
+        I("tensor-model-parallel-size", t, "tensor-parallel size t (run under mpirun -np t)", 1,
+          4096),
         S("gemm", gemm, "GEMM library", "onednn|openblas"),
     };
     memcpy(opts, t, sizeof t);
@@ -68,13 +77,15 @@ static int table(gen_args *a, ptdp_opt *opts) {
 }
 
 static void usage(FILE *f, const ptdp_opt *opts, int n) {
-    fprintf(f, "usage: ptdp generate --init-from FILE.safetensors --prompt TEXT [--max-new-tokens N]\n"
-               "                     [--temperature X] [--top-k K] [--top-p P] [--seed S]\n"
-               "                     [--vocab-file encoder.json --merge-file vocab.bpe] [model flags]\n\n"
-               "Samples a continuation of the prompt with a KV cache. Weights: --init-from (the model shape is\n"
-               "read from NAME.config.json or config.json beside NAME.safetensors, or the file itself; flags\n"
-               "override but must match the file) or --load DIR (a ptdp checkpoint, any layout; the shape comes\n"
-               "from it). Tensor parallel: mpirun -np t ptdp generate ... --tensor-model-parallel-size t.\n\nflags:\n");
+    fprintf(
+        f,
+        "usage: ptdp generate --init-from FILE.safetensors --prompt TEXT [--max-new-tokens N]\n"
+        "                     [--temperature X] [--top-k K] [--top-p P] [--seed S]\n"
+        "                     [--vocab-file encoder.json --merge-file vocab.bpe] [model flags]\n\n"
+        "Samples a continuation of the prompt with a KV cache. Weights: --init-from (the model shape is\n"
+        "read from NAME.config.json or config.json beside NAME.safetensors, or the file itself; flags\n"
+        "override but must match the file) or --load DIR (a ptdp checkpoint, any layout; the shape comes\n"
+        "from it). Tensor parallel: mpirun -np t ptdp generate ... --tensor-model-parallel-size t.\n\nflags:\n");
     ptdp_opts_help(f, opts, n);
 }
 
@@ -85,8 +96,8 @@ static int status_of(int rc) {
 /* Fills the shape fields still 0 from config.json beside `weights`, then
  * from the file's metadata and tensor shapes. */
 static int model_shape(gen_args *a, const char *weights) {
-    int64_t *fields[5] = {&a->vocab_size, &a->max_position_embeddings, &a->hidden_size, &a->num_layers,
-                          &a->num_attention_heads};
+    int64_t *fields[5] = {&a->vocab_size, &a->max_position_embeddings, &a->hidden_size,
+                          &a->num_layers, &a->num_attention_heads};
     const char *keys[5] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"};
     char cfgpath[4096];
     ptdp__cli_config_json_find(weights, cfgpath, sizeof cfgpath);
@@ -132,11 +143,12 @@ static int model_shape(gen_args *a, const char *weights) {
         break;
     }
     ptdp_st_close(st);
-    const char *flags[5] = {"--vocab-size", "--max-position-embeddings", "--hidden-size", "--num-layers",
-                            "--num-attention-heads"};
+    const char *flags[5] = {"--vocab-size", "--max-position-embeddings", "--hidden-size",
+                            "--num-layers", "--num-attention-heads"};
     for (int k = 0; k < 5; k++)
         if (*fields[k] <= 0)
-            return ptdp_errorf(PTDP_EINVAL, "%s: not in %s, nor in %s; give the flag", flags[k], cfgpath, weights);
+            return ptdp_errorf(PTDP_EINVAL, "%s: not in %s, nor in %s; give the flag", flags[k],
+                               cfgpath, weights);
     return PTDP_OK;
 }
 
@@ -171,10 +183,14 @@ static int prompt_ids(const gen_args *a, const ptdp_tokenizer *tok, int32_t **id
         char *end;
         long long v = strtoll(p, &end, 10);
         if (end == p || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != ','))
-            return ptdp_errorf(PTDP_EINVAL, "--prompt: '%.20s' is not a token id (without --vocab-file the prompt "
-                                            "is a space-separated list of ids)", p);
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "--prompt: '%.20s' is not a token id (without --vocab-file the prompt "
+                "is a space-separated list of ids)",
+                p);
         if (v < 0 || v >= a->vocab_size)
-            return ptdp_errorf(PTDP_EINVAL, "--prompt: token id %lld is outside the vocabulary [0, %lld)", v,
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--prompt: token id %lld is outside the vocabulary [0, %lld)", v,
                                (long long)a->vocab_size);
         (*ids)[(*n)++] = (int32_t)v;
         p = end;
@@ -182,12 +198,14 @@ static int prompt_ids(const gen_args *a, const ptdp_tokenizer *tok, int32_t **id
     return PTDP_OK;
 }
 
-static void emit(const ptdp_tokenizer *tok, const int32_t *ids, int64_t n, int first, char **buf, size_t *cap) {
+static void emit(const ptdp_tokenizer *tok, const int32_t *ids, int64_t n, int first, char **buf,
+                 size_t *cap) {
     if (!tok) {
         for (int64_t i = 0; i < n; i++) printf(first && i == 0 ? "%d" : " %d", ids[i]);
     } else {
         size_t len = 0;
-        if (ptdp_tokenizer_decode(tok, ids, (size_t)n, buf, &len, cap) == PTDP_OK) fwrite(*buf, 1, len, stdout);
+        if (ptdp_tokenizer_decode(tok, ids, (size_t)n, buf, &len, cap) == PTDP_OK)
+            fwrite(*buf, 1, len, stdout);
     }
     fflush(stdout);
 }
@@ -210,12 +228,16 @@ int ptdp_cmd_generate(int argc, char **argv) {
         return 0;
     }
     if (rc == PTDP_OK && !a.init_from && !a.load)
-        rc = ptdp_errorf(PTDP_EINVAL, "missing the weights: give --init-from FILE.safetensors or --load DIR (see --help)");
+        rc = ptdp_errorf(
+            PTDP_EINVAL,
+            "missing the weights: give --init-from FILE.safetensors or --load DIR (see --help)");
     if (rc == PTDP_OK && a.init_from && a.load)
         rc = ptdp_errorf(PTDP_EINVAL, "--init-from and --load exclude each other; give one");
-    if (rc == PTDP_OK && !a.prompt) rc = ptdp_errorf(PTDP_EINVAL, "missing required flag --prompt (see --help)");
+    if (rc == PTDP_OK && !a.prompt)
+        rc = ptdp_errorf(PTDP_EINVAL, "missing required flag --prompt (see --help)");
     if (rc == PTDP_OK && !(a.top_p > 0.0))
-        rc = ptdp_errorf(PTDP_EINVAL, "--top-p must be in (0, 1] (1 turns it off), got %g", a.top_p);
+        rc =
+            ptdp_errorf(PTDP_EINVAL, "--top-p must be in (0, 1] (1 turns it off), got %g", a.top_p);
     if (rc == PTDP_OK && (a.vocab_file != NULL) != (a.merge_file != NULL))
         rc = ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
@@ -245,8 +267,11 @@ int ptdp_cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t np = 0;
     if (comm.world_size != a.t)
-        rc = ptdp_errorf(PTDP_ECONFIG, "--tensor-model-parallel-size %lld: generate runs on exactly t ranks, this "
-                                       "job has %d (mpirun -np %lld)", (long long)a.t, comm.world_size, (long long)a.t);
+        rc =
+            ptdp_errorf(PTDP_ECONFIG,
+                        "--tensor-model-parallel-size %lld: generate runs on exactly t ranks, this "
+                        "job has %d (mpirun -np %lld)",
+                        (long long)a.t, comm.world_size, (long long)a.t);
     if (rc == PTDP_OK && a.load) { /* the model shape comes from the checkpoint's manifest */
         ptdp_gpt_config ck;
         rc = ptdp_ckpt_read_config(a.load, &ck);
@@ -263,10 +288,11 @@ int ptdp_cmd_generate(int argc, char **argv) {
     if (rc == PTDP_OK) rc = prompt_ids(&a, tok, &ids, &np);
     if (rc == PTDP_OK && np == 0) rc = ptdp_errorf(PTDP_EINVAL, "--prompt: no tokens");
     if (rc == PTDP_OK && np + a.max_new_tokens > a.max_position_embeddings)
-        rc = ptdp_errorf(PTDP_EINVAL,
-                         "--max-new-tokens %lld: the prompt's %lld tokens plus the new ones exceed the model's %lld "
-                         "positions",
-                         (long long)a.max_new_tokens, (long long)np, (long long)a.max_position_embeddings);
+        rc = ptdp_errorf(
+            PTDP_EINVAL,
+            "--max-new-tokens %lld: the prompt's %lld tokens plus the new ones exceed the model's %lld "
+            "positions",
+            (long long)a.max_new_tokens, (long long)np, (long long)a.max_position_embeddings);
     if (rc == PTDP_OK) {
         cfg.num_layers = a.num_layers;
         cfg.hidden = a.hidden_size;
@@ -282,19 +308,29 @@ int ptdp_cmd_generate(int argc, char **argv) {
     ptdp_generator *g = NULL;
     if (rc == PTDP_OK) {
         ptdp__cli_set_threads(&comm);
-        ptdp_chunk_params cp = {.cfg = &cfg, .layer_begin = 0, .layer_end = cfg.num_layers, .pre = 1, .post = 1,
-                                .micro_batch = 1, .slots = 1, .ops = ptdp_cpu_ops_lib(lib), .tp = &comm.tensor, .inference = 1};
+        ptdp_chunk_params cp = {.cfg = &cfg,
+                                .layer_begin = 0,
+                                .layer_end = cfg.num_layers,
+                                .pre = 1,
+                                .post = 1,
+                                .micro_batch = 1,
+                                .slots = 1,
+                                .ops = ptdp_cpu_ops_lib(lib),
+                                .tp = &comm.tensor,
+                                .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK && a.load) {
         ptdp_ckpt_loaded ld;
         rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
-        if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
+        if (rc == PTDP_OK && !ld.found)
+            rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
     } else if (rc == PTDP_OK) {
         rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
         if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
     }
-    if (rc == PTDP_OK) rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, np + a.max_new_tokens);
+    if (rc == PTDP_OK)
+        rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, np + a.max_new_tokens);
     if (rc) {
         if (root) ptdp_log_error("%s", ptdp_last_error());
         ptdp_generator_free(g);
@@ -334,13 +370,16 @@ int ptdp_cmd_generate(int argc, char **argv) {
         status = status_of(rc);
     } else if (root) {
         char b[32];
-        fprintf(stderr,
-                "ptdp generate: l=%lld h=%lld a=%lld V=%lld, t=%d x %d thread(s); prompt %lld tokens in %.3f s "
-                "(%.1f tokens/s), %lld new tokens in %.3f s (%.2f tokens/s); KV cache %s per rank\n",
-                (long long)cfg.num_layers, (long long)cfg.hidden, (long long)cfg.heads, (long long)cfg.vocab, comm.t,
-                omp_get_max_threads(), (long long)np, t1 - t0, (double)np / (t1 - t0), (long long)a.max_new_tokens,
-                t2 - t1, (double)a.max_new_tokens / (t2 - t1),
-                ptdp_fmt_bytes((double)ptdp_generator_cache_bytes(&cfg, comm.t, np + a.max_new_tokens), b));
+        fprintf(
+            stderr,
+            "ptdp generate: l=%lld h=%lld a=%lld V=%lld, t=%d x %d thread(s); prompt %lld tokens in %.3f s "
+            "(%.1f tokens/s), %lld new tokens in %.3f s (%.2f tokens/s); KV cache %s per rank\n",
+            (long long)cfg.num_layers, (long long)cfg.hidden, (long long)cfg.heads,
+            (long long)cfg.vocab, comm.t, omp_get_max_threads(), (long long)np, t1 - t0,
+            (double)np / (t1 - t0), (long long)a.max_new_tokens, t2 - t1,
+            (double)a.max_new_tokens / (t2 - t1),
+            ptdp_fmt_bytes((double)ptdp_generator_cache_bytes(&cfg, comm.t, np + a.max_new_tokens),
+                           b));
     }
     free(buf);
     ptdp_generator_free(g);

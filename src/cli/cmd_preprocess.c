@@ -12,16 +12,17 @@
 #include "data/data.h"
 
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
-    fprintf(f,
-            "usage: ptdp preprocess --input FILE --output-prefix P --vocab-file encoder.json\n"
-            "                       --merge-file vocab.bpe [--append-eod] [--json-keys text]\n"
-            "                       [--workers N]\n\n"
-            "Writes P_KEY_document.bin/.idx (Megatron indexed dataset, byte-identical to\n"
-            "tools/preprocess_data.py with --tokenizer-type GPT2BPETokenizer). FILE is JSON lines (one\n"
-            "document per line, the string under the key), as Megatron reads, when its name ends in .json\n"
-            "or .jsonl or its first non-blank line starts with '{'; otherwise plain text whose documents\n"
-            "are separated by blank lines. --input-format json|text says which.\n\n"
-            "flags:\n");
+    fprintf(
+        f,
+        "usage: ptdp preprocess --input FILE --output-prefix P --vocab-file encoder.json\n"
+        "                       --merge-file vocab.bpe [--append-eod] [--json-keys text]\n"
+        "                       [--workers N]\n\n"
+        "Writes P_KEY_document.bin/.idx (Megatron indexed dataset, byte-identical to\n"
+        "tools/preprocess_data.py with --tokenizer-type GPT2BPETokenizer). FILE is JSON lines (one\n"
+        "document per line, the string under the key), as Megatron reads, when its name ends in .json\n"
+        "or .jsonl or its first non-blank line starts with '{'; otherwise plain text whose documents\n"
+        "are separated by blank lines. --input-format json|text says which.\n\n"
+        "flags:\n");
     ptdp_opts_help(f, opts, nopts);
 }
 
@@ -31,15 +32,19 @@ int ptdp_cmd_preprocess(int argc, char **argv) {
     int append_eod = 0;
     int64_t workers = 1;
     ptdp_opt opts[] = {
-        {"input", PTDP_OPT_STR, &input, "input file: JSON lines or plain text (required)", NULL, 0, 0, 0},
-        {"input-format", PTDP_OPT_STR, &format, "auto: JSON lines for .json/.jsonl or a first line starting "
-         "with '{', else plain text", "auto|json|text", 0, 0, 0},
+        {"input", PTDP_OPT_STR, &input, "input file: JSON lines or plain text (required)", NULL, 0,
+         0, 0},
+        {"input-format", PTDP_OPT_STR, &format,
+         "auto: JSON lines for .json/.jsonl or a first line starting "
+         "with '{', else plain text",
+         "auto|json|text", 0, 0, 0},
         {"output-prefix", PTDP_OPT_STR, &prefix, "output prefix (required)", NULL, 0, 0, 0},
         {"vocab-file", PTDP_OPT_STR, &vocab, "GPT-2 encoder.json (required)", NULL, 0, 0, 0},
         {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 vocab.bpe (required)", NULL, 0, 0, 0},
-        {"append-eod", PTDP_OPT_BOOL, &append_eod, "append <|endoftext|> to every non-empty document",
-         NULL, 0, 0, 0},
-        {"json-keys", PTDP_OPT_STR, &keys, "the JSON key holding the text (one key)", NULL, 0, 0, 0},
+        {"append-eod", PTDP_OPT_BOOL, &append_eod,
+         "append <|endoftext|> to every non-empty document", NULL, 0, 0, 0},
+        {"json-keys", PTDP_OPT_STR, &keys, "the JSON key holding the text (one key)", NULL, 0, 0,
+         0},
         {"workers", PTDP_OPT_INT, &workers, "tokenizing threads; the output does not depend on it",
          NULL, 1, 1024, 0},
         {"tokenizer-type", PTDP_OPT_STR, &tokenizer_type, "accepted for Megatron compatibility",
@@ -71,7 +76,10 @@ int ptdp_cmd_preprocess(int argc, char **argv) {
         char *slash = dir ? strrchr(dir, '/') : NULL;
         int bad = 0;
         if (slash) {
-            if (slash == dir) slash[1] = 0; else *slash = 0;
+            if (slash == dir)
+                slash[1] = 0;
+            else
+                *slash = 0;
             bad = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
             if (bad) ptdp_log_error("--output-prefix: directory '%s' does not exist", dir);
         }
@@ -83,7 +91,9 @@ int ptdp_cmd_preprocess(int argc, char **argv) {
     if (status) return status;
     ptdp_preprocess_params p = ptdp_preprocess_default_params();
     p.input = input;
-    p.format = !strcmp(format, "json") ? PTDP_PP_JSON : !strcmp(format, "text") ? PTDP_PP_TEXT : PTDP_PP_AUTO;
+    p.format = !strcmp(format, "json")   ? PTDP_PP_JSON
+               : !strcmp(format, "text") ? PTDP_PP_TEXT
+                                         : PTDP_PP_AUTO;
     p.output_prefix = prefix;
     p.json_key = keys;
     p.append_eod = append_eod;

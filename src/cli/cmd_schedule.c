@@ -14,17 +14,18 @@
 #include "plan/plan.h"
 
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
-    fprintf(f,
-            "usage: ptdp schedule --pipeline-model-parallel-size P --num-microbatches M\n"
-            "                     [--virtual-pipeline-model-parallel-size V] [--pipeline-schedule S]\n"
-            "                     [--simulate] [--draw FILE.svg]\n"
-            "                     [--forward-time X --backward-time Y --comm-time Z]\n\n"
-            "Prints each pipeline rank's ordered actions, one line per rank: 'rank R: F0 F1 B0 ...'.\n"
-            "F3 is the forward of micro-batch 3, B3 its backward; with V > 1, F3.1 is micro-batch 3 on\n"
-            "the rank's model chunk 1 (virtual stage 1*P + R). The default schedule is interleaved when\n"
-            "V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
-            "each of its V chunks takes 1/V of it. --comm-time is the latency of one transfer.\n\n"
-            "flags:\n");
+    fprintf(
+        f,
+        "usage: ptdp schedule --pipeline-model-parallel-size P --num-microbatches M\n"
+        "                     [--virtual-pipeline-model-parallel-size V] [--pipeline-schedule S]\n"
+        "                     [--simulate] [--draw FILE.svg]\n"
+        "                     [--forward-time X --backward-time Y --comm-time Z]\n\n"
+        "Prints each pipeline rank's ordered actions, one line per rank: 'rank R: F0 F1 B0 ...'.\n"
+        "F3 is the forward of micro-batch 3, B3 its backward; with V > 1, F3.1 is micro-batch 3 on\n"
+        "the rank's model chunk 1 (virtual stage 1*P + R). The default schedule is interleaved when\n"
+        "V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
+        "each of its V chunks takes 1/V of it. --comm-time is the latency of one transfer.\n\n"
+        "flags:\n");
     ptdp_opts_help(f, opts, nopts);
 }
 
@@ -35,15 +36,21 @@ int ptdp_cmd_schedule(int argc, char **argv) {
     double tf = 1.0, tb = 2.0, tc = 0.0;
     ptdp_opt opts[] = {
         {"pipeline-model-parallel-size", PTDP_OPT_INT, &p, "pipeline ranks p", NULL, 1, 1e6, 0},
-        {"num-microbatches", PTDP_OPT_INT, &m, "micro-batches per iteration m (required)", NULL, 1, 1e6, 0},
-        {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &v, "model chunks per rank v", NULL, 1, 1e4, 0},
-        {"pipeline-schedule", PTDP_OPT_STR, &sched, "schedule (default: interleaved if v > 1, else 1f1b)",
-         "gpipe|1f1b|interleaved", 0, 0, 0},
+        {"num-microbatches", PTDP_OPT_INT, &m, "micro-batches per iteration m (required)", NULL, 1,
+         1e6, 0},
+        {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &v, "model chunks per rank v", NULL,
+         1, 1e4, 0},
+        {"pipeline-schedule", PTDP_OPT_STR, &sched,
+         "schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved", 0, 0, 0},
         {"simulate", PTDP_OPT_BOOL, &simulate,
-         "also print makespan, bubble fraction and peak stashed activations per rank", NULL, 0, 0, 0},
-        {"draw", PTDP_OPT_STR, &draw, "write the simulated timeline as SVG to this file", NULL, 0, 0, 0},
-        {"forward-time", PTDP_OPT_FLOAT, &tf, "forward time of one micro-batch on one rank", NULL, 0, 1e12, 0},
-        {"backward-time", PTDP_OPT_FLOAT, &tb, "backward time of one micro-batch on one rank", NULL, 0, 1e12, 0},
+         "also print makespan, bubble fraction and peak stashed activations per rank", NULL, 0, 0,
+         0},
+        {"draw", PTDP_OPT_STR, &draw, "write the simulated timeline as SVG to this file", NULL, 0,
+         0, 0},
+        {"forward-time", PTDP_OPT_FLOAT, &tf, "forward time of one micro-batch on one rank", NULL,
+         0, 1e12, 0},
+        {"backward-time", PTDP_OPT_FLOAT, &tb, "backward time of one micro-batch on one rank", NULL,
+         0, 1e12, 0},
         {"comm-time", PTDP_OPT_FLOAT, &tc, "time of one point-to-point transfer", NULL, 0, 1e12, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -57,7 +64,8 @@ int ptdp_cmd_schedule(int argc, char **argv) {
     sp.p = (int)p;
     sp.m = (int)m;
     sp.v = (int)v;
-    if (sched) sp.kind = ptdp_schedule_parse_kind(sched); /* choices already checked by the parser */
+    if (sched)
+        sp.kind = ptdp_schedule_parse_kind(sched); /* choices already checked by the parser */
     ptdp_schedule s;
     if (ptdp_schedule_init(&s, &sp)) {
         ptdp_log_error("%s", ptdp_last_error());
@@ -78,11 +86,12 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         }
         if (simulate) {
             printf("schedule %s: p=%d m=%d v=%d; per chunk: forward %g backward %g; comm %g\n",
-                   ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.forward, c.backward, c.comm);
+                   ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.forward, c.backward,
+                   c.comm);
             printf("makespan %g\n", res.makespan);
             printf("ideal time %g (busiest rank's compute)\n", res.ideal);
-            printf("bubble fraction %.6g (bubble time / ideal time; (p-1)/(v*m) = %.6g)\n", res.bubble_fraction,
-                   (double)(sp.p - 1) / ((double)sp.v * sp.m));
+            printf("bubble fraction %.6g (bubble time / ideal time; (p-1)/(v*m) = %.6g)\n",
+                   res.bubble_fraction, (double)(sp.p - 1) / ((double)sp.v * sp.m));
             printf("idle fraction %.6g (idle time / (p * makespan))\n", res.idle_fraction);
             printf("peak stashed activations per rank (micro-batch x chunk):");
             for (int r = 0; r < sp.p; r++) printf(" %d", res.peak_stash[r]);

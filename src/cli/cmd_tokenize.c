@@ -27,7 +27,8 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
 /* Declared in cli.h: shared with cmd_preprocess.c and cmd_train.c. */
 int ptdp__cli_open_tokenizer(ptdp_tokenizer **tok, const char *vocab, const char *merges) {
     if (!vocab) {
-        ptdp_log_error("--vocab-file is required (GPT-2's encoder.json; see scripts/fetch_data.sh)");
+        ptdp_log_error(
+            "--vocab-file is required (GPT-2's encoder.json; see scripts/fetch_data.sh)");
         return 2;
     }
     if (!merges) {
@@ -115,10 +116,10 @@ int ptdp_cmd_tokenize(int argc, char **argv) {
     const char *vocab = NULL, *merges = NULL;
     int decode = 0;
     ptdp_opt opts[] = {
-        {"vocab-file", PTDP_OPT_STR, &vocab, "GPT-2 vocabulary, encoder.json / vocab.json (required)",
+        {"vocab-file", PTDP_OPT_STR, &vocab,
+         "GPT-2 vocabulary, encoder.json / vocab.json (required)", NULL, 0, 0, 0},
+        {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 merges, vocab.bpe / merges.txt (required)",
          NULL, 0, 0, 0},
-        {"merge-file", PTDP_OPT_STR, &merges, "GPT-2 merges, vocab.bpe / merges.txt (required)", NULL,
-         0, 0, 0},
         {"decode", PTDP_OPT_BOOL, &decode, "read lines of ids, print text", NULL, 0, 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);

@@ -26,20 +26,26 @@ static void usage(FILE *f, const char *cmd, int which) {
     ptdp_opt opts[96];
     int n = ptdp_args_table(&a, which, opts, 96);
     if (which == PTDP_ARGS_TRAIN)
-        fprintf(f, "usage: ptdp train [flags]   (Megatron-LM's flag names; --config FILE.json takes the same keys)\n\n"
-                   "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
-                   "--train-iters --lr and a data source (--data-path PREFIX, --token-file FILE or --mock-data).\n"
-                   "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
-                   "--pipeline-model-parallel-size p; d is derived).\n\n");
+        fprintf(
+            f,
+            "usage: ptdp train [flags]   (Megatron-LM's flag names; --config FILE.json takes the same keys)\n\n"
+            "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
+            "--train-iters --lr and a data source (--data-path PREFIX, --token-file FILE or --mock-data).\n"
+            "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
+            "--pipeline-model-parallel-size p; d is derived).\n\n");
     else
-        fprintf(f, "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
-                   "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
-                   "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n", cmd);
+        fprintf(
+            f,
+            "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
+            "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
+            "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n",
+            cmd);
     ptdp_opts_help(f, opts, n);
 }
 
 /* Parse + validate; returns 0 to go on, else the exit status (help: 0). */
-static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv, void **keep, int *done) {
+static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv, void **keep,
+                 int *done) {
     int help = 0;
     ptdp_args_defaults(a);
     *done = 0;
@@ -88,8 +94,11 @@ int ptdp_cmd_train(int argc, char **argv) {
     rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
-    if (rc == PTDP_OK && a.init_from) rc = ptdp__cli_check_init_from(a.init_from, &tp.cfg, a.allow_extra_tensors);
-    if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size, (int)a.pipeline_model_parallel_size, d);
+    if (rc == PTDP_OK && a.init_from)
+        rc = ptdp__cli_check_init_from(a.init_from, &tp.cfg, a.allow_extra_tensors);
+    if (rc == PTDP_OK)
+        rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size,
+                             (int)a.pipeline_model_parallel_size, d);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         ptdp_comm_finalize(&comm);
@@ -110,7 +119,8 @@ int ptdp_cmd_train(int argc, char **argv) {
                              "(multi-GPU communication is not implemented yet)",
                              comm.world_size);
         } else if (!(tp.ops = ptdp_cuda_ops())) {
-            rc = PTDP_EBACKEND; /* no GPU, or a build without CUDA: the reason is in ptdp_last_error() */
+            rc = PTDP_EBACKEND; /* no GPU, or a build without CUDA: the reason is in
+                                   ptdp_last_error() */
         }
         if (rc) {
             ptdp_log_error("--device cuda: %s", ptdp_last_error());
@@ -122,15 +132,19 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;
-    tp.sched.v = a.virtual_pipeline_model_parallel_size ? (int)a.virtual_pipeline_model_parallel_size
-                 : a.num_layers_per_virtual_pipeline_stage
-                     ? (int)(a.num_layers / (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
-                     : 1;
+    tp.sched.v =
+        a.virtual_pipeline_model_parallel_size ? (int)a.virtual_pipeline_model_parallel_size
+        : a.num_layers_per_virtual_pipeline_stage
+            ? (int)(a.num_layers /
+                    (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
+            : 1;
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
     /* the flag's choices (uniform|block) were checked by the parser */
-    tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method) : PTDP_RECOMPUTE_NONE;
+    tp.recompute_method =
+        a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method) : PTDP_RECOMPUTE_NONE;
     tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
-    tp.scatter_gather = a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
+    tp.scatter_gather =
+        a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
     tp.ddp_bucket_floats = a.ddp_bucket_size;
     tp.overlap_grad_reduce = a.overlap_grad_reduce;
     tp.distributed_optimizer = a.use_distributed_optimizer;
@@ -194,19 +208,22 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_gpt_config cfg;
     int rc;
     if (a.load) { /* the model shape comes from the checkpoint */
-        const char *model_flag = a.num_layers ? "--num-layers"
-                                 : a.hidden_size ? "--hidden-size"
-                                 : a.num_attention_heads ? "--num-attention-heads"
-                                 : a.seq_length ? "--seq-length"
-                                 : a.ffn_hidden_size ? "--ffn-hidden-size"
+        const char *model_flag = a.num_layers                ? "--num-layers"
+                                 : a.hidden_size             ? "--hidden-size"
+                                 : a.num_attention_heads     ? "--num-attention-heads"
+                                 : a.seq_length              ? "--seq-length"
+                                 : a.ffn_hidden_size         ? "--ffn-hidden-size"
                                  : a.max_position_embeddings ? "--max-position-embeddings"
-                                 : a.init_from ? "--init-from"
-                                               : NULL;
-        rc = !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
-             : model_flag
-                 ? ptdp_errorf(PTDP_EINVAL, "export --load takes the model from the checkpoint; drop %s (or drop "
-                               "--load to export a new model)", model_flag)
-                 : ptdp_ckpt_read_config(a.load, &cfg);
+                                 : a.init_from               ? "--init-from"
+                                                             : NULL;
+        rc =
+            !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
+            : model_flag
+                ? ptdp_errorf(PTDP_EINVAL,
+                              "export --load takes the model from the checkpoint; drop %s (or drop "
+                              "--load to export a new model)",
+                              model_flag)
+                : ptdp_ckpt_read_config(a.load, &cfg);
         if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
     } else {
         rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
@@ -216,15 +233,23 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_gpt_chunk *chunk = NULL;
     if (rc == PTDP_OK) {
         cfg.seq_length = 1; /* a parameter holder: its (unused) activations stay tiny */
-        ptdp_chunk_params cp = {.cfg = &cfg, .layer_end = cfg.num_layers, .pre = 1, .post = 1, .micro_batch = 1,
-                                .slots = 1, .ops = ptdp_cpu_ops(), .tp = &comm.tensor, .inference = 1};
+        ptdp_chunk_params cp = {.cfg = &cfg,
+                                .layer_end = cfg.num_layers,
+                                .pre = 1,
+                                .post = 1,
+                                .micro_batch = 1,
+                                .slots = 1,
+                                .ops = ptdp_cpu_ops(),
+                                .tp = &comm.tensor,
+                                .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
     }
     if (rc == PTDP_OK) {
         ptdp_ckpt_loaded ld;
         if (a.load) {
             rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
-            if (rc == PTDP_OK && !ld.found) rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
+            if (rc == PTDP_OK && !ld.found)
+                rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
         } else if (a.init_from) {
             rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
             if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);

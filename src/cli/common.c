@@ -52,7 +52,8 @@ int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, i
     const char *keys[5] = {"n_head", "n_layer", "n_embd", "n_positions", "vocab_size"};
     const char *flags[5] = {"--num-attention-heads", "--num-layers", "--hidden-size",
                             "--max-position-embeddings", "--vocab-size"};
-    const int64_t have[5] = {cfg->heads, cfg->num_layers, cfg->hidden, cfg->max_positions, cfg->vocab};
+    const int64_t have[5] = {cfg->heads, cfg->num_layers, cfg->hidden, cfg->max_positions,
+                             cfg->vocab};
     int64_t said[5] = {0, 0, 0, 0, 0}; /* 0: not stated */
     char path[4096];
     int from_config = 0;
@@ -82,10 +83,11 @@ int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, i
     for (int k = 0; k < 5 && rc == PTDP_OK; k++) {
         if (k == 1 && allow_extra && have[k] < said[k]) continue; /* the first layers, as asked */
         if (said[k] > 0 && said[k] != have[k])
-            rc = ptdp_errorf(PTDP_ECONFIG, "--init-from %s: %s %lld but %s says %s %lld; give %s %lld%s",
-                             weights, flags[k], (long long)have[k], path, keys[k], (long long)said[k],
-                             flags[k], (long long)said[k],
-                             from_config ? " (or move that config away if it describes another model)" : "");
+            rc = ptdp_errorf(
+                PTDP_ECONFIG, "--init-from %s: %s %lld but %s says %s %lld; give %s %lld%s",
+                weights, flags[k], (long long)have[k], path, keys[k], (long long)said[k], flags[k],
+                (long long)said[k],
+                from_config ? " (or move that config away if it describes another model)" : "");
     }
     return rc;
 }

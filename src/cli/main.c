@@ -17,15 +17,16 @@ static const command commands[] = {
     {"preprocess", ptdp_cmd_preprocess, "text or JSON lines to Megatron .bin/.idx datasets"},
     {"schedule", ptdp_cmd_schedule, "print, simulate or draw a pipeline schedule"},
     {"checkpoint", ptdp_cmd_checkpoint, "inspect (info) or check (verify) a training checkpoint"},
-    {"generate", ptdp_cmd_generate, "sample text from a model (KV cache; tensor parallel under mpirun)"},
+    {"generate", ptdp_cmd_generate,
+     "sample text from a model (KV cache; tensor parallel under mpirun)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ptdp <command> [flags]    (ptdp <command> --help for its flags)\n\n"
-            "ptdp trains GPT models with Megatron-LM's PTD-P parallelism, in C.\n\ncommands:\n");
-    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "usage: ptdp <command> [flags]    (ptdp <command> --help for its flags)\n\n"
+               "ptdp trains GPT models with Megatron-LM's PTD-P parallelism, in C.\n\ncommands:\n");
+    for (int i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\nexample: ptdp train --mock-data --num-layers 2 --hidden-size 128 "
                "--num-attention-heads 4 --seq-length 64 --train-iters 20 --lr 1e-3\n"
                "         mpirun -np 8 ptdp train ... --tensor-model-parallel-size 2 "
@@ -33,7 +34,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
         usage(stdout);
         return argc < 2 ? 2 : 0;
     }

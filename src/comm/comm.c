@@ -29,7 +29,8 @@ static const ptdp_comm_ops *ops_of(const ptdp_group *g) {
 }
 
 static void group_single(ptdp_group *g, const char *name) {
-    *g = (ptdp_group){.name = name, .ops = &ptdp_comm_local_ops, .impl = NULL, .size = 1, .rank = 0};
+    *g =
+        (ptdp_group){.name = name, .ops = &ptdp_comm_local_ops, .impl = NULL, .size = 1, .rank = 0};
 }
 
 void ptdp_comm_init_single(ptdp_comm *c) {
@@ -124,17 +125,28 @@ static void count(ptdp_group *g, ptdp_comm_op op, int64_t bytes) {
     g->counters.bytes[op] += bytes;
 }
 
-static void allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+static void allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                      ptdp_comm_reduce op) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLREDUCE, n * (int64_t)ptdp_comm_dtype_size(dt));
     ops_of(g)->allreduce(g, buf, n, dt, op);
 }
 
-void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_SUM); }
-void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_MAX); }
-void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_F64, PTDP_COMM_SUM); }
-void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_I32, PTDP_COMM_MAX); }
-void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) { allreduce(g, buf, n, PTDP_COMM_U64, PTDP_COMM_MAX); }
+void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) {
+    allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_SUM);
+}
+void ptdp_allreduce_max_f32(ptdp_group *g, float *buf, int64_t n) {
+    allreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_MAX);
+}
+void ptdp_allreduce_sum_f64(ptdp_group *g, double *buf, int64_t n) {
+    allreduce(g, buf, n, PTDP_COMM_F64, PTDP_COMM_SUM);
+}
+void ptdp_allreduce_max_i32(ptdp_group *g, int32_t *buf, int64_t n) {
+    allreduce(g, buf, n, PTDP_COMM_I32, PTDP_COMM_MAX);
+}
+void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) {
+    allreduce(g, buf, n, PTDP_COMM_U64, PTDP_COMM_MAX);
+}
 
 void ptdp_barrier(ptdp_group *g) { ops_of(g)->barrier(g); }
 
@@ -159,7 +171,8 @@ void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req
     req->ops = ops;
 }
 
-void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, ptdp_comm_req *req) {
+void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n,
+                              ptdp_comm_req *req) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     const ptdp_comm_ops *ops = ops_of(g);
     *req = PTDP_COMM_REQ_NULL;
@@ -168,7 +181,8 @@ void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int
     req->ops = ops;
 }
 
-void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts, int root) {
+void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts,
+                         int root) {
     PTDP_ASSERT(nbytes >= 0 && nbytes <= INT32_MAX && root >= 0 && root < g->size);
     const ptdp_comm_ops *ops = ops_of(g);
     const int is_root = g->rank == root;
@@ -187,7 +201,8 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
     return out;
 }
 
-void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
+void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag,
+                    ptdp_comm_req *req) {
     PTDP_ASSERT(g->size > 1 && n >= 0 && n <= INT32_MAX && peer >= 0 && peer < g->size);
     const ptdp_comm_ops *ops = ops_of(g);
     *req = PTDP_COMM_REQ_NULL;
@@ -224,10 +239,12 @@ void ptdp_comm_counters_reset(ptdp_comm *c) {
 }
 
 void ptdp_comm_log_counters(const ptdp_comm *c) {
-    const ptdp_group *gs[] = {&c->world, &c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};
+    const ptdp_group *gs[] = {&c->world, &c->tensor, &c->pipeline,
+                              &c->data,  &c->model,  &c->embedding};
     for (int i = 0; i < 6; i++)
         for (int op = 0; op < PTDP_OP_COUNT; op++)
             if (gs[i]->counters.calls[op])
                 ptdp_log("comm %-9s %-14s calls %8lld  bytes %12lld", gs[i]->name, op_names[op],
-                         (long long)gs[i]->counters.calls[op], (long long)gs[i]->counters.bytes[op]);
+                         (long long)gs[i]->counters.calls[op],
+                         (long long)gs[i]->counters.bytes[op]);
 }

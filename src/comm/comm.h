@@ -34,35 +34,35 @@
 
 #include "base/base.h"
 
-#define PTDP_COMM_OPS(X)                \
-    X(PTDP_OP_ALLREDUCE, "all-reduce")   \
-    X(PTDP_OP_ALLGATHER, "all-gather")   \
-    X(PTDP_OP_GATHER, "gather")          \
+#define PTDP_COMM_OPS(X)                        \
+    X(PTDP_OP_ALLREDUCE, "all-reduce")          \
+    X(PTDP_OP_ALLGATHER, "all-gather")          \
+    X(PTDP_OP_GATHER, "gather")                 \
     X(PTDP_OP_REDUCE_SCATTER, "reduce-scatter") \
-    X(PTDP_OP_BROADCAST, "broadcast")    \
-    X(PTDP_OP_SEND, "send")              \
+    X(PTDP_OP_BROADCAST, "broadcast")           \
+    X(PTDP_OP_SEND, "send")                     \
     X(PTDP_OP_RECV, "recv")
 typedef enum {
 #define PTDP__OP_ENUM(e, s) e,
     PTDP_COMM_OPS(PTDP__OP_ENUM)
 #undef PTDP__OP_ENUM
-    PTDP_OP_COUNT
+        PTDP_OP_COUNT
 } ptdp_comm_op;
 const char *ptdp_comm_op_name(ptdp_comm_op op);
 
 /* Element types and reductions the backends must support (name, bytes). */
-#define PTDP_COMM_DTYPES(X)         \
-    X(PTDP_COMM_F32, "f32", 4)      \
-    X(PTDP_COMM_F64, "f64", 8)      \
-    X(PTDP_COMM_I32, "i32", 4)      \
-    X(PTDP_COMM_I64, "i64", 8)      \
-    X(PTDP_COMM_U64, "u64", 8)      \
+#define PTDP_COMM_DTYPES(X)    \
+    X(PTDP_COMM_F32, "f32", 4) \
+    X(PTDP_COMM_F64, "f64", 8) \
+    X(PTDP_COMM_I32, "i32", 4) \
+    X(PTDP_COMM_I64, "i64", 8) \
+    X(PTDP_COMM_U64, "u64", 8) \
     X(PTDP_COMM_BYTE, "byte", 1)
 typedef enum {
 #define PTDP__DT_ENUM(e, s, n) e,
     PTDP_COMM_DTYPES(PTDP__DT_ENUM)
 #undef PTDP__DT_ENUM
-    PTDP_COMM_NDTYPES
+        PTDP_COMM_NDTYPES
 } ptdp_comm_dtype;
 size_t ptdp_comm_dtype_size(ptdp_comm_dtype dt);
 typedef enum { PTDP_COMM_SUM, PTDP_COMM_MAX } ptdp_comm_reduce;
@@ -77,12 +77,12 @@ typedef struct ptdp_comm_ops ptdp_comm_ops;
 /* A process group. Built by ptdp_comm_setup; a hand-made group
  * `{.name = "x", .size = 1, .rank = 0}` (ops NULL) is a valid group of one. */
 typedef struct ptdp_group {
-    const char *name;          /* "tensor", "pipeline", ... */
-    const ptdp_comm_ops *ops;  /* backend serving the group; NULL = local */
-    void *impl;                /* backend's communicator (backend-owned); NULL
-                                  when size == 1 or not a member */
-    int size;                  /* 0 when this rank is not a member */
-    int rank;                  /* -1 when not a member */
+    const char *name;         /* "tensor", "pipeline", ... */
+    const ptdp_comm_ops *ops; /* backend serving the group; NULL = local */
+    void *impl;               /* backend's communicator (backend-owned); NULL
+                                 when size == 1 or not a member */
+    int size;                 /* 0 when this rank is not a member */
+    int rank;                 /* -1 when not a member */
     ptdp_comm_counters counters;
 } ptdp_group;
 
@@ -102,8 +102,8 @@ typedef struct {
 /* The parallel layout of this process. */
 typedef struct ptdp_comm {
     int world_size, world_rank;
-    int t, p, d;    /* sizes */
-    int tp, pp, dp; /* this rank's coordinates */
+    int t, p, d;              /* sizes */
+    int tp, pp, dp;           /* this rank's coordinates */
     const ptdp_comm_ops *ops; /* the world's backend */
     int initialized;          /* ops->init succeeded; finalize pending */
     ptdp_group world, tensor, pipeline, data, model, embedding;
@@ -137,18 +137,19 @@ struct ptdp_comm_ops {
     /* blocking collectives; buf in place unless named send/recv */
     void (*allreduce)(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op);
     void (*allgather)(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt);
-    void (*gather)(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv, int root);
+    void (*gather)(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv,
+                   int root);
     /* bytes: nbytes from every member into recv at the offsets given by
      * counts[size] (root only; comm.c gathers the counts first) */
-    void (*gatherv)(ptdp_group *g, const void *send, int64_t nbytes, void *recv, const int64_t *counts,
-                    int root);
+    void (*gatherv)(ptdp_group *g, const void *send, int64_t nbytes, void *recv,
+                    const int64_t *counts, int root);
     void (*barrier)(ptdp_group *g);
 
     /* non-blocking */
     void (*iallreduce)(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op,
                        ptdp_comm_req *req);
-    void (*ireduce_scatter)(ptdp_group *g, const void *send, void *recv, int64_t n, ptdp_comm_dtype dt,
-                            ptdp_comm_req *req);
+    void (*ireduce_scatter)(ptdp_group *g, const void *send, void *recv, int64_t n,
+                            ptdp_comm_dtype dt, ptdp_comm_req *req);
     void (*isend)(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
                   ptdp_comm_req *req);
     void (*irecv)(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
@@ -207,21 +208,24 @@ void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, i
  * (counts n*size floats). On a group of one the result is ready on return
  * and *req is complete. Never allocate. */
 void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req *req);
-void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n, ptdp_comm_req *req);
+void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n,
+                              ptdp_comm_req *req);
 
 /* Gathers a variable number of bytes from every member to `root`: returns
  * on root a malloc'd buffer (caller frees) of all contributions in rank
  * order and fills counts[size] (caller-owned, root only); NULL elsewhere.
  * Collective; allocates (checkpoints and export only, never in an
  * iteration). Counts nbytes as one gather. */
-void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts, int root);
+void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts,
+                         int root);
 
 /* Non-blocking point-to-point on a group of more than one member (peer is
  * the rank in the group; asserts otherwise). A send matches the receive
  * with the same (group, peer, tag); the buffer must not be touched until
  * the request completes (ptdp_wait). Counted on the group as send / recv of
  * n floats. Never allocate. */
-void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req);
+void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag,
+                    ptdp_comm_req *req);
 void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req);
 /* Blocks until req completes, then makes it complete (PTDP_COMM_REQ_NULL);
  * a complete request returns at once. Asserts on backend failure. */

@@ -10,7 +10,9 @@
 
 #include "comm/comm.h"
 
-static size_t nbytes_of(int64_t n, ptdp_comm_dtype dt) { return (size_t)n * ptdp_comm_dtype_size(dt); }
+static size_t nbytes_of(int64_t n, ptdp_comm_dtype dt) {
+    return (size_t)n * ptdp_comm_dtype_size(dt);
+}
 
 static void one_member(const ptdp_group *g) {
     PTDP_ASSERT_MSG(g->size <= 1, "the local backend serves groups of one process only");
@@ -33,19 +35,23 @@ static void local_finalize(ptdp_comm *c) {}
 static void local_abort(const ptdp_comm *c, int status) {}
 static int local_node_size(const ptdp_comm *c) { return 1; }
 
-static void local_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+static void local_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                            ptdp_comm_reduce op) {
     one_member(g);
 }
 
-static void local_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) { one_member(g); }
+static void local_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
+    one_member(g);
+}
 
-static void local_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv, int root) {
+static void local_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv,
+                         int root) {
     one_member(g);
     if (recv != send && n > 0) memmove(recv, send, nbytes_of(n, dt));
 }
 
-static void local_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv, const int64_t *counts,
-                          int root) {
+static void local_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv,
+                          const int64_t *counts, int root) {
     one_member(g);
     PTDP_ASSERT(counts[0] == nbytes);
     if (recv != send && nbytes > 0) memmove(recv, send, (size_t)nbytes);
@@ -53,19 +59,19 @@ static void local_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void 
 
 static void local_barrier(ptdp_group *g) { one_member(g); }
 
-static void local_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op,
-                             ptdp_comm_req *req) {
+static void local_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                             ptdp_comm_reduce op, ptdp_comm_req *req) {
     one_member(g);
 }
 
-static void local_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n, ptdp_comm_dtype dt,
-                                  ptdp_comm_req *req) {
+static void local_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                                  ptdp_comm_dtype dt, ptdp_comm_req *req) {
     one_member(g);
     if (recv != send && n > 0) memmove(recv, send, nbytes_of(n, dt));
 }
 
-static void local_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
-                        ptdp_comm_req *req) {
+static void local_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer,
+                        int tag, ptdp_comm_req *req) {
     PTDP_ASSERT_MSG(0, "point-to-point on a group of one process");
 }
 

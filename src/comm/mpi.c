@@ -11,17 +11,18 @@
 
 #include "comm/comm.h"
 
-_Static_assert(sizeof(MPI_Request) <= PTDP_COMM_REQ_BYTES, "MPI_Request does not fit ptdp_comm_req");
+_Static_assert(sizeof(MPI_Request) <= PTDP_COMM_REQ_BYTES,
+               "MPI_Request does not fit ptdp_comm_req");
 
-#define MPI_CHECK(call)                                                      \
-    do {                                                                     \
-        int mpi__rc = (call);                                                \
-        if (mpi__rc != MPI_SUCCESS) {                                        \
-            char mpi__msg[MPI_MAX_ERROR_STRING];                             \
-            int mpi__len = 0;                                                \
-            MPI_Error_string(mpi__rc, mpi__msg, &mpi__len);                  \
-            ptdp__assert_fail(#call, __FILE__, __LINE__, mpi__msg);          \
-        }                                                                    \
+#define MPI_CHECK(call)                                             \
+    do {                                                            \
+        int mpi__rc = (call);                                       \
+        if (mpi__rc != MPI_SUCCESS) {                               \
+            char mpi__msg[MPI_MAX_ERROR_STRING];                    \
+            int mpi__len = 0;                                       \
+            MPI_Error_string(mpi__rc, mpi__msg, &mpi__len);         \
+            ptdp__assert_fail(#call, __FILE__, __LINE__, mpi__msg); \
+        }                                                           \
     } while (0)
 
 static MPI_Comm comm_of(const ptdp_group *g) { return *(const MPI_Comm *)g->impl; }
@@ -29,13 +30,20 @@ static MPI_Request *req_of(ptdp_comm_req *r) { return (MPI_Request *)(void *)r->
 
 static MPI_Datatype mpi_type(ptdp_comm_dtype dt) {
     switch (dt) {
-    case PTDP_COMM_F32: return MPI_FLOAT;
-    case PTDP_COMM_F64: return MPI_DOUBLE;
-    case PTDP_COMM_I32: return MPI_INT32_T;
-    case PTDP_COMM_I64: return MPI_INT64_T;
-    case PTDP_COMM_U64: return MPI_UINT64_T;
-    case PTDP_COMM_BYTE: return MPI_BYTE;
-    default: break;
+    case PTDP_COMM_F32:
+        return MPI_FLOAT;
+    case PTDP_COMM_F64:
+        return MPI_DOUBLE;
+    case PTDP_COMM_I32:
+        return MPI_INT32_T;
+    case PTDP_COMM_I64:
+        return MPI_INT64_T;
+    case PTDP_COMM_U64:
+        return MPI_UINT64_T;
+    case PTDP_COMM_BYTE:
+        return MPI_BYTE;
+    default:
+        break;
     }
     PTDP_ASSERT_MSG(0, "unknown communication data type");
     return MPI_DATATYPE_NULL;
@@ -110,7 +118,8 @@ static int mpi_node_size(const ptdp_comm *c) {
     return n;
 }
 
-static void mpi_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op) {
+static void mpi_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                          ptdp_comm_reduce op) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g)));
 }
 
@@ -119,13 +128,14 @@ static void mpi_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype d
     MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, (int)n, ty, buf, (int)n, ty, comm_of(g)));
 }
 
-static void mpi_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv, int root) {
+static void mpi_gather(ptdp_group *g, const void *send, int64_t n, ptdp_comm_dtype dt, void *recv,
+                       int root) {
     MPI_Datatype ty = mpi_type(dt);
     MPI_CHECK(MPI_Gather(send, (int)n, ty, recv, (int)n, ty, root, comm_of(g)));
 }
 
-static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv, const int64_t *counts,
-                        int root) {
+static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *recv,
+                        const int64_t *counts, int root) {
     int *cnt = NULL, *displ = NULL;
     if (g->rank == root) {
         cnt = calloc((size_t)g->size, sizeof(int));
@@ -138,25 +148,28 @@ static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *r
             total += counts[r];
         }
     }
-    MPI_CHECK(MPI_Gatherv(send, (int)nbytes, MPI_BYTE, recv, cnt, displ, MPI_BYTE, root, comm_of(g)));
+    MPI_CHECK(
+        MPI_Gatherv(send, (int)nbytes, MPI_BYTE, recv, cnt, displ, MPI_BYTE, root, comm_of(g)));
     free(cnt);
     free(displ);
 }
 
 static void mpi_barrier(ptdp_group *g) { MPI_CHECK(MPI_Barrier(comm_of(g))); }
 
-static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, ptdp_comm_reduce op,
-                           ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g), req_of(req)));
+static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
+                           ptdp_comm_reduce op, ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g),
+                             req_of(req)));
 }
 
-static void mpi_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n, ptdp_comm_dtype dt,
-                                ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g), req_of(req)));
+static void mpi_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                                ptdp_comm_dtype dt, ptdp_comm_req *req) {
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g),
+                                        req_of(req)));
 }
 
-static void mpi_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
-                      ptdp_comm_req *req) {
+static void mpi_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer,
+                      int tag, ptdp_comm_req *req) {
     MPI_CHECK(MPI_Isend(buf, (int)n, mpi_type(dt), peer, tag, comm_of(g), req_of(req)));
 }
 

@@ -122,8 +122,8 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
                                path, e->string);
         ptdp__str_slot *s = ptdp__str_find(map, e->string, strlen(e->string));
         if (s->key)
-            return ptdp_errorf(PTDP_EFORMAT, "vocabulary file '%s': duplicate entry \"%s\"",
-                               path, e->string);
+            return ptdp_errorf(PTDP_EFORMAT, "vocabulary file '%s': duplicate entry \"%s\"", path,
+                               e->string);
         s->key = e->string;
         s->len = strlen(e->string);
         s->id = (int32_t)v;
@@ -241,7 +241,8 @@ static int ptdp__load_merges(ptdp_tokenizer *t, const char *path, const ptdp__st
         if (!a->key || !b->key || !ab->key) {
             rc = ptdp_errorf(PTDP_EFORMAT,
                              "merge file '%s' line %zu: '%.*s' uses tokens missing from the "
-                             "vocabulary", path, lineno, (int)(le - line), line);
+                             "vocabulary",
+                             path, lineno, (int)(le - line), line);
             break;
         }
         ptdp__pair_slot *s = ptdp__pair_find(t, ptdp__pair_key(a->id, b->id));
@@ -328,9 +329,8 @@ void ptdp_tok_cache_free(ptdp_tok_cache *c) {
 
 static ptdp__cache_slot *ptdp__cache_find(ptdp_tok_cache *c, uint64_t h, const void *k, size_t n) {
     uint32_t mask = PTDP__CACHE_SLOTS - 1, i = (uint32_t)h & mask;
-    while (c->slots[i].hash &&
-           !(c->slots[i].hash == h && c->slots[i].key_len == n &&
-             memcmp(c->keys + c->slots[i].key_off, k, n) == 0))
+    while (c->slots[i].hash && !(c->slots[i].hash == h && c->slots[i].key_len == n &&
+                                 memcmp(c->keys + c->slots[i].key_off, k, n) == 0))
         i = (i + 1) & mask;
     return &c->slots[i];
 }
@@ -363,8 +363,8 @@ static size_t ptdp__bpe(const ptdp_tokenizer *t, int32_t *w, size_t m) {
     return m;
 }
 
-int ptdp_tokenizer_encode(const ptdp_tokenizer *t, ptdp_tok_cache *c, const char *text,
-                          size_t len, ptdp_tokens *out) {
+int ptdp_tokenizer_encode(const ptdp_tokenizer *t, ptdp_tok_cache *c, const char *text, size_t len,
+                          ptdp_tokens *out) {
     const unsigned char *s = (const unsigned char *)text;
     int32_t small[PTDP__CACHE_MAX_WORD];
     for (size_t pos = 0; pos < len;) {

@@ -67,14 +67,14 @@ int ptdp_tokenizer_decode(const ptdp_tokenizer *tok, const int32_t *ids, size_t 
                           size_t *len, size_t *cap);
 
 /* ---- Megatron indexed dataset --------------------------------------------- */
-#define PTDP_IDX_DTYPES(X)                                                                     \
-    X(PTDP_IDX_U8, 1, 1, "uint8")                                                              \
-    X(PTDP_IDX_I8, 2, 1, "int8")                                                               \
-    X(PTDP_IDX_I16, 3, 2, "int16")                                                             \
-    X(PTDP_IDX_I32, 4, 4, "int32")                                                             \
-    X(PTDP_IDX_I64, 5, 8, "int64")                                                             \
-    X(PTDP_IDX_F64, 6, 8, "float64")                                                           \
-    X(PTDP_IDX_F32, 7, 4, "float32")                                                           \
+#define PTDP_IDX_DTYPES(X)           \
+    X(PTDP_IDX_U8, 1, 1, "uint8")    \
+    X(PTDP_IDX_I8, 2, 1, "int8")     \
+    X(PTDP_IDX_I16, 3, 2, "int16")   \
+    X(PTDP_IDX_I32, 4, 4, "int32")   \
+    X(PTDP_IDX_I64, 5, 8, "int64")   \
+    X(PTDP_IDX_F64, 6, 8, "float64") \
+    X(PTDP_IDX_F32, 7, 4, "float32") \
     X(PTDP_IDX_U16, 8, 2, "uint16")
 
 enum {
@@ -130,10 +130,10 @@ const char *ptdp_idx_prefix(const ptdp_idx_dataset *ds);
 
 /* ---- preprocessing (tools/preprocess_data.py) ------------------------------- */
 typedef struct {
-    const char *input;         /* JSON lines or plain text, see format */
-    int format;                /* PTDP_PP_AUTO (default): JSON lines when the name ends in .json/.jsonl
-                                  or the first non-blank line starts with '{', else plain text;
-                                  PTDP_PP_JSON, PTDP_PP_TEXT: as told */
+    const char *input; /* JSON lines or plain text, see format */
+    int format;        /* PTDP_PP_AUTO (default): JSON lines when the name ends in .json/.jsonl
+                          or the first non-blank line starts with '{', else plain text;
+                          PTDP_PP_JSON, PTDP_PP_TEXT: as told */
     const char *output_prefix; /* writes OUTPUT_PREFIX_KEY_document.{bin,idx} */
     const char *json_key;      /* default "text" */
     int append_eod;            /* append the EOD id to every non-empty document */
@@ -170,9 +170,9 @@ typedef struct {
     const char *split;                         /* e.g. "949,50,1"; NULL = "969,30,1" */
     int64_t seq_length;                        /* s: a sample holds s+1 tokens */
     uint64_t seed;
-    int64_t num_samples[PTDP_NUM_SPLITS];      /* samples needed per split (0: one epoch
-                                                  for a single path, none when blending) */
-    int64_t vocab_size;                        /* every token must be < this; 0 = no check */
+    int64_t num_samples[PTDP_NUM_SPLITS]; /* samples needed per split (0: one epoch
+                                             for a single path, none when blending) */
+    int64_t vocab_size;                   /* every token must be < this; 0 = no check */
 } ptdp_gpt_data_params;
 
 ptdp_gpt_data_params ptdp_gpt_data_default_params(void);

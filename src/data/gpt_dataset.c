@@ -22,7 +22,7 @@
 #include "data/data.h"
 
 typedef struct {
-    int64_t n_samples;   /* samples this split provides */
+    int64_t n_samples; /* samples this split provides */
     int64_t n_docidx;
     int64_t *doc_index;  /* [n_docidx] sequence ids, shuffled per epoch group */
     int64_t *sample_idx; /* [(n_samples + 1) * 2]: (doc_index position, token offset) */
@@ -36,8 +36,8 @@ struct ptdp_gpt_data {
     ptdp_idx_dataset *ds[PTDP_DATA_MAX_PATHS];
     ptdp__gpt_split sp[PTDP_DATA_MAX_PATHS][PTDP_NUM_SPLITS];
     int64_t blend_n[PTDP_NUM_SPLITS];
-    uint8_t *blend_ds[PTDP_NUM_SPLITS];       /* [blend_n]: dataset of global sample i */
-    int64_t *blend_sample[PTDP_NUM_SPLITS];   /* [blend_n]: its sample in that dataset */
+    uint8_t *blend_ds[PTDP_NUM_SPLITS];     /* [blend_n]: dataset of global sample i */
+    int64_t *blend_sample[PTDP_NUM_SPLITS]; /* [blend_n]: its sample in that dataset */
 };
 
 ptdp_gpt_data_params ptdp_gpt_data_default_params(void) {
@@ -57,8 +57,10 @@ int ptdp_gpt_data_parse_paths(ptdp_gpt_data_params *p, int argc, char **argv) {
         return PTDP_OK;
     }
     if (argc < 2 || argc % 2 != 0 || argc / 2 > PTDP_DATA_MAX_PATHS)
-        return ptdp_errorf(PTDP_EINVAL, "--data-path: expected PREFIX or pairs 'WEIGHT PREFIX' "
-                           "(at most %d), got %d entries", PTDP_DATA_MAX_PATHS, argc);
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--data-path: expected PREFIX or pairs 'WEIGHT PREFIX' "
+                           "(at most %d), got %d entries",
+                           PTDP_DATA_MAX_PATHS, argc);
     for (int i = 0; i < argc / 2; i++) {
         char *end;
         double w = strtod(argv[2 * i], &end);
@@ -73,7 +75,8 @@ int ptdp_gpt_data_parse_paths(ptdp_gpt_data_params *p, int argc, char **argv) {
 
 /* Megatron's split: fractions of the sequence count, rounded half-to-even,
  * with the rounding drift taken off every boundary after the first. */
-static int ptdp__split_bounds(const char *split, int64_t size, int64_t bounds[PTDP_NUM_SPLITS + 1]) {
+static int ptdp__split_bounds(const char *split, int64_t size,
+                              int64_t bounds[PTDP_NUM_SPLITS + 1]) {
     double w[PTDP_NUM_SPLITS] = {0, 0, 0}, sum = 0;
     const char *s = split;
     int k = 0;
@@ -83,8 +86,10 @@ static int ptdp__split_bounds(const char *split, int64_t size, int64_t bounds[PT
         char *end;
         w[k] = strtod(s, &end);
         if (end == s || !(w[k] >= 0) || !isfinite(w[k]) || (*end && *end != ',' && *end != '/'))
-            return ptdp_errorf(PTDP_EINVAL, "--split '%s': expected up to 3 numbers >= 0 "
-                               "separated by ',' (e.g. 949,50,1)", split);
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--split '%s': expected up to 3 numbers >= 0 "
+                               "separated by ',' (e.g. 949,50,1)",
+                               split);
         sum += w[k++];
         s = *end ? end + 1 : end;
     }
@@ -141,12 +146,12 @@ static int missing_prefix(const char *prefix) {
         }
         if (dh) closedir(dh);
     }
-    return ptdp_errorf(PTDP_EIO,
-                       "--data-path %s: no dataset with that prefix (--data-path takes the prefix of "
-                       "PREFIX.bin and PREFIX.idx, without the extension, as `ptdp preprocess "
-                       "--output-prefix` writes them); %s%s",
-                       prefix, n ? "datasets in that directory: " : "no .idx files in that directory",
-                       listed);
+    return ptdp_errorf(
+        PTDP_EIO,
+        "--data-path %s: no dataset with that prefix (--data-path takes the prefix of "
+        "PREFIX.bin and PREFIX.idx, without the extension, as `ptdp preprocess "
+        "--output-prefix` writes them); %s%s",
+        prefix, n ? "datasets in that directory: " : "no .idx files in that directory", listed);
 }
 
 static int ptdp__build_split(ptdp__gpt_split *sp, const ptdp_idx_dataset *ds, int64_t lo,
@@ -155,14 +160,15 @@ static int ptdp__build_split(ptdp__gpt_split *sp, const ptdp_idx_dataset *ds, in
     for (int64_t i = lo; i < hi; i++) tokens += ptdp_idx_sequence_length(ds, i);
     if (tokens <= 1) {
         if (need > 0)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "'%s': the %s split (part %d of --split) has %lld tokens, cannot provide "
-                               "%lld samples of %lld tokens%s",
-                               ptdp_idx_prefix(ds), split_names[k], k, (long long)tokens, (long long)need,
-                               (long long)s + 1,
-                               k == PTDP_SPLIT_VALID ? "; give validation documents with --split (e.g. 969,30,1) "
-                                                       "or turn evaluation off with --eval-iters 0"
-                                                     : "; give it documents with --split (e.g. 969,30,1)");
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "'%s': the %s split (part %d of --split) has %lld tokens, cannot provide "
+                "%lld samples of %lld tokens%s",
+                ptdp_idx_prefix(ds), split_names[k], k, (long long)tokens, (long long)need,
+                (long long)s + 1,
+                k == PTDP_SPLIT_VALID ? "; give validation documents with --split (e.g. 969,30,1) "
+                                        "or turn evaluation off with --eval-iters 0"
+                                      : "; give it documents with --split (e.g. 969,30,1)");
         return PTDP_OK;
     }
     int64_t epochs = 1;
@@ -236,9 +242,10 @@ static int ptdp__check_tokens(const ptdp_idx_dataset *ds, int64_t vocab) {
             if (rc) return rc;
             for (int64_t i = 0; i < c; i++)
                 if (buf[i] < 0 || buf[i] >= vocab)
-                    return ptdp_errorf(PTDP_EINVAL, "'%s': sequence %lld holds token %d, outside "
-                                       "the vocabulary of %lld", ptdp_idx_prefix(ds),
-                                       (long long)q, buf[i], (long long)vocab);
+                    return ptdp_errorf(PTDP_EINVAL,
+                                       "'%s': sequence %lld holds token %d, outside "
+                                       "the vocabulary of %lld",
+                                       ptdp_idx_prefix(ds), (long long)q, buf[i], (long long)vocab);
         }
     }
     return PTDP_OK;
@@ -292,8 +299,9 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         if (!rc) rc = ptdp_idx_open(&d->ds[i], p->prefixes[i]);
         if (!rc && p->vocab_size > 0) rc = ptdp__check_tokens(d->ds[i], p->vocab_size);
         int64_t b[PTDP_NUM_SPLITS + 1];
-        if (!rc) rc = ptdp__split_bounds(p->split ? p->split : "969,30,1",
-                                         ptdp_idx_num_sequences(d->ds[i]), b);
+        if (!rc)
+            rc = ptdp__split_bounds(p->split ? p->split : "969,30,1",
+                                    ptdp_idx_num_sequences(d->ds[i]), b);
         for (int k = 0; k < PTDP_NUM_SPLITS && !rc; k++) {
             int64_t need = p->num_samples[k];
             if (blended) {
@@ -373,5 +381,6 @@ int ptdp_gpt_data_sample(const ptdp_gpt_data *d, int split, int64_t idx, int32_t
     idx %= n;
     if (idx < 0) idx += n;
     if (d->n == 1) return ptdp__read_sample(d, 0, split, idx, tokens);
-    return ptdp__read_sample(d, d->blend_ds[split][idx], split, d->blend_sample[split][idx], tokens);
+    return ptdp__read_sample(d, d->blend_ds[split][idx], split, d->blend_sample[split][idx],
+                             tokens);
 }

@@ -29,7 +29,8 @@ static const char ptdp__idx_magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0}
 int ptdp_idx_dtype_size(int code) {
     switch (code) {
 #define PTDP__IDX_SIZE(name, c, size, str) \
-    case c: return size;
+    case c:                                \
+        return size;
         PTDP_IDX_DTYPES(PTDP__IDX_SIZE)
 #undef PTDP__IDX_SIZE
     }
@@ -39,7 +40,8 @@ int ptdp_idx_dtype_size(int code) {
 const char *ptdp_idx_dtype_name(int code) {
     switch (code) {
 #define PTDP__IDX_NAME(name, c, size, str) \
-    case c: return str;
+    case c:                                \
+        return str;
         PTDP_IDX_DTYPES(PTDP__IDX_NAME)
 #undef PTDP__IDX_NAME
     }
@@ -266,12 +268,11 @@ static int ptdp__validate(ptdp_idx_dataset *ds, const char *idx, const char *bin
         return ptdp_errorf(PTDP_EFORMAT, "'%s': dtype %s cannot hold token ids", idx,
                            ptdp_idx_dtype_name(ds->dtype));
     if (d < 1) return ptdp_errorf(PTDP_EFORMAT, "'%s': document count D = 0 (must be >= 1)", idx);
-    if (s > ((uint64_t)1 << 40) || d > ((uint64_t)1 << 40) ||
-        34 + 12 * s + 8 * d != ds->idx_size)
+    if (s > ((uint64_t)1 << 40) || d > ((uint64_t)1 << 40) || 34 + 12 * s + 8 * d != ds->idx_size)
         return ptdp_errorf(PTDP_EFORMAT,
                            "'%s': size %zu does not match S = %llu sequences and D = %llu "
-                           "boundaries (expected %llu bytes)", idx, ds->idx_size,
-                           (unsigned long long)s, (unsigned long long)d,
+                           "boundaries (expected %llu bytes)",
+                           idx, ds->idx_size, (unsigned long long)s, (unsigned long long)d,
                            (unsigned long long)(34 + 12 * s + 8 * d));
     ds->nseq = (int64_t)s;
     ds->ndoc1 = (int64_t)d;
@@ -292,8 +293,8 @@ static int ptdp__validate(ptdp_idx_dataset *ds, const char *idx, const char *bin
         if (ptr != expect)
             return ptdp_errorf(PTDP_EFORMAT,
                                "'%s': sequence %lld starts at byte %lld, expected %lld "
-                               "(pointers inconsistent with lengths)", idx, (long long)i,
-                               (long long)ptr, (long long)expect);
+                               "(pointers inconsistent with lengths)",
+                               idx, (long long)i, (long long)ptr, (long long)expect);
         expect += (int64_t)len * es;
     }
     for (int64_t j = 0; j < ds->ndoc1; j++) {
@@ -310,7 +311,8 @@ static int ptdp__validate(ptdp_idx_dataset *ds, const char *idx, const char *bin
     if ((uint64_t)expect != ds->bin_size)
         return ptdp_errorf(PTDP_EFORMAT,
                            "'%s' has %zu bytes but '%s' describes %lld (truncated or mismatched "
-                           "pair)", bin, ds->bin_size, idx, (long long)expect);
+                           "pair)",
+                           bin, ds->bin_size, idx, (long long)expect);
     return PTDP_OK;
 }
 
@@ -357,21 +359,40 @@ int ptdp_idx_read(const ptdp_idx_dataset *ds, int64_t seq, int64_t offset, int64
                   int32_t *dst) {
     if (seq < 0 || seq >= ds->nseq || offset < 0 || count < 0 ||
         offset + count > ptdp_idx_sequence_length(ds, seq))
-        return ptdp_errorf(PTDP_EINVAL, "'%s': read of tokens [%lld, +%lld) of sequence %lld is "
-                           "out of range", ds->prefix, (long long)offset, (long long)count,
-                           (long long)seq);
+        return ptdp_errorf(PTDP_EINVAL,
+                           "'%s': read of tokens [%lld, +%lld) of sequence %lld is "
+                           "out of range",
+                           ds->prefix, (long long)offset, (long long)count, (long long)seq);
     int64_t ptr;
     memcpy(&ptr, ds->pointers + seq, 8);
     int es = ptdp_idx_dtype_size(ds->dtype);
     const unsigned char *p = ds->bin_map + ptr + offset * es;
     for (int64_t i = 0; i < count; i++, p += es) {
         switch (ds->dtype) {
-        case PTDP_IDX_U8: dst[i] = p[0]; break;
-        case PTDP_IDX_I8: dst[i] = (int8_t)p[0]; break;
-        case PTDP_IDX_U16: { uint16_t v; memcpy(&v, p, 2); dst[i] = v; } break;
-        case PTDP_IDX_I16: { int16_t v; memcpy(&v, p, 2); dst[i] = v; } break;
-        case PTDP_IDX_I32: memcpy(&dst[i], p, 4); break;
-        default: { int64_t v; memcpy(&v, p, 8); dst[i] = (int32_t)v; } break;
+        case PTDP_IDX_U8:
+            dst[i] = p[0];
+            break;
+        case PTDP_IDX_I8:
+            dst[i] = (int8_t)p[0];
+            break;
+        case PTDP_IDX_U16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            dst[i] = v;
+        } break;
+        case PTDP_IDX_I16: {
+            int16_t v;
+            memcpy(&v, p, 2);
+            dst[i] = v;
+        } break;
+        case PTDP_IDX_I32:
+            memcpy(&dst[i], p, 4);
+            break;
+        default: {
+            int64_t v;
+            memcpy(&v, p, 8);
+            dst[i] = (int32_t)v;
+        } break;
         }
     }
     return PTDP_OK;

@@ -6,11 +6,11 @@
  * as Megatron always reads, or plain text (documents are separated by one or
  * more blank lines - lines of only spaces, tabs or CR - and keep their inner
  * newlines but not the final one). By default a file is JSON lines when its
- * name ends in .json/.jsonl or its first non-blank line starts with '{'. Documents are tokenized in parallel
- * batches with OpenMP and written in input order, so the output does not
- * depend on the number of workers. Not supported: several JSON keys at once,
- * sentence splitting. As with Python's json.loads, the last of duplicate keys
- * wins, and "\u0000" escapes are kept as NUL bytes (see ptdp__json_nul). */
+ * name ends in .json/.jsonl or its first non-blank line starts with '{'. Documents are tokenized in
+ * parallel batches with OpenMP and written in input order, so the output does not depend on the
+ * number of workers. Not supported: several JSON keys at once, sentence splitting. As with Python's
+ * json.loads, the last of duplicate keys wins, and "\u0000" escapes are kept as NUL bytes (see
+ * ptdp__json_nul). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -187,8 +187,9 @@ static int ptdp__looks_json(const char *d, size_t n) {
 int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params *p,
                         ptdp_preprocess_stats *stats) {
     if (p->workers < 1) return ptdp_errorf(PTDP_EINVAL, "workers must be >= 1, got %d", p->workers);
-    ptdp__pp_ctx c = {tok, p, NULL, p->format == PTDP_PP_JSON || ptdp__ends_with(p->input, ".json") ||
-                                        ptdp__ends_with(p->input, ".jsonl"),
+    ptdp__pp_ctx c = {tok, p, NULL,
+                      p->format == PTDP_PP_JSON || ptdp__ends_with(p->input, ".json") ||
+                          ptdp__ends_with(p->input, ".jsonl"),
                       ptdp_tokenizer_eod(tok)};
     if (p->format == PTDP_PP_TEXT) c.json = 0;
     if (p->append_eod && c.eod < 0)
@@ -214,13 +215,15 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
     int *rcs = malloc(PTDP__BATCH_ITEMS * sizeof(int));
     ptdp_tok_cache **caches = calloc((size_t)p->workers, sizeof(*caches));
     int rc = PTDP_OK;
-    if (!prefix || !items || !toks || !rcs || !caches) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    if (!prefix || !items || !toks || !rcs || !caches)
+        rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
     for (int w = 0; !rc && w < p->workers; w++)
         if (!(caches[w] = ptdp_tok_cache_new())) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
     ptdp_idx_writer *wr = NULL;
     if (!rc) {
         snprintf(prefix, plen, "%s_%s_document", p->output_prefix, p->json_key);
-        rc = ptdp_idx_writer_open(&wr, prefix, ptdp_idx_dtype_for_vocab(ptdp_tokenizer_vocab_size(tok)));
+        rc = ptdp_idx_writer_open(&wr, prefix,
+                                  ptdp_idx_dtype_for_vocab(ptdp_tokenizer_vocab_size(tok)));
     }
     ptdp_preprocess_stats s = {0};
     double t0 = ptdp_now(), last_print = t0;
@@ -241,8 +244,9 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
             if (rcs[i]) {
                 /* redo the first failure on this thread so its message is the one recorded */
                 rc = ptdp__pp_item(&c, caches[0], &items[i], &toks[i]);
-                if (!rc) rc = ptdp_errorf(PTDP_EIO, "%s:%zu: tokenizing failed", p->input,
-                                          items[i].lineno);
+                if (!rc)
+                    rc = ptdp_errorf(PTDP_EIO, "%s:%zu: tokenizing failed", p->input,
+                                     items[i].lineno);
                 break;
             }
             rc = ptdp_idx_writer_add_document(wr, toks[i].ids, toks[i].n);
@@ -266,11 +270,12 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
     s.seconds = ptdp_now() - t0;
     if (p->progress) fprintf(stderr, "\n");
     if (!rc)
-        fprintf(stderr, "preprocess: %lld documents (%lld empty), %lld tokens, %.1f MB in %.2f s "
-                "(%.1f MB/s, %d workers, %s) -> %s.bin/.idx\n", (long long)s.documents,
-                (long long)s.empty_documents, (long long)s.tokens, (double)s.bytes_in / 1e6,
-                s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9), p->workers,
-                c.json ? "JSON lines" : "plain text", prefix);
+        fprintf(stderr,
+                "preprocess: %lld documents (%lld empty), %lld tokens, %.1f MB in %.2f s "
+                "(%.1f MB/s, %d workers, %s) -> %s.bin/.idx\n",
+                (long long)s.documents, (long long)s.empty_documents, (long long)s.tokens,
+                (double)s.bytes_in / 1e6, s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9),
+                p->workers, c.json ? "JSON lines" : "plain text", prefix);
     if (stats) *stats = s;
     ptdp_idx_writer_free(wr);
     for (int i = 0; toks && i < PTDP__BATCH_ITEMS; i++) ptdp_tokens_free(&toks[i]);

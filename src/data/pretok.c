@@ -23,13 +23,13 @@ uint32_t ptdp__utf8_next(const unsigned char *s, size_t n, int *len) {
     } else if (c >= 0xE0 && c <= 0xEF) {
         need = 2;
         cp = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;      /* no overlongs */
-        if (c == 0xED) hi = 0x9F;      /* no surrogates */
+        if (c == 0xE0) lo = 0xA0; /* no overlongs */
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         need = 3;
         cp = c & 0x07;
         if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;      /* <= U+10FFFF */
+        if (c == 0xF4) hi = 0x8F; /* <= U+10FFFF */
     } else {
         *len = 1;
         return PTDP__CP_INVALID;
@@ -91,8 +91,8 @@ size_t ptdp__pretok_next(const unsigned char *s, size_t n) {
     if (s[0] == '\'' && n >= 2) {
         unsigned c = s[1];
         if (c == 's' || c == 't' || c == 'm' || c == 'd') return 2;
-        if (n >= 3 && ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') ||
-                       (c == 'l' && s[2] == 'l')))
+        if (n >= 3 &&
+            ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') || (c == 'l' && s[2] == 'l')))
             return 3;
     }
     int l0;

@@ -64,7 +64,8 @@ void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, f
         for (int64_t j = 0; j < n; j++) {
             float u = xr[j] + bias[j];
             float t = ptdp__tanhf(GELU_C * (u + GELU_A * u * u * u));
-            float dg = 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * u * u);
+            float dg = 0.5f * (1.0f + t) +
+                       0.5f * u * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * u * u);
             d[j] = g[j] * dg;
         }
     }
@@ -76,7 +77,8 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
     if (drop.p == 0.0f) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < N; r++)
-            for (int64_t j = 0; j < h; j++) out[r * h + j] = resid[r * h + j] + (x[r * h + j] + bias[j]);
+            for (int64_t j = 0; j < h; j++)
+                out[r * h + j] = resid[r * h + j] + (x[r * h + j] + bias[j]);
         return;
     }
 #pragma omp parallel for schedule(static)
@@ -86,7 +88,8 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
             int64_t m = h - j0 < 256 ? h - j0 : 256;
             const int64_t e0 = r * h + j0;
             for (int64_t j = 0; j < m; j++) tmp[j] = x[e0 + j] + bias[j0 + j];
-            ptdp__dropout_apply(tmp, tmp, m, drop, ptdp__dropout_row_index(drop, r, h) + (uint64_t)j0);
+            ptdp__dropout_apply(tmp, tmp, m, drop,
+                                ptdp__dropout_row_index(drop, r, h) + (uint64_t)j0);
             for (int64_t j = 0; j < m; j++) out[e0 + j] = resid[e0 + j] + tmp[j];
         }
     }
@@ -102,7 +105,8 @@ void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int6
     } else {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < N; r++)
-            ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop, ptdp__dropout_row_index(drop, r, h));
+            ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop,
+                                ptdp__dropout_row_index(drop, r, h));
     }
     ptdp__bias_bwd(dx, dbias, N, h);
 }

@@ -11,7 +11,9 @@
 #include "kernels/fastmath.h"
 #include "kernels/cpu.h"
 
-int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) { return 2 * s * s * (int64_t)nthreads; }
+int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) {
+    return 2 * s * s * (int64_t)nthreads;
+}
 
 /* One causal row: p[0..n) = softmax(scale * sr[0..n)), zeros in p[n..zend).
  * Kept out of line: inlined into the row loops gcc left the exp loop scalar
@@ -80,21 +82,24 @@ static int64_t att_blk(int64_t s) { return s <= 128 ? s : 64; }
 
 /* Dropout on rows [i0, i1), columns [0, cend) of a [s, s] matrix of task
  * `task`: element (i, j) is site element task*s*s + i*s + j. */
-static void dropout_rows(const float *src, float *dst, int64_t s, int64_t i0, int64_t i1, int64_t cend,
-                         ptdp_dropout drop, int64_t task) {
+static void dropout_rows(const float *src, float *dst, int64_t s, int64_t i0, int64_t i1,
+                         int64_t cend, ptdp_dropout drop, int64_t task) {
     for (int64_t i = i0; i < i1; i++)
         ptdp__dropout_apply(src + i * s, dst + i * s, cend, drop, (uint64_t)(task * s * s + i * s));
 }
 
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
-                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs,
+                         float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                         ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
         int64_t bi = task / al, j = task % al;
         /* the dropout block of this (sequence, head): global head numbering */
-        const int64_t blk = drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j : task;
+        const int64_t blk =
+            drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
+                       : task;
         float *S = scratch + 2 * s * s * omp_get_thread_num();
         float *Pd = S + s * s;
         const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
@@ -115,16 +120,18 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
     }
 }
 
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                         float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                         ptdp_dropout drop) {
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
+                         const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+                         int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
         int64_t bi = task / al, j = task % al;
         /* the dropout block of this (sequence, head): global head numbering */
-        const int64_t blk = drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j : task;
+        const int64_t blk =
+            drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
+                       : task;
         float *dP = scratch + 2 * s * s * omp_get_thread_num();
         float *Pd = dP + s * s;
         const int64_t off = bi * al * 3 * hd + j * 3 * hd;
@@ -146,9 +153,9 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
         for (int64_t c0 = 0; c0 < s; c0 += B) {
             int64_t c1 = c0 + B < s ? c0 + B : s, cb = c1 - c0, kn = s - c0;
             gemm(1, 0, cb, hd, kn, 1.0f, Puse + c0 * s + c0, s, dC + c0 * ldc, ldc, 0.0f,
-                               dV + c0 * ld3, ld3);
+                 dV + c0 * ld3, ld3);
             gemm(1, 0, cb, hd, kn, 1.0f, dP + c0 * s + c0, s, Q + c0 * ld3, ld3, 0.0f,
-                               dK + c0 * ld3, ld3);
+                 dK + c0 * ld3, ld3);
         }
     }
 }

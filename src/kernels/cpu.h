@@ -7,10 +7,12 @@
 
 void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                         int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc);
+typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                              const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                              float *C, int64_t ldc);
 
 void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
                          float *rstd, int64_t N, int64_t h, float eps);
@@ -32,25 +34,30 @@ void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout d
 void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale);
 void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale);
 /* attention's per-head GEMMs run through `gemm`, the table's library */
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
-                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *probs, float *dqkv,
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop);
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
+                         const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+                         int64_t al, int64_t hd, ptdp_dropout drop);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
                      int64_t Vl, int64_t s, int64_t b, int64_t h);
 void ptdp__pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h);
 void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
-void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V);
+void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                    int64_t V);
 void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V);
-void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N);
+                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                     int64_t V);
+void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
+                     int64_t N);
 void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
-void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                 float beta2, float eps, float wd, int64_t step);
+                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
+                    float scale);
+void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
+                 float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__sumsq(const float *x, int64_t n);
 double ptdp__sum(const float *x, int64_t n);
 void ptdp__scale(float *x, float a, int64_t n);

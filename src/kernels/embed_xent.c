@@ -59,7 +59,8 @@ static int64_t valid_cols(int64_t Vl, int64_t v0, int64_t V) {
     return n < 0 ? 0 : n > Vl ? Vl : n;
 }
 
-void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
+void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                    int64_t V) {
     int64_t nv = valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -72,7 +73,8 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
 }
 
 void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V) {
+                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                     int64_t V) {
     int64_t nv = valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
@@ -86,12 +88,14 @@ void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targ
     }
 }
 
-void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N) {
+void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
+                     int64_t N) {
     for (int64_t n = 0; n < N; n++) loss[n] = logf(sumexp[n]) + gmax[n] - tgt[n];
 }
 
 void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
+                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
+                    float scale) {
     int64_t nv = valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {

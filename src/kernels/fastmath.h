@@ -1,9 +1,9 @@
 /* fastmath.h - exp and tanh for the kernels' inner loops (internal).
- * These bodies live in a header on purpose (the project otherwise keeps function bodies out of headers):
- * gcc vectorises a loop only when the callee is visible and inlinable, and
- * libm's expf/tanhf are scalar calls that cost more than the GEMMs around
- * them on the softmax and GeLU paths. Accuracy: relative error below 3e-7
- * over the ranges used (checked against libm in test_kernels). */
+ * These bodies live in a header on purpose (the project otherwise keeps function bodies out of
+ * headers): gcc vectorises a loop only when the callee is visible and inlinable, and libm's
+ * expf/tanhf are scalar calls that cost more than the GEMMs around them on the softmax and GeLU
+ * paths. Accuracy: relative error below 3e-7 over the ranges used (checked against libm in
+ * test_kernels). */
 #ifndef PTDP_KERNELS_FASTMATH_H
 #define PTDP_KERNELS_FASTMATH_H
 
@@ -45,8 +45,14 @@ static inline float ptdp__tanhf(float x) {
     float x2 = ax * ax;
     /* Taylor to x^15: below 0.55 it beats (1-e)/(1+e), whose cancellation
      * magnifies exp's error by e/(1-e) for small |x| */
-    float small = ax * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f + x2 * (62.0f / 2835.0f +
-                  x2 * (-1382.0f / 155925.0f + x2 * (21844.0f / 6081075.0f + x2 * (-929569.0f / 638512875.0f))))))));
+    float small =
+        ax * (1.0f + x2 * (-1.0f / 3.0f +
+                           x2 * (2.0f / 15.0f +
+                                 x2 * (-17.0f / 315.0f +
+                                       x2 * (62.0f / 2835.0f +
+                                             x2 * (-1382.0f / 155925.0f +
+                                                   x2 * (21844.0f / 6081075.0f +
+                                                         x2 * (-929569.0f / 638512875.0f))))))));
     float t = ax < 0.55f ? small : big;
     return x < 0 ? -t : t;
 }

@@ -19,7 +19,7 @@
 
 /* GEMM library behind ptdp_gemm: chosen at start-up, default oneDNN
  * (measured fastest on the model's shapes; see docs/performance.md). */
-#define PTDP_GEMM_LIBS(X) \
+#define PTDP_GEMM_LIBS(X)         \
     X(PTDP_GEMM_ONEDNN, "onednn") \
     X(PTDP_GEMM_OPENBLAS, "openblas")
 typedef enum {
@@ -142,9 +142,9 @@ typedef struct ptdp_ops {
                       int64_t V);
     void (*xent_loss)(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                       int64_t N);
-    void (*xent_bwd)(float *logits, const float *gmax, const float *sumexp,
-                     const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl,
-                     int64_t v0, int64_t V, float scale);
+    void (*xent_bwd)(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
+                     int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
+                     float scale);
 
     /* AdamW (decoupled weight decay, PyTorch's order of operations) on n
      * elements; step is 1-based. */
@@ -206,6 +206,7 @@ void ptdp_ref_softmax_causal(const float *scores, float *probs, int64_t s, float
 void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al,
                             int64_t hd);
 /* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
-double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad, int64_t V);
+double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad,
+                     int64_t V);
 
 #endif

@@ -6,8 +6,8 @@
 
 #include "kernels/cpu.h"
 
-void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                 float beta2, float eps, float wd, int64_t step) {
+void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
+                 float beta1, float beta2, float eps, float wd, int64_t step) {
     /* PyTorch's AdamW, step by step, so fp32 results track the reference */
     const float bc1 = 1.0f - powf(beta1, (float)step);
     const float bc2s = sqrtf(1.0f - powf(beta2, (float)step));

@@ -28,7 +28,8 @@ void ptdp_ref_layernorm_fwd(const float *x, const float *w, const float *b, floa
         for (int64_t i = 0; i < h; i++) v += (x[n * h + i] - m) * (x[n * h + i] - m);
         v /= (double)h;
         double r = 1.0 / sqrt(v + eps);
-        for (int64_t i = 0; i < h; i++) out[n * h + i] = (float)((x[n * h + i] - m) * r * w[i] + b[i]);
+        for (int64_t i = 0; i < h; i++)
+            out[n * h + i] = (float)((x[n * h + i] - m) * r * w[i] + b[i]);
     }
 }
 
@@ -43,11 +44,13 @@ void ptdp_ref_softmax_causal(const float *scores, float *probs, int64_t s, float
         for (int64_t j = 0; j <= i; j++) mx = fmax(mx, (double)scale * scores[i * s + j]);
         for (int64_t j = 0; j <= i; j++) sum += exp((double)scale * scores[i * s + j] - mx);
         for (int64_t j = 0; j < s; j++)
-            probs[i * s + j] = j <= i ? (float)(exp((double)scale * scores[i * s + j] - mx) / sum) : 0.0f;
+            probs[i * s + j] =
+                j <= i ? (float)(exp((double)scale * scores[i * s + j] - mx) / sum) : 0.0f;
     }
 }
 
-void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al, int64_t hd) {
+void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al,
+                            int64_t hd) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     double *p = malloc(sizeof(double) * (size_t)s);
     PTDP_ASSERT(p);
@@ -73,7 +76,8 @@ void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, 
     free(p);
 }
 
-double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad, int64_t V) {
+double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad,
+                     int64_t V) {
     double total = 0;
     for (int64_t n = 0; n < N; n++) {
         const float *l = logits + n * Vpad;

@@ -20,8 +20,8 @@
 
 #define CARVE_F(ar, n) ((float *)ptdp_arena_carve((ar), sizeof(float) * (size_t)(n)))
 
-static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl, int64_t fl, int64_t b,
-                        int64_t al, int64_t s) {
+static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl,
+                        int64_t fl, int64_t b, int64_t al, int64_t s) {
     la->ln1 = CARVE_F(cv, N * h);
     la->ln1_mean = CARVE_F(cv, N);
     la->ln1_rstd = CARVE_F(cv, N);
@@ -63,11 +63,14 @@ static int x_stored(const ptdp_gpt_chunk *c, int64_t i) {
 
 static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws) {
     const ptdp_chunk_params *p = &c->p;
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = p->micro_batch;
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+                  b = p->micro_batch;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
         ptdp__slot_act *sa = &c->slots[k];
-        sa->tokens = (p->pre || p->post) ? ptdp_arena_carve(act, sizeof(int32_t) * (size_t)(b * (s + 1))) : NULL;
+        sa->tokens = (p->pre || p->post)
+                         ? ptdp_arena_carve(act, sizeof(int32_t) * (size_t)(b * (s + 1)))
+                         : NULL;
         for (int64_t i = 0; i <= c->nl; i++) sa->x[i] = x_stored(c, i) ? CARVE_F(act, N * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
@@ -118,8 +121,8 @@ static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp
     for (int64_t i = 0; i < c->nl; i++) {
         const ptdp_param_spec *s = &L->v[L->layer0 + PTDP__LAYER_NPARAMS * i];
         int k = 0;
-#define PTDP__LAYER_PTR(field, suffix, role_, ...)  \
-    PTDP_ASSERT(s[k].role == role_);                \
+#define PTDP__LAYER_PTR(field, suffix, role_, ...) \
+    PTDP_ASSERT(s[k].role == role_);               \
     lps[i].field = base + s[k++].offset;
         PTDP__LAYER_PARAMS(PTDP__LAYER_PTR)
 #undef PTDP__LAYER_PTR
@@ -221,9 +224,11 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         int rc = ptdp_mem_alloc(&c->own, c->ops->alloc, c->ops->free);
         if (rc != PTDP_OK) {
             char b1[32], b2[32];
-            rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate the model: %s of parameters+gradients and %s of "
-                                          "activations; reduce --micro-batch-size or the model size",
-                             ptdp_fmt_bytes((double)c->param_bytes, b1), ptdp_fmt_bytes((double)c->act_bytes, b2));
+            rc = ptdp_errorf(PTDP_ENOMEM,
+                             "cannot allocate the model: %s of parameters+gradients and %s of "
+                             "activations; reduce --micro-batch-size or the model size",
+                             ptdp_fmt_bytes((double)c->param_bytes, b1),
+                             ptdp_fmt_bytes((double)c->act_bytes, b2));
             ptdp_gpt_chunk_free(c);
             return rc;
         }
@@ -253,7 +258,8 @@ void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     free(c);
 }
 
-void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes, size_t *shared_bytes) {
+void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes,
+                                     size_t *shared_bytes) {
     *slot_bytes = c->slot_bytes;
     *shared_bytes = c->shared_bytes;
 }

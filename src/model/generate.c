@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 struct ptdp_generator {
     ptdp_gpt_chunk *chunk;
     const ptdp_gpt_config *cfg;
@@ -25,16 +24,16 @@ struct ptdp_generator {
     const ptdp_model_ptrs *P;
     int t, rank;
     int64_t nl, h, hl, fl, al, hd, V, Vp, Vl, v0, max_len, C, len;
-    void *mem; /* backend memory: cache + work buffers */
-    float *kc, *vc;      /* [nl, al, max_len, hd] each */
-    int32_t *tok;        /* [C] */
+    void *mem;      /* backend memory: cache + work buffers */
+    float *kc, *vc; /* [nl, al, max_len, hd] each */
+    int32_t *tok;   /* [C] */
     float *x, *ln, *mean, *rstd, *qkv, *ctx, *tmp, *xm, *fc, *gl; /* [C, h|3hl|hl|fl], [C] */
-    float *S;            /* [C, max_len] attention scores of one head */
+    float *S;                                    /* [C, max_len] attention scores of one head */
     float *lnf, *lnf_mean, *lnf_rstd, *logits_l; /* [h], [1], [1], [Vl] */
-    float *host_l;       /* [Vl] host */
-    float *logits;       /* [Vp] host, full */
-    int32_t *idx;        /* [Vp] host sampling scratch */
-    float *prob;         /* [Vp] host sampling scratch */
+    float *host_l;                               /* [Vl] host */
+    float *logits;                               /* [Vp] host, full */
+    int32_t *idx;                                /* [Vp] host sampling scratch */
+    float *prob;                                 /* [Vp] host sampling scratch */
 };
 
 ptdp_sampling_params ptdp_sampling_default_params(void) {
@@ -43,7 +42,8 @@ ptdp_sampling_params ptdp_sampling_default_params(void) {
 }
 
 size_t ptdp_generator_cache_bytes(const ptdp_gpt_config *cfg, int t, int64_t max_len) {
-    return 2 * sizeof(float) * (size_t)cfg->num_layers * (size_t)max_len * (size_t)(cfg->hidden / t);
+    return 2 * sizeof(float) * (size_t)cfg->num_layers * (size_t)max_len *
+           (size_t)(cfg->hidden / t);
 }
 
 typedef struct {
@@ -80,14 +80,15 @@ static void plan(ptdp_generator *g, carver *cv) {
     g->logits_l = CARVE_F(cv, g->Vl);
 }
 
-int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp,
-                        int64_t max_len) {
+int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
+                        ptdp_group *tp, int64_t max_len) {
     *out = NULL;
     if (max_len < 1 || max_len > cfg->max_positions)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "a sequence of %lld tokens (prompt + new tokens) does not fit the model's %lld positions "
-                           "(--max-position-embeddings)",
-                           (long long)max_len, (long long)cfg->max_positions);
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "a sequence of %lld tokens (prompt + new tokens) does not fit the model's %lld positions "
+            "(--max-position-embeddings)",
+            (long long)max_len, (long long)cfg->max_positions);
     ptdp_generator *g = calloc(1, sizeof *g);
     if (!g) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the generator");
     g->chunk = chunk;
@@ -96,7 +97,8 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->t = tp ? tp->size : 1;
     g->rank = tp ? tp->rank : 0;
     g->P = ptdp_gpt_chunk_param_ptrs(chunk);
-    PTDP_ASSERT_MSG(g->P->wte && g->P->wpe && g->P->lnf_w, "the generator needs a chunk holding the whole model");
+    PTDP_ASSERT_MSG(g->P->wte && g->P->wpe && g->P->lnf_w,
+                    "the generator needs a chunk holding the whole model");
     g->nl = cfg->num_layers;
     g->h = cfg->hidden;
     g->hl = cfg->hidden / g->t;
@@ -122,7 +124,8 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->prob = malloc(sizeof(float) * (size_t)g->Vp);
     if (!g->mem || !g->host_l || !g->logits || !g->idx || !g->prob) {
         char b[32];
-        int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate the generator (%s of KV cache and work buffers)",
+        int rc = ptdp_errorf(PTDP_ENOMEM,
+                             "cannot allocate the generator (%s of KV cache and work buffers)",
                              ptdp_fmt_bytes((double)dry.off, b));
         ptdp_generator_free(g);
         return rc;
@@ -159,7 +162,8 @@ static void attend(ptdp_generator *g, int64_t i, int64_t n, int64_t pos0) {
         }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t j = 0; j < g->al; j++) {
-        o->gemm(0, 1, n, L, hd, 1.0f, g->qkv + j * 3 * hd, 3 * hl, K + j * M * hd, hd, 0.0f, g->S, L);
+        o->gemm(0, 1, n, L, hd, 1.0f, g->qkv + j * 3 * hd, 3 * hl, K + j * M * hd, hd, 0.0f, g->S,
+                L);
         ptdp__decode_softmax(g->S, n, L, pos0, scale);
         o->gemm(0, 0, n, hd, L, 1.0f, g->S, L, Vc + j * M * hd, hd, 0.0f, g->ctx + j * hd, hl);
     }
@@ -202,8 +206,8 @@ static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
 static void last_logits(ptdp_generator *g, int64_t n) {
     const ptdp_ops *o = g->ops;
     const int64_t h = g->h;
-    o->layernorm_fwd(g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean, g->lnf_rstd, 1, h,
-                     g->cfg->ln_eps);
+    o->layernorm_fwd(g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean, g->lnf_rstd,
+                     1, h, g->cfg->ln_eps);
     o->gemm(0, 1, 1, g->Vl, h, 1.0f, g->lnf, h, g->P->wte, h, 0.0f, g->logits_l, g->Vl);
     if (g->t == 1) {
         o->download(g->logits, g->logits_l, sizeof(float) * (size_t)g->Vl);
@@ -216,15 +220,17 @@ static void last_logits(ptdp_generator *g, int64_t n) {
     for (int64_t v = g->V; v < g->Vp; v++) g->logits[v] = -INFINITY;
 }
 
-int ptdp_generator_prefill(ptdp_generator *g, const int32_t *tokens, int64_t n, const float **logits) {
+int ptdp_generator_prefill(ptdp_generator *g, const int32_t *tokens, int64_t n,
+                           const float **logits) {
     if (n < 1) return ptdp_errorf(PTDP_EINVAL, "no tokens to process");
     if (g->len + n > g->max_len)
-        return ptdp_errorf(PTDP_EINVAL, "%lld tokens after %lld exceed the generator's %lld positions", (long long)n,
-                           (long long)g->len, (long long)g->max_len);
+        return ptdp_errorf(PTDP_EINVAL,
+                           "%lld tokens after %lld exceed the generator's %lld positions",
+                           (long long)n, (long long)g->len, (long long)g->max_len);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= g->V)
-            return ptdp_errorf(PTDP_EINVAL, "token id %d is outside the vocabulary [0, %lld)", tokens[i],
-                               (long long)g->V);
+            return ptdp_errorf(PTDP_EINVAL, "token id %d is outside the vocabulary [0, %lld)",
+                               tokens[i], (long long)g->V);
     int64_t done = 0, last = 0;
     while (done < n) {
         last = n - done < g->C ? n - done : g->C;
@@ -245,7 +251,9 @@ int ptdp_generator_next_logits(ptdp_generator *g, int32_t token, const float **l
 /* ---- sampling ------------------------------------------------------------ */
 
 /* a ranks before b: larger logit, then smaller id (deterministic ties) */
-static int before(const float *l, int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); }
+static int before(const float *l, int32_t a, int32_t b) {
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+}
 
 static void sift_down(const float *l, int32_t *heap, int64_t n, int64_t i) {
     for (;;) {
@@ -267,8 +275,8 @@ static int32_t argmax(const float *l, int64_t V) {
     return best;
 }
 
-int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp, uint64_t draw,
-                           int32_t *idx, float *prob) {
+int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp,
+                           uint64_t draw, int32_t *idx, float *prob) {
     if (sp->temperature <= 0.0f || sp->top_k == 1) return argmax(logits, V);
     const double invT = 1.0 / (double)sp->temperature;
     const float mx = logits[argmax(logits, V)];
@@ -325,7 +333,7 @@ int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_p
     return sel[-1 - (m - 1)];
 }
 
-int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits, const ptdp_sampling_params *sp,
-                              uint64_t draw) {
+int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits,
+                              const ptdp_sampling_params *sp, uint64_t draw) {
     return ptdp_sample_logits(logits, g->V, sp, draw, g->idx, g->prob);
 }

@@ -25,8 +25,9 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
     o->download(logits, c->logits, sizeof(float) * (size_t)(N * c->Vl));
 }
 
-void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in, float *x_out,
-                        float loss_scale, double *loss_sum, int64_t iteration, int64_t microbatch) {
+void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in,
+                        float *x_out, float loss_scale, double *loss_sum, int64_t iteration,
+                        int64_t microbatch) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     const ptdp_ops *o = c->ops;
     ptdp__slot_act *sa = &c->slots[slot];
@@ -40,7 +41,9 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
     if (c->p.pre) {
         ptdp__gpt_embed_fwd(c, sa);
         if (c->cfg->hidden_dropout > 0) /* an optional op: only runs that need it call it */
-            o->dropout_fwd(sa->x[0], N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
+            o->dropout_fwd(
+                sa->x[0], N * h,
+                ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
     } else {
         o->copy(sa->x[0], x_in, N * h);
     }
@@ -62,13 +65,16 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
         /* entering a recompute group from its end: rerun its forward (same
          * dropout keys: the slot remembers iteration and micro-batch) */
         if (c->group[i] >= 0 && i == c->group_end[i] - 1)
-            for (int64_t j = c->group[i]; j <= i; j++) ptdp__layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
+            for (int64_t j = c->group[i]; j <= i; j++)
+                ptdp__layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
         ptdp__layer_bwd(c, sa, i);
         if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->p.pre) {
         if (c->cfg->hidden_dropout > 0)
-            o->dropout_bwd(c->dres, N * h, ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
+            o->dropout_bwd(
+                c->dres, N * h,
+                ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
         ptdp__gpt_embed_bwd(c, sa);
     } else {
         o->copy(dx, c->dres, N * h);

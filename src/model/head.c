@@ -25,7 +25,8 @@ void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
 void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
     const ptdp_ops *o = c->ops;
     const int64_t N = c->N, h = c->h, Vl = c->Vl;
-    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h, c->cfg->ln_eps);
+    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h,
+                     c->cfg->ln_eps);
     o->gemm(0, 1, N, Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, Vl);
 }
 
@@ -42,18 +43,21 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     ptdp__head_logits(c, xL);
     o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
-    o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0, cfg->vocab);
+    o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,
+                 cfg->vocab);
     ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
     ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
     o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
     *loss_sum = o->sum(c->loss, N);
     if (!c->training) return;
 
-    o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
+    o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab,
+                loss_scale);
     o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
     o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
     ptdp__tp_f_bwd(c, c->dtmp, N * h);
     o->zero(c->dres, N * h);
-    o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w, c->G.lnf_b, N, h);
+    o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
+                     c->G.lnf_b, N, h);
     o->copy(xL, c->dres, N * h);
 }

@@ -42,15 +42,20 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
-void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) { ptdp_allreduce_sum_f32(c->p.tp, dx, n); }
-void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) { ptdp_allreduce_sum_f32(c->p.tp, x, n); }
+void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {
+    ptdp_allreduce_sum_f32(c->p.tp, dx, n);
+}
+void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
+    ptdp_allreduce_sum_f32(c->p.tp, x, n);
+}
 
 /* y: where the layer's output goes (normally sa->x[i+1]). */
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+                  b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
 
@@ -61,41 +66,48 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
                      ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
     o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
     ptdp__tp_g_fwd(c, c->tmp, N * h);
-    o->bias_dropout_add_fwd(c->tmp, W->proj_b, x, A->xm, N, h,
-                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
+    o->bias_dropout_add_fwd(
+        c->tmp, W->proj_b, x, A->xm, N, h,
+        ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
 
-    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, N, h, c->cfg->ln_eps);
+    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, N, h,
+                     c->cfg->ln_eps);
     o->gemm(0, 1, N, fl, h, 1.0f, A->ln2, h, W->fc1_w, h, 0.0f, A->fc, fl);
     o->bias_gelu_fwd(A->fc, W->fc1_b, A->gl, N, fl);
     o->gemm(0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
     ptdp__tp_g_fwd(c, c->tmp, N * h);
-    o->bias_dropout_add_fwd(c->tmp, W->fc2_b, A->xm, y, N, h,
-                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
+    o->bias_dropout_add_fwd(
+        c->tmp, W->fc2_b, A->xm, y, N, h,
+        ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
 }
 
 void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+                  b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
     float *dres = c->dres, *dtmp = c->dtmp;
 
     /* MLP: dres holds d(out) */
-    o->bias_dropout_add_bwd(dres, dtmp, G->fc2_b, N, h,
-                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
+    o->bias_dropout_add_bwd(
+        dres, dtmp, G->fc2_b, N, h,
+        ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
     o->gemm(1, 0, h, fl, N, 1.0f, dtmp, h, A->gl, fl, 1.0f, G->fc2_w, fl);
     o->gemm(0, 0, N, fl, h, 1.0f, dtmp, h, W->fc2_w, fl, 0.0f, c->dfc, fl);
     o->bias_gelu_bwd(c->dfc, A->fc, W->fc1_b, c->dfc, G->fc1_b, N, fl);
     o->gemm(1, 0, fl, h, N, 1.0f, c->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
     o->gemm(0, 0, N, h, fl, 1.0f, c->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
     ptdp__tp_f_bwd(c, dtmp, N * h);
-    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N, h);
+    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N,
+                     h);
 
     /* attention: dres holds d(xm) */
-    o->bias_dropout_add_bwd(dres, dtmp, G->proj_b, N, h,
-                            ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
+    o->bias_dropout_add_bwd(
+        dres, dtmp, G->proj_b, N, h,
+        ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
     o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
     o->attention_bwd(c->dctx, A->qkv, A->probs, c->dqkv, c->attn_scratch, s, b, c->al, c->hd,

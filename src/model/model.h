@@ -61,12 +61,11 @@ typedef struct {
 } ptdp_layer_ptrs;
 
 typedef struct {
-    float *wte;          /* [Vp/t, h] */
-    float *wpe;          /* [max_positions, h] (first stage) */
-    float *lnf_w, *lnf_b; /* [h] (last stage) */
+    float *wte;              /* [Vp/t, h] */
+    float *wpe;              /* [max_positions, h] (first stage) */
+    float *lnf_w, *lnf_b;    /* [h] (last stage) */
     ptdp_layer_ptrs *layers; /* [nl] */
 } ptdp_model_ptrs;
-
 
 typedef struct {
     const ptdp_gpt_config *cfg;
@@ -75,15 +74,15 @@ typedef struct {
     int64_t micro_batch;            /* b */
     int slots;                      /* micro-batches whose activations can be stashed */
     const ptdp_ops *ops;
-    ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
-    int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
-    int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
-    int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
-    int inference;                  /* no gradient buffer (generation, export): forward only,
-                                       call ptdp_gpt_chunk_set_training(c, 0) */
-    ptdp_mem *mem;                  /* NULL: the chunk allocates its own blocks; else
-                                       init carves from these arenas (a plan pass) and
-                                       ptdp_gpt_chunk_bind carves again once allocated */
+    ptdp_group *tp;               /* tensor-parallel group (size 1 allowed) */
+    int recompute_method;         /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
+    int64_t recompute_num_layers; /* Megatron's --recompute-num-layers */
+    int64_t numel_multiple;       /* pad the flat buffers to a multiple of this (0: 16) */
+    int inference;                /* no gradient buffer (generation, export): forward only,
+                                     call ptdp_gpt_chunk_set_training(c, 0) */
+    ptdp_mem *mem;                /* NULL: the chunk allocates its own blocks; else
+                                     init carves from these arenas (a plan pass) and
+                                     ptdp_gpt_chunk_bind carves again once allocated */
 } ptdp_chunk_params;
 /* Defaults: no configuration (the caller sets cfg and the layer range), no
  * embedding or head, b = 1, one slot, the CPU backend, no tensor group
@@ -117,7 +116,8 @@ int64_t ptdp_gpt_chunk_numel(const ptdp_gpt_chunk *c);
 void ptdp_gpt_chunk_bytes(const ptdp_gpt_chunk *c, size_t *param_bytes, size_t *act_bytes);
 /* How the activation allocation splits: bytes per micro-batch slot (stashed
  * until its backward) and bytes shared by all slots (workspace). */
-void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes, size_t *shared_bytes);
+void ptdp_gpt_chunk_activation_split(const ptdp_gpt_chunk *c, size_t *slot_bytes,
+                                     size_t *shared_bytes);
 
 /* Initialises every parameter as Megatron does, element by element from
  * (seed, global name, global index): a shard draws exactly the values of its
@@ -226,8 +226,8 @@ size_t ptdp_generator_cache_bytes(const ptdp_gpt_config *cfg, int t, int64_t max
  * for t = 1; else it must be the chunk's tensor group). Errors:
  * PTDP_ECONFIG when max_len < 1 or exceeds cfg->max_positions (message names
  * the limit), PTDP_ENOMEM. Local; no communication. */
-int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, ptdp_group *tp,
-                        int64_t max_len);
+int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
+                        ptdp_group *tp, int64_t max_len);
 void ptdp_generator_free(ptdp_generator *g); /* NULL is a no-op */
 
 /* Empties the cache (a new sequence); the sampling stream continues. */
@@ -241,18 +241,19 @@ int64_t ptdp_generator_len(const ptdp_generator *g);
  * entries >= V are -inf). Errors, with nothing changed: PTDP_EINVAL for
  * n < 1, a token outside [0, V), or len + n > max_len. Collective over the
  * tensor group: every member calls with the same tokens. Blocks. */
-int ptdp_generator_prefill(ptdp_generator *g, const int32_t *tokens, int64_t n, const float **logits);
+int ptdp_generator_prefill(ptdp_generator *g, const int32_t *tokens, int64_t n,
+                           const float **logits);
 /* The same for one token (the decode step). */
 int ptdp_generator_next_logits(ptdp_generator *g, int32_t token, const float **logits);
 
 /* Draws the next token from full logits [Vp] (only ids < V take part) with
  * sp; draw `draw` of the stream (seed) decides, so equal logits, params and
  * draw give the equal token on every rank. Uses g's host scratch; local. */
-int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits, const ptdp_sampling_params *sp,
-                              uint64_t draw);
+int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits,
+                              const ptdp_sampling_params *sp, uint64_t draw);
 
 /* The sampler without a generator: idx [V] and prob [V] are caller scratch. */
-int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp, uint64_t draw,
-                           int32_t *idx, float *prob);
+int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp,
+                           uint64_t draw, int32_t *idx, float *prob);
 
 #endif

@@ -10,19 +10,28 @@
  * X(ptdp_layer_ptrs field, name after "layers.i.", role, ndim, global dim0,
  *   global dim1, split, init). h and f (the MLP width) are the caller's
  * variables. spec.c builds the specs from it, chunk.c the pointers. */
-#define PTDP__LAYER_PARAMS(X)                                                                                  \
-    X(ln1_w, "input_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE)           \
-    X(ln1_b, "input_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)            \
-    X(qkv_w, "self_attention.query_key_value.weight", PTDP_ROLE_WEIGHT, 2, 3 * h, h, PTDP_SPLIT_DIM0,           \
-      PTDP_INIT_NORMAL)                                                                                        \
-    X(qkv_b, "self_attention.query_key_value.bias", PTDP_ROLE_BIAS, 1, 3 * h, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO) \
-    X(proj_w, "self_attention.dense.weight", PTDP_ROLE_WEIGHT, 2, h, h, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED)     \
-    X(proj_b, "self_attention.dense.bias", PTDP_ROLE_BIAS, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)           \
-    X(ln2_w, "post_attention_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE)  \
-    X(ln2_b, "post_attention_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)   \
-    X(fc1_w, "mlp.dense_h_to_4h.weight", PTDP_ROLE_WEIGHT, 2, f, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL)         \
-    X(fc1_b, "mlp.dense_h_to_4h.bias", PTDP_ROLE_BIAS, 1, f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO)               \
-    X(fc2_w, "mlp.dense_4h_to_h.weight", PTDP_ROLE_WEIGHT, 2, h, f, PTDP_SPLIT_DIM1, PTDP_INIT_SCALED)         \
+#define PTDP__LAYER_PARAMS(X)                                                                     \
+    X(ln1_w, "input_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,             \
+      PTDP_INIT_ONE)                                                                              \
+    X(ln1_b, "input_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,               \
+      PTDP_INIT_ZERO)                                                                             \
+    X(qkv_w, "self_attention.query_key_value.weight", PTDP_ROLE_WEIGHT, 2, 3 * h, h,              \
+      PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL)                                                          \
+    X(qkv_b, "self_attention.query_key_value.bias", PTDP_ROLE_BIAS, 1, 3 * h, 0, PTDP_SPLIT_DIM0, \
+      PTDP_INIT_ZERO)                                                                             \
+    X(proj_w, "self_attention.dense.weight", PTDP_ROLE_WEIGHT, 2, h, h, PTDP_SPLIT_DIM1,          \
+      PTDP_INIT_SCALED)                                                                           \
+    X(proj_b, "self_attention.dense.bias", PTDP_ROLE_BIAS, 1, h, 0, PTDP_SPLIT_NONE,              \
+      PTDP_INIT_ZERO)                                                                             \
+    X(ln2_w, "post_attention_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,    \
+      PTDP_INIT_ONE)                                                                              \
+    X(ln2_b, "post_attention_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,      \
+      PTDP_INIT_ZERO)                                                                             \
+    X(fc1_w, "mlp.dense_h_to_4h.weight", PTDP_ROLE_WEIGHT, 2, f, h, PTDP_SPLIT_DIM0,              \
+      PTDP_INIT_NORMAL)                                                                           \
+    X(fc1_b, "mlp.dense_h_to_4h.bias", PTDP_ROLE_BIAS, 1, f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO)  \
+    X(fc2_w, "mlp.dense_4h_to_h.weight", PTDP_ROLE_WEIGHT, 2, h, f, PTDP_SPLIT_DIM1,              \
+      PTDP_INIT_SCALED)                                                                           \
     X(fc2_b, "mlp.dense_4h_to_h.bias", PTDP_ROLE_BIAS, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)
 enum {
 #define PTDP__LAYER_PARAM_COUNT(field, ...) +1
@@ -33,7 +42,7 @@ enum {
 typedef struct {
     ptdp_param_spec v[PTDP__MAX_SPECS];
     int n;
-    int64_t total; /* floats, aligned per tensor */
+    int64_t total;     /* floats, aligned per tensor */
     int wte, wpe, lnf; /* spec indices or -1 */
     int layer0;        /* spec index of the first layer's first parameter; layer i's
                           parameters are PTDP__LAYER_NPARAMS specs from
@@ -44,25 +53,25 @@ typedef struct {
 
 /* What one layer stashes for its backward. N = s*b token rows. */
 typedef struct {
-    float *ln1;                /* [s, b, h] LN(x) */
+    float *ln1;                 /* [s, b, h] LN(x) */
     float *ln1_mean, *ln1_rstd; /* [s, b] */
-    float *qkv;                /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
-    float *probs;              /* [b, a/t, s, s] attention probabilities (after dropout) */
-    float *ctx;                /* [s, b, h/t] attention output */
-    float *xm;                 /* [s, b, h] x + dropout(attention out + bo) */
-    float *ln2;                /* [s, b, h] LN(xm) */
+    float *qkv;                 /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
+    float *probs;               /* [b, a/t, s, s] attention probabilities (after dropout) */
+    float *ctx;                 /* [s, b, h/t] attention output */
+    float *xm;                  /* [s, b, h] x + dropout(attention out + bo) */
+    float *ln2;                 /* [s, b, h] LN(xm) */
     float *ln2_mean, *ln2_rstd; /* [s, b] */
-    float *fc;                 /* [s, b, 4h/t] ln2 W1^T (before bias and GeLU) */
-    float *gl;                 /* [s, b, 4h/t] gelu(fc + b1) */
+    float *fc;                  /* [s, b, 4h/t] ln2 W1^T (before bias and GeLU) */
+    float *gl;                  /* [s, b, 4h/t] gelu(fc + b1) */
 } ptdp__layer_act;
 
 typedef struct {
-    float **x;        /* [nl+1] -> [s, b, h]: input of each layer, then the chunk
-                         output (on the last stage: the gradient of the output
-                         after fwd). Inner inputs of a recompute group point
-                         into the shared recompute workspace. */
+    float **x;              /* [nl+1] -> [s, b, h]: input of each layer, then the chunk
+                               output (on the last stage: the gradient of the output
+                               after fwd). Inner inputs of a recompute group point
+                               into the shared recompute workspace. */
     ptdp__layer_act *layer; /* [nl]; recomputed layers point into the workspace */
-    int32_t *tokens;  /* [b, s+1] (first and last stage) */
+    int32_t *tokens;        /* [b, s+1] (first and last stage) */
     int64_t iteration, microbatch;
 } ptdp__slot_act;
 
@@ -72,13 +81,13 @@ struct ptdp_gpt_chunk {
     const ptdp_ops *ops;
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0; /* layers, s*b, h, h/t, 4h/t, a/t, h/a, V/t, tp*V/t */
-    int training; /* 0: no dropout, the loss head skips its backward */
-    int64_t *group;   /* [nl]: first layer of layer i's recompute group, -1 if stored */
-    int64_t *group_end; /* [nl]: one past the group's last layer */
-    int64_t max_group;  /* layers in the largest recompute group */
+    int training;                             /* 0: no dropout, the loss head skips its backward */
+    int64_t *group;            /* [nl]: first layer of layer i's recompute group, -1 if stored */
+    int64_t *group_end;        /* [nl]: one past the group's last layer */
+    int64_t max_group;         /* layers in the largest recompute group */
     ptdp__layer_act *ws_layer; /* [max_group] recompute workspace */
-    float **ws_x;        /* [max_group] -> [s, b, h]: inner inputs of a group being recomputed */
-    float *ws_out;       /* [s, b, h] a recomputed group's output (discarded) */
+    float **ws_x;  /* [max_group] -> [s, b, h]: inner inputs of a group being recomputed */
+    float *ws_out; /* [s, b, h] a recomputed group's output (discarded) */
     size_t slot_bytes, shared_bytes; /* activation plan: per slot, shared */
     ptdp_grad_hook hook;
     void *hook_ctx;
@@ -87,7 +96,7 @@ struct ptdp_gpt_chunk {
     float *params, *grads; /* [specs.total] each, from the weights and gradients arenas */
     ptdp_model_ptrs P, G;
     ptdp_layer_ptrs *lp_storage; /* 2*nl */
-    ptdp_mem own;          /* the blocks, when the caller gave no ptdp_mem */
+    ptdp_mem own;                /* the blocks, when the caller gave no ptdp_mem */
     size_t param_bytes, act_bytes;
     ptdp__slot_act *slots; /* [slots] */
     /* workspace shared by all slots */
@@ -100,8 +109,9 @@ struct ptdp_gpt_chunk {
     /* loss head (last stage) */
     float *lnf_out;             /* [s, b, h] */
     float *lnf_mean, *lnf_rstd; /* [s, b] */
-    float *logits;              /* [s, b, V/t] this rank's vocabulary slice; its gradient after backward */
-    float *gmax, *sumexp, *tgt, *loss; /* [s, b] row max, sum of exponentials, target logit, token loss */
+    float *logits; /* [s, b, V/t] this rank's vocabulary slice; its gradient after backward */
+    float *gmax, *sumexp, *tgt,
+        *loss; /* [s, b] row max, sum of exponentials, target logit, token loss */
 };
 
 /* Dropout sites: X(enum, name, numbered by global head). The enum value
@@ -110,10 +120,10 @@ struct ptdp_gpt_chunk {
  * its own global heads from the one stream, so the masks are the single
  * process's whatever t is. The others act on replicated activations and are
  * identical on all TP ranks. */
-#define PTDP__DROPOUT_SITES(X)                               \
-    X(PTDP__DROPOUT_EMBEDDING, "embedding", 0)               \
-    X(PTDP__DROPOUT_ATTN_PROBS, "attention-probs", 1)        \
-    X(PTDP__DROPOUT_ATTN_OUT, "after-attention", 0)          \
+#define PTDP__DROPOUT_SITES(X)                        \
+    X(PTDP__DROPOUT_EMBEDDING, "embedding", 0)        \
+    X(PTDP__DROPOUT_ATTN_PROBS, "attention-probs", 1) \
+    X(PTDP__DROPOUT_ATTN_OUT, "after-attention", 0)   \
     X(PTDP__DROPOUT_MLP_OUT, "after-mlp", 0)
 typedef enum {
 #define PTDP__DROPOUT_ENUM(e, s, by_head) e,
@@ -140,16 +150,16 @@ void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n);
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y);
 void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i);
 /* head.c: the first stage's embedding into sa->x[0] without its dropout
- * (and its backward from c->dres, after the dropout's), the last stage's loss head with its backward (leaves d(loss)/d(x_L)
- * in sa->x[nl]). */
+ * (and its backward from c->dres, after the dropout's), the last stage's loss head with its
+ * backward (leaves d(loss)/d(x_L) in sa->x[nl]). */
 void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa);
 void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa);
 void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale, double *loss_sum);
 /* head.c: final LayerNorm of xL [s, b, h] and this rank's logits into c->logits. */
 void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL);
 
-void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1, int pre,
-                       int post, int t, int tp, int64_t numel_multiple);
+void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1,
+                       int pre, int post, int t, int tp, int64_t numel_multiple);
 void ptdp__init_spec(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int tp, float *dst);
 
 #endif

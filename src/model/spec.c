@@ -15,16 +15,19 @@ int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
     if (cfg->hidden < 1 || cfg->heads < 1)
         return ptdp_errorf(PTDP_ECONFIG, "--hidden-size and --num-attention-heads must be >= 1");
     if (cfg->hidden % cfg->heads)
-        return ptdp_errorf(PTDP_ECONFIG, "--hidden-size %lld is not divisible by --num-attention-heads %lld",
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--hidden-size %lld is not divisible by --num-attention-heads %lld",
                            (long long)cfg->hidden, (long long)cfg->heads);
     if (cfg->heads % t)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %d "
-                           "(each tensor-parallel rank computes a/t whole heads)",
-                           (long long)cfg->heads, t);
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %d "
+            "(each tensor-parallel rank computes a/t whole heads)",
+            (long long)cfg->heads, t);
     if (cfg->ffn_hidden % t)
-        return ptdp_errorf(PTDP_ECONFIG, "the MLP width %lld (4 x --hidden-size) is not divisible by "
-                                         "--tensor-model-parallel-size %d",
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "the MLP width %lld (4 x --hidden-size) is not divisible by "
+                           "--tensor-model-parallel-size %d",
                            (long long)cfg->ffn_hidden, t);
     if (cfg->max_positions == 0) cfg->max_positions = cfg->seq_length;
     if (cfg->seq_length < 1) return ptdp_errorf(PTDP_ECONFIG, "--seq-length must be >= 1");
@@ -32,15 +35,16 @@ int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
         return ptdp_errorf(PTDP_ECONFIG, "--seq-length %lld exceeds --max-position-embeddings %lld",
                            (long long)cfg->seq_length, (long long)cfg->max_positions);
     if (cfg->vocab < 2) return ptdp_errorf(PTDP_ECONFIG, "the vocabulary size must be >= 2");
-    if (divisible_by < 1) return ptdp_errorf(PTDP_ECONFIG, "--make-vocab-size-divisible-by must be >= 1");
+    if (divisible_by < 1)
+        return ptdp_errorf(PTDP_ECONFIG, "--make-vocab-size-divisible-by must be >= 1");
     int64_t mult = divisible_by * t;
     cfg->vocab_padded = (cfg->vocab + mult - 1) / mult * mult;
     if (cfg->ln_eps == 0.0f) cfg->ln_eps = 1e-5f;
     return PTDP_OK;
 }
 
-static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_role role, int ndim, int64_t d0,
-                            int64_t d1, ptdp_split split, ptdp_init init, int t) {
+static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_role role, int ndim,
+                            int64_t d0, int64_t d1, ptdp_split split, ptdp_init init, int t) {
     PTDP_ASSERT(L->n < PTDP__MAX_SPECS);
     ptdp_param_spec *s = &L->v[L->n++];
     memset(s, 0, sizeof *s);
@@ -62,8 +66,8 @@ static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_rol
     return s;
 }
 
-void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1, int pre,
-                       int post, int t, int tp, int64_t numel_multiple) {
+void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1,
+                       int pre, int post, int t, int tp, int64_t numel_multiple) {
     const int64_t h = cfg->hidden, f = cfg->ffn_hidden;
     char nm[96];
     L->n = 0;
@@ -72,8 +76,8 @@ void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l
     L->layer0 = 0;
     if (pre || post) {
         L->wte = L->n;
-        ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", PTDP_ROLE_EMBEDDING, 2, cfg->vocab_padded,
-                                 h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, t);
+        ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", PTDP_ROLE_EMBEDDING, 2,
+                                 cfg->vocab_padded, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, t);
         int64_t v0 = tp * s->lshape[0], valid = cfg->vocab - v0;
         s->valid_rows = valid < 0 ? 0 : valid > s->lshape[0] ? s->lshape[0] : valid;
     }
@@ -84,19 +88,22 @@ void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l
     }
     L->layer0 = L->n;
     for (int64_t i = l0; i < l1; i++) {
-#define PTDP__ADD_LAYER_PARAM(field, suffix, role, ndim, d0, d1, split, init)          \
-    snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix);                   \
+#define PTDP__ADD_LAYER_PARAM(field, suffix, role, ndim, d0, d1, split, init) \
+    snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix);          \
     add(L, nm, role, ndim, d0, d1, split, init, t);
         PTDP__LAYER_PARAMS(PTDP__ADD_LAYER_PARAM)
 #undef PTDP__ADD_LAYER_PARAM
     }
     if (post) {
         L->lnf = L->n;
-        add(L, "final_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ONE, t);
-        add(L, "final_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, t);
+        add(L, "final_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,
+            PTDP_INIT_ONE, t);
+        add(L, "final_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,
+            PTDP_INIT_ZERO, t);
     }
     /* zero padding at the end, so data-parallel shards divide evenly */
-    if (numel_multiple > 1) L->total = (L->total + numel_multiple - 1) / numel_multiple * numel_multiple;
+    if (numel_multiple > 1)
+        L->total = (L->total + numel_multiple - 1) / numel_multiple * numel_multiple;
 }
 
 /* Global flat index of local element (r, c) of the shard on TP rank tp. */
@@ -149,5 +156,6 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recompute) {
     double s = (double)cfg->seq_length, l = (double)cfg->num_layers, h = (double)cfg->hidden;
     double V = (double)cfg->vocab_padded;
-    return (recompute ? 96.0 : 72.0) * (double)B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+    return (recompute ? 96.0 : 72.0) * (double)B * s * l * h * h *
+           (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }

@@ -19,8 +19,8 @@ struct ptdp_ddp {
     int d, r;
     bucket *b;
     int nb;
-    float *shard; /* ZeRO-1: [numel/d] summed gradients of this rank's shards,
-                     from the ZeRO-1 gradient-shard arena */
+    float *shard;       /* ZeRO-1: [numel/d] summed gradients of this rank's shards,
+                           from the ZeRO-1 gradient-shard arena */
     int64_t *shard_off; /* [nb]: where bucket k's shard sits in `shard` */
 };
 
@@ -73,7 +73,9 @@ int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
 void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m) {
     d->p.params = params;
     d->p.grads = grads;
-    if (d->p.zero) d->shard = ptdp_arena_carve(&m->cat[PTDP_MEM_GRAD_SHARD], sizeof(float) * (size_t)(d->p.numel / d->d));
+    if (d->p.zero)
+        d->shard = ptdp_arena_carve(&m->cat[PTDP_MEM_GRAD_SHARD],
+                                    sizeof(float) * (size_t)(d->p.numel / d->d));
 }
 
 void ptdp_ddp_free(ptdp_ddp *d) {
@@ -94,7 +96,8 @@ static void start(ptdp_ddp *d, int k) {
         d->p.ops->copy(shard, d->p.grads + b->off, b->len);
         ptdp_ireduce_scatter_f32(d->p.data, shard, shard, b->len, &b->req);
     } else if (d->p.zero)
-        ptdp_ireduce_scatter_f32(d->p.data, d->p.grads + b->off, d->shard + d->shard_off[k], b->len / d->d, &b->req);
+        ptdp_ireduce_scatter_f32(d->p.data, d->p.grads + b->off, d->shard + d->shard_off[k],
+                                 b->len / d->d, &b->req);
     else
         ptdp_iallreduce_sum_f32(d->p.data, d->p.grads + b->off, b->len, &b->req);
 }
@@ -121,7 +124,8 @@ void ptdp_ddp_finish(ptdp_ddp *d) {
 
 void ptdp_ddp_gather_params(ptdp_ddp *d) {
     if (!d->p.zero) return;
-    for (int k = 0; k < d->nb; k++) ptdp_allgather_f32(d->p.data, d->p.params + d->b[k].off, d->b[k].len / d->d);
+    for (int k = 0; k < d->nb; k++)
+        ptdp_allgather_f32(d->p.data, d->p.params + d->b[k].off, d->b[k].len / d->d);
 }
 
 int ptdp_ddp_num_owned(const ptdp_ddp *d) { return d->p.zero ? d->nb : 1; }

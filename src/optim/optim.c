@@ -18,7 +18,8 @@ int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out) {
             *out = (ptdp_lr_style)i;
             return PTDP_OK;
         }
-    return ptdp_errorf(PTDP_EINVAL, "--lr-decay-style must be constant|linear|cosine, got '%s'", name);
+    return ptdp_errorf(PTDP_EINVAL, "--lr-decay-style must be constant|linear|cosine, got '%s'",
+                       name);
 }
 
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
@@ -32,7 +33,8 @@ double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
 }
 
 ptdp_adamw_params ptdp_adamw_default_params(void) {
-    ptdp_adamw_params p = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .clip_grad = 1.0};
+    ptdp_adamw_params p = {
+        .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .clip_grad = 1.0};
     return p;
 }
 
@@ -44,8 +46,8 @@ static const uint8_t role_decays[] = {
 };
 
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
-                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
-                    int first_stage, ptdp_mem *mem) {
+                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
+                    int tp_rank, int first_stage, ptdp_mem *mem) {
     memset(o, 0, sizeof *o);
     o->ops = ops;
     o->hp = *hp;
@@ -81,7 +83,8 @@ int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_par
 
 void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem) {
     o->params = params;
-    o->m = ptdp_arena_carve(&mem->cat[PTDP_MEM_OPTIMIZER], 2 * sizeof(float) * (size_t)o->state_len);
+    o->m =
+        ptdp_arena_carve(&mem->cat[PTDP_MEM_OPTIMIZER], 2 * sizeof(float) * (size_t)o->state_len);
     o->v = o->m ? o->m + o->state_len : NULL;
     for (int i = 0; o->m && i < o->nruns; i++) {
         o->runs[i].grad = ptdp_ddp_grad_at(ddp, o->runs[i].off, o->runs[i].len);
@@ -96,7 +99,9 @@ void ptdp_optim_free(ptdp_optimizer *o) {
     o->runs = NULL;
 }
 
-size_t ptdp_optim_state_bytes(const ptdp_optimizer *o) { return 2 * sizeof(float) * (size_t)o->state_len; }
+size_t ptdp_optim_state_bytes(const ptdp_optimizer *o) {
+    return 2 * sizeof(float) * (size_t)o->state_len;
+}
 
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o) {
     double acc = 0.0;
@@ -111,8 +116,8 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr) {
     for (int i = 0; i < o->nruns; i++) {
         const ptdp_optim_run *r = &o->runs[i];
         if (coeff < 1.0) o->ops->scale(r->grad, (float)coeff, r->len);
-        o->ops->adamw(o->params + r->off, r->grad, o->m + r->state, o->v + r->state, r->len, (float)lr,
-                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
+        o->ops->adamw(o->params + r->off, r->grad, o->m + r->state, o->v + r->state, r->len,
+                      (float)lr, (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
                       r->wd ? (float)o->hp.weight_decay : 0.0f, o->step);
     }
 }

@@ -13,9 +13,9 @@
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 
-#define PTDP_LR_STYLES(X) \
+#define PTDP_LR_STYLES(X)           \
     X(PTDP_LR_CONSTANT, "constant") \
-    X(PTDP_LR_LINEAR, "linear") \
+    X(PTDP_LR_LINEAR, "linear")     \
     X(PTDP_LR_COSINE, "cosine")
 typedef enum {
 #define PTDP__LR_ENUM(e, s) e,
@@ -54,13 +54,13 @@ typedef struct {
     ptdp_group *data;
     const ptdp_ops *ops;
     float *params, *grads;
-    int64_t numel;          /* a multiple of data->size */
-    int64_t bucket_floats;  /* --ddp-bucket-size */
-    int zero;               /* --use-distributed-optimizer */
-    int64_t hold_below;     /* gradients below this offset wait for another
-                               reduction first (the tied embedding); 0: none */
-    ptdp_mem *mem;          /* ZeRO-1: the shard [numel/d] is carved from
-                               mem->cat[PTDP_MEM_GRAD_SHARD] (required then) */
+    int64_t numel;         /* a multiple of data->size */
+    int64_t bucket_floats; /* --ddp-bucket-size */
+    int zero;              /* --use-distributed-optimizer */
+    int64_t hold_below;    /* gradients below this offset wait for another
+                              reduction first (the tied embedding); 0: none */
+    ptdp_mem *mem;         /* ZeRO-1: the shard [numel/d] is carved from
+                              mem->cat[PTDP_MEM_GRAD_SHARD] (required then) */
 } ptdp_ddp_params;
 /* Defaults: no group or buffers (the caller sets data, params, grads,
  * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
@@ -93,23 +93,23 @@ void ptdp_ddp_owned(const ptdp_ddp *d, int i, int64_t *off, int64_t *len);
 /* ---- optimizer ------------------------------------------------------------ */
 /* A run: a contiguous piece of one parameter tensor this rank updates. */
 typedef struct {
-    int64_t off;      /* flat offset in the parameter buffer */
+    int64_t off; /* flat offset in the parameter buffer */
     int64_t len;
-    float *grad;      /* its gradient after the reduction */
-    int64_t state;    /* offset into m and v */
-    uint8_t wd;       /* weight decay applies */
-    uint8_t counted;  /* counts in the global norm on this rank */
+    float *grad;     /* its gradient after the reduction */
+    int64_t state;   /* offset into m and v */
+    uint8_t wd;      /* weight decay applies */
+    uint8_t counted; /* counts in the global norm on this rank */
 } ptdp_optim_run;
 
 typedef struct {
     const ptdp_ops *ops;
     ptdp_adamw_params hp;
     float *params;
-    float *m, *v;          /* [state_len] each, one piece of the optimizer-state arena */
+    float *m, *v; /* [state_len] each, one piece of the optimizer-state arena */
     int64_t state_len;
     ptdp_optim_run *runs;
     int nruns;
-    int64_t step;          /* optimizer steps taken */
+    int64_t step; /* optimizer steps taken */
 } ptdp_optimizer;
 
 /* Builds the runs of the ranges `ddp` says this rank owns, split at tensor
@@ -120,8 +120,8 @@ typedef struct {
  * size, and ptdp_optim_bind carves again (and points the runs at the
  * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
 int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
-                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp, int tp_rank,
-                    int first_stage, ptdp_mem *mem);
+                    const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
+                    int tp_rank, int first_stage, ptdp_mem *mem);
 void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem);
 void ptdp_optim_free(ptdp_optimizer *o);
 /* Sum of squares of this rank's counted gradient elements (ZeRO-1: of its

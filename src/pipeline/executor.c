@@ -9,19 +9,19 @@
 
 struct ptdp_executor {
     ptdp_executor_params p;
-    ptdp_action *acts;   /* this rank's list */
+    ptdp_action *acts; /* this rank's list */
     int nacts;
-    int64_t msg;         /* floats per message: b*s*h */
-    int K;               /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs;         /* [1 + 2K][msg] (p > 1): the receive buffer, then the rings */
-    float *recv_buf;     /* [msg] = bufs */
+    int64_t msg;              /* floats per message: b*s*h */
+    int K;                    /* send ring slots per direction (ptdp_schedule_send_buffers) */
+    float *bufs;              /* [1 + 2K][msg] (p > 1): the receive buffer, then the rings */
+    float *recv_buf;          /* [msg] = bufs */
     ptdp_comm_req *send_reqs; /* [2][K] */
-    int sent[2];         /* messages sent this iteration per direction */
-    int *slot_of;        /* [v][m]: activation slot of (chunk, micro-batch) */
-    int *slot_used;      /* [v][slots] */
-    int slots;           /* per chunk (the largest of any chunk) */
+    int sent[2];              /* messages sent this iteration per direction */
+    int *slot_of;             /* [v][m]: activation slot of (chunk, micro-batch) */
+    int *slot_used;           /* [v][slots] */
+    int slots;                /* per chunk (the largest of any chunk) */
     int inflight[PTDP_MAX_CHUNKS], peak[PTDP_MAX_CHUNKS]; /* per chunk: now, most so far */
-    int last_bwd[PTDP_MAX_CHUNKS];                        /* index in acts of chunk c's last backward */
+    int last_bwd[PTDP_MAX_CHUNKS]; /* index in acts of chunk c's last backward */
     double epoch;
     ptdp_event *events;
     int64_t nevents;
@@ -29,7 +29,9 @@ struct ptdp_executor {
 
 /* With scatter/gather a message is this TP rank's 1/t slice of the
  * activation (identical on every TP rank), the rest comes by all-gather. */
-static int sliced(const ptdp_executor *ex) { return ex->p.scatter_gather && ex->p.tensor && ex->p.tensor->size > 1; }
+static int sliced(const ptdp_executor *ex) {
+    return ex->p.scatter_gather && ex->p.tensor && ex->p.tensor->size > 1;
+}
 
 ptdp_executor_params ptdp_executor_default_params(void) {
     return (ptdp_executor_params){.sched = ptdp_schedule_default_params()};
@@ -109,7 +111,8 @@ void ptdp_executor_record(ptdp_executor *ex, int kind, double t0, double t1, int
 
 static void record(ptdp_executor *ex, int kind, double t0, const ptdp_action *a, int64_t it) {
     if (!ex->events || ex->nevents >= ex->p.max_events) return;
-    ex->events[ex->nevents++] = (ptdp_event){t0, ptdp_executor_now(ex) - t0, kind, a->microbatch, a->chunk, (int)it};
+    ex->events[ex->nevents++] =
+        (ptdp_event){t0, ptdp_executor_now(ex) - t0, kind, a->microbatch, a->chunk, (int)it};
 }
 
 static int take_slot(ptdp_executor *ex, int chunk) {
@@ -132,14 +135,15 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
     return ex->bufs + (1 + (int64_t)kind * ex->K + slot) * ex->msg;
 }
 
-static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage, const ptdp_action *a,
-                      int64_t it) {
+static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage,
+                      const ptdp_action *a, int64_t it) {
     double t0 = ptdp_executor_now(ex);
     ptdp_comm_req req;
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
-        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf + ex->p.tensor->rank * n, n, peer->peer_rank, tag, &req);
+        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf + ex->p.tensor->rank * n, n, peer->peer_rank,
+                       tag, &req);
         ptdp_wait(&req);
         ptdp_allgather_f32(ex->p.tensor, ex->recv_buf, n);
     } else {
@@ -149,7 +153,8 @@ static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb,
     record(ex, PTDP_EV_RECV, t0, a, it);
 }
 
-static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb, ptdp_comm_req *req) {
+static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb,
+                    ptdp_comm_req *req) {
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -159,8 +164,8 @@ static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, i
     }
 }
 
-void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s, float loss_scale,
-                       int64_t iteration, int64_t mb_base, double *loss_sum) {
+void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
+                       float loss_scale, int64_t iteration, int64_t mb_base, double *loss_sum) {
     const ptdp_schedule_params *sp = &ex->p.sched;
     const int r = ex->p.pp_rank, m = sp->m;
     *loss_sum = 0.0;
@@ -172,26 +177,30 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         ptdp_p2p in, out;
         ptdp_action_p2p(sp, r, a, &in, &out);
         if (a->kind == PTDP_ACT_FWD) {
-            if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
+            if (in.peer_rank >= 0)
+                recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
             int slot = take_slot(ex, a->chunk);
-            if (++ex->inflight[a->chunk] > ex->peak[a->chunk]) ex->peak[a->chunk] = ex->inflight[a->chunk];
+            if (++ex->inflight[a->chunk] > ex->peak[a->chunk])
+                ex->peak[a->chunk] = ex->inflight[a->chunk];
             ex->slot_of[a->chunk * m + a->microbatch] = slot;
             ptdp_comm_req *req = NULL;
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
-            ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y, loss_scale, &ls,
-                               iteration, mb_base + a->microbatch);
+            ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y,
+                               loss_scale, &ls, iteration, mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
             if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);
         } else {
-            if (in.peer_rank >= 0) recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
+            if (in.peer_rank >= 0)
+                recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
             ptdp_comm_req *req = NULL;
             float *dx = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_BWD, &req) : NULL;
             double t0 = ptdp_executor_now(ex);
             const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
-            if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
+            if (hooked)
+                ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
             ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
             if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, NULL, NULL);
             record(ex, PTDP_EV_BWD, t0, a, iteration);

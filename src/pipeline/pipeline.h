@@ -25,18 +25,18 @@
  * Not here: the tied-embedding and data-parallel reductions (the trainer
  * does them after the flush). */
 /* Timed events of the trace (--trace): X(enum, name in the trace). */
-#define PTDP_EVENT_KINDS(X)                 \
-    X(PTDP_EV_FWD, "forward")               \
-    X(PTDP_EV_BWD, "backward")              \
-    X(PTDP_EV_RECV, "recv wait")            \
-    X(PTDP_EV_SEND_WAIT, "send wait")       \
-    X(PTDP_EV_OPTIM, "optimizer")           \
+#define PTDP_EVENT_KINDS(X)           \
+    X(PTDP_EV_FWD, "forward")         \
+    X(PTDP_EV_BWD, "backward")        \
+    X(PTDP_EV_RECV, "recv wait")      \
+    X(PTDP_EV_SEND_WAIT, "send wait") \
+    X(PTDP_EV_OPTIM, "optimizer")     \
     X(PTDP_EV_REDUCE, "grad reduce")
 typedef enum {
 #define PTDP__EV_ENUM(e, s) e,
     PTDP_EVENT_KINDS(PTDP__EV_ENUM)
 #undef PTDP__EV_ENUM
-    PTDP_EV_COUNT
+        PTDP_EV_COUNT
 } ptdp_event_kind;
 const char *ptdp_event_kind_name(int kind);
 typedef struct {
@@ -56,13 +56,13 @@ typedef struct {
                                 chunk c has ptdp_schedule_chunk_inflight() slots */
     int64_t tokens_per_mb;   /* b * s (rows of an activation) */
     int64_t hidden;
-    int64_t max_events;      /* trace capacity (0: no trace) */
-    ptdp_group *tensor;      /* the stage's tensor-parallel group */
-    int scatter_gather;      /* the paper's section 4.1: each TP rank sends 1/t of
-                                an activation, the receiving group all-gathers */
+    int64_t max_events;           /* trace capacity (0: no trace) */
+    ptdp_group *tensor;           /* the stage's tensor-parallel group */
+    int scatter_gather;           /* the paper's section 4.1: each TP rank sends 1/t of
+                                     an activation, the receiving group all-gathers */
     ptdp_grad_hook last_bwd_hook; /* set on chunk c for its last backward of the
                                      iteration (gradients final), or NULL */
-    void **hook_ctx;         /* [v] */
+    void **hook_ctx;              /* [v] */
 } ptdp_executor_params;
 
 ptdp_executor_params ptdp_executor_default_params(void);
@@ -79,8 +79,8 @@ void ptdp_executor_free(ptdp_executor *ex);
  * micro-batches (read only on the first and last stage; may be NULL
  * elsewhere). *loss_sum receives the sum of token losses on the last stage
  * (0 elsewhere). Blocking; every rank of the pipeline group calls it. */
-void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s, float loss_scale,
-                       int64_t iteration, int64_t mb_base, double *loss_sum);
+void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
+                       float loss_scale, int64_t iteration, int64_t mb_base, double *loss_sum);
 
 /* Most micro-batches chunk `c` held stashed at once in this run, and the
  * slots each chunk needs for this rank's list (computed from the list). */
@@ -93,8 +93,8 @@ double ptdp_executor_now(const ptdp_executor *ex);
 /* Writes a Chrome/Perfetto trace of every rank's events (gathered over
  * `world`; rank 0 writes). Collective over world. PTDP_EIO on rank 0 when
  * the file cannot be written. */
-int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp, int tp,
-                              const char *path);
+int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp,
+                              int tp, const char *path);
 
 /* Internal (trace.c): the events recorded so far; returns their count. */
 int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events);

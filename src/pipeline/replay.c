@@ -19,11 +19,12 @@ static size_t ev_idx(const ptdp_schedule_params *sp, int kind, int mb, int stage
 
 typedef struct {
     const ptdp_schedule *s;
-    int K;            /* send ring size, 0: unbounded */
-    int *pos;         /* [2*m*p*v]: rank*len + index of the action that ran (kind, mb, stage), -1: not yet */
-    int *next;        /* [p] */
-    int *sent;        /* [p][2] messages sent per direction */
-    int64_t *ring;    /* [p][2][K] ev_idx of the action that receives the slot's message, -1: free */
+    int K; /* send ring size, 0: unbounded */
+    int *
+        pos; /* [2*m*p*v]: rank*len + index of the action that ran (kind, mb, stage), -1: not yet */
+    int *next;     /* [p] */
+    int *sent;     /* [p][2] messages sent per direction */
+    int64_t *ring; /* [p][2][K] ev_idx of the action that receives the slot's message, -1: free */
 } replay;
 
 /* Whether action a of rank r can be taken now; fills the step. */
@@ -39,8 +40,10 @@ static int ready(replay *rp, int r, const ptdp_action *a, ptdp_replay_step *st) 
         prod = rp->pos[ev_idx(sp, a->kind, a->microbatch, st->from.peer_stage)];
     if (prod == -1) return 0;
     if (rp->K && to.peer_rank >= 0) {
-        int64_t occ = rp->ring[((int64_t)r * 2 + a->kind) * rp->K + rp->sent[r * 2 + a->kind] % rp->K];
-        if (occ >= 0 && rp->pos[occ] < 0) return 0; /* its buffer still holds an unreceived message */
+        int64_t occ =
+            rp->ring[((int64_t)r * 2 + a->kind) * rp->K + rp->sent[r * 2 + a->kind] % rp->K];
+        if (occ >= 0 && rp->pos[occ] < 0)
+            return 0; /* its buffer still holds an unreceived message */
     }
     st->producer_rank = prod < 0 ? -1 : prod / rp->s->len;
     st->producer_index = prod < 0 ? -1 : prod % rp->s->len;
@@ -51,15 +54,18 @@ static void take(replay *rp, int r, const ptdp_action *a) {
     const ptdp_schedule_params *sp = &rp->s->params;
     ptdp_p2p from, to;
     ptdp_action_p2p(sp, r, a, &from, &to);
-    rp->pos[ev_idx(sp, a->kind, a->microbatch, ptdp_schedule_stage(sp, r, a->chunk))] = r * rp->s->len + rp->next[r];
+    rp->pos[ev_idx(sp, a->kind, a->microbatch, ptdp_schedule_stage(sp, r, a->chunk))] =
+        r * rp->s->len + rp->next[r];
     if (rp->K && to.peer_rank >= 0) {
         int *n = &rp->sent[r * 2 + a->kind];
-        rp->ring[((int64_t)r * 2 + a->kind) * rp->K + *n % rp->K] = (int64_t)ev_idx(sp, a->kind, a->microbatch, to.peer_stage);
+        rp->ring[((int64_t)r * 2 + a->kind) * rp->K + *n % rp->K] =
+            (int64_t)ev_idx(sp, a->kind, a->microbatch, to.peer_stage);
         ++*n;
     }
 }
 
-int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_fn fn, void *ctx, int *stuck) {
+int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_fn fn, void *ctx,
+                         int *stuck) {
     const ptdp_schedule_params *sp = &s->params;
     const int p = sp->p;
     const size_t nev = 2 * (size_t)sp->m * (size_t)p * (size_t)sp->v;
@@ -69,7 +75,8 @@ int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_f
         .pos = malloc(sizeof(int) * nev),
         .next = calloc((size_t)p, sizeof(int)),
         .sent = calloc((size_t)p * 2, sizeof(int)),
-        .ring = send_buffers ? malloc(sizeof(int64_t) * (size_t)p * 2 * (size_t)send_buffers) : NULL,
+        .ring =
+            send_buffers ? malloc(sizeof(int64_t) * (size_t)p * 2 * (size_t)send_buffers) : NULL,
     };
     int rc = PTDP_OK;
     if (!rp.pos || !rp.next || !rp.sent || (send_buffers && !rp.ring)) {

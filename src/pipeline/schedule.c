@@ -48,7 +48,8 @@ const char *ptdp_schedule_kind_name(int kind) {
 int ptdp_schedule_parse_kind(const char *name) {
     for (int k = 0; k < PTDP_SCHED_COUNT; k++)
         if (name && !strcmp(name, sched_names[k])) return k;
-    return ptdp_errorf(PTDP_EINVAL, "--pipeline-schedule must be one of gpipe|1f1b|interleaved, got '%s'",
+    return ptdp_errorf(PTDP_EINVAL,
+                       "--pipeline-schedule must be one of gpipe|1f1b|interleaved, got '%s'",
                        name ? name : "(null)");
 }
 
@@ -59,10 +60,13 @@ int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp) {
 
 int ptdp_schedule_check(const ptdp_schedule_params *sp) {
     if (sp->p < 1)
-        return ptdp_errorf(PTDP_EINVAL, "--pipeline-model-parallel-size must be at least 1, got %d", sp->p);
-    if (sp->m < 1) return ptdp_errorf(PTDP_EINVAL, "--num-microbatches must be at least 1, got %d", sp->m);
+        return ptdp_errorf(PTDP_EINVAL, "--pipeline-model-parallel-size must be at least 1, got %d",
+                           sp->p);
+    if (sp->m < 1)
+        return ptdp_errorf(PTDP_EINVAL, "--num-microbatches must be at least 1, got %d", sp->m);
     if (sp->v < 1)
-        return ptdp_errorf(PTDP_EINVAL, "--virtual-pipeline-model-parallel-size must be at least 1, got %d",
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--virtual-pipeline-model-parallel-size must be at least 1, got %d",
                            sp->v);
     if (sp->kind < -1 || sp->kind >= PTDP_SCHED_COUNT)
         return ptdp_errorf(PTDP_EINVAL, "--pipeline-schedule: unknown schedule %d", sp->kind);
@@ -74,25 +78,29 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
                            sp->m, sp->p, sp->v);
     int kind = ptdp_schedule_resolve_kind(sp);
     if (sp->v > 1 && sp->p == 1)
-        return ptdp_errorf(PTDP_EINVAL,
-                           "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
-                           sp->v);
+        return ptdp_errorf(
+            PTDP_EINVAL,
+            "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
+            sp->v);
     if (sp->v > 1 && kind != PTDP_SCHED_INTERLEAVED)
-        return ptdp_errorf(PTDP_EINVAL,
-                           "--pipeline-schedule %s supports only --virtual-pipeline-model-parallel-size 1 "
-                           "(got %d); use interleaved",
-                           sched_names[kind], sp->v);
+        return ptdp_errorf(
+            PTDP_EINVAL,
+            "--pipeline-schedule %s supports only --virtual-pipeline-model-parallel-size 1 "
+            "(got %d); use interleaved",
+            sched_names[kind], sp->v);
     if (kind == PTDP_SCHED_INTERLEAVED) {
         if (sp->v < 2)
-            return ptdp_errorf(PTDP_EINVAL,
-                               "--pipeline-schedule interleaved needs --virtual-pipeline-model-parallel-size "
-                               ">= 2, got %d",
-                               sp->v);
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "--pipeline-schedule interleaved needs --virtual-pipeline-model-parallel-size "
+                ">= 2, got %d",
+                sp->v);
         if (sp->m % sp->p)
-            return ptdp_errorf(PTDP_EINVAL,
-                               "--num-microbatches (%d) must be a multiple of --pipeline-model-parallel-size "
-                               "(%d) for the interleaved schedule",
-                               sp->m, sp->p);
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "--num-microbatches (%d) must be a multiple of --pipeline-model-parallel-size "
+                "(%d) for the interleaved schedule",
+                sp->m, sp->p);
     }
     return PTDP_OK;
 }
@@ -141,13 +149,15 @@ static ptdp_action kth(const ptdp_schedule_params *sp, int kind, int k, int sche
     return a;
 }
 
-int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap, int *n) {
+int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap,
+                        int *n) {
     int rc = ptdp_schedule_check(sp);
     if (rc) return rc;
     if (rank < 0 || rank >= sp->p)
         return ptdp_errorf(PTDP_EINVAL, "pipeline rank %d out of range [0, %d)", rank, sp->p);
     int len = ptdp_schedule_len(sp);
-    if (cap < len) return ptdp_errorf(PTDP_EINVAL, "schedule needs %d actions, buffer holds %d", len, cap);
+    if (cap < len)
+        return ptdp_errorf(PTDP_EINVAL, "schedule needs %d actions, buffer holds %d", len, cap);
     int sched = ptdp_schedule_resolve_kind(sp);
     int total = sp->m * sp->v, warm = ptdp_schedule_warmup(sp, rank);
     int i = 0, nf = 0, nb = 0;
@@ -174,7 +184,8 @@ int ptdp_schedule_init(ptdp_schedule *s, const ptdp_schedule_params *sp) {
     s->acts = malloc(sizeof(ptdp_action) * (size_t)s->len * (size_t)sp->p);
     if (!s->acts) {
         memset(s, 0, sizeof *s);
-        return ptdp_errorf(PTDP_ENOMEM, "schedule: cannot allocate %d x %d actions", sp->p, 2 * sp->m * sp->v);
+        return ptdp_errorf(PTDP_ENOMEM, "schedule: cannot allocate %d x %d actions", sp->p,
+                           2 * sp->m * sp->v);
     }
     for (int r = 0; r < sp->p; r++) {
         int n;
@@ -198,7 +209,9 @@ const ptdp_action *ptdp_schedule_rank(const ptdp_schedule *s, int rank) {
     return s->acts + (size_t)rank * s->len;
 }
 
-int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk) { return chunk * sp->p + rank; }
+int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk) {
+    return chunk * sp->p + rank;
+}
 
 static ptdp_p2p stage_peer(const ptdp_schedule_params *sp, int stage) {
     ptdp_p2p x = {-1, -1, -1};

@@ -24,28 +24,28 @@
 #include <stdio.h>
 
 /* Action kinds: X(enum, short name used in printed lists, long name). */
-#define PTDP_ACTION_KINDS(X)                  \
-    X(PTDP_ACT_FWD, "F", "forward")           \
+#define PTDP_ACTION_KINDS(X)        \
+    X(PTDP_ACT_FWD, "F", "forward") \
     X(PTDP_ACT_BWD, "B", "backward")
 
 typedef enum {
 #define PTDP__ACT_ENUM(e, s, l) e,
     PTDP_ACTION_KINDS(PTDP__ACT_ENUM)
 #undef PTDP__ACT_ENUM
-    PTDP_ACT_COUNT
+        PTDP_ACT_COUNT
 } ptdp_action_kind;
 
 /* Schedules: X(enum, name accepted by --pipeline-schedule). */
-#define PTDP_SCHEDULE_KINDS(X)                \
-    X(PTDP_SCHED_GPIPE, "gpipe")              \
-    X(PTDP_SCHED_1F1B, "1f1b")                \
+#define PTDP_SCHEDULE_KINDS(X)   \
+    X(PTDP_SCHED_GPIPE, "gpipe") \
+    X(PTDP_SCHED_1F1B, "1f1b")   \
     X(PTDP_SCHED_INTERLEAVED, "interleaved")
 
 typedef enum {
 #define PTDP__SCHED_ENUM(e, s) e,
     PTDP_SCHEDULE_KINDS(PTDP__SCHED_ENUM)
 #undef PTDP__SCHED_ENUM
-    PTDP_SCHED_COUNT
+        PTDP_SCHED_COUNT
 } ptdp_schedule_kind;
 
 /* One compute action of one rank. */
@@ -102,7 +102,8 @@ int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank);
  * their count into *n (= ptdp_schedule_len). Pure: no allocation, no I/O.
  * Returns PTDP_EINVAL (message) for bad params or rank, or when cap is too
  * small. */
-int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap, int *n);
+int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap,
+                        int *n);
 
 /* ---- the whole pipeline's lists ------------------------------------------ */
 typedef struct {
@@ -188,11 +189,11 @@ int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int c
  * only once the message last sent from its ring slot has been received
  * (the receiving action was taken), which is what the executor does. */
 typedef struct {
-    int rank, index;          /* the action taken: ptdp_schedule_rank(s, rank)[index] */
+    int rank, index; /* the action taken: ptdp_schedule_rank(s, rank)[index] */
     const ptdp_action *action;
-    ptdp_p2p from;            /* where its input comes from (peer_rank -1: no transfer) */
-    int producer_rank;        /* the action whose output it consumes, */
-    int producer_index;       /* or -1, -1 (the first stage's forward) */
+    ptdp_p2p from;      /* where its input comes from (peer_rank -1: no transfer) */
+    int producer_rank;  /* the action whose output it consumes, */
+    int producer_index; /* or -1, -1 (the first stage's forward) */
 } ptdp_replay_step;
 typedef void (*ptdp_replay_fn)(void *ctx, const ptdp_replay_step *step);
 /* Replays s, calling fn (may be NULL) for each action taken, in an order
@@ -201,7 +202,8 @@ typedef void (*ptdp_replay_fn)(void *ctx, const ptdp_replay_step *step);
  * stuck[r] (caller-owned [p], may be NULL) the index each rank waits at.
  * PTDP_ENOMEM with a message. Expects lists that pass the per-rank checks
  * of ptdp_schedule_validate (every action in range, each exactly once). */
-int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_fn fn, void *ctx, int *stuck);
+int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_fn fn, void *ctx,
+                         int *stuck);
 /* The smallest ring of send buffers per direction with which the lists
  * cannot deadlock, plus one so a sender never waits for the receiver of its
  * previous message: what the executor allocates instead of one buffer per

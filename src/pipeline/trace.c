@@ -19,9 +19,8 @@ const char *ptdp_event_kind_name(int kind) {
     return names[kind];
 }
 
-
-int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp, int tp,
-                              const char *path) {
+int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_rank, int dp, int pp,
+                              int tp, const char *path) {
     int64_t counts[4096];
     PTDP_ASSERT(world->size <= 4096);
     /* prefix every rank's events with its coordinates */
@@ -48,22 +47,31 @@ int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_ra
         int h[4];
         memcpy(h, all + off, sizeof h);
         int64_t nev = (counts[r] - (int64_t)sizeof h) / (int64_t)sizeof(ptdp_event);
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d [dp %d, pp %d, tp %d]\"}}",
-                first ? "" : ",\n", h[0], h[0], h[1], h[2], h[3]);
+        fprintf(
+            f,
+            "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d [dp %d, pp %d, tp %d]\"}}",
+            first ? "" : ",\n", h[0], h[0], h[1], h[2], h[3]);
         first = 0;
         for (int64_t e = 0; e < nev; e++) {
             ptdp_event ev;
             memcpy(&ev, all + off + (int64_t)sizeof h + e * (int64_t)sizeof ev, sizeof ev);
             if (ev.microbatch >= 0)
-                fprintf(f, ",\n{\"name\":\"%s %d.%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                           "\"args\":{\"iteration\":%d,\"microbatch\":%d,\"chunk\":%d}}",
-                        ev.kind == PTDP_EV_FWD ? "F" : ev.kind == PTDP_EV_BWD ? "B" : ptdp_event_kind_name(ev.kind), ev.microbatch,
-                        ev.chunk, ptdp_event_kind_name(ev.kind), h[0], ev.start * 1e6, ev.dur * 1e6, ev.iteration, ev.microbatch,
-                        ev.chunk);
+                fprintf(
+                    f,
+                    ",\n{\"name\":\"%s %d.%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"iteration\":%d,\"microbatch\":%d,\"chunk\":%d}}",
+                    ev.kind == PTDP_EV_FWD   ? "F"
+                    : ev.kind == PTDP_EV_BWD ? "B"
+                                             : ptdp_event_kind_name(ev.kind),
+                    ev.microbatch, ev.chunk, ptdp_event_kind_name(ev.kind), h[0], ev.start * 1e6,
+                    ev.dur * 1e6, ev.iteration, ev.microbatch, ev.chunk);
             else
-                fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                           "\"args\":{\"iteration\":%d}}",
-                        ptdp_event_kind_name(ev.kind), ptdp_event_kind_name(ev.kind), h[0], ev.start * 1e6, ev.dur * 1e6, ev.iteration);
+                fprintf(
+                    f,
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"iteration\":%d}}",
+                    ptdp_event_kind_name(ev.kind), ptdp_event_kind_name(ev.kind), h[0],
+                    ev.start * 1e6, ev.dur * 1e6, ev.iteration);
         }
         off += counts[r];
     }

@@ -20,27 +20,33 @@ static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *
     for (int i = 0; i < total; i++) fpos[i] = bpos[i] = -1;
     for (int i = 0; i < s->len; i++) {
         const ptdp_action *a = &acts[i];
-        if ((a->kind != PTDP_ACT_FWD && a->kind != PTDP_ACT_BWD) || a->microbatch < 0 || a->microbatch >= sp->m ||
-            a->chunk < 0 || a->chunk >= sp->v)
-            return ptdp_errorf(PTDP_EINVAL, "rank %d action %d (kind %d, micro-batch %d, chunk %d) is out of range",
-                               r, i, a->kind, a->microbatch, a->chunk);
+        if ((a->kind != PTDP_ACT_FWD && a->kind != PTDP_ACT_BWD) || a->microbatch < 0 ||
+            a->microbatch >= sp->m || a->chunk < 0 || a->chunk >= sp->v)
+            return ptdp_errorf(
+                PTDP_EINVAL,
+                "rank %d action %d (kind %d, micro-batch %d, chunk %d) is out of range", r, i,
+                a->kind, a->microbatch, a->chunk);
         int id = a->microbatch * sp->v + a->chunk;
         ptdp_action_str(sp, a, buf);
         if (a->kind == PTDP_ACT_FWD) {
             if (fpos[id] >= 0)
-                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf, fpos[id], i);
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf,
+                                   fpos[id], i);
             fpos[id] = i;
             if (++inflight > peak) peak = inflight;
             if (inflight > limit)
-                return ptdp_errorf(PTDP_EINVAL,
-                                   "rank %d holds %d stashed activations at action %d (%s); the %s schedule "
-                                   "allows %d",
-                                   r, inflight, i, buf, ptdp_schedule_kind_name(sp->kind), limit);
+                return ptdp_errorf(
+                    PTDP_EINVAL,
+                    "rank %d holds %d stashed activations at action %d (%s); the %s schedule "
+                    "allows %d",
+                    r, inflight, i, buf, ptdp_schedule_kind_name(sp->kind), limit);
         } else {
             if (bpos[id] >= 0)
-                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf, bpos[id], i);
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf,
+                                   bpos[id], i);
             if (fpos[id] < 0)
-                return ptdp_errorf(PTDP_EINVAL, "rank %d runs backward %s (action %d) before its forward", r,
+                return ptdp_errorf(PTDP_EINVAL,
+                                   "rank %d runs backward %s (action %d) before its forward", r,
                                    buf, i);
             bpos[id] = i;
             inflight--;
@@ -49,7 +55,8 @@ static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *
     for (int id = 0; id < total; id++) {
         ptdp_action a = {fpos[id] < 0 ? PTDP_ACT_FWD : PTDP_ACT_BWD, id / sp->v, id % sp->v};
         if (fpos[id] < 0 || bpos[id] < 0)
-            return ptdp_errorf(PTDP_EINVAL, "rank %d never runs %s", r, ptdp_action_str(sp, &a, buf));
+            return ptdp_errorf(PTDP_EINVAL, "rank %d never runs %s", r,
+                               ptdp_action_str(sp, &a, buf));
     }
     if (peak_out) *peak_out = peak;
     return PTDP_OK;
@@ -71,8 +78,9 @@ static int check_deadlock(const ptdp_schedule *s) {
             ptdp_p2p from;
             ptdp_action_p2p(sp, r, a, &from, NULL);
             ptdp_action_str(sp, a, buf);
-            off += snprintf(msg + off, sizeof msg - (size_t)off, "%srank %d at %s waits for rank %d",
-                            off ? "; " : "", r, buf, from.peer_rank);
+            off +=
+                snprintf(msg + off, sizeof msg - (size_t)off, "%srank %d at %s waits for rank %d",
+                         off ? "; " : "", r, buf, from.peer_rank);
         }
         rc = ptdp_errorf(PTDP_EINVAL, "schedule deadlocks: %s", msg);
     }
@@ -85,12 +93,13 @@ int ptdp_schedule_validate(const ptdp_schedule *s, int *peak) {
     int rc = ptdp_schedule_check(sp);
     if (rc) return rc;
     if (s->len != ptdp_schedule_len(sp))
-        return ptdp_errorf(PTDP_EINVAL, "schedule has %d actions per rank, expected 2*m*v = %d", s->len,
-                           ptdp_schedule_len(sp));
+        return ptdp_errorf(PTDP_EINVAL, "schedule has %d actions per rank, expected 2*m*v = %d",
+                           s->len, ptdp_schedule_len(sp));
     int total = sp->m * sp->v;
     int *pos = malloc(sizeof(int) * 2 * (size_t)total);
     if (!pos) return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
-    for (int r = 0; r < sp->p && !rc; r++) rc = check_rank(s, r, pos, pos + total, peak ? &peak[r] : NULL);
+    for (int r = 0; r < sp->p && !rc; r++)
+        rc = check_rank(s, r, pos, pos + total, peak ? &peak[r] : NULL);
     free(pos);
     if (rc) return rc;
     return check_deadlock(s);

@@ -39,7 +39,8 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
     const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
     const size_t L = layer_bytes(m), X = nf((double)(N * h));
     const int64_t n = m->recompute_num_layers < 1 ? 1 : m->recompute_num_layers, l = m->layers;
-    size_t slot = (m->pre || m->post) ? ptdp_arena_need(4 * (size_t)(m->b * (m->s + 1))) : 0; /* tokens */
+    size_t slot =
+        (m->pre || m->post) ? ptdp_arena_need(4 * (size_t)(m->b * (m->s + 1))) : 0; /* tokens */
     int64_t max_group = 0;
     for (int64_t i = 0; i <= l; i++) {
         int64_t g = -1, e = i + 1; /* recompute group of layer i (i < l) */
@@ -54,9 +55,11 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
-    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) + nf((double)(N * fl)); /* backward buffers */
-    sh += nf(2.0 * (double)(m->s * m->s) * (double)m->threads);                           /* attention scratch */
-    if (m->post) sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
+    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+          nf((double)(N * fl));                                 /* backward buffers */
+    sh += nf(2.0 * (double)(m->s * m->s) * (double)m->threads); /* attention scratch */
+    if (m->post)
+        sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
     *per_slot = (double)slot;
     *shared = (double)sh;
 }
@@ -87,9 +90,10 @@ static int chunk_tensors(const ptdp_plan_rank *r, int64_t nl, int pre, int post,
     const int64_t h = r->h, t = r->t, f = r->ffn;
     int n = 0;
     if (pre || post) numel[n++] = r->vocab_padded / t * h; /* word embedding (tied) */
-    if (pre) numel[n++] = r->max_positions * h;             /* position embedding */
+    if (pre) numel[n++] = r->max_positions * h;            /* position embedding */
     for (int64_t i = 0; i < nl; i++) {
-        const int64_t layer[12] = {h, h, 3 * h / t * h, 3 * h / t, h * (h / t), h, h, h, f / t * h, f / t, h * (f / t), h};
+        const int64_t layer[12] = {h, h, 3 * h / t * h, 3 * h / t, h * (h / t), h,
+                                   h, h, f / t * h,     f / t,     h * (f / t), h};
         for (int k = 0; k < 12; k++) numel[n++] = layer[k];
     }
     if (post) numel[n++] = h, numel[n++] = h; /* final LayerNorm */
@@ -98,7 +102,8 @@ static int chunk_tensors(const ptdp_plan_rank *r, int64_t nl, int pre, int post,
 
 /* Elements of the tensors' ranges this rank updates (ZeRO-1: its 1/d of
  * every bucket, buckets cut from the end of the flat buffer). */
-static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const int64_t *numel, int n, int64_t total) {
+static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const int64_t *numel, int n,
+                           int64_t total) {
     int64_t st = 0;
     if (!r->zero) {
         for (int i = 0; i < n; i++) st += numel[i];
@@ -106,7 +111,8 @@ static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const in
     }
     const int64_t d = r->d, size = r->bucket_floats < d ? d : r->bucket_floats / d * d;
     for (int64_t end = total; end > 0;) {
-        const int64_t len = end >= size ? size : end, lo = end - len + r->dp_rank * (len / d), hi = lo + len / d;
+        const int64_t len = end >= size ? size : end, lo = end - len + r->dp_rank * (len / d),
+                      hi = lo + len / d;
         for (int i = 0; i < n; i++) {
             const int64_t a = off[i] > lo ? off[i] : lo, e = off[i] + numel[i], b = e < hi ? e : hi;
             if (a < b) st += b - a;
@@ -136,7 +142,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         bytes[PTDP_MEM_WEIGHTS] += ptdp_arena_need(4 * (size_t)total);
         bytes[PTDP_MEM_GRADIENTS] += ptdp_arena_need(4 * (size_t)total);
         if (r->zero) bytes[PTDP_MEM_GRAD_SHARD] += ptdp_arena_need(4 * (size_t)(total / r->d));
-        bytes[PTDP_MEM_OPTIMIZER] += ptdp_arena_need(8 * (size_t)owned_state(r, off, numel, n, total));
+        bytes[PTDP_MEM_OPTIMIZER] +=
+            ptdp_arena_need(8 * (size_t)owned_state(r, off, numel, n, total));
         free(numel);
         const ptdp_plan_mem m = {.layers = per,
                                  .h = r->h,
@@ -153,7 +160,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .threads = r->threads};
         double slot, shared;
         ptdp_plan_activation_bytes(&m, &slot, &shared);
-        bytes[PTDP_MEM_ACTIVATIONS] += (size_t)slot * (size_t)ptdp_schedule_chunk_inflight(sp, r->pp_rank, c);
+        bytes[PTDP_MEM_ACTIVATIONS] +=
+            (size_t)slot * (size_t)ptdp_schedule_chunk_inflight(sp, r->pp_rank, c);
         bytes[PTDP_MEM_WORKSPACE] += (size_t)shared;
     }
     if (sp->p > 1) {

@@ -68,17 +68,16 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
 /* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 
-
 /* One model chunk on one rank (fp32 activations). */
 typedef struct {
-    int64_t layers;           /* layers in the chunk */
-    int64_t h, a, ffn, s, b;  /* hidden, heads, MLP width, sequence, micro-batch */
-    int64_t t;                /* tensor-parallel size */
+    int64_t layers;          /* layers in the chunk */
+    int64_t h, a, ffn, s, b; /* hidden, heads, MLP width, sequence, micro-batch */
+    int64_t t;               /* tensor-parallel size */
     int64_t vocab_padded;
-    int pre, post;            /* first / last pipeline stage */
-    int recompute;            /* ptdp_recompute_method (base.h) */
+    int pre, post; /* first / last pipeline stage */
+    int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads;              /* OpenMP threads (attention scratch) */
+    int threads; /* OpenMP threads (attention scratch) */
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -90,17 +89,17 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
 /* One training rank: the model shape, the layout and this rank's place in
  * it, the schedule (kind resolved, m set), ZeRO-1 and recomputation. */
 typedef struct {
-    int64_t layers;               /* l, the whole model */
-    int64_t h, a, ffn, s, b;      /* hidden, heads, MLP width, sequence, micro-batch */
+    int64_t layers;          /* l, the whole model */
+    int64_t h, a, ffn, s, b; /* hidden, heads, MLP width, sequence, micro-batch */
     int64_t vocab_padded, max_positions;
-    int64_t t, d;                 /* tensor- and data-parallel sizes (p, v: sched) */
+    int64_t t, d; /* tensor- and data-parallel sizes (p, v: sched) */
     int pp_rank, dp_rank;
     ptdp_schedule_params sched;
-    int zero;                     /* --use-distributed-optimizer */
-    int64_t bucket_floats;        /* --ddp-bucket-size */
-    int recompute;                /* ptdp_recompute_method (base.h) */
+    int zero;              /* --use-distributed-optimizer */
+    int64_t bucket_floats; /* --ddp-bucket-size */
+    int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads;                  /* OpenMP threads (attention scratch) */
+    int threads; /* OpenMP threads (attention scratch) */
 } ptdp_plan_rank;
 /* No model (the caller sets the shape), t = d = 1, rank 0, the default
  * schedule, no ZeRO-1, Megatron's 40,000,000-float buckets, no

@@ -53,8 +53,9 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
 int ptdp_sim_run(const ptdp_schedule *s, const ptdp_sim_costs *costs, ptdp_sim_result *res) {
     memset(res, 0, sizeof *res);
     if (!(costs->forward >= 0 && costs->backward >= 0 && costs->comm >= 0))
-        return ptdp_errorf(PTDP_EINVAL, "simulator costs must be non-negative (forward %g, backward %g, comm %g)",
-                           costs->forward, costs->backward, costs->comm);
+        return ptdp_errorf(
+            PTDP_EINVAL, "simulator costs must be non-negative (forward %g, backward %g, comm %g)",
+            costs->forward, costs->backward, costs->comm);
     const ptdp_schedule_params *sp = &s->params;
     int p = sp->p;
     /* Validation first: the replay below assumes complete, deadlock-free lists. */

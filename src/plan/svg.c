@@ -19,8 +19,8 @@ static void box_colour(int kind, int chunk, int v, char *buf) {
     static const int base[2][3] = {{45, 105, 190}, {40, 150, 70}};
     const int *c = base[kind == PTDP_ACT_BWD];
     double t = v > 1 ? 0.55 * chunk / (v - 1) : 0.0;
-    snprintf(buf, 16, "#%02x%02x%02x", (int)(c[0] + (255 - c[0]) * t), (int)(c[1] + (255 - c[1]) * t),
-             (int)(c[2] + (255 - c[2]) * t));
+    snprintf(buf, 16, "#%02x%02x%02x", (int)(c[0] + (255 - c[0]) * t),
+             (int)(c[1] + (255 - c[1]) * t), (int)(c[2] + (255 - c[2]) * t));
 }
 
 /* A tick step of 1, 2 or 5 times a power of ten giving about 10 ticks. */
@@ -47,24 +47,27 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
             "font-family=\"sans-serif\" font-size=\"11\">\n",
             width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s: p=%d, m=%d, v=%d; makespan %g, bubble %.4g</text>\n",
-            LEFT, title ? title : ptdp_schedule_kind_name(sp->kind), p, sp->m, sp->v, res->makespan,
-            res->bubble_fraction);
+    fprintf(
+        f,
+        "<text x=\"%d\" y=\"20\" font-size=\"14\">%s: p=%d, m=%d, v=%d; makespan %g, bubble %.4g</text>\n",
+        LEFT, title ? title : ptdp_schedule_kind_name(sp->kind), p, sp->m, sp->v, res->makespan,
+        res->bubble_fraction);
     for (int r = 0; r < p; r++) {
         int y = TOP + r * ROW;
         fprintf(f, "<text x=\"8\" y=\"%d\">rank %d</text>\n", y + BOX / 2 + 4, r);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#f4f4f4\"/>\n", LEFT, y, plot_w,
-                BOX);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#f4f4f4\"/>\n",
+                LEFT, y, plot_w, BOX);
         const ptdp_action *acts = ptdp_schedule_rank(s, r);
         for (int i = 0; i < s->len; i++) {
             const ptdp_sim_span *span = &res->spans[(size_t)r * s->len + i];
             double x = LEFT + span->start * scale, w = (span->end - span->start) * scale;
             box_colour(acts[i].kind, acts[i].chunk, sp->v, col);
-            fprintf(f,
-                    "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
-                    "stroke-width=\"0.5\"><title>rank %d %s %s</title></rect>\n",
-                    x, y, w, BOX, col, r, ptdp_action_kind_name(acts[i].kind),
-                    ptdp_action_str(sp, &acts[i], buf));
+            fprintf(
+                f,
+                "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
+                "stroke-width=\"0.5\"><title>rank %d %s %s</title></rect>\n",
+                x, y, w, BOX, col, r, ptdp_action_kind_name(acts[i].kind),
+                ptdp_action_str(sp, &acts[i], buf));
             if (w >= 10)
                 fprintf(f,
                         "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
@@ -74,25 +77,30 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
     }
     /* Time axis. */
     int ay = TOP + p * ROW + 4;
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, ay, LEFT + plot_w, ay);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, ay,
+            LEFT + plot_w, ay);
     double step = tick_step(res->makespan);
     for (double t = 0; t <= res->makespan + 1e-9 * step; t += step) {
         double x = LEFT + t * scale;
-        fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", x, ay, x, ay + 5);
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", x, ay,
+                x, ay + 5);
         fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, ay + 17, t);
     }
-    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"end\">time</text>\n", LEFT + plot_w, ay + 30);
+    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"end\">time</text>\n", LEFT + plot_w,
+            ay + 30);
     /* Legend. */
     int ly = ay + AXIS - 6, lx = LEFT;
     for (int kind = 0; kind < PTDP_ACT_COUNT; kind++)
         for (int c = 0; c < sp->v; c++) {
             box_colour(kind, c, sp->v, col);
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx, ly, col);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx, ly,
+                    col);
             if (sp->v > 1)
                 fprintf(f, "<text x=\"%d\" y=\"%d\">%s chunk %d</text>\n", lx + 16, ly + 10,
                         ptdp_action_kind_name(kind), c);
             else
-                fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 16, ly + 10, ptdp_action_kind_name(kind));
+                fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 16, ly + 10,
+                        ptdp_action_kind_name(kind));
             lx += 120;
         }
     fprintf(f, "</svg>\n");

@@ -39,17 +39,21 @@ int ptdp_batches_open_file(ptdp_batches *b, const char *path, int64_t seq_length
     }
     if (st.st_size % 2) {
         close(fd);
-        return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: %lld bytes is not a whole number of uint16 tokens", path,
-                           (long long)st.st_size);
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "--token-file %s: %lld bytes is not a whole number of uint16 tokens",
+                           path, (long long)st.st_size);
     }
     if (st.st_size / 2 < seq_length + 1) {
         close(fd);
-        return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: holds %lld tokens, fewer than one sample (--seq-length + 1 = %lld)",
-                           path, (long long)(st.st_size / 2), (long long)(seq_length + 1));
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "--token-file %s: holds %lld tokens, fewer than one sample (--seq-length + 1 = %lld)",
+            path, (long long)(st.st_size / 2), (long long)(seq_length + 1));
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (m == MAP_FAILED) return ptdp_errorf(PTDP_EIO, "--token-file %s: mmap: %s", path, strerror(errno));
+    if (m == MAP_FAILED)
+        return ptdp_errorf(PTDP_EIO, "--token-file %s: mmap: %s", path, strerror(errno));
     b->tokens = m;
     b->ntokens = st.st_size / 2;
     b->map_bytes = (size_t)st.st_size;
@@ -57,8 +61,10 @@ int ptdp_batches_open_file(ptdp_batches *b, const char *path, int64_t seq_length
         if (b->tokens[i] >= vocab) {
             int64_t bad = b->tokens[i];
             ptdp_batches_close(b);
-            return ptdp_errorf(PTDP_EFORMAT, "--token-file %s: token %lld at position %lld is not below the vocabulary size %lld (--vocab-size)",
-                               path, (long long)bad, (long long)i, (long long)vocab);
+            return ptdp_errorf(
+                PTDP_EFORMAT,
+                "--token-file %s: token %lld at position %lld is not below the vocabulary size %lld (--vocab-size)",
+                path, (long long)bad, (long long)i, (long long)vocab);
         }
     return PTDP_OK;
 }
@@ -72,7 +78,8 @@ void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32
     const int64_t s = b->seq_length;
     if (b->gpt) {
         for (int64_t k = 0; k < count; k++)
-            PTDP_ASSERT(ptdp_gpt_data_sample(b->gpt, b->split, first + k, out + k * (s + 1)) == PTDP_OK);
+            PTDP_ASSERT(ptdp_gpt_data_sample(b->gpt, b->split, first + k, out + k * (s + 1)) ==
+                        PTDP_OK);
         return;
     }
     for (int64_t k = 0; k < count; k++)

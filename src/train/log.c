@@ -24,12 +24,13 @@ void ptdp__log_start(ptdp_run *r) {
     const ptdp_trainer_params *tp = &r->p.trainer;
     const ptdp_gpt_config *cfg = &tp->cfg;
     const ptdp_comm *comm = r->comm;
-    ptdp_log0("ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
-              "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
-              (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->heads,
-              (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
-              (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters, comm->t,
-              comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    ptdp_log0(
+        "ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
+        "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
+        (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->heads,
+        (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
+        (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
+        comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
     ptdp_trainer_log_memory(r->tr);
 }
 
@@ -39,7 +40,8 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const int64_t B = p->trainer.global_batch, s = p->trainer.cfg.seq_length;
     const int n = r->comm->world_size;
     /* the paper's 96 instead of 72: full recomputation reruns the forward */
-    const double flops = ptdp_gpt_flops_per_iter(&p->trainer.cfg, B, p->trainer.recompute_method != PTDP_RECOMPUTE_NONE);
+    const double flops = ptdp_gpt_flops_per_iter(
+        &p->trainer.cfg, B, p->trainer.recompute_method != PTDP_RECOMPUTE_NONE);
     r->t_interval += dt;
     r->t_total += dt;
     r->loss_interval += st->loss;
@@ -47,36 +49,39 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->iters_run++;
     r->skipped_total += st->skipped;
     if (r->jsonl) {
-        fprintf(r->jsonl,
-                "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
-                "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
-                (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr, dt * 1e3,
-                (double)(B * s) / dt, flops / dt / n / 1e12, st->skipped);
+        fprintf(
+            r->jsonl,
+            "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
+            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
+            (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr,
+            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, st->skipped);
         fflush(r->jsonl);
     }
     if (st->iteration % p->log_interval == 0 || last) {
         double ms = r->t_interval / (double)r->n_interval * 1e3;
-        ptdp_log0(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
-                  "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-                  "global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
-                  "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-                  (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
-                  flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-                  r->loss_interval / (double)r->n_interval, st->grad_norm, (long long)r->skipped_total,
-                  (long long)r->skipped_total);
+        ptdp_log0(
+            " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+            "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+            "global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
+            "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+            (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
+            flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
+            r->loss_interval / (double)r->n_interval, st->grad_norm, (long long)r->skipped_total,
+            (long long)r->skipped_total);
         r->t_interval = r->loss_interval = 0;
         r->n_interval = 0;
     }
 }
 
 void ptdp__log_validation(ptdp_run *r, double vl) {
-    ptdp_log0("-----------------------------------------------------------------------------------------\n"
-              " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
-              "-----------------------------------------------------------------------------------------",
-              (long long)r->st.iteration, vl, exp(vl));
+    ptdp_log0(
+        "-----------------------------------------------------------------------------------------\n"
+        " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+        "-----------------------------------------------------------------------------------------",
+        (long long)r->st.iteration, vl, exp(vl));
     if (r->jsonl) {
-        fprintf(r->jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n", (long long)r->st.iteration,
-                vl, exp(vl));
+        fprintf(r->jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n",
+                (long long)r->st.iteration, vl, exp(vl));
         fflush(r->jsonl);
     }
 }
@@ -85,27 +90,31 @@ void ptdp__log_finish(ptdp_run *r) {
     const ptdp_comm *comm = r->comm;
     const int64_t iters = r->iters_run; /* this run's, not the checkpoint's */
     if (iters == 0 && r->loaded.found && !r->p.finetune)
-        ptdp_log0("done: nothing trained: the checkpoint is at iteration %lld and --train-iters %lld counts from "
-                  "the start of training (as in Megatron); give --train-iters above %lld to go on",
-                  (long long)r->loaded.iteration, (long long)r->p.train_iters, (long long)r->loaded.iteration);
+        ptdp_log0(
+            "done: nothing trained: the checkpoint is at iteration %lld and --train-iters %lld counts from "
+            "the start of training (as in Megatron); give --train-iters above %lld to go on",
+            (long long)r->loaded.iteration, (long long)r->p.train_iters,
+            (long long)r->loaded.iteration);
     else if (iters == 0)
         ptdp_log0("done: nothing trained (--train-iters %lld)", (long long)r->p.train_iters);
     else if (iters == r->st.iteration)
-        ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f", (long long)iters,
-                  r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
+        ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
+                  (long long)iters, r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
     else
-        ptdp_log0("done: %lld iterations (%lld to %lld) in %.1f s (%.1f ms per iteration), final lm loss %.6f",
-                  (long long)iters, (long long)(r->st.iteration - iters + 1), (long long)r->st.iteration,
-                  r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
+        ptdp_log0(
+            "done: %lld iterations (%lld to %lld) in %.1f s (%.1f ms per iteration), final lm loss %.6f",
+            (long long)iters, (long long)(r->st.iteration - iters + 1), (long long)r->st.iteration,
+            r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
     if (r->p.log_comm) ptdp_comm_log_counters(comm);
     if (comm->tp == 0 && comm->dp == 0 && iters > 0) {
         ptdp_act_memory am;
         ptdp_trainer_activation_memory(r->tr, &am);
         char b1[32], b2[32], b3[32];
-        ptdp_log("activation memory (pipeline stage %d): measured peak %s (%.0f bytes; %d micro-batches stashed, "
-                 "%s), predicted %s (%.0f bytes)",
-                 comm->pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
-                 ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
+        ptdp_log(
+            "activation memory (pipeline stage %d): measured peak %s (%.0f bytes; %d micro-batches stashed, "
+            "%s), predicted %s (%.0f bytes)",
+            comm->pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
+            ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
     }
     ptdp_trainer_log_peak_memory(r->tr);
 }

@@ -62,7 +62,8 @@ static int open_data(ptdp_run *r) {
 
 /* Outputs written at the end must be writable now, not after training. */
 static int check_outputs(const ptdp_run_params *p) {
-    const char *outputs[2][2] = {{"--save-safetensors", p->save_safetensors}, {"--trace", p->trace}};
+    const char *outputs[2][2] = {{"--save-safetensors", p->save_safetensors},
+                                 {"--trace", p->trace}};
     for (int i = 0; i < 2; i++)
         if (outputs[i][1]) {
             char dir[4096];
@@ -70,7 +71,8 @@ static int check_outputs(const ptdp_run_params *p) {
             char *slash = strrchr(dir, '/');
             if (slash) *slash = 0;
             if (access(slash ? (dir[0] ? dir : "/") : ".", W_OK) != 0)
-                return ptdp_errorf(PTDP_EIO, "%s %s: the directory is not writable (or does not exist)",
+                return ptdp_errorf(PTDP_EIO,
+                                   "%s %s: the directory is not writable (or does not exist)",
                                    outputs[i][0], outputs[i][1]);
         }
     return p->save ? ptdp_ckpt_prepare_dir(p->save) : PTDP_OK;
@@ -98,7 +100,8 @@ static int agree_on_start(ptdp_comm *comm, int rc) {
  * position but starts a fresh optimizer (and so the LR schedule). */
 static int load_checkpoint(ptdp_run *r) {
     const ptdp_run_params *p = &r->p;
-    int rc = ptdp_trainer_load(r->tr, p->load, !p->no_load_optim && !p->finetune, !p->finetune, &r->loaded);
+    int rc = ptdp_trainer_load(r->tr, p->load, !p->no_load_optim && !p->finetune, !p->finetune,
+                               &r->loaded);
     if (rc == PTDP_OK && !r->loaded.found)
         ptdp_log0("warning: --load %s holds no checkpoint (no latest_checkpointed_iteration.txt); "
                   "starting from scratch",
@@ -114,8 +117,10 @@ static int load_checkpoint(ptdp_run *r) {
 
 static int lr_differs(const ptdp_lr_schedule *a, const ptdp_lr_schedule *b) {
     const double tol = 1e-12;
-    return fabs(a->max_lr - b->max_lr) > tol * fabs(a->max_lr) || fabs(a->min_lr - b->min_lr) > tol * fabs(a->min_lr) ||
-           a->warmup_iters != b->warmup_iters || a->decay_iters != b->decay_iters || a->style != b->style;
+    return fabs(a->max_lr - b->max_lr) > tol * fabs(a->max_lr) ||
+           fabs(a->min_lr - b->min_lr) > tol * fabs(a->min_lr) ||
+           a->warmup_iters != b->warmup_iters || a->decay_iters != b->decay_iters ||
+           a->style != b->style;
 }
 
 /* Megatron's OptimizerParamScheduler.load_state_dict: a resumed run keeps the
@@ -130,7 +135,8 @@ static int check_schedule(ptdp_run *r) {
     ptdp_lr_schedule ck;
     int found = 0;
     ptdp_gpt_config cfg;
-    if (ptdp_ckpt_read_config(p->load, &cfg) != PTDP_OK) return PTDP_OK; /* none there: load says so */
+    if (ptdp_ckpt_read_config(p->load, &cfg) != PTDP_OK)
+        return PTDP_OK; /* none there: load says so */
     r->resuming = 1;
     int rc = ptdp_ckpt_read_lr(p->load, &ck, &found);
     if (rc || !found || p->no_load_optim || p->override_scheduler) return rc;
@@ -141,15 +147,16 @@ static int check_schedule(ptdp_run *r) {
     }
     if (!lr_differs(mine, &ck)) return PTDP_OK;
     static const char *const styles[] = {"constant", "linear", "cosine"};
-    return ptdp_errorf(PTDP_ECONFIG,
-                       "--load %s: the learning-rate schedule differs from the checkpoint's (flags: --lr %g "
-                       "--min-lr %g --lr-warmup-iters %lld --lr-decay-iters %lld --lr-decay-style %s; "
-                       "checkpoint: %g, %g, %lld, %lld, %s; --lr-decay-iters defaults to --train-iters); give "
-                       "the checkpoint's values, --use-checkpoint-opt_param-scheduler to keep them, or "
-                       "--override-opt_param-scheduler to use the flags'",
-                       p->load, mine->max_lr, mine->min_lr, (long long)mine->warmup_iters,
-                       (long long)mine->decay_iters, styles[mine->style], ck.max_lr, ck.min_lr,
-                       (long long)ck.warmup_iters, (long long)ck.decay_iters, styles[ck.style]);
+    return ptdp_errorf(
+        PTDP_ECONFIG,
+        "--load %s: the learning-rate schedule differs from the checkpoint's (flags: --lr %g "
+        "--min-lr %g --lr-warmup-iters %lld --lr-decay-iters %lld --lr-decay-style %s; "
+        "checkpoint: %g, %g, %lld, %lld, %s; --lr-decay-iters defaults to --train-iters); give "
+        "the checkpoint's values, --use-checkpoint-opt_param-scheduler to keep them, or "
+        "--override-opt_param-scheduler to use the flags'",
+        p->load, mine->max_lr, mine->min_lr, (long long)mine->warmup_iters,
+        (long long)mine->decay_iters, styles[mine->style], ck.max_lr, ck.min_lr,
+        (long long)ck.warmup_iters, (long long)ck.decay_iters, styles[ck.style]);
 }
 
 int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
@@ -166,7 +173,8 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     rc = agree_on_start(r->comm, rc);
     if (rc == PTDP_OK && p->load) rc = load_checkpoint(r);
     if (rc == PTDP_OK) {
-        const int64_t Bl = p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */
+        const int64_t Bl =
+            p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */
         r->batch = malloc(sizeof(int32_t) * (size_t)(Bl * (p->trainer.cfg.seq_length + 1)));
         if (!r->batch) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
     }
@@ -186,7 +194,8 @@ static double evaluate(ptdp_run *r, int reads_data) {
     double vl = 0;
     for (int64_t e = 0; e < p->eval_iters; e++) {
         if (reads_data)
-            ptdp_batches_get(&r->valid, (r->eval_round * p->eval_iters + e) * B + r->comm->dp * Bl, Bl, r->batch);
+            ptdp_batches_get(&r->valid, (r->eval_round * p->eval_iters + e) * B + r->comm->dp * Bl,
+                             Bl, r->batch);
         vl += ptdp_trainer_eval(r->tr, r->batch);
     }
     r->eval_round++;
@@ -213,13 +222,14 @@ int ptdp_run_loop(ptdp_run *r) {
     const int64_t start_iter = ptdp_trainer_iteration(r->tr);
     r->consumed = r->loaded.found && !p->finetune ? r->loaded.consumed_samples : 0;
     r->last_saved = -1;
-    if (r->loaded.found && !p->finetune && p->save && !strcmp(p->save, p->load)) r->last_saved = start_iter;
+    if (r->loaded.found && !p->finetune && p->save && !strcmp(p->save, p->load))
+        r->last_saved = start_iter;
     r->eval_round = p->eval_interval ? start_iter / p->eval_interval : 0;
     r->st.iteration = start_iter;
     for (int64_t it = start_iter; it < p->train_iters; it++) {
         if (ptdp_fault_at("die", it + 1)) { /* tests: the other ranks must not hang */
-            ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)", comm->world_rank,
-                           (long long)(it + 1));
+            ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)",
+                           comm->world_rank, (long long)(it + 1));
             abort();
         }
         if (reads_data) ptdp_batches_get(&r->data, r->consumed + comm->dp * Bl, Bl, r->batch);
@@ -230,14 +240,16 @@ int ptdp_run_loop(ptdp_run *r) {
         if (ptdp_fault_at("perturb", r->st.iteration)) /* tests: --check-dp-replicas must fail */
             ptdp_trainer_perturb(r->tr);
         if (p->check_dp_replicas && !ptdp_trainer_replicas_identical(r->tr)) {
-            ptdp_log_error("--check-dp-replicas: data-parallel replicas differ after iteration %lld",
-                           (long long)r->st.iteration);
+            ptdp_log_error(
+                "--check-dp-replicas: data-parallel replicas differ after iteration %lld",
+                (long long)r->st.iteration);
             ptdp_comm_abort(comm, 1);
         }
         ptdp__log_iteration(r, dt, it == p->train_iters - 1);
         if (r->n_evals && (r->st.iteration % p->eval_interval == 0 || it == p->train_iters - 1))
             ptdp__log_validation(r, evaluate(r, reads_data));
-        if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r)) return 1;
+        if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r))
+            return 1;
     }
     return 0;
 }
@@ -251,14 +263,15 @@ int ptdp_run_finish(ptdp_run *r, int status) {
         ptdp_log_error("%s", ptdp_last_error());
         status = 1;
     } else if (p->trace) {
-        ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)", p->trace);
+        ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)",
+                  p->trace);
     }
     if (p->save_safetensors && comm->dp == 0) {
         ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
         int nc = ptdp_trainer_num_chunks(r->tr);
         for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(r->tr, c);
-        if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t, p->save_safetensors,
-                           p->save_safetensors_config)) {
+        if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t,
+                           p->save_safetensors, p->save_safetensors_config)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;
         } else {

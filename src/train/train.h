@@ -29,8 +29,8 @@
  * (src/data): shuffled documents, split train/valid/test, blended. */
 typedef struct {
     int64_t seq_length;
-    int64_t vocab;    /* tokens must be below this */
-    uint64_t seed;    /* mock data */
+    int64_t vocab;          /* tokens must be below this */
+    uint64_t seed;          /* mock data */
     const uint16_t *tokens; /* token file, mmap'd */
     int64_t ntokens;
     size_t map_bytes;
@@ -54,30 +54,30 @@ void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32
 /* ---- the trainer --------------------------------------------------------------- */
 
 typedef struct {
-    ptdp_gpt_config cfg;   /* finished (ptdp_gpt_config_finish) */
-    int64_t micro_batch;   /* b */
-    int64_t global_batch;  /* B, a multiple of b */
+    ptdp_gpt_config cfg;  /* finished (ptdp_gpt_config_finish) */
+    int64_t micro_batch;  /* b */
+    int64_t global_batch; /* B, a multiple of b */
     ptdp_lr_schedule lr;
     ptdp_adamw_params adam;
     const ptdp_ops *ops;
     ptdp_comm *comm;
-    const char *init_from; /* HF GPT-2 safetensors or NULL for Megatron init */
+    const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
-    int64_t trace_events;  /* capacity of the --trace event log (0: off) */
-    int recompute_method;  /* PTDP_RECOMPUTE_* */
+    int64_t trace_events;       /* capacity of the --trace event log (0: off) */
+    int recompute_method;       /* PTDP_RECOMPUTE_* */
     int64_t recompute_num_layers;
-    int scatter_gather;    /* send 1/t slices between stages (t > 1) */
+    int scatter_gather;        /* send 1/t slices between stages (t > 1) */
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */
 } ptdp_trainer_params;
 
 typedef struct {
-    int64_t iteration;  /* 1-based, after the step */
-    double loss;        /* mean token loss over the global batch */
-    double grad_norm;   /* before clipping */
-    double lr;          /* used by this step */
-    int skipped;        /* 1 when the gradient was not finite and the step was skipped */
+    int64_t iteration; /* 1-based, after the step */
+    double loss;       /* mean token loss over the global batch */
+    double grad_norm;  /* before clipping */
+    double lr;         /* used by this step */
+    int skipped;       /* 1 when the gradient was not finite and the step was skipped */
 } ptdp_step_stats;
 
 /* Megatron's defaults where they exist (AdamW 0.9/0.999/1e-8, weight decay
@@ -92,8 +92,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p);
 void ptdp_trainer_free(ptdp_trainer *tr);
 
 /* One iteration over the global batch. tokens [B/d, s+1]: this data-parallel
- * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per micro-batch, the gradient norm,
- * clipping and AdamW. Blocking; every rank of the job calls it. */
+ * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per
+ * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it. */
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
 
 /* Mean token loss of a batch laid out like ptdp_trainer_step's, forward
@@ -121,7 +121,8 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
 /* This rank's tensor memory per category (PTDP_MEM_*): what it carved (one
  * block per category) and what src/plan/memory.c predicted from the
  * configuration. Either array may be NULL. */
-void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT], size_t predicted[PTDP_MEM_NCAT]);
+void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],
+                         size_t predicted[PTDP_MEM_NCAT]);
 /* Logs the memory plan: every rank whose carved bytes differ from the
  * prediction logs a "memory plan MISMATCH" line; the ranks with dp = tp = 0
  * (one per pipeline stage) log the table category / bytes / predicted; rank
@@ -160,15 +161,15 @@ typedef struct {
     const char *const *data_paths; /* Megatron's "[weight] prefix ..." list */
     const char *split;             /* "969,30,1" */
     const char *token_file;
-    uint64_t seed;                 /* sample order, mock data */
+    uint64_t seed; /* sample order, mock data */
     /* evaluation: every eval_interval iterations, eval_iters batches */
     int64_t eval_interval, eval_iters;
     /* logging */
     int64_t log_interval;
-    const char *log_jsonl;         /* rank 0 writes one JSON object per iteration */
-    int log_comm;                  /* print the communication counters at the end */
-    const char *gemm_name;         /* for the start-up line */
-    int check_dp_replicas;         /* compare replica hashes after every step */
+    const char *log_jsonl; /* rank 0 writes one JSON object per iteration */
+    int log_comm;          /* print the communication counters at the end */
+    const char *gemm_name; /* for the start-up line */
+    int check_dp_replicas; /* compare replica hashes after every step */
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
@@ -178,7 +179,7 @@ typedef struct {
     int override_scheduler;       /* the flags' schedule */
     int use_checkpoint_scheduler; /* the checkpoint's schedule */
     /* outputs at the end */
-    const char *trace;             /* Chrome trace */
+    const char *trace; /* Chrome trace */
     const char *save_safetensors, *save_safetensors_config;
 } ptdp_run_params;
 ptdp_run_params ptdp_run_default_params(void);

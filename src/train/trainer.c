@@ -25,8 +25,8 @@ struct ptdp_trainer {
     ptdp_optimizer opts[PTDP_MAX_CHUNKS];
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
-    float *eval_buf; /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
-    ptdp_mem mem;    /* every tensor of the rank: one block per category */
+    float *eval_buf;                 /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
+    ptdp_mem mem;                    /* every tensor of the rank: one block per category */
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
     float *hash_buf; /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
@@ -60,7 +60,8 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
 static void carve_eval(ptdp_trainer *tr) {
     const ptdp_trainer_params *p = &tr->p;
     const size_t n = 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden);
-    tr->eval_buf = p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
+    tr->eval_buf =
+        p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
 
 /* The planner's prediction of this rank's memory, from the configuration. */
@@ -111,10 +112,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
     if (rc == PTDP_OK && (p->cfg.num_layers % stages))
-        rc = ptdp_errorf(PTDP_ECONFIG,
-                         "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
-                         "(every stage needs the same number of layers)",
-                         (long long)p->cfg.num_layers, sp.p, sp.v);
+        rc = ptdp_errorf(
+            PTDP_ECONFIG,
+            "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
+            "(every stage needs the same number of layers)",
+            (long long)p->cfg.num_layers, sp.p, sp.v);
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
@@ -140,7 +142,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         if (rc == PTDP_OK) {
             /* with p > 1 the tied embedding's gradient is summed over the first
              * and last stage before its bucket may start */
-            const ptdp_param_spec *wte = (cp.pre || cp.post) && comm->p > 1 ? find_wte(tr->chunks[c]) : NULL;
+            const ptdp_param_spec *wte =
+                (cp.pre || cp.post) && comm->p > 1 ? find_wte(tr->chunks[c]) : NULL;
             const ptdp_ddp_params dflt = ptdp_ddp_default_params();
             ptdp_ddp_params dp = {
                 .data = &comm->data,
@@ -158,8 +161,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         if (rc == PTDP_OK) {
             int n;
             const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
-            rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n, ptdp_gpt_chunk_params(tr->chunks[c]),
-                                 tr->ddp[c], comm->tensor.rank, cp.pre, &tr->mem);
+            rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n,
+                                 ptdp_gpt_chunk_params(tr->chunks[c]), tr->ddp[c],
+                                 comm->tensor.rank, cp.pre, &tr->mem);
         }
     }
     if (rc == PTDP_OK) {
@@ -298,11 +302,13 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
                 ptdp_wait(&req);
             }
             double ls = 0.0;
-            ptdp_gpt_chunk_fwd(tr->chunks[c], 0, batch ? batch + k * b * (s + 1) : NULL, stage > 0 ? buf : NULL,
-                               stage < stages - 1 ? buf + n : NULL, 0.0f, &ls, tr->iteration, k);
+            ptdp_gpt_chunk_fwd(tr->chunks[c], 0, batch ? batch + k * b * (s + 1) : NULL,
+                               stage > 0 ? buf : NULL, stage < stages - 1 ? buf + n : NULL, 0.0f,
+                               &ls, tr->iteration, k);
             loss_sum += ls;
             if (stage < stages - 1) {
-                ptdp_isend_f32(&comm->pipeline, buf + n, n, (int)((stage + 1) % P), (int)(stage + 1), &req);
+                ptdp_isend_f32(&comm->pipeline, buf + n, n, (int)((stage + 1) % P),
+                               (int)(stage + 1), &req);
                 ptdp_wait(&req);
             }
         }
@@ -312,7 +318,8 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     return loss_sum / ((double)p->global_batch * (double)s);
 }
 
-void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT], size_t predicted[PTDP_MEM_NCAT]) {
+void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],
+                         size_t predicted[PTDP_MEM_NCAT]) {
     for (int k = 0; k < PTDP_MEM_NCAT; k++) {
         if (carved) carved[k] = tr->mem.cat[k].size;
         if (predicted) predicted[k] = tr->predicted[k];
@@ -327,26 +334,31 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
         tc += carved[k];
         tp += pred[k];
         if (carved[k] != pred[k])
-            ptdp_log("memory plan MISMATCH: %s carved %zu bytes, predicted %zu", ptdp_mem_category_name(k), carved[k],
-                     pred[k]);
+            ptdp_log("memory plan MISMATCH: %s carved %zu bytes, predicted %zu",
+                     ptdp_mem_category_name(k), carved[k], pred[k]);
     }
     if (comm->dp == 0 && comm->tp == 0) {
         char tab[2048], b1[32];
-        int n = snprintf(tab, sizeof tab, "memory plan (pipeline stage %d; one block per category):\n"
-                                          "    %-20s %14s %14s %12s", comm->pp, "category", "bytes", "predicted", "(bytes)");
+        int n = snprintf(tab, sizeof tab,
+                         "memory plan (pipeline stage %d; one block per category):\n"
+                         "    %-20s %14s %14s %12s",
+                         comm->pp, "category", "bytes", "predicted", "(bytes)");
         for (int k = 0; k <= PTDP_MEM_NCAT && n > 0 && (size_t)n < sizeof tab; k++) {
-            const size_t c = k < PTDP_MEM_NCAT ? carved[k] : tc, q = k < PTDP_MEM_NCAT ? pred[k] : tp;
+            const size_t c = k < PTDP_MEM_NCAT ? carved[k] : tc,
+                         q = k < PTDP_MEM_NCAT ? pred[k] : tp;
             n += snprintf(tab + n, sizeof tab - (size_t)n, "\n    %-20s %14zu %14zu %12s",
-                          k < PTDP_MEM_NCAT ? ptdp_mem_category_name(k) : "total", c, q, ptdp_fmt_bytes((double)c, b1));
+                          k < PTDP_MEM_NCAT ? ptdp_mem_category_name(k) : "total", c, q,
+                          ptdp_fmt_bytes((double)c, b1));
         }
         ptdp_log("%s", tab);
     }
     int64_t n = 0;
     for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
-    ptdp_log0("memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
-              "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
-              "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
-              (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1), 8.0 / comm->d);
+    ptdp_log0(
+        "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
+        "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
+        "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
+        (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1), 8.0 / comm->d);
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
@@ -356,9 +368,10 @@ void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
     const double rss = (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */
     const double plan = (double)ptdp_mem_total(&tr->mem);
     char b1[32], b2[32];
-    ptdp_log("peak resident memory %s (%.0f bytes); memory plan total %s (%.0f bytes); difference %+.0f bytes "
-             "(code, libraries, host bookkeeping, data, transient host buffers)",
-             ptdp_fmt_bytes(rss, b1), rss, ptdp_fmt_bytes(plan, b2), plan, rss - plan);
+    ptdp_log(
+        "peak resident memory %s (%.0f bytes); memory plan total %s (%.0f bytes); difference %+.0f bytes "
+        "(code, libraries, host bookkeeping, data, transient host buffers)",
+        ptdp_fmt_bytes(rss, b1), rss, ptdp_fmt_bytes(plan, b2), plan, rss - plan);
 }
 
 void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am) {
@@ -443,7 +456,8 @@ int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_sample
 
 int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
                       ptdp_ckpt_loaded *out) {
-    int rc = ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
+    int rc =
+        ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
     if (rc == PTDP_OK && out->found && restore_iteration) tr->iteration = out->iteration;
     return rc;
 }

@@ -83,27 +83,32 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ptdp_st_count(a); i++) {
         const ptdp_st_tensor *ta = ptdp_st_get(a, i), *tb = ptdp_st_find(b, ta->name);
         if (!tb || !same_shape(ta, tb) || (bitwise && ta->dtype != tb->dtype)) {
-            fprintf(stderr, "st_compare: %s missing or of another shape or dtype in %s\n", ta->name, pb);
+            fprintf(stderr, "st_compare: %s missing or of another shape or dtype in %s\n", ta->name,
+                    pb);
             bad = 1;
             continue;
         }
-        const int integer = ta->dtype == PTDP_ST_I64 || ta->dtype == PTDP_ST_I32 || ta->dtype == PTDP_ST_U16 ||
-                            ta->dtype == PTDP_ST_U8;
+        const int integer = ta->dtype == PTDP_ST_I64 || ta->dtype == PTDP_ST_I32 ||
+                            ta->dtype == PTDP_ST_U16 || ta->dtype == PTDP_ST_U8;
         if (bitwise || integer) {
-            if (ta->dtype != tb->dtype || ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, ta->nbytes) != 0) {
+            if (ta->dtype != tb->dtype || ta->nbytes != tb->nbytes ||
+                memcmp(ta->data, tb->data, ta->nbytes) != 0) {
                 if (nbitdiff++ < 5) fprintf(stderr, "st_compare: %s differs bitwise\n", ta->name);
                 bad = 1;
             }
             continue;
         }
-        float *x = malloc(sizeof(float) * (size_t)(ta->numel + 1)), *y = malloc(sizeof(float) * (size_t)(ta->numel + 1));
-        if (!x || !y || ptdp_st_read_f32(a, ta->name, x, ta->numel) || ptdp_st_read_f32(b, ta->name, y, ta->numel)) {
+        float *x = malloc(sizeof(float) * (size_t)(ta->numel + 1)),
+              *y = malloc(sizeof(float) * (size_t)(ta->numel + 1));
+        if (!x || !y || ptdp_st_read_f32(a, ta->name, x, ta->numel) ||
+            ptdp_st_read_f32(b, ta->name, y, ta->numel)) {
             fprintf(stderr, "st_compare: %s: cannot read as float\n", ta->name);
             return 2;
         }
         /* the K third of an HF c_attn bias ([3h]: Q | K | V) */
         int64_t k0 = 0, k1 = 0;
-        if (key_bias_atol >= 0 && ends_with(ta->name, "attn.c_attn.bias") && ta->ndim == 1 && ta->numel % 3 == 0) {
+        if (key_bias_atol >= 0 && ends_with(ta->name, "attn.c_attn.bias") && ta->ndim == 1 &&
+            ta->numel % 3 == 0) {
             k0 = ta->numel / 3;
             k1 = 2 * k0;
         }
@@ -129,8 +134,8 @@ int main(int argc, char **argv) {
         printf("st_compare: max |diff| %.3g in %s (tolerance %.3g)\n", worst, worst_name, tol);
         bad |= !(worst <= tol);
         if (key_bias_atol >= 0) {
-            printf("st_compare: key-bias thirds: max |diff| %.3g in %s (tolerance %.3g)\n", worst_k, worst_k_name,
-                   key_bias_atol);
+            printf("st_compare: key-bias thirds: max |diff| %.3g in %s (tolerance %.3g)\n", worst_k,
+                   worst_k_name, key_bias_atol);
             bad |= !(worst_k <= key_bias_atol);
         }
     }

@@ -23,11 +23,12 @@ extern "C" {
         if (ptdp__ce != cudaSuccess)                                                    \
             ptdp__assert_fail(#call, __FILE__, __LINE__, cudaGetErrorString(ptdp__ce)); \
     } while (0)
-#define PTDP_CUBLAS_CHECK(call)                                                                \
-    do {                                                                                       \
-        cublasStatus_t ptdp__bs = (call);                                                      \
-        if (ptdp__bs != CUBLAS_STATUS_SUCCESS)                                                 \
-            ptdp__assert_fail(#call, __FILE__, __LINE__, ptdp__cuda.blasfn.status_string(ptdp__bs)); \
+#define PTDP_CUBLAS_CHECK(call)                                           \
+    do {                                                                  \
+        cublasStatus_t ptdp__bs = (call);                                 \
+        if (ptdp__bs != CUBLAS_STATUS_SUCCESS)                            \
+            ptdp__assert_fail(#call, __FILE__, __LINE__,                  \
+                              ptdp__cuda.blasfn.status_string(ptdp__bs)); \
     } while (0)
 /* after every kernel launch: catches bad configurations at once */
 #define PTDP_CUDA_LAUNCHED() PTDP_CUDA_CHECK(cudaGetLastError())
@@ -56,7 +57,7 @@ typedef struct {
 } ptdp__cuda_state;
 extern ptdp__cuda_state ptdp__cuda;
 
-#define PTDP_CUDA_RED_BLOCKS 264 /* 2 per H100 multiprocessor */
+#define PTDP_CUDA_RED_BLOCKS 264                    /* 2 per H100 multiprocessor */
 #define PTDP_CUDA_ATT_WS_FLOATS ((int64_t)32 << 20) /* 128 MiB */
 
 static inline unsigned ptdp__blocks(int64_t n, int threads) {
@@ -86,10 +87,14 @@ __device__ __forceinline__ uint32_t ptdp__philox_word(ptdp_rng_key key, uint64_t
         k1 += 0xBB67AE85u;
     }
     switch (a & 3) {
-    case 0: return c0;
-    case 1: return c1;
-    case 2: return c2;
-    default: return c3;
+    case 0:
+        return c0;
+    case 1:
+        return c1;
+    case 2:
+        return c2;
+    default:
+        return c3;
     }
 }
 
@@ -156,43 +161,49 @@ __device__ __forceinline__ float ptdp__block_max(float v) {
 /* row-major GEMM on the default stream, batched with element strides */
 void ptdp__cuda_gemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
-                             int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
+                             int64_t sB, float beta, float *C, int64_t ldc, int64_t sC,
+                             int64_t batch);
 
 /* the ops defined in cuda_elem.cu / cuda_attn.cu, gathered into the table by cuda_backend.cu */
-void ptdp__cuda_layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
-                              float *rstd, int64_t N, int64_t h, float eps);
+void ptdp__cuda_layernorm_fwd(const float *x, const float *w, const float *b, float *out,
+                              float *mean, float *rstd, int64_t N, int64_t h, float eps);
 void ptdp__cuda_layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
-                              const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h);
+                              const float *rstd, float *dx, float *dw, float *db, int64_t N,
+                              int64_t h);
 void ptdp__cuda_bias_add(float *y, const float *bias, int64_t N, int64_t n);
 void ptdp__cuda_bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n);
 void ptdp__cuda_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n);
 void ptdp__cuda_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                               float *dbias, int64_t N, int64_t n);
-void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
-                                     int64_t N, int64_t h, ptdp_dropout drop);
-void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
-                                     ptdp_dropout drop);
+void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid,
+                                     float *out, int64_t N, int64_t h, ptdp_dropout drop);
+void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N,
+                                     int64_t h, ptdp_dropout drop);
 void ptdp__cuda_dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
 /* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0, e < n (dst may alias src) */
-void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
+void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop,
+                              uint64_t base);
 void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
                               int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
 void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv,
                               float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                               ptdp_dropout drop);
-void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
-                          float *out, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
-                          int64_t Vl, int64_t s, int64_t b, int64_t h);
+void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,
+                          int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
+void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte,
+                          int64_t v0, int64_t Vl, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V);
-void ptdp__cuda_xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
-                          int64_t V);
-void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N);
-void ptdp__cuda_xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                         int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
+void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                         int64_t V);
+void ptdp__cuda_xent_sums(const float *logits, const float *gmax, const int32_t *targets,
+                          int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl,
+                          int64_t v0, int64_t V);
+void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
+                          int64_t N);
+void ptdp__cuda_xent_bwd(float *logits, const float *gmax, const float *sumexp,
+                         const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl,
+                         int64_t v0, int64_t V, float scale);
 void ptdp__cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__cuda_sumsq(const float *x, int64_t n);

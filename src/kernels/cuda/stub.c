@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 
 const ptdp_ops *ptdp_cuda_ops(void) {
-    ptdp_errorf(PTDP_EUNSUPPORTED, "this ptdp was built without CUDA (no nvcc found, or -DPTDP_CUDA=OFF)");
+    ptdp_errorf(PTDP_EUNSUPPORTED,
+                "this ptdp was built without CUDA (no nvcc found, or -DPTDP_CUDA=OFF)");
     return NULL;
 }
