@@ -47,8 +47,21 @@ void ptdp_comm_init_single(ptdp_comm *c) {
     c->in_embedding_group = 1;
 }
 
+/* Whether a launcher (mpirun, srun, mpiexec) started this process: each
+ * sets one of these in every rank's environment. */
+static int launched(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
 int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv) {
     ptdp_comm_init_single(c);
+    /* A process started on its own is a one-process job: the in-process
+     * backend, without MPI's start-up (Open MPI's singleton init forks a
+     * daemon: half a second per process). */
+    if (!launched()) return PTDP_OK;
     c->ops = &ptdp_comm_mpi_ops;
     int rc = c->ops->init(c, argc, argv);
     if (rc != PTDP_OK) {

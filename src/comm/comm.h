@@ -162,8 +162,10 @@ struct ptdp_comm_ops {
 extern const ptdp_comm_ops ptdp_comm_mpi_ops;
 extern const ptdp_comm_ops ptdp_comm_local_ops;
 
-/* Starts the MPI backend (a one-process run works without mpirun) and
- * installs an abort hook so a failing assert takes the whole job down.
+/* Starts the MPI backend when a launcher (mpirun, srun, mpiexec) started
+ * this process, and installs an abort hook so a failing assert takes the
+ * whole job down. A process started on its own is a one-process job on the
+ * in-process backend (no MPI start-up at all).
  * Called once, first thing, by every rank (collective over the world).
  * Returns PTDP_ECOMM on MPI failure. */
 int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv);
