@@ -244,4 +244,23 @@ cmp -s "$tmp/r1.safetensors" "$tmp/r2.safetensors" && ok || bad "train --init-fr
 cmp -s "$tmp/x1.safetensors" "$tmp/x2.safetensors" && ok || bad "export --init-from round trip changed bytes"
 cmp -s "$tmp/x1.safetensors" "$tmp/r1.safetensors" && ok || bad "export and train --lr 0 wrote different weights"
 
+# Megatron's architecture flags for what ptdp's GPT fixes: the fixed values are accepted and change
+# nothing, other values are refused naming the flag; --norm-epsilon/--layernorm-epsilon set the
+# LayerNorm epsilon; current Megatron's name for v equals the old one
+A=(train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1
+   --global-batch-size 4 --vocab-size 128 --mock-data --lr 1e-3 --train-iters 3 --log-interval 1)
+expect_error 2 "--normalization must be one of LayerNorm" "${A[@]}" --normalization RMSNorm
+expect_error 2 "--position-embedding-type must be one of learned_absolute" "${A[@]}" --position-embedding-type rope
+"$PTDP" "${A[@]}" --log-jsonl "$tmp/arch0.jsonl" >/dev/null 2>&1 || bad "plain run failed"
+"$PTDP" "${A[@]}" --normalization LayerNorm --position-embedding-type learned_absolute --norm-epsilon 1e-5 \
+    --log-jsonl "$tmp/arch1.jsonl" >/dev/null 2>&1 || bad "run with Megatron's architecture flags failed"
+"$PTDP" "${A[@]}" --layernorm-epsilon 1e-2 --log-jsonl "$tmp/arch2.jsonl" >/dev/null 2>&1 || bad "--layernorm-epsilon run failed"
+loss() { grep -o '"lm_loss":[^,]*' "$1" | tail -1; }
+[ -n "$(loss "$tmp/arch0.jsonl")" ] && [ "$(loss "$tmp/arch0.jsonl")" = "$(loss "$tmp/arch1.jsonl")" ] && ok ||
+    bad "the fixed architecture values changed the run"
+[ "$(loss "$tmp/arch0.jsonl")" != "$(loss "$tmp/arch2.jsonl")" ] && ok || bad "--layernorm-epsilon changed nothing"
+# (the layout checks see the alias: v = 2 without pipeline stages is refused as with the old name)
+expect_error 2 "virtual pipeline stages (v = 2) need --pipeline-model-parallel-size > 1" "${A[@]}" \
+    --num-virtual-stages-per-pipeline-rank 2
+
 finish

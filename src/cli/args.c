@@ -13,6 +13,9 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->init_method_std = 0.02;
     a->hidden_dropout = 0.1;
     a->attention_dropout = 0.1;
+    a->layernorm_epsilon = 1e-5;
+    a->normalization = "LayerNorm";
+    a->position_embedding_type = "learned_absolute";
     a->seed = 1234;
     a->micro_batch_size = 1;
     a->train_iters = -1; /* required; 0 is allowed (load, save, no step) */
@@ -63,6 +66,14 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0,
           0.99),
         F("attention-dropout", attention_dropout, "dropout on attention probabilities", 0, 0.99),
+        /* Megatron's flags for what ptdp's GPT fixes, so Megatron GPT scripts run unchanged;
+         * other values are refused by the choices */
+        S("normalization", normalization, "normalization layer (ptdp's GPT: LayerNorm)",
+          "LayerNorm"),
+        S("position-embedding-type", position_embedding_type,
+          "position embeddings (ptdp's GPT: learned_absolute)", "learned_absolute"),
+        F("layernorm-epsilon", layernorm_epsilon, "LayerNorm epsilon", 1e-12, 1),
+        F("norm-epsilon", layernorm_epsilon, "LayerNorm epsilon (Megatron's newer name)", 1e-12, 1),
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
         I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1,
           4096),
@@ -94,6 +105,8 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           1, 4096),
         I("virtual-pipeline-model-parallel-size", virtual_pipeline_model_parallel_size,
           "model chunks per pipeline rank v (interleaved schedule)", 0, 4096),
+        I("num-virtual-stages-per-pipeline-rank", virtual_pipeline_model_parallel_size,
+          "current Megatron's name for --virtual-pipeline-model-parallel-size", 0, 4096),
         I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
           "layers per model chunk (sets v = l / (p x this))", 0, 100000),
         S("pipeline-schedule", pipeline_schedule,
@@ -434,6 +447,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     cfg->init_std = (float)a->init_method_std;
     cfg->hidden_dropout = (float)a->hidden_dropout;
     cfg->attention_dropout = (float)a->attention_dropout;
+    cfg->ln_eps = (float)a->layernorm_epsilon;
     cfg->seed = (uint64_t)a->seed;
     int rc = ptdp_gpt_config_finish(cfg, a->make_vocab_size_divisible_by, (int)t);
     if (rc) return rc;

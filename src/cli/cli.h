@@ -56,7 +56,8 @@ typedef struct {
     int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length,
         max_position_embeddings;
     int64_t vocab_size, make_vocab_size_divisible_by;
-    double init_method_std, hidden_dropout, attention_dropout;
+    double init_method_std, hidden_dropout, attention_dropout, layernorm_epsilon;
+    const char *normalization, *position_embedding_type; /* Megatron's architecture flags */
     int64_t seed;
     /* batch and schedule */
     int64_t micro_batch_size, global_batch_size, train_iters;
