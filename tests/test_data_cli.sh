@@ -159,5 +159,12 @@ expect_error 1 "datasets in that directory: " -- "$PTDP" "${TR[@]}" --data-path 
 expect_error 2 "the validation split (part 1 of --split) has 0 tokens" -- "$PTDP" "${TR[@]}" --data-path "$T/m1_text_document" --split 100,0,0 --eval-interval 1 --eval-iters 1
 grep -qF -- "--eval-iters 0" "$T/err" && ok || bad "no --eval-iters 0 suggestion: $(cat "$T/err")"
 
+# Megatron's perplexity caps the exponent at 20: a validation loss of hundreds (init std 10)
+# prints PPL exp(20) = 4.851652E+08, not inf
+"$PTDP" train --num-layers 1 --hidden-size 64 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1 \
+    --global-batch-size 2 --train-iters 1 --lr 1e-3 --vocab-file "$V" --merge-file "$M" \
+    --data-path "$T/m1_text_document" --eval-interval 1 --eval-iters 1 --init-method-std 10 >"$T/ppl.out" 2>&1
+grep -q "lm loss PPL: 4.851652E+08 |" "$T/ppl.out" && ok || bad "PPL not capped at exp(20): $(grep PPL "$T/ppl.out")"
+
 echo "test_data_cli: $pass checks passed, $fails failed"
 [ "$fails" = 0 ]

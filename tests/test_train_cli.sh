@@ -263,4 +263,17 @@ loss() { grep -o '"lm_loss":[^,]*' "$1" | tail -1; }
 expect_error 2 "virtual pipeline stages (v = 2) need --pipeline-model-parallel-size > 1" "${A[@]}" \
     --num-virtual-stages-per-pipeline-rank 2
 
+# Megatron's iteration line: the first iteration this run trains is logged even off the interval,
+# the timestamp comes first, the loss scale is always printed, skipped and nan iterations are
+# counted per interval, each its own count
+"$PTDP" "${A[@]}" --log-interval 5 >"$tmp/line.out" 2>&1 || bad "log-interval run failed"
+[ "$(grep -c ' iteration ' "$tmp/line.out")" = 2 ] && grep -q ' iteration        1/       3 |' "$tmp/line.out" &&
+    grep -q ' iteration        3/       3 |' "$tmp/line.out" && ok ||
+    bad "want the lines of iterations 1 (first) and 3 (last): $(grep ' iteration ' "$tmp/line.out")"
+grep -Eq '^ \[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\] iteration ' "$tmp/line.out" && ok ||
+    bad "the iteration line does not start with a timestamp"
+grep -q '| lm loss: [0-9.E+-]* | loss scale: 1.0 | grad norm: ' "$tmp/line.out" &&
+    grep -q 'number of skipped iterations:   0 | number of nan iterations:   0 |' "$tmp/line.out" && ok ||
+    bad "loss scale or the skipped/nan counts missing: $(grep ' iteration ' "$tmp/line.out" | head -1)"
+
 finish

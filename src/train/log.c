@@ -2,8 +2,10 @@
  * validation lines (rank 0), --log-jsonl (rank 0, one JSON object per line,
  * flushed as it goes), the start-up memory budget and the end-of-run report
  * (time, activation memory measured vs predicted, --log-comm counters). */
+#define _POSIX_C_SOURCE 200809L /* localtime_r */
 #include <math.h>
 #include <omp.h>
+#include <time.h>
 
 #include "train/train_internal.h"
 
@@ -48,6 +50,8 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->n_interval++;
     r->iters_run++;
     r->skipped_total += st->skipped;
+    r->skipped_interval += st->skipped;
+    r->nan_interval += !isfinite(st->loss) || !isfinite(st->grad_norm);
     if (r->jsonl) {
         fprintf(
             r->jsonl,
@@ -57,19 +61,27 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, st->skipped);
         fflush(r->jsonl);
     }
-    if (st->iteration % p->log_interval == 0 || last) {
+    /* Megatron's training_log: every --log-interval, the last iteration, and
+     * the first one this run trains; the timestamp first, the loss scale
+     * always (1.0: fp32 has no loss scaling), skipped and nan iterations
+     * counted over the interval, each its own count */
+    if (st->iteration % p->log_interval == 0 || last || r->iters_run == 1) {
         double ms = r->t_interval / (double)r->n_interval * 1e3;
+        char stamp[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
         ptdp_log0(
-            " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+            " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
             "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-            "global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
+            "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-            (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
+            stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
             flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-            r->loss_interval / (double)r->n_interval, st->grad_norm, (long long)r->skipped_total,
-            (long long)r->skipped_total);
+            r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm, (long long)r->skipped_interval,
+            (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
-        r->n_interval = 0;
+        r->n_interval = r->skipped_interval = r->nan_interval = 0;
     }
 }
 
@@ -78,10 +90,10 @@ void ptdp__log_validation(ptdp_run *r, double vl) {
         "-----------------------------------------------------------------------------------------\n"
         " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
         "-----------------------------------------------------------------------------------------",
-        (long long)r->st.iteration, vl, exp(vl));
+        (long long)r->st.iteration, vl, exp(fmin(20.0, vl)) /* Megatron caps the exponent at 20 */);
     if (r->jsonl) {
         fprintf(r->jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n",
-                (long long)r->st.iteration, vl, exp(vl));
+                (long long)r->st.iteration, vl, exp(fmin(20.0, vl)));
         fflush(r->jsonl);
     }
 }

@@ -26,6 +26,7 @@ struct ptdp_run {
     /* the Megatron line averages over the logging interval */
     double t_interval, loss_interval, t_total;
     int64_t n_interval, skipped_total, iters_run;
+    int64_t skipped_interval, nan_interval; /* over the current logging interval */
 };
 
 /* Logging sinks: the Megatron iteration line, --log-jsonl, validation lines,
