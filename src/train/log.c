@@ -78,8 +78,8 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
             stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
             flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-            r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm, (long long)r->skipped_interval,
-            (long long)r->nan_interval);
+            r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm,
+            (long long)r->skipped_interval, (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
         r->n_interval = r->skipped_interval = r->nan_interval = 0;
     }
