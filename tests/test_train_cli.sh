@@ -46,7 +46,7 @@ expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
 expect_error 2 "--train-samples is not supported: use --train-iters" train $M --mock-data --train-samples 10
 expect_error 2 "--tensorboard-dir is not supported: see --log-jsonl" train $M --mock-data --tensorboard-dir x
-expect_error 2 "--exit-interval is not supported yet" train $M --mock-data --exit-interval 3
+expect_error 2 "--sequence-parallel is not supported yet" train $M --mock-data --sequence-parallel
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
 expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
     train $M --mock-data --ffn-hidden-size 255 --tensor-model-parallel-size 2
@@ -275,5 +275,23 @@ grep -Eq '^ \[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\] iteration 
 grep -q '| lm loss: [0-9.E+-]* | loss scale: 1.0 | grad norm: ' "$tmp/line.out" &&
     grep -q 'number of skipped iterations:   0 | number of nan iterations:   0 |' "$tmp/line.out" && ok ||
     bad "loss scale or the skipped/nan counts missing: $(grep ' iteration ' "$tmp/line.out" | head -1)"
+
+# Megatron's --exit-interval and --exit-duration-in-mins: stop after that iteration with status 0,
+# saving a checkpoint with --save, from which --load continues exactly where an uninterrupted run is
+E=(train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1
+   --global-batch-size 4 --vocab-size 128 --mock-data --lr 1e-3 --lr-decay-iters 10 --train-iters 5 --log-interval 1)
+"$PTDP" "${E[@]}" --log-jsonl "$tmp/ex_full.jsonl" >/dev/null 2>&1 || bad "uninterrupted run failed"
+"$PTDP" "${E[@]}" --exit-interval 2 --save "$tmp/exck" --log-jsonl "$tmp/ex_a.jsonl" >"$tmp/ex_a.out" 2>&1 && ok ||
+    bad "--exit-interval run did not exit 0: $(tail -2 "$tmp/ex_a.out")"
+grep -q "exiting after iteration 2 (--exit-interval)" "$tmp/ex_a.out" &&
+    [ "$(cat "$tmp/exck/latest_checkpointed_iteration.txt")" = 2 ] &&
+    [ "$(grep -c '"lm_loss"' "$tmp/ex_a.jsonl")" = 2 ] && ok || bad "--exit-interval 2 did not stop and save at 2"
+"$PTDP" "${E[@]}" --load "$tmp/exck" --log-jsonl "$tmp/ex_b.jsonl" >/dev/null 2>&1 || bad "resume after exit failed"
+lm() { grep -o '"iteration":[0-9]*\|"lm_loss":[^,]*' "$1" | paste -d' ' - -; }
+cmp -s <(lm "$tmp/ex_full.jsonl" | tail -3) <(lm "$tmp/ex_b.jsonl" | tail -3) && ok ||
+    bad "iterations 3-5 after --exit-interval and --load differ from the uninterrupted run"
+"$PTDP" "${E[@]}" --exit-duration-in-mins 1e-7 >"$tmp/ex_d.out" 2>&1 &&
+    grep -q "exiting after iteration 1 (--exit-duration-in-mins)" "$tmp/ex_d.out" && ok ||
+    bad "--exit-duration-in-mins did not stop after the first iteration: $(tail -2 "$tmp/ex_d.out")"
 
 finish

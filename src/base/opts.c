@@ -58,10 +58,6 @@ static const struct {
      "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
     {"wandb-project",
      "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
-    {"exit-interval",
-     "--exit-interval is not supported yet: set --train-iters to the iteration to stop at "
-     "(with --save, a later run resumes with --load)"},
-    {"exit-duration-in-mins", "--exit-duration-in-mins is not supported yet: set --train-iters"},
     {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
     {"untie-embeddings-and-output-weights",

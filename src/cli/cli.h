@@ -91,6 +91,8 @@ typedef struct {
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
+    int64_t exit_interval;
+    double exit_duration_in_mins;
     int no_load_optim, finetune;
     int override_scheduler, use_checkpoint_scheduler;
 } ptdp_args;

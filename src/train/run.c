@@ -226,6 +226,7 @@ int ptdp_run_loop(ptdp_run *r) {
         r->last_saved = start_iter;
     r->eval_round = p->eval_interval ? start_iter / p->eval_interval : 0;
     r->st.iteration = start_iter;
+    const double t_start = ptdp_now();
     for (int64_t it = start_iter; it < p->train_iters; it++) {
         if (ptdp_fault_at("die", it + 1)) { /* tests: the other ranks must not hang */
             ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)",
@@ -250,6 +251,19 @@ int ptdp_run_loop(ptdp_run *r) {
             ptdp__log_validation(r, evaluate(r, reads_data));
         if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r))
             return 1;
+        /* Megatron's --exit-interval / --exit-duration-in-mins: stop here (the finish
+         * saves a checkpoint with --save). The clock is agreed over the world so that
+         * every rank stops after the same iteration. */
+        int32_t stop[2] = {p->exit_interval > 0 && r->st.iteration % p->exit_interval == 0, 0};
+        if (p->exit_duration_mins > 0) {
+            stop[1] = (ptdp_now() - t_start) / 60.0 > p->exit_duration_mins;
+            ptdp_allreduce_max_i32(&comm->world, &stop[1], 1);
+        }
+        if ((stop[0] || stop[1]) && it + 1 < p->train_iters) {
+            ptdp_log0("exiting after iteration %lld (%s)", (long long)r->st.iteration,
+                      stop[0] ? "--exit-interval" : "--exit-duration-in-mins");
+            break;
+        }
     }
     return 0;
 }

@@ -174,6 +174,10 @@ typedef struct {
     const char *save, *load;
     int64_t save_interval;
     int finetune, no_load_optim;
+    /* stop early (Megatron): after an iteration that is a multiple of exit_interval, or
+     * once the loop has run exit_duration_mins minutes (0: off) */
+    int64_t exit_interval;
+    double exit_duration_mins;
     /* a resumed run whose LR schedule differs from the checkpoint's: Megatron
      * refuses unless one of these says which schedule wins */
     int override_scheduler;       /* the flags' schedule */
