@@ -294,4 +294,19 @@ cmp -s <(lm "$tmp/ex_full.jsonl" | tail -3) <(lm "$tmp/ex_b.jsonl" | tail -3) &&
     grep -q "exiting after iteration 1 (--exit-duration-in-mins)" "$tmp/ex_d.out" && ok ||
     bad "--exit-duration-in-mins did not stop after the first iteration: $(tail -2 "$tmp/ex_d.out")"
 
+# Megatron's --check-for-nan-in-loss-and-grad (on by default): a nan gradient (fault injection on one
+# rank) stops the run at that iteration on every rank with a message; --no-check-for-nan-in-loss-and-grad
+# skips that iteration instead (no step) and counts it in the log line
+PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" >"$tmp/nan1.out" 2>&1
+[ $? = 1 ] && grep -q "ptdp: error: iteration 2: the gradient norm is nan" "$tmp/nan1.out" && ok ||
+    bad "a nan gradient did not stop the run: $(tail -2 "$tmp/nan1.out")"
+PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" --no-check-for-nan-in-loss-and-grad --log-jsonl "$tmp/nan2.jsonl" >"$tmp/nan2.out" 2>&1 &&
+    grep -q '"iteration":2,.*"skipped":1}' "$tmp/nan2.jsonl" && [ "$(grep -c '"skipped":1' "$tmp/nan2.jsonl")" = 1 ] &&
+    grep -q "iteration        2/.*number of skipped iterations:   1 | number of nan iterations:   1 |" "$tmp/nan2.out" && ok ||
+    bad "--no-check-for-nan-in-loss-and-grad did not skip exactly iteration 2: $(grep skipped "$tmp/nan2.jsonl")"
+PTDP_FAULT=nan@1:2 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" "${E[@]}" --tensor-model-parallel-size 2 \
+    >"$tmp/nan3.out" 2>&1
+[ $? != 0 ] && [ "$(grep -c "ptdp: error: iteration 2: the gradient norm is nan" "$tmp/nan3.out")" = 2 ] && ok ||
+    bad "a nan gradient on rank 1 did not stop both ranks: $(grep error "$tmp/nan3.out")"
+
 finish

@@ -209,7 +209,8 @@ const char *ptdp_recompute_method_name(int method);
  * (docs/testing.md lists them): start (a rank fails at start-up), die (a
  * rank aborts before training iteration ITER), perturb (a data-parallel
  * replica nudges one weight after iteration ITER), save (a rank's checkpoint
- * shard write fails). Reads the environment on each call; keeps no state. */
+ * shard write fails), nan (a rank puts a nan into its gradients before the
+ * backward of iteration ITER). Reads the environment on each call; keeps no state. */
 int ptdp_fault(const char *name);
 int ptdp_fault_at(const char *name, int64_t iteration);
 

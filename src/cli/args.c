@@ -35,6 +35,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->eval_interval = 1000;
     a->eval_iters = 100;
     a->overlap_grad_reduce = 1;
+    a->check_for_nan = 1;
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
     a->device = "cpu";
@@ -138,6 +139,11 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
          "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
          NULL, 0, 1, 0},
+        B("check-for-nan-in-loss-and-grad", check_for_nan,
+          "stop with an error when the loss or the gradient norm is nan/inf (Megatron's default)"),
+        {"no-check-for-nan-in-loss-and-grad", PTDP_OPT_NEGBOOL, &a->check_for_nan,
+         "skip such an iteration instead (no optimizer step; counted in the log line)", NULL, 0, 1,
+         0},
         B("check-dp-replicas", check_dp_replicas,
           "after every iteration, check that data-parallel replicas hold "
           "bitwise identical weights (fails the run otherwise)"),

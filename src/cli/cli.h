@@ -74,6 +74,7 @@ typedef struct {
     int scatter_gather, no_scatter_gather;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
+    int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
     /* data */
     int mock_data;
     const char *token_file;

@@ -247,6 +247,16 @@ int ptdp_run_loop(ptdp_run *r) {
             ptdp_comm_abort(comm, 1);
         }
         ptdp__log_iteration(r, dt, it == p->train_iters - 1);
+        /* Megatron's --check-for-nan-in-loss-and-grad: the loss and the norm are
+         * all-reduced, so every rank takes the same decision */
+        if (p->check_for_nan && (!isfinite(r->st.loss) || !isfinite(r->st.grad_norm))) {
+            ptdp_log_error(
+                "iteration %lld: the %s is %s (stopping; the step was not applied; "
+                "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
+                (long long)r->st.iteration, isfinite(r->st.loss) ? "gradient norm" : "loss",
+                isnan(isfinite(r->st.loss) ? r->st.grad_norm : r->st.loss) ? "nan" : "inf");
+            return 1;
+        }
         if (r->n_evals && (r->st.iteration % p->eval_interval == 0 || it == p->train_iters - 1))
             ptdp__log_validation(r, evaluate(r, reads_data));
         if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r))

@@ -248,6 +248,10 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     const float loss_scale = (float)(1.0 / ((double)p->global_batch * (double)s));
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
+    if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
+        float nan = NAN; /* put before backward so it flows through the reductions */
+        p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
+    }
     ptdp_executor_run(tr->ex, batch, b, s, loss_scale, tr->iteration, comm->dp * m, &loss_sum);
 
     double t0 = ptdp_executor_now(tr->ex);
