@@ -5,6 +5,7 @@
  * (cli/cmd_train.c decides when to save). */
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_internal.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -23,90 +24,6 @@ enum { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"param", "exp_avg", "exp_avg_sq"};
 
 /* ---- small helpers ---------------------------------------------------------- */
-
-uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n) {
-    uint32_t table[256];
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        table[i] = c;
-    }
-    const unsigned char *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
-
-/* CRC-32 and size of a whole file. */
-static int file_crc(const char *path, uint32_t *crc, int64_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ptdp_errorf(errno == ENOENT ? PTDP_ENOTFOUND : PTDP_EIO, "%s: cannot open: %s", path,
-                           strerror(errno));
-    enum { CH = 1 << 20 };
-    unsigned char *buf = malloc(CH);
-    if (!buf) {
-        fclose(f);
-        return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", path);
-    }
-    uint32_t c = 0;
-    int64_t n = 0;
-    size_t got;
-    while ((got = fread(buf, 1, CH, f)) > 0) {
-        c = ptdp_crc32(c, buf, got);
-        n += (int64_t)got;
-    }
-    int bad = ferror(f);
-    free(buf);
-    fclose(f);
-    if (bad) return ptdp_errorf(PTDP_EIO, "%s: read error", path);
-    *crc = c;
-    *size = n;
-    return PTDP_OK;
-}
-
-static int mkdir_p(const char *dir) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *s = buf + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char keep = *s;
-            *s = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ptdp_errorf(PTDP_EIO, "--save %s: cannot create directory %s: %s", dir, buf,
-                                   strerror(errno));
-            *s = keep;
-            if (!keep) break;
-        }
-    }
-    return PTDP_OK;
-}
-
-static void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-/* Writes text to path atomically: path.tmp.PID, fsync, rename. */
-static int write_atomic(const char *path, const char *text) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return ptdp_errorf(PTDP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, path) != 0) ok = 0;
-    if (!ok) {
-        int e = errno;
-        remove(tmp);
-        return ptdp_errorf(PTDP_EIO, "%s: cannot write: %s", path, strerror(e));
-    }
-    return PTDP_OK;
-}
 
 /* Every rank learns whether any rank failed; all return the code and message
  * of the lowest failing world rank. Collective over the world. */
@@ -370,7 +287,7 @@ static int cache_get(file_cache *fc, int i, ptdp_st_file **out) {
     snprintf(path, sizeof path, "%s/%s", fc->M->dir, fr->name);
     uint32_t crc;
     int64_t size;
-    int rc = file_crc(path, &crc, &size);
+    int rc = ptdp__ckpt_file_crc(path, &crc, &size);
     if (rc) return rc;
     if (size != fr->bytes)
         return ptdp_errorf(PTDP_EFORMAT,
@@ -530,7 +447,7 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
         if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
         uint32_t crc = 0;
         int64_t size = 0;
-        if (rc == PTDP_OK) rc = file_crc(path, &crc, &size);
+        if (rc == PTDP_OK) rc = ptdp__ckpt_file_crc(path, &crc, &size);
         char hex[16];
         snprintf(hex, sizeof hex, "%08x", crc);
         cJSON_AddStringToObject(me, "file", name);
@@ -650,8 +567,8 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     if (rc == PTDP_OK) {
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", itdir, MANIFEST);
-        rc = write_atomic(path, text);
-        fsync_dir(itdir);
+        rc = ptdp__ckpt_write_atomic(path, text);
+        ptdp__ckpt_fsync_dir(itdir);
     }
     free(text);
     return rc;
@@ -688,7 +605,7 @@ static void remove_temporaries(const char *dir, int depth) {
 }
 
 int ptdp_ckpt_prepare_dir(const char *dir) {
-    int rc = mkdir_p(dir);
+    int rc = ptdp__ckpt_mkdir_p(dir);
     if (rc == PTDP_OK && access(dir, W_OK) != 0)
         rc = ptdp_errorf(PTDP_EIO, "--save %s: the directory is not writable", dir);
     return rc;
@@ -702,7 +619,7 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     int rc = PTDP_OK;
     if (comm->world_rank == 0) {
         remove_temporaries(dir, 0);
-        rc = mkdir_p(itdir);
+        rc = ptdp__ckpt_mkdir_p(itdir);
         char mp[4400];
         snprintf(mp, sizeof mp, "%s/%s", itdir, MANIFEST);
         /* an older save of the same iteration is invalid from here on */
@@ -727,8 +644,8 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
             char lp[4200], txt[32];
             snprintf(lp, sizeof lp, "%s/%s", dir, LATEST);
             snprintf(txt, sizeof txt, "%lld\n", (long long)meta->iteration);
-            rc = write_atomic(lp, txt);
-            fsync_dir(dir);
+            rc = ptdp__ckpt_write_atomic(lp, txt);
+            ptdp__ckpt_fsync_dir(dir);
         }
     }
     free(all);
@@ -914,13 +831,18 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
     return rc;
 }
 
-int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
-    manifest M;
-    int rc = manifest_read(&M, dir);
+static int open_manifest(manifest *M, const char *dir) {
+    int rc = manifest_read(M, dir);
     if (rc == 0)
         rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
                          MANIFEST);
-    if (rc == 1) {
+    return rc < 0 ? rc : PTDP_OK;
+}
+
+int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
+    manifest M;
+    int rc = open_manifest(&M, dir);
+    if (rc == PTDP_OK) {
         memset(cfg, 0, sizeof *cfg);
         cfg->num_layers = M.l;
         cfg->hidden = M.h;
@@ -931,7 +853,6 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
         cfg->vocab = M.V;
         cfg->init_std = (float)M.init_std;
         cfg->seed = (uint64_t)M.seed;
-        rc = PTDP_OK;
     }
     manifest_free(&M);
     return rc;
@@ -940,11 +861,8 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
 int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
     manifest M;
     *found = 0;
-    int rc = manifest_read(&M, dir);
-    if (rc == 0)
-        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
-                         MANIFEST);
-    if (rc == 1) {
+    int rc = open_manifest(&M, dir);
+    if (rc == PTDP_OK) {
         const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"),
                     *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
@@ -965,14 +883,6 @@ int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
 }
 
 /* ---- info and verify -------------------------------------------------------------- */
-
-static int open_manifest(manifest *M, const char *dir) {
-    int rc = manifest_read(M, dir);
-    if (rc == 0)
-        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
-                         MANIFEST);
-    return rc < 0 ? rc : PTDP_OK;
-}
 
 int ptdp_ckpt_info(const char *dir, FILE *f) {
     manifest M;

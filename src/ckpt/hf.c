@@ -71,6 +71,13 @@ static int64_t qkv_col(int64_t r, int64_t h, int64_t hd) {
 }
 
 /* ptdp[r][c] = hf[...] for every kind; `to_ptdp` picks the direction. */
+/* "d0,d1,..." of a shape (at most 4 dimensions) into buf. */
+static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    buf[0] = 0;
+    for (int i = 0; i < ndim && i < 4; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", i ? "," : "", (long long)shape[i]);
+}
+
 static void convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, map_kind k, float *ptdp,
                     float *hf, int to_ptdp) {
     const int64_t R = sp->gshape[0], C = sp->gshape[1], hd = cfg->hidden / cfg->heads;
@@ -118,14 +125,9 @@ int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
                            ptdp_st_path(f), name);
     int ok = t->ndim == nd && t->shape[0] == shape[0] && (nd == 1 || t->shape[1] == shape[1]);
     if (!ok) {
-        char got[64] = "", want[64];
-        for (int i = 0; i < t->ndim && i < 4; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
-                     (long long)t->shape[i]);
-        if (nd == 1)
-            snprintf(want, sizeof want, "%lld", (long long)shape[0]);
-        else
-            snprintf(want, sizeof want, "%lld,%lld", (long long)shape[0], (long long)shape[1]);
+        char got[96], want[96];
+        fmt_shape(got, sizeof got, t->ndim, t->shape);
+        fmt_shape(want, sizeof want, nd, shape);
         return ptdp_errorf(
             PTDP_EFORMAT,
             "%s: tensor '%s' has shape [%s] but the model flags need [%s] "
@@ -269,14 +271,9 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
             break;
         }
         if (t->ndim != nd || t->shape[0] != shape[0] || (nd == 2 && t->shape[1] != shape[1])) {
-            char got[96] = "", want[64];
-            for (int i = 0; i < t->ndim && i < 4; i++)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
-                         (long long)t->shape[i]);
-            if (nd == 1)
-                snprintf(want, sizeof want, "%lld", (long long)shape[0]);
-            else
-                snprintf(want, sizeof want, "%lld,%lld", (long long)shape[0], (long long)shape[1]);
+            char got[96], want[96];
+            fmt_shape(got, sizeof got, t->ndim, t->shape);
+            fmt_shape(want, sizeof want, nd, shape);
             rc = ptdp_errorf(PTDP_EFORMAT,
                              "%s: tensor '%s' has shape [%s] but the model flags need [%s] "
                              "(check --hidden-size/--ffn-hidden-size/--max-position-embeddings "
