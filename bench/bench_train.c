@@ -67,7 +67,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     }
     tp.micro_batch = bc->b;
     tp.global_batch = bc->b;
-    tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, PTDP_LR_CONSTANT};
+    tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, 1, PTDP_LR_CONSTANT};
     tp.adam = ptdp_adamw_default_params();
     tp.ops = ptdp_cpu_ops_lib(lib);
     tp.comm = &comm;

@@ -122,8 +122,8 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
     tp.global_batch = meta_i(f, "global_batch_size");
     tp.lr = (ptdp_lr_schedule){.max_lr = meta_f(f, "lr"),
                                .min_lr = meta_f(f, "lr"),
-                               .warmup_iters = 0,
-                               .decay_iters = 1,
+                               .warmup_samples = 0,
+                               .decay_samples = 1,
                                .style = PTDP_LR_CONSTANT};
     tp.adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"),
                                   .beta2 = meta_f(f, "beta2"),

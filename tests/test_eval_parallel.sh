@@ -2,7 +2,9 @@
 # Training on a real indexed dataset (Moby Dick, preprocessed here) with
 # validation loss: the training losses and the validation losses of (t=2,
 # p=2) and (p=2, d=2, interleaved) equal the single process's (1e-5 relative),
-# so evaluation through the pipeline is the same forward as one process's.
+# so evaluation through the pipeline is the same forward as one process's;
+# the same with --eod-mask-loss (Moby Dick's paragraphs are documents, so
+# every sample holds EOD tokens), whose losses differ from the unmasked ones.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
 D="$PTDP_SRC/data"
@@ -22,4 +24,18 @@ for r in tp pd; do
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: training loss differs"
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: validation loss differs"
 done
+# --eod-mask-loss: the masked mean over counted tokens, micro-batch by micro-batch
+run_np 1 train $X --eod-mask-loss --log-jsonl "$TMP/m1.jsonl" >"$TMP/m1.out" 2>&1 && ok ||
+    { fail "--eod-mask-loss, one process"; cat "$TMP/m1.out" >&2; }
+run_np 4 train $X --eod-mask-loss --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --log-jsonl "$TMP/mtp.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss t2p2 run"
+run_np 4 train $X --eod-mask-loss --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
+    --log-jsonl "$TMP/mpd.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss p2d2 interleaved run"
+for r in mtp mpd; do
+    compare_jsonl "$TMP/m1.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: masked training loss differs"
+    compare_jsonl "$TMP/m1.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: masked validation loss differs"
+done
+l1=$(grep -o '"lm_loss":[^,]*' "$TMP/one.jsonl" | head -1)
+m1=$(grep -o '"lm_loss":[^,]*' "$TMP/m1.jsonl" | head -1)
+[ -n "$m1" ] && [ "$l1" != "$m1" ] && ok || fail "--eod-mask-loss changed nothing ($l1, $m1)"
 finish

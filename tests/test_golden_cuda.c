@@ -41,8 +41,8 @@ static void train20(const ptdp_ops *ops, run20 *out) {
     tp.global_batch = 4;
     tp.lr = (ptdp_lr_schedule){.max_lr = 1e-3,
                                .min_lr = 1e-3,
-                               .warmup_iters = 0,
-                               .decay_iters = 1,
+                               .warmup_samples = 0,
+                               .decay_samples = 1,
                                .style = PTDP_LR_CONSTANT};
     tp.adam.clip_grad = 1.0;
     tp.ops = ops;

@@ -140,8 +140,37 @@ static void test_ops_check(void) {
     t = *ptdp_cpu_ops();
     t.dropout_fwd = NULL;
     CHECK_OK(ptdp_ops_check(&t, 0));
-    CHECK(ptdp_ops_check(&t, 1) == PTDP_EUNSUPPORTED &&
+    CHECK(ptdp_ops_check(&t, PTDP_NEED_DROPOUT) == PTDP_EUNSUPPORTED &&
           strstr(ptdp_last_error(), "--hidden-dropout 0"));
+    t = *ptdp_cpu_ops();
+    t.mask_rows = NULL;
+    CHECK_OK(ptdp_ops_check(&t, PTDP_NEED_DROPOUT));
+    CHECK(ptdp_ops_check(&t, PTDP_NEED_ROW_MASK) == PTDP_EUNSUPPORTED &&
+          strstr(ptdp_last_error(), "--eod-mask-loss"));
+}
+
+/* mask_rows (--eod-mask-loss): row si*b+bi is zeroed exactly when token
+ * [bi, si] of the [b, ld] input is the id; the kept count is returned. */
+static void test_mask_rows(const ptdp_ops *o) {
+    const int64_t s = 5, b = 3, ld = s + 1, w = 4;
+    int32_t tok[3 * 6];
+    float x[5 * 3 * 4];
+    int64_t want = 0;
+    for (int64_t i = 0; i < b * ld; i++) tok[i] = (int32_t)((i * 7) % 4); /* id 3: some rows */
+    for (int64_t i = 0; i < s * b * w; i++) x[i] = 1.0f + (float)i;
+    for (int64_t si = 0; si < s; si++)
+        for (int64_t bi = 0; bi < b; bi++) want += tok[bi * ld + si] != 3;
+    CHECK(want > 0 && want < s * b);
+    CHECK(o->mask_rows(x, w, tok, ld, s, b, 3) == want);
+    int exact = 1;
+    for (int64_t si = 0; si < s; si++)
+        for (int64_t bi = 0; bi < b; bi++)
+            for (int64_t j = 0; j < w; j++) {
+                const int64_t r = si * b + bi;
+                const float v = x[r * w + j], orig = 1.0f + (float)(r * w + j);
+                exact &= tok[bi * ld + si] == 3 ? v == 0.0f : v == orig;
+            }
+    CHECK(exact);
 }
 
 static void test_gemm(const ptdp_ops *o) {
@@ -697,6 +726,7 @@ int main(void) {
     CHECK(o && o->name && !strcmp(o->name, "cpu/onednn"));
     test_gemm(o);
     test_ops_check();
+    test_mask_rows(o);
     test_dropout_keying(o);
     test_layernorm(o);
     test_bias_gelu(o);

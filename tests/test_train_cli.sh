@@ -44,7 +44,8 @@ expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
 # Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted
 expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
-expect_error 2 "--train-samples is not supported: use --train-iters" train $M --mock-data --train-samples 10
+expect_error 2 "--num-query-groups is not supported: ptdp's GPT is GPT-2's" train $M --mock-data --num-query-groups 2
+expect_error 2 "--swiglu is not supported" train $M --mock-data --swiglu
 expect_error 2 "--tensorboard-dir is not supported: see --log-jsonl" train $M --mock-data --tensorboard-dir x
 expect_error 2 "--sequence-parallel is not supported yet" train $M --mock-data --sequence-parallel
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
@@ -144,7 +145,8 @@ for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
     "$PTDP" train $R --lr 2e-3 --train-iters 6 --load "$tmp/rs.ck" $f >"$tmp/out" 2>&1 && ok || bad "$f: $(tail -1 "$tmp/out")"
     echo "$f $(grep -o 'learning rate: [^ ]*' "$tmp/out")" >>"$tmp/lrs"
 done
-grep -q "use-checkpoint.*5.000000E-04" "$tmp/lrs" && grep -q "override.*1.000000E-03" "$tmp/lrs" && ok ||
+# iteration 6 steps with lr(5) and logs lr(6), Megatron's lr after the scheduler step
+grep -q "use-checkpoint.*4.000000E-04" "$tmp/lrs" && grep -q "override.*8.000000E-04" "$tmp/lrs" && ok ||
     bad "scheduler flags: $(cat "$tmp/lrs")"
 # debris of an interrupted save: verify names it, the next save removes it
 echo partial >"$tmp/rs.ck/iter_0000005/rank_00000.safetensors.tmp.4242"
@@ -199,19 +201,49 @@ for k in iteration lm_loss grad_norm lr elapsed_ms tokens_per_s tflops; do
 done
 seq_iters=$(sed 's/.*"iteration":\([0-9]*\).*/\1/' "$tmp/log.jsonl" | tr '\n' ' ')
 [ "$seq_iters" = "1 2 3 4 5 6 " ] && ok || bad "iterations in the JSON lines: $seq_iters"
-# Megatron: step k = iteration - 1; warm-up lr*k/W for k <= W, then linear
-# from lr at k = W to min-lr at k = decay-iters (6).
+# Megatron: iteration k steps with the lr of step k - 1 and logs the lr after
+# its scheduler step, lr(k); warm-up lr*k/W for k <= W, then linear from lr
+# at k = W to min-lr at k = decay-iters (6).
 lrs=$(sed 's/.*"lr":\([-0-9.eE+]*\).*/\1/' "$tmp/log.jsonl" | tr '\n' ' ')
-echo "$lrs" | awk '{ split("0 5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4", w, " ")
+echo "$lrs" | awk '{ split("5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4 1e-4", w, " ")
     for (i = 1; i <= 6; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > 1e-9) exit 1 } }' && ok ||
-    bad "LR schedule: got $lrs, want 0 5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4"
-# Cosine, no warm-up: lr_min + (lr - lr_min)(1 + cos(pi k/4))/2 for k <= 4, then min-lr.
+    bad "LR schedule: got $lrs, want 5e-4 1e-3 7.75e-4 5.5e-4 3.25e-4 1e-4"
+# Cosine, no warm-up: lr_min + (lr - lr_min)(1 + cos(pi k/4))/2 for k <= 4, then min-lr
+# (logged: k = 1..6).
 "$PTDP" train $MODEL --mock-data --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-decay-iters 4 \
     --train-iters 6 --log-jsonl "$tmp/cos.jsonl" >/dev/null 2>&1
 lrs=$(sed 's/.*"lr":\([-0-9.eE+]*\).*/\1/' "$tmp/cos.jsonl" | tr '\n' ' ')
-echo "$lrs" | awk '{ split("1e-3 8.68198052e-4 5.5e-4 2.31801948e-4 1e-4 1e-4", w, " ")
+echo "$lrs" | awk '{ split("8.68198052e-4 5.5e-4 2.31801948e-4 1e-4 1e-4 1e-4", w, " ")
     for (i = 1; i <= 6; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > 1e-9) exit 1 } }' && ok ||
     bad "cosine LR schedule: got $lrs"
+
+# Sample-based schedules (Megatron's --train-samples, --lr-*-samples): the
+# scheduler counts B samples per step and the warm-up fraction is not rounded
+# to whole iterations: decay 14 samples, warm-up 0.3 x 14 = 4.2 samples, B = 4,
+# logged after steps 1..3 (n = 4, 8, 12): lr 4/4.2, then 1 - (n - 4.2)/9.8.
+S="$MODEL --mock-data --lr 1e-3 --global-batch-size 4"
+"$PTDP" train $S --train-samples 14 --lr-warmup-fraction 0.3 --log-jsonl "$tmp/smp.jsonl" >"$tmp/out" 2>&1 &&
+    grep -q -- "--train-samples 14: 3 iterations of 4 samples" "$tmp/out" && ok || bad "--train-samples: $(cat "$tmp/out")"
+lrs=$(sed 's/.*"lr":\([-0-9.eE+]*\).*/\1/' "$tmp/smp.jsonl" | tr '\n' ' ')
+echo "$lrs" | awk '{ split("9.52380952e-4 6.12244898e-4 2.04081633e-4", w, " ")
+    if (NF != 3) exit 1
+    for (i = 1; i <= 3; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > 1e-11) exit 1 } }' && ok ||
+    bad "sample-based LR schedule: got $lrs"
+# iterations and samples describe the same run: identical JSON lines but the clock
+"$PTDP" train $S --train-iters 3 --lr-warmup-iters 1 --lr-decay-iters 3 --log-jsonl "$tmp/it.jsonl" >/dev/null 2>&1
+"$PTDP" train $S --train-samples 12 --lr-warmup-samples 4 --lr-decay-samples 12 --log-jsonl "$tmp/sm.jsonl" >/dev/null 2>&1
+strip() { sed 's/"elapsed_ms".*//' "$1"; }
+[ -s "$tmp/it.jsonl" ] && [ "$(strip "$tmp/it.jsonl")" = "$(strip "$tmp/sm.jsonl")" ] && ok ||
+    bad "--train-samples 12 differs from --train-iters 3: $(cat "$tmp/it.jsonl" "$tmp/sm.jsonl")"
+expect_error 2 "--lr-warmup-iters counts iterations, and this run counts samples (--train-samples); use --lr-warmup-samples" \
+    train $S --train-samples 12 --lr-warmup-iters 1
+expect_error 2 "--lr-decay-samples counts samples, and this run counts iterations (--train-iters); use --lr-decay-iters" \
+    train $S --train-iters 3 --lr-decay-samples 8
+expect_error 2 "give --train-iters or --train-samples, not both" train $S --train-iters 3 --train-samples 12
+expect_error 2 "--train-samples 3 is less than one global batch (4 samples)" train $S --train-samples 3
+expect_error 2 "give --lr-warmup-samples or --lr-warmup-fraction, not both" \
+    train $S --train-samples 12 --lr-warmup-samples 4 --lr-warmup-fraction 0.1
+expect_error 2 "missing required flag --train-iters (or --train-samples)" train $MODEL --mock-data --lr 1e-3
 
 # ---- export layout ------------------------------------------------------------
 "$PTDP" export $MODEL --out "$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"

@@ -49,11 +49,6 @@ static const struct {
 } ptdp__megatron_only[] = {
     {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
     {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"train-samples", "--train-samples is not supported: use --train-iters (samples = iterations x "
-                      "--global-batch-size)"},
-    {"lr-decay-samples", "--lr-decay-samples is not supported: use --lr-decay-iters"},
-    {"lr-warmup-samples",
-     "--lr-warmup-samples is not supported: use --lr-warmup-iters or --lr-warmup-fraction"},
     {"tensorboard-dir",
      "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
     {"wandb-project",
@@ -63,6 +58,33 @@ static const struct {
     {"untie-embeddings-and-output-weights",
      "--untie-embeddings-and-output-weights is not supported: the output "
      "layer is tied to the word embeddings (GPT-2)"},
+    /* what changes the model: ptdp's GPT is GPT-2's, nothing else */
+#define PTDP__GPT2_ONLY(flag, what)                                                      \
+    {flag, "--" flag " is not supported: ptdp's GPT is GPT-2's (" what "); drop the flag"}
+    PTDP__GPT2_ONLY("group-query-attention", "multi-head attention, no query groups"),
+    PTDP__GPT2_ONLY("num-query-groups", "multi-head attention, no query groups"),
+    PTDP__GPT2_ONLY("kv-channels", "head size = --hidden-size / --num-attention-heads"),
+    PTDP__GPT2_ONLY("use-rotary-position-embeddings", "learned absolute position embeddings"),
+    PTDP__GPT2_ONLY("rotary-percent", "learned absolute position embeddings"),
+    PTDP__GPT2_ONLY("rotary-base", "learned absolute position embeddings"),
+    PTDP__GPT2_ONLY("squared-relu", "tanh-approximated GeLU"),
+    PTDP__GPT2_ONLY("openai-gelu", "tanh-approximated GeLU, which is OpenAI's"),
+    PTDP__GPT2_ONLY("disable-bias-linear", "every linear layer has a bias"),
+    PTDP__GPT2_ONLY("add-qkv-bias", "every linear layer has a bias"),
+    PTDP__GPT2_ONLY("qk-layernorm", "no LayerNorm on queries and keys"),
+    PTDP__GPT2_ONLY("apply-residual-connection-post-layernorm",
+                    "pre-LayerNorm residual connections"),
+    PTDP__GPT2_ONLY("apply-layernorm-1p", "LayerNorm weights start at 1"),
+    PTDP__GPT2_ONLY("apply-query-key-layer-scaling", "attention scores scaled by 1/sqrt(head size)"),
+    PTDP__GPT2_ONLY("num-experts", "dense MLPs, no mixture of experts"),
+    PTDP__GPT2_ONLY("moe-router-topk", "dense MLPs, no mixture of experts"),
+    PTDP__GPT2_ONLY("expert-model-parallel-size", "dense MLPs, no mixture of experts"),
+#undef PTDP__GPT2_ONLY
+    {"context-parallel-size", "--context-parallel-size is not supported: ptdp's parallelisms are "
+                              "tensor, pipeline and data (t x p x d)"},
+    {"fp8-format", "--fp8-format is not supported: ptdp trains in fp32"},
+    {"rampup-batch-size", "--rampup-batch-size is not supported: the global batch is constant "
+                          "(--global-batch-size)"},
 };
 
 int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,

@@ -497,8 +497,9 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(tr, "global_batch_size", (double)meta->global_batch);
     cJSON_AddNumberToObject(tr, "lr", meta->lr->max_lr);
     cJSON_AddNumberToObject(tr, "min_lr", meta->lr->min_lr);
-    cJSON_AddNumberToObject(tr, "lr_warmup_iters", (double)meta->lr->warmup_iters);
-    cJSON_AddNumberToObject(tr, "lr_decay_iters", (double)meta->lr->decay_iters);
+    /* Megatron's scheduler counts samples (the warm-up may be fractional) */
+    cJSON_AddNumberToObject(tr, "lr_warmup_samples", meta->lr->warmup_samples);
+    cJSON_AddNumberToObject(tr, "lr_decay_samples", meta->lr->decay_samples);
     static const char *const styles[] = {"constant", "linear", "cosine"};
     cJSON_AddStringToObject(tr, "lr_decay_style", styles[meta->lr->style]);
     cJSON_AddNumberToObject(tr, "adam_beta1", meta->adam->beta1);
@@ -867,9 +868,17 @@ int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"),
                     *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
                     *st = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_style");
+        const cJSON *ws = cJSON_GetObjectItemCaseSensitive(tr, "lr_warmup_samples"),
+                    *ds = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_samples");
         int bad = 0;
-        lr->warmup_iters = jint(tr, "lr_warmup_iters", &bad);
-        lr->decay_iters = jint(tr, "lr_decay_iters", &bad);
+        lr->samples_per_step = jint(tr, "global_batch_size", &bad);
+        if (cJSON_IsNumber(ws) && cJSON_IsNumber(ds)) {
+            lr->warmup_samples = ws->valuedouble;
+            lr->decay_samples = ds->valuedouble;
+        } else { /* checkpoints before sample-based schedules counted iterations */
+            lr->warmup_samples = (double)(jint(tr, "lr_warmup_iters", &bad) * lr->samples_per_step);
+            lr->decay_samples = (double)(jint(tr, "lr_decay_iters", &bad) * lr->samples_per_step);
+        }
         if (!bad && cJSON_IsNumber(mx) && cJSON_IsNumber(mn) && cJSON_IsString(st) &&
             ptdp_lr_style_parse(st->valuestring, &lr->style) == PTDP_OK) {
             lr->max_lr = mx->valuedouble;

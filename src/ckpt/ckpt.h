@@ -210,7 +210,9 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
 int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
 
 /* The learning-rate schedule a checkpoint was saved with (manifest.json's
- * training.lr, min_lr, lr_warmup_iters, lr_decay_iters, lr_decay_style).
+ * training.lr, min_lr, lr_warmup_samples, lr_decay_samples, lr_decay_style, with
+ * global_batch_size as samples per step; older manifests' lr_warmup_iters and
+ * lr_decay_iters are converted).
  * *found = 0 when the manifest lacks one of them. Errors as
  * ptdp_ckpt_read_config. Any rank may call it. */
 int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found);

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,8 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->position_embedding_type = "learned_absolute";
     a->seed = 1234;
     a->micro_batch_size = 1;
-    a->train_iters = -1; /* required; 0 is allowed (load, save, no step) */
+    a->train_iters = -1; /* required (or --train-samples); 0 is allowed (load, save, no step) */
+    a->train_samples = -1;
     a->lr = -1;          /* required */
     a->min_lr = 0.0;
     a->weight_decay = 0.01;
@@ -88,14 +90,23 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("micro-batch-size", micro_batch_size, "micro-batch size b", 1, 1000000),
         I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)",
           0, BIG),
-        I("train-iters", train_iters, "iterations to train (required; 0 runs no step)", 0, BIG),
+        I("train-iters", train_iters,
+          "iterations to train (required unless --train-samples; 0 runs no step)", 0, BIG),
+        I("train-samples", train_samples,
+          "samples to train instead of --train-iters (iterations: this / global batch, rounded "
+          "down; the schedule flags are then --lr-*-samples)",
+          0, BIG),
         F("lr", lr, "peak learning rate (required)", 0, 1e3),
         F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
         S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
         I("lr-warmup-iters", lr_warmup_iters, "linear warm-up iterations", 0, BIG),
-        F("lr-warmup-fraction", lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters", 0,
-          1),
+        F("lr-warmup-fraction", lr_warmup_fraction,
+          "warm-up as a fraction of the decay (--lr-decay-iters or -samples; not rounded)", 0, 1),
         I("lr-decay-iters", lr_decay_iters, "iterations of decay (0: --train-iters)", 0, BIG),
+        I("lr-warmup-samples", lr_warmup_samples, "linear warm-up samples (with --train-samples)",
+          0, BIG),
+        I("lr-decay-samples", lr_decay_samples,
+          "samples of decay (with --train-samples; 0: --train-samples)", 0, BIG),
         F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0,
           100),
         F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
@@ -150,6 +161,9 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         B("use-distributed-optimizer", use_distributed_optimizer,
           "ZeRO-1: shard AdamW state and the update "
           "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
+        B("eod-mask-loss", eod_mask_loss,
+          "no loss on tokens that follow an end of document (<|endoftext|> of --vocab-file, "
+          "else id 50256)"),
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path,
@@ -257,8 +271,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
 
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
                     void **json_keep) {
-    ptdp_opt opts[96];
-    int n = ptdp_args_table(a, which, opts, 96);
+    ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     *json_keep = NULL;
     /* find --config first so the command line overrides the file */
     for (int i = 0; i < argc; i++) {
@@ -310,6 +324,42 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
 
 void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
 
+/* Megatron's validate_args for the two ways to count training: iterations
+ * (--train-iters, --lr-*-iters) or samples (--train-samples,
+ * --lr-*-samples), never a mix; one warm-up flag. */
+static int check_schedule_flags(const ptdp_args *a, int64_t B) {
+    const int by_samples = a->train_samples >= 0;
+    if (by_samples && a->train_iters >= 0)
+        return ptdp_errorf(PTDP_ECONFIG, "give --train-iters or --train-samples, not both");
+    const char *unit = by_samples ? "samples" : "iters";
+    const char *mixed = by_samples ? (a->lr_decay_iters      ? "--lr-decay-iters"
+                                      : a->lr_warmup_iters ? "--lr-warmup-iters"
+                                                           : NULL)
+                                   : (a->lr_decay_samples      ? "--lr-decay-samples"
+                                      : a->lr_warmup_samples ? "--lr-warmup-samples"
+                                                             : NULL);
+    if (mixed)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "%s counts %s, and this run counts %s (--train-%s); use --lr-%s-%s",
+                           mixed, by_samples ? "iterations" : "samples",
+                           by_samples ? "samples" : "iterations", unit,
+                           strstr(mixed, "decay") ? "decay" : "warmup", unit);
+    const int64_t warm = by_samples ? a->lr_warmup_samples : a->lr_warmup_iters,
+                  decay = by_samples ? a->lr_decay_samples : a->lr_decay_iters;
+    if (warm && a->lr_warmup_fraction > 0)
+        return ptdp_errorf(PTDP_ECONFIG, "give --lr-warmup-%s or --lr-warmup-fraction, not both",
+                           unit);
+    if (decay && warm >= decay && strcmp(a->lr_decay_style, "constant"))
+        return ptdp_errorf(PTDP_ECONFIG, "--lr-warmup-%s %lld must be below --lr-decay-%s %lld",
+                           unit, (long long)warm, unit, (long long)decay);
+    if (by_samples && a->train_samples > 0 && a->train_samples < B)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--train-samples %lld is less than one global batch (%lld samples); "
+                           "give at least %lld, or 0 to train nothing",
+                           (long long)a->train_samples, (long long)B, (long long)B);
+    return PTDP_OK;
+}
+
 int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
                            int *d_out) {
     const struct {
@@ -320,7 +370,8 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         {a->hidden_size == 0, "--hidden-size"},
         {a->num_attention_heads == 0, "--num-attention-heads"},
         {a->seq_length == 0, "--seq-length"},
-        {which == PTDP_ARGS_TRAIN && a->train_iters < 0, "--train-iters"},
+        {which == PTDP_ARGS_TRAIN && a->train_iters < 0 && a->train_samples < 0,
+         "--train-iters (or --train-samples)"},
         {which == PTDP_ARGS_TRAIN && a->lr < 0, "--lr"},
         {which == PTDP_ARGS_EXPORT && !a->out, "--out"},
     };
@@ -471,14 +522,8 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                 "data-parallel size %lld (= ranks / (t x p)); each data-parallel rank needs "
                 "a whole number of micro-batches",
                 (long long)B, (long long)a->micro_batch_size, (long long)d);
-        if (a->lr_decay_iters && a->lr_warmup_iters >= a->lr_decay_iters &&
-            strcmp(a->lr_decay_style, "constant"))
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--lr-warmup-iters %lld must be below --lr-decay-iters %lld",
-                               (long long)a->lr_warmup_iters, (long long)a->lr_decay_iters);
-        if (a->lr_warmup_iters && a->lr_warmup_fraction > 0)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "give --lr-warmup-iters or --lr-warmup-fraction, not both");
+        int rc2 = check_schedule_flags(a, B);
+        if (rc2) return rc2;
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
         /* Each bucket is one collective with its own request: tens of thousands
@@ -502,14 +547,31 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     return PTDP_OK;
 }
 
-void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam) {
+int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B) {
+    return a->train_samples >= 0 ? a->train_samples / B : a->train_iters;
+}
+
+/* Megatron's get_optimizer_param_scheduler: decay and warm-up in samples
+ * (iterations x B when the run counts iterations); the fraction applies to
+ * the decay in samples, unrounded. */
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
+                     ptdp_adamw_params *adam) {
+    const int by_samples = a->train_samples >= 0;
     lr->max_lr = a->lr;
     lr->min_lr = a->min_lr;
-    lr->decay_iters = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
-    lr->warmup_iters = a->lr_warmup_iters;
-    if (a->lr_warmup_fraction > 0)
-        lr->warmup_iters = (int64_t)(a->lr_warmup_fraction * (double)lr->decay_iters);
-    if (lr->decay_iters <= lr->warmup_iters) lr->decay_iters = lr->warmup_iters + 1;
+    lr->samples_per_step = B;
+    lr->decay_samples = by_samples ? (double)(a->lr_decay_samples ? a->lr_decay_samples
+                                                                  : a->train_samples)
+                                   : (double)(a->lr_decay_iters ? a->lr_decay_iters
+                                                                : a->train_iters) *
+                                         (double)B;
+    lr->warmup_samples =
+        by_samples ? (double)a->lr_warmup_samples : (double)a->lr_warmup_iters * (double)B;
+    if (a->lr_warmup_fraction > 0) lr->warmup_samples = a->lr_warmup_fraction * lr->decay_samples;
+    /* a decay no longer than the warm-up (only --lr-decay-style constant gets
+     * here, or a run too short to matter): end it one step after */
+    if (lr->decay_samples <= lr->warmup_samples)
+        lr->decay_samples = (floor(lr->warmup_samples / (double)B) + 1) * (double)B;
     PTDP_ASSERT(ptdp_lr_style_parse(a->lr_decay_style, &lr->style) == PTDP_OK);
     adam->beta1 = a->adam_beta1;
     adam->beta2 = a->adam_beta2;

@@ -61,9 +61,10 @@ typedef struct {
     int64_t seed;
     /* batch and schedule */
     int64_t micro_batch_size, global_batch_size, train_iters;
+    int64_t train_samples; /* -1: not given (iteration-based training) */
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps,
         lr_warmup_fraction;
-    int64_t lr_warmup_iters, lr_decay_iters;
+    int64_t lr_warmup_iters, lr_decay_iters, lr_warmup_samples, lr_decay_samples;
     const char *lr_decay_style;
     /* parallelism */
     int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
@@ -75,6 +76,7 @@ typedef struct {
     int64_t ddp_bucket_size;
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
+    int eod_mask_loss, log_throughput;
     /* data */
     int mock_data;
     const char *token_file;
@@ -118,7 +120,13 @@ void ptdp_args_free(void *json_keep);
  * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
 int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
                            int *d_out);
-/* The LR schedule and AdamW settings from the flags. */
-void ptdp_args_optim(const ptdp_args *a, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
+/* Iterations to train: --train-iters, or --train-samples / B rounded down
+ * (Megatron's conversion); B is the global batch. */
+int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);
+/* The LR schedule (in samples, B per step) and AdamW settings from the flags. */
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
+                     ptdp_adamw_params *adam);
+/* Room for every flag of one command (ptdp_args_table's cap). */
+#define PTDP_ARGS_MAX_FLAGS 128
 
 #endif

@@ -23,8 +23,8 @@ static int status_of(int rc) {
 static void usage(FILE *f, const char *cmd, int which) {
     ptdp_args a;
     ptdp_args_defaults(&a);
-    ptdp_opt opts[96];
-    int n = ptdp_args_table(&a, which, opts, 96);
+    ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table(&a, which, opts, PTDP_ARGS_MAX_FLAGS);
     if (which == PTDP_ARGS_TRAIN)
         fprintf(
             f,
@@ -80,6 +80,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     }
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     int d = 1, rc = PTDP_OK;
+    tp.eod_token = 50256; /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
     if (a.vocab_file) { /* the vocabulary size comes from the tokenizer */
         ptdp_tokenizer *tok = NULL;
         int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
@@ -89,9 +90,18 @@ int ptdp_cmd_train(int argc, char **argv) {
             return st;
         }
         a.vocab_size = ptdp_tokenizer_vocab_size(tok);
+        tp.eod_token = ptdp_tokenizer_eod(tok);
         ptdp_tokenizer_free(tok);
     }
     rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
+    tp.eod_mask_loss = a.eod_mask_loss;
+    if (rc == PTDP_OK && a.eod_mask_loss && (tp.eod_token < 0 || tp.eod_token >= a.vocab_size))
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         a.vocab_file ? "--eod-mask-loss: --vocab-file has no <|endoftext|> token"
+                                      : "--eod-mask-loss: the end-of-document id 50256 (GPT-2's) "
+                                        "is not below --vocab-size %lld; give --vocab-file and "
+                                        "--merge-file to take it from the tokenizer",
+                         (long long)a.vocab_size);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
     if (rc == PTDP_OK && a.init_from)
@@ -108,7 +118,14 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp__cli_set_threads(&comm);
     tp.micro_batch = a.micro_batch_size;
     tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
-    ptdp_args_optim(&a, &tp.lr, &tp.adam);
+    const int64_t train_iters = ptdp_args_train_iters(&a, tp.global_batch);
+    ptdp_args_optim(&a, tp.global_batch, &tp.lr, &tp.adam);
+    if (a.train_samples > 0)
+        ptdp_log0("--train-samples %lld: %lld iterations of %lld samples%s",
+                  (long long)a.train_samples, (long long)train_iters, (long long)tp.global_batch,
+                  a.train_samples % tp.global_batch ? " (the rest of the samples is not trained, "
+                                                      "as in Megatron)"
+                                                    : "");
     tp.ops = ptdp_cpu_ops_lib(lib);
     if (!strcmp(a.device, "cuda")) {
         /* one GPU, one process: the communication backends move host memory
@@ -150,12 +167,12 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.distributed_optimizer = a.use_distributed_optimizer;
     {
         int64_t m = tp.global_batch / (tp.micro_batch * d);
-        tp.trace_events = a.trace ? 64 + a.train_iters * (4 * m * tp.sched.v + 8) : 0;
+        tp.trace_events = a.trace ? 64 + train_iters * (4 * m * tp.sched.v + 8) : 0;
     }
 
     ptdp_run_params rp = ptdp_run_default_params();
     rp.trainer = tp;
-    rp.train_iters = a.train_iters;
+    rp.train_iters = train_iters;
     rp.n_data_paths = a.data_path ? a.n_data_paths : 0;
     rp.data_paths = (const char *const *)a.data_paths;
     rp.split = a.split;

@@ -146,6 +146,12 @@ typedef struct ptdp_ops {
                      int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
                      float scale);
 
+    /* OPTIONAL (needed only with --eod-mask-loss): zeroes the rows of x
+     * [N = s*b, width] whose input token is `id` (tokens [b, ld] like
+     * embed's) and returns how many rows it kept (on the host). */
+    int64_t (*mask_rows)(float *x, int64_t width, const int32_t *tokens, int64_t ld, int64_t s,
+                         int64_t b, int32_t id);
+
     /* AdamW (decoupled weight decay, PyTorch's order of operations) on n
      * elements; step is 1-based. */
     void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
@@ -181,9 +187,11 @@ int ptdp__dropout_keep(ptdp_dropout d, uint64_t e);
 uint64_t ptdp__dropout_row_index(ptdp_dropout d, int64_t r, int64_t w);
 
 /* Checks that every required op of `o` is set, and the optional ones the
- * run needs (dropout: hidden dropout > 0). PTDP_EUNSUPPORTED naming the
+ * run needs (`needs`: PTDP_NEED_* bits). PTDP_EUNSUPPORTED naming the
  * backend and the missing op. */
-int ptdp_ops_check(const ptdp_ops *o, int dropout);
+#define PTDP_NEED_DROPOUT 1  /* --hidden-dropout > 0 */
+#define PTDP_NEED_ROW_MASK 2 /* --eod-mask-loss */
+int ptdp_ops_check(const ptdp_ops *o, int needs);
 
 /* ---- CPU-only kernels outside the table -------------------------------------
  * The one kernel incremental decoding (src/model/generate.c) needs that the

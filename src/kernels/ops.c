@@ -5,7 +5,7 @@
 
 #include "kernels/kernels.h"
 
-int ptdp_ops_check(const ptdp_ops *o, int dropout) {
+int ptdp_ops_check(const ptdp_ops *o, int needs) {
 #define PTDP__REQ(f) \
     { #f, o->f == NULL }
     const struct {
@@ -47,7 +47,11 @@ int ptdp_ops_check(const ptdp_ops *o, int dropout) {
         if (req[i].missing)
             return ptdp_errorf(PTDP_EUNSUPPORTED, "compute backend '%s' lacks the required op %s",
                                o->name, req[i].name);
-    if (dropout && (!o->dropout_fwd || !o->dropout_bwd))
+    if ((needs & PTDP_NEED_ROW_MASK) && !o->mask_rows)
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "compute backend '%s' has no loss-mask op: run without --eod-mask-loss",
+                           o->name);
+    if ((needs & PTDP_NEED_DROPOUT) && (!o->dropout_fwd || !o->dropout_bwd))
         return ptdp_errorf(PTDP_EUNSUPPORTED,
                            "compute backend '%s' has no dropout op: run with --hidden-dropout 0",
                            o->name);

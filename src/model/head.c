@@ -48,11 +48,14 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
     ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
     o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
+    const int mask = c->p.eod_mask_loss; /* optional op: only such runs call it */
+    if (mask) o->mask_rows(c->loss, 1, sa->tokens, s + 1, s, b, c->p.eod_token);
     *loss_sum = o->sum(c->loss, N);
     if (!c->training) return;
 
     o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab,
                 loss_scale);
+    if (mask) o->mask_rows(c->logits, Vl, sa->tokens, s + 1, s, b, c->p.eod_token);
     o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
     o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
     ptdp__tp_f_bwd(c, c->dtmp, N * h);

@@ -78,6 +78,8 @@ typedef struct {
     int recompute_method;         /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
     int64_t recompute_num_layers; /* Megatron's --recompute-num-layers */
     int64_t numel_multiple;       /* pad the flat buffers to a multiple of this (0: 16) */
+    int eod_mask_loss;            /* the loss head skips tokens whose input is eod_token */
+    int32_t eod_token;            /* (Megatron's --eod-mask-loss) */
     int inference;                /* no gradient buffer (generation, export): forward only,
                                      call ptdp_gpt_chunk_set_training(c, 0) */
     ptdp_mem *mem;                /* NULL: the chunk allocates its own blocks; else
@@ -161,7 +163,8 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
  * from later stages, so does its backward: the slot keeps only the gradient
  * of the last layer's output. loss_scale multiplies each token's loss
  * gradient (1/(tokens in the global batch)); *loss_sum receives the sum of
- * this micro-batch's token losses (post only). `iteration` and `microbatch`
+ * this micro-batch's token losses (post only; with eod_mask_loss the masked
+ * tokens count 0 there and get no gradient). `iteration` and `microbatch`
  * key the dropout streams. */
 void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in,
                         float *x_out, float loss_scale, double *loss_sum, int64_t iteration,

@@ -23,11 +23,11 @@ int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out) {
 }
 
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
-    if (s->warmup_iters > 0 && step <= s->warmup_iters)
-        return s->max_lr * (double)step / (double)s->warmup_iters;
+    const double n = (double)step * (double)(s->samples_per_step > 0 ? s->samples_per_step : 1);
+    if (s->warmup_samples > 0 && n <= s->warmup_samples) return s->max_lr * n / s->warmup_samples;
     if (s->style == PTDP_LR_CONSTANT) return s->max_lr;
-    if (step > s->decay_iters) return s->min_lr;
-    double ratio = (double)(step - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
+    if (n > s->decay_samples) return s->min_lr;
+    double ratio = (n - s->warmup_samples) / (s->decay_samples - s->warmup_samples);
     double coeff = s->style == PTDP_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }

@@ -24,15 +24,21 @@ typedef enum {
 } ptdp_lr_style;
 int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out);
 
+/* Megatron's OptimizerParamScheduler counts samples: every optimizer step
+ * advances it by the global batch, whether the flags gave iterations
+ * (--lr-warmup-iters x B) or samples (--lr-warmup-samples). The warm-up may
+ * be fractional (--lr-warmup-fraction x the decay), never rounded. */
 typedef struct {
     double max_lr, min_lr;
-    int64_t warmup_iters, decay_iters;
+    double warmup_samples, decay_samples; /* decay_samples > warmup_samples */
+    int64_t samples_per_step;             /* the global batch B (0 counts as 1) */
     ptdp_lr_style style;
 } ptdp_lr_schedule;
 
-/* Megatron's OptimizerParamScheduler: `step` counts optimizer steps already
- * taken (0 for the first iteration). Linear warm-up from 0 to max_lr over
- * warmup_iters steps, then decay to min_lr at decay_iters, min_lr after. */
+/* The learning rate after `step` optimizer steps (0 for the first
+ * iteration), at n = step x samples_per_step samples: linear warm-up from 0
+ * to max_lr while n <= warmup_samples, then decay to min_lr at
+ * decay_samples, min_lr after. */
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step);
 
 typedef struct {

@@ -165,7 +165,8 @@ static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, i
 }
 
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
-                       float loss_scale, int64_t iteration, int64_t mb_base, double *loss_sum) {
+                       const float *loss_scales, int64_t iteration, int64_t mb_base,
+                       double *loss_sum) {
     const ptdp_schedule_params *sp = &ex->p.sched;
     const int r = ex->p.pp_rank, m = sp->m;
     *loss_sum = 0.0;
@@ -187,7 +188,8 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
             ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y,
-                               loss_scale, &ls, iteration, mb_base + a->microbatch);
+                               loss_scales[a->microbatch], &ls, iteration,
+                               mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
             if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);

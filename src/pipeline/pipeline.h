@@ -77,10 +77,13 @@ void ptdp_executor_free(ptdp_executor *ex);
 
 /* Runs the iteration's list. tokens: [m, b, s+1] this data-parallel rank's
  * micro-batches (read only on the first and last stage; may be NULL
- * elsewhere). *loss_sum receives the sum of token losses on the last stage
- * (0 elsewhere). Blocking; every rank of the pipeline group calls it. */
+ * elsewhere). loss_scales [m]: each micro-batch's token-loss gradient scale
+ * (ptdp_gpt_chunk_fwd's loss_scale). *loss_sum receives the sum of token
+ * losses on the last stage (0 elsewhere). Blocking; every rank of the
+ * pipeline group calls it. */
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
-                       float loss_scale, int64_t iteration, int64_t mb_base, double *loss_sum);
+                       const float *loss_scales, int64_t iteration, int64_t mb_base,
+                       double *loss_sum);
 
 /* Most micro-batches chunk `c` held stashed at once in this run, and the
  * slots each chunk needs for this rank's list (computed from the list). */

@@ -119,7 +119,7 @@ static int lr_differs(const ptdp_lr_schedule *a, const ptdp_lr_schedule *b) {
     const double tol = 1e-12;
     return fabs(a->max_lr - b->max_lr) > tol * fabs(a->max_lr) ||
            fabs(a->min_lr - b->min_lr) > tol * fabs(a->min_lr) ||
-           a->warmup_iters != b->warmup_iters || a->decay_iters != b->decay_iters ||
+           a->warmup_samples != b->warmup_samples || a->decay_samples != b->decay_samples ||
            a->style != b->style;
 }
 
@@ -143,6 +143,7 @@ static int check_schedule(ptdp_run *r) {
     ptdp_lr_schedule *mine = &r->p.trainer.lr;
     if (p->use_checkpoint_scheduler) {
         *mine = ck;
+        mine->samples_per_step = r->p.trainer.global_batch;
         return PTDP_OK;
     }
     if (!lr_differs(mine, &ck)) return PTDP_OK;
@@ -150,13 +151,14 @@ static int check_schedule(ptdp_run *r) {
     return ptdp_errorf(
         PTDP_ECONFIG,
         "--load %s: the learning-rate schedule differs from the checkpoint's (flags: --lr %g "
-        "--min-lr %g --lr-warmup-iters %lld --lr-decay-iters %lld --lr-decay-style %s; "
-        "checkpoint: %g, %g, %lld, %lld, %s; --lr-decay-iters defaults to --train-iters); give "
-        "the checkpoint's values, --use-checkpoint-opt_param-scheduler to keep them, or "
-        "--override-opt_param-scheduler to use the flags'",
-        p->load, mine->max_lr, mine->min_lr, (long long)mine->warmup_iters,
-        (long long)mine->decay_iters, styles[mine->style], ck.max_lr, ck.min_lr,
-        (long long)ck.warmup_iters, (long long)ck.decay_iters, styles[ck.style]);
+        "--min-lr %g, warm-up %g samples, decay to sample %g, --lr-decay-style %s; checkpoint: "
+        "%g, %g, %g, %g, %s; schedules count samples, iterations x --global-batch-size, and "
+        "--lr-decay-iters defaults to --train-iters); give the checkpoint's values, "
+        "--use-checkpoint-opt_param-scheduler to keep them, or --override-opt_param-scheduler "
+        "to use the flags'",
+        p->load, mine->max_lr, mine->min_lr, mine->warmup_samples, mine->decay_samples,
+        styles[mine->style], ck.max_lr, ck.min_lr, ck.warmup_samples, ck.decay_samples,
+        styles[ck.style]);
 }
 
 int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {

@@ -70,13 +70,15 @@ typedef struct {
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */
+    int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
+    int32_t eod_token;
 } ptdp_trainer_params;
 
 typedef struct {
     int64_t iteration; /* 1-based, after the step */
     double loss;       /* mean token loss over the global batch */
     double grad_norm;  /* before clipping */
-    double lr;         /* used by this step */
+    double lr;         /* after this step (Megatron logs the next step's) */
     int skipped;       /* 1 when the gradient was not finite and the step was skipped */
 } ptdp_step_stats;
 

@@ -29,6 +29,7 @@ struct ptdp_trainer {
     ptdp_mem mem;                    /* every tensor of the rank: one block per category */
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
+    float *loss_scales; /* [m] host: each micro-batch's loss-gradient scale */
     float *hash_buf; /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
                         the parameters through it (backend memory may not be
                         host memory) */
@@ -107,7 +108,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
     sp.kind = ptdp_schedule_resolve_kind(&sp);
     tr->p.sched = sp;
-    int rc = ptdp_ops_check(p->ops, p->cfg.hidden_dropout > 0);
+    tr->loss_scales = malloc(sizeof(float) * (size_t)(sp.m > 0 ? sp.m : 1));
+    int rc = !tr->loss_scales
+                 ? ptdp_errorf(PTDP_ENOMEM, "out of memory")
+                 : ptdp_ops_check(p->ops, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
+                                              (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
@@ -135,6 +140,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .recompute_method = p->recompute_method,
             .recompute_num_layers = p->recompute_num_layers,
             .numel_multiple = 16 * (int64_t)comm->d,
+            .eod_mask_loss = p->eod_mask_loss,
+            .eod_token = p->eod_token,
             .inference = 0,
             .mem = &tr->mem,
         };
@@ -223,6 +230,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
     ptdp_executor_free(tr->ex);
     ptdp_mem_free(&tr->mem, tr->p.ops->free);
     free(tr->hash_buf);
+    free(tr->loss_scales);
     free(tr);
 }
 
@@ -241,32 +249,66 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     ptdp_allreduce_sum_f32(&comm->embedding, ptdp_gpt_chunk_grads(c) + wte->offset, wte->numel);
 }
 
+/* Tokens of micro-batch `mb` (of [m, b, s+1] batch) that take part in the
+ * loss: those whose input is not the EOD token (--eod-mask-loss). */
+static int64_t counted_tokens(const ptdp_trainer_params *p, const int32_t *batch, int64_t mb) {
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch;
+    const int32_t *t = batch + mb * b * (s + 1);
+    int64_t n = 0;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t si = 0; si < s; si++) n += t[bi * (s + 1) + si] != p->eod_token;
+    return n;
+}
+
+/* Each micro-batch's loss-gradient scale, and (returned) the tokens of this
+ * replica's micro-batches that count. Megatron: every token of the global
+ * batch weighs 1/(B s); with --eod-mask-loss each micro-batch's loss is the
+ * mean over its counted tokens and the micro-batches are averaged (1/(n_k
+ * B/b) per token; a micro-batch with nothing to count adds nothing). */
+static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
+    const ptdp_trainer_params *p = &tr->p;
+    const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
+    int64_t total = 0;
+    for (int64_t k = 0; k < m; k++) {
+        tr->loss_scales[k] = (float)(1.0 / ((double)p->global_batch * (double)s));
+        if (!p->eod_mask_loss || !batch) continue;
+        const int64_t n = counted_tokens(p, batch, k);
+        tr->loss_scales[k] =
+            n ? (float)(1.0 / ((double)n * (double)(p->global_batch / b))) : 0.0f;
+        total += n;
+    }
+    return total;
+}
+
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
-    const float loss_scale = (float)(1.0 / ((double)p->global_batch * (double)s));
+    const int64_t counted = loss_scales(tr, batch);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
     if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
         float nan = NAN; /* put before backward so it flows through the reductions */
         p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
-    ptdp_executor_run(tr->ex, batch, b, s, loss_scale, tr->iteration, comm->dp * m, &loss_sum);
+    ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m,
+                      &loss_sum);
 
     double t0 = ptdp_executor_now(tr->ex);
     reduce_tied_embedding(tr);
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
     for (int c = 0; c < tr->v; c++) ptdp_ddp_finish(tr->ddp[c]);
-    double sums[2] = {loss_sum, 0.0};
-    for (int c = 0; c < tr->v; c++) sums[1] += ptdp_optim_grad_sumsq(&tr->opts[c]);
-    /* the loss lives on the last stage, the norm's pieces on every stage (and
-     * with ZeRO-1 on every data-parallel shard) */
-    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? 2 : 1);
-    ptdp_allreduce_sum_f64(&comm->model, sums, 2);
+    /* the loss and its token count live on the last stage (both t times over:
+     * every tensor rank there holds them), the norm's pieces on every
+     * stage (and with ZeRO-1 on every data-parallel shard) */
+    const int last = comm->pp == comm->p - 1;
+    double sums[3] = {loss_sum, last ? (double)counted : 0.0, 0.0};
+    for (int c = 0; c < tr->v; c++) sums[2] += ptdp_optim_grad_sumsq(&tr->opts[c]);
+    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? 3 : 2);
+    ptdp_allreduce_sum_f64(&comm->model, sums, 3);
     ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
-    double norm = sqrt(sums[1]);
+    double norm = sqrt(sums[2]);
     double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
@@ -280,9 +322,13 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     st->iteration = tr->iteration;
     /* the model group (TP x PP) summed the loss t times over (every TP rank
      * of the last stage holds it) */
-    st->loss = sums[0] / (double)comm->t / ((double)p->global_batch * (double)s);
+    st->loss = sums[0] / (double)comm->t /
+               (p->eod_mask_loss ? sums[1] / (double)comm->t /* Megatron: over counted tokens */
+                                 : (double)p->global_batch * (double)s);
     st->grad_norm = norm;
-    st->lr = lr;
+    /* Megatron logs the learning rate after the scheduler's step: the one the
+     * next iteration uses (iteration 1 of a warm-up shows lr / warm-up) */
+    st->lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
 }
 
 /* Forward only, stage after stage with blocking transfers (no schedule
@@ -294,7 +340,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m, P = comm->p;
     const int64_t n = b * s * p->cfg.hidden, stages = P * tr->v;
     float *buf = tr->eval_buf;
-    double loss_sum = 0.0;
+    double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
@@ -309,7 +355,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             ptdp_gpt_chunk_fwd(tr->chunks[c], 0, batch ? batch + k * b * (s + 1) : NULL,
                                stage > 0 ? buf : NULL, stage < stages - 1 ? buf + n : NULL, 0.0f,
                                &ls, tr->iteration, k);
-            loss_sum += ls;
+            loss_sum[0] += ls;
+            if (stage == stages - 1 && p->eod_mask_loss)
+                loss_sum[1] += (double)counted_tokens(p, batch, k);
             if (stage < stages - 1) {
                 ptdp_isend_f32(&comm->pipeline, buf + n, n, (int)((stage + 1) % P),
                                (int)(stage + 1), &req);
@@ -317,9 +365,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             }
         }
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
-    ptdp_allreduce_sum_f64(&comm->data, &loss_sum, 1);
-    ptdp_allreduce_sum_f64(&comm->pipeline, &loss_sum, 1);
-    return loss_sum / ((double)p->global_batch * (double)s);
+    ptdp_allreduce_sum_f64(&comm->data, loss_sum, 2);
+    ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, 2);
+    return loss_sum[0] / (p->eod_mask_loss ? loss_sum[1] : (double)p->global_batch * (double)s);
 }
 
 void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],

@@ -130,6 +130,7 @@ static const ptdp_ops cuda_ops = {
     .xent_sums = ptdp__cuda_xent_sums,
     .xent_loss = ptdp__cuda_xent_loss,
     .xent_bwd = ptdp__cuda_xent_bwd,
+    .mask_rows = NULL, /* optional (--eod-mask-loss): not on the GPU yet */
     .adamw = ptdp__cuda_adamw,
     .sumsq = ptdp__cuda_sumsq,
     .scale = ptdp__cuda_scale,
