@@ -4,6 +4,7 @@
  * (wrapping); splits by Megatron's rounding rule; blending proportions; the
  * errors for a bad split, an empty split and out-of-vocabulary tokens.
  * Datasets are written with tokens that encode (dataset, document, position). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,6 +236,45 @@ int main(void) {
         CHECK_OK(ptdp_gpt_data_parse_paths(&q, 4, missing));
         CHECK(ptdp_gpt_data_open(&g, &q) == PTDP_EIO);
         CHECK(strstr(ptdp_last_error(), "/nonexistent/prefix") != NULL);
+    }
+
+    /* prefixes without weights (Megatron's unweighted blend): each dataset
+     * weighs its split's samples in one epoch, (tokens - 1) / S */
+    {
+        ptdp_gpt_data_params q = ptdp_gpt_data_default_params();
+        char *argv2[] = {a, b};
+        CHECK_OK(ptdp_gpt_data_parse_paths(&q, 2, argv2));
+        CHECK(q.num_paths == 2 && q.by_size);
+        q.split = "1";
+        q.seq_length = S;
+        q.num_samples[0] = 2000;
+        int64_t ta = 0, tb = 0;
+        for (int d = 0; d < 1000; d++) ta += lens_a[d];
+        for (int d = 0; d < 300; d++) tb += lens_b[d];
+        const double na = (double)((ta - 1) / S), nb = (double)((tb - 1) / S);
+        const int want_a = (int)floor(2000.0 * na / (na + nb) + 0.5);
+        CHECK_OK(ptdp_gpt_data_open(&g, &q));
+        if (g) {
+            int from_a = 0, bok = 1, bs = 0;
+            for (int64_t i = 0; i < 2000; i++) {
+                bok &= ptdp_gpt_data_sample(g, 0, i, x) == 0;
+                int is_b = x[0] >= TAG_B;
+                bok &= sample_ok(x, S + 1, is_b ? lens_b : lens_a, &bs);
+                from_a += !is_b;
+            }
+            CHECK(bok);
+            CHECK(want_a > 1000 && want_a < 2000 && abs(from_a - want_a) <= 1);
+        }
+        ptdp_gpt_data_free(g);
+        char *three[] = {a, b, a};
+        CHECK_OK(ptdp_gpt_data_parse_paths(&q, 3, three));
+        CHECK(q.num_paths == 3 && q.by_size);
+        char *one[] = {a};
+        CHECK_OK(ptdp_gpt_data_parse_paths(&q, 1, one));
+        CHECK(q.num_paths == 1 && !q.by_size);
+        char *mixed[] = {a, "0.5"};
+        CHECK(ptdp_gpt_data_parse_paths(&q, 2, mixed) == PTDP_EINVAL &&
+              strstr(ptdp_last_error(), "looks like a weight"));
     }
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -15,7 +15,13 @@ X="--data-path $TMP/moby_text_document $V --split 949,50,1 --num-layers 4 --hidd
  --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 --global-batch-size 4 --train-iters 6 --lr 1e-3
  --log-interval 100 --eval-interval 3 --eval-iters 2 --hidden-dropout 0 --attention-dropout 0"
 run_np 1 train $X --log-jsonl "$TMP/one.jsonl" >"$TMP/one.out" 2>&1 && ok || { fail "one process"; cat "$TMP/one.out" >&2; }
-[ "$(grep -c val_loss "$TMP/one.jsonl")" -eq 2 ] && ok || fail "expected 2 validation lines"
+# Megatron: validation every --eval-interval (3, 6), then at the end "on validation set" and
+# "on test set"
+[ "$(grep -c val_loss "$TMP/one.jsonl")" -eq 3 ] && ok || fail "expected 3 validation lines"
+[ "$(grep -c '"test_loss".*"final":true' "$TMP/one.jsonl")" -eq 1 ] && ok || fail "expected 1 test line"
+grep -q "validation loss at iteration 6 on validation set | lm loss value: " "$TMP/one.out" &&
+    grep -q "validation loss at iteration 6 on test set | lm loss value: " "$TMP/one.out" && ok ||
+    fail "no end-of-training validation and test lines"
 run_np 4 train $X --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --log-jsonl "$TMP/tp.jsonl" \
     >/dev/null 2>&1 && ok || fail "t2p2 run"
 run_np 4 train $X --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --log-jsonl "$TMP/pd.jsonl" \
@@ -23,7 +29,12 @@ run_np 4 train $X --pipeline-model-parallel-size 2 --virtual-pipeline-model-para
 for r in tp pd; do
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: training loss differs"
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: validation loss differs"
+    compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" test_loss 1e-5 && ok || fail "$r: test loss differs"
 done
+# a --split without test documents: no test line, no error (Megatron skips it)
+run_np 1 train $X --split 95,5,0 --train-iters 2 --log-jsonl "$TMP/nt.jsonl" >"$TMP/nt.out" 2>&1 &&
+    ! grep -q test_loss "$TMP/nt.jsonl" && grep -q "on validation set" "$TMP/nt.out" && ok ||
+    fail "--split 95,5,0: $(tail -3 "$TMP/nt.out")"
 # --eod-mask-loss: the masked mean over counted tokens, micro-batch by micro-batch
 run_np 1 train $X --eod-mask-loss --log-jsonl "$TMP/m1.jsonl" >"$TMP/m1.out" 2>&1 && ok ||
     { fail "--eod-mask-loss, one process"; cat "$TMP/m1.out" >&2; }

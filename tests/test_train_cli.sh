@@ -245,6 +245,18 @@ expect_error 2 "give --lr-warmup-samples or --lr-warmup-fraction, not both" \
     train $S --train-samples 12 --lr-warmup-samples 4 --lr-warmup-fraction 0.1
 expect_error 2 "missing required flag --train-iters (or --train-samples)" train $MODEL --mock-data --lr 1e-3
 
+# --log-throughput: Megatron's FLOP formula, 12 B s l h^2 ((2 + s/2h) + ffn/h + Vp/2lh) per
+# iteration; l=2 h=32 s=32 ffn=128 Vp=128 B=4: 12*4*32*2*1024*(2.5 + 4 + 1) = 23592960
+# (the paper's formula gives 24379392); throughput x elapsed time must give it back.
+"$PTDP" train $MODEL --seq-length 32 --mock-data --lr 1e-3 --global-batch-size 4 --train-iters 3 \
+    --log-throughput --log-interval 1 --log-jsonl "$tmp/thr.jsonl" >"$tmp/out" 2>&1
+[ "$(grep -c 'throughput per GPU (TFLOP/s/GPU): [0-9.]* |' "$tmp/out")" = 3 ] && ok ||
+    bad "--log-throughput: no Megatron throughput field: $(grep iteration "$tmp/out" | head -1)"
+sed 's/.*"elapsed_ms":\([0-9.]*\).*"throughput":\([-0-9.eE+]*\).*/\1 \2/' "$tmp/thr.jsonl" |
+    awk '{ f = $2 * $1 / 1e3 * 1e12; d = f / 23592960 - 1; if (d < 0) d = -d; if (d > 0.01 || $1 < 0.1) bad++; n++ }
+         END { exit (n != 3 || bad) }' && ok || bad "--log-throughput FLOPs: $(cat "$tmp/thr.jsonl")"
+! grep -q '"throughput"' "$tmp/smp.jsonl" && ok || bad "throughput logged without --log-throughput"
+
 # ---- export layout ------------------------------------------------------------
 "$PTDP" export $MODEL --out "$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 0 ] && ok || bad "export failed: $(cat "$tmp/err")"

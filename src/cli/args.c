@@ -167,7 +167,9 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path,
-          "Megatron indexed dataset prefix(es): P, or W1 P1 W2 P2 ... to blend", NULL),
+          "Megatron indexed dataset prefix(es): P; P1 P2 ... (blended by size); or W1 P1 W2 P2 "
+          "... (blended by weight)",
+          NULL),
         S("split", split, "train,valid,test proportions of --data-path documents", NULL),
         S("vocab-file", vocab_file, "GPT-2 encoder.json (vocabulary size, text samples)", NULL),
         S("merge-file", merge_file, "GPT-2 vocab.bpe merges", NULL),
@@ -175,6 +177,9 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("eval-interval", eval_interval, "iterations between validation-loss evaluations", 1, BIG),
         I("eval-iters", eval_iters, "batches per validation-loss evaluation (0: none)", 0, BIG),
         I("log-interval", log_interval, "iterations between log lines", 1, BIG),
+        B("log-throughput", log_throughput,
+          "add Megatron's 'throughput per GPU (TFLOP/s/GPU)' (its FLOP formula, per process) to "
+          "the iteration line"),
         S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
         B("log-comm", log_comm, "print per-group communication counters at the end"),
         S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors",
@@ -299,7 +304,7 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
         while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
             if (a->n_data_paths == 128) {
                 free(rest);
-                return ptdp_errorf(PTDP_EINVAL, "--data-path: at most 64 weighted datasets");
+                return ptdp_errorf(PTDP_EINVAL, "--data-path: at most 64 datasets");
             }
             a->data_paths[a->n_data_paths++] = argv[++i];
         }

@@ -186,6 +186,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.gemm_name = tp.ops == ptdp_cpu_ops_lib(lib) ? ptdp_gemm_lib_name(lib) : "cublas";
     rp.check_dp_replicas = a.check_dp_replicas;
     rp.check_for_nan = a.check_for_nan;
+    rp.log_throughput = a.log_throughput;
     rp.save = a.save;
     rp.load = a.load;
     rp.save_interval = a.save_interval;

@@ -165,7 +165,9 @@ enum { PTDP_SPLIT_TRAIN = 0, PTDP_SPLIT_VALID = 1, PTDP_SPLIT_TEST = 2, PTDP_NUM
 
 typedef struct {
     int num_paths;                             /* >= 1 */
-    double weights[PTDP_DATA_MAX_PATHS];       /* ignored when num_paths == 1 */
+    double weights[PTDP_DATA_MAX_PATHS];       /* ignored when num_paths == 1 or by_size */
+    int by_size; /* weigh each dataset's split by its samples in one epoch (a list of prefixes
+                    without weights, as Megatron's unweighted blends) */
     const char *prefixes[PTDP_DATA_MAX_PATHS]; /* PREFIX of PREFIX.bin/.idx */
     const char *split;                         /* e.g. "949,50,1"; NULL = "969,30,1" */
     int64_t seq_length;                        /* s: a sample holds s+1 tokens */
@@ -177,7 +179,8 @@ typedef struct {
 
 ptdp_gpt_data_params ptdp_gpt_data_default_params(void);
 
-/* Parses a Megatron --data-path list: either "PREFIX" or "W1 P1 W2 P2 ...".
+/* Parses a Megatron --data-path list: "PREFIX", "P1 P2 ..." (blended by
+ * size: p->by_size) or "W1 P1 W2 P2 ...".
  * argv entries are borrowed (p->prefixes point into them). Errors:
  * PTDP_EINVAL naming the bad entry. */
 int ptdp_gpt_data_parse_paths(ptdp_gpt_data_params *p, int argc, char **argv);

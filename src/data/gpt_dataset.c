@@ -7,7 +7,9 @@
  * (document position, offset) pairs where each sample holds s+1 tokens and the
  * next starts s tokens later, possibly spanning documents, and a shuffled
  * sample order. Blending assigns global sample i to the dataset whose share
- * is furthest behind its weight. The permutations come from ptdp's
+ * is furthest behind its weight; a list of prefixes without weights weighs
+ * each dataset's split by its size (its samples in one epoch), as Megatron's
+ * unweighted blends do. The permutations come from ptdp's
  * counter-based RNG (Fisher-Yates keyed by seed, dataset and split), so they
  * are deterministic but not numpy's. Not here: mock datasets, caching the
  * indices on disk, the "drop last partial sequence = False" mode. */
@@ -32,7 +34,7 @@ typedef struct {
 struct ptdp_gpt_data {
     int64_t seq_length;
     int n;
-    double weights[PTDP_DATA_MAX_PATHS];
+    double weights[PTDP_NUM_SPLITS][PTDP_DATA_MAX_PATHS]; /* per split, summing to 1 */
     ptdp_idx_dataset *ds[PTDP_DATA_MAX_PATHS];
     ptdp__gpt_split sp[PTDP_DATA_MAX_PATHS][PTDP_NUM_SPLITS];
     int64_t blend_n[PTDP_NUM_SPLITS];
@@ -49,16 +51,34 @@ ptdp_gpt_data_params ptdp_gpt_data_default_params(void) {
     return p;
 }
 
+static int is_number(const char *s) {
+    char *end;
+    strtod(s, &end);
+    return end != s && !*end;
+}
+
 int ptdp_gpt_data_parse_paths(ptdp_gpt_data_params *p, int argc, char **argv) {
-    if (argc == 1) {
-        p->num_paths = 1;
-        p->weights[0] = 1.0;
-        p->prefixes[0] = argv[0];
+    p->by_size = 0;
+    if (argc >= 1 && (argc % 2 || !is_number(argv[0]))) { /* prefixes, no weights */
+        if (argc > PTDP_DATA_MAX_PATHS)
+            return ptdp_errorf(PTDP_EINVAL, "--data-path: at most %d datasets, got %d",
+                               PTDP_DATA_MAX_PATHS, argc);
+        for (int i = 0; i < argc; i++) {
+            if (is_number(argv[i]))
+                return ptdp_errorf(PTDP_EINVAL,
+                                   "--data-path: '%s' looks like a weight in a list of prefixes; "
+                                   "give a weight before every prefix ('W1 P1 W2 P2 ...') or none",
+                                   argv[i]);
+            p->weights[i] = 1.0;
+            p->prefixes[i] = argv[i];
+        }
+        p->num_paths = argc;
+        p->by_size = argc > 1;
         return PTDP_OK;
     }
-    if (argc < 2 || argc % 2 != 0 || argc / 2 > PTDP_DATA_MAX_PATHS)
+    if (argc < 2 || argc / 2 > PTDP_DATA_MAX_PATHS)
         return ptdp_errorf(PTDP_EINVAL,
-                           "--data-path: expected PREFIX or pairs 'WEIGHT PREFIX' "
+                           "--data-path: expected PREFIX..., or pairs 'WEIGHT PREFIX' "
                            "(at most %d), got %d entries",
                            PTDP_DATA_MAX_PATHS, argc);
     for (int i = 0; i < argc / 2; i++) {
@@ -159,7 +179,8 @@ static int ptdp__build_split(ptdp__gpt_split *sp, const ptdp_idx_dataset *ds, in
     int64_t ndocs = hi - lo, tokens = 0;
     for (int64_t i = lo; i < hi; i++) tokens += ptdp_idx_sequence_length(ds, i);
     if (tokens <= 1) {
-        if (need > 0)
+        /* Megatron evaluates the test split only where it has documents */
+        if (need > 0 && k != PTDP_SPLIT_TEST)
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "'%s': the %s split (part %d of --split) has %lld tokens, cannot provide "
@@ -288,7 +309,7 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
     d->seq_length = p->seq_length;
     d->n = p->num_paths;
     int blended = d->n > 1, rc = PTDP_OK;
-    for (int i = 0; i < d->n; i++) d->weights[i] = (blended ? p->weights[i] : 1.0) / wsum;
+    int64_t bounds[PTDP_DATA_MAX_PATHS][PTDP_NUM_SPLITS + 1];
     for (int i = 0; i < d->n && !rc; i++) {
         {
             char idx[4200], bin[4200];
@@ -298,22 +319,43 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         }
         if (!rc) rc = ptdp_idx_open(&d->ds[i], p->prefixes[i]);
         if (!rc && p->vocab_size > 0) rc = ptdp__check_tokens(d->ds[i], p->vocab_size);
-        int64_t b[PTDP_NUM_SPLITS + 1];
         if (!rc)
             rc = ptdp__split_bounds(p->split ? p->split : "969,30,1",
-                                    ptdp_idx_num_sequences(d->ds[i]), b);
+                                    ptdp_idx_num_sequences(d->ds[i]), bounds[i]);
+    }
+    /* the blend's weights per split: the flags', or each split's samples in
+     * one epoch (an unweighted list; equal weights where no dataset has any,
+     * so that the split's error names a dataset) */
+    for (int k = 0; k < PTDP_NUM_SPLITS && !rc; k++) {
+        double sum = 0;
+        for (int i = 0; i < d->n; i++) {
+            double w = blended ? p->weights[i] / wsum : 1.0;
+            if (p->by_size) {
+                int64_t tokens = 0;
+                for (int64_t j = bounds[i][k]; j < bounds[i][k + 1]; j++)
+                    tokens += ptdp_idx_sequence_length(d->ds[i], j);
+                w = tokens > 1 ? (double)((tokens - 1) / p->seq_length) : 0.0;
+            }
+            d->weights[k][i] = w;
+            sum += w;
+        }
+        for (int i = 0; i < d->n; i++)
+            d->weights[k][i] = sum > 0 ? d->weights[k][i] / sum : 1.0 / d->n;
+    }
+    for (int i = 0; i < d->n && !rc; i++)
         for (int k = 0; k < PTDP_NUM_SPLITS && !rc; k++) {
             int64_t need = p->num_samples[k];
             if (blended) {
-                need = (int64_t)ceil((double)need * d->weights[i] * 1.005);
+                need = (int64_t)ceil((double)need * d->weights[k][i] * 1.005);
                 if (need == 0) continue; /* not used by the blend */
             }
-            rc = ptdp__build_split(&d->sp[i][k], d->ds[i], b[k], b[k + 1], need, p->seq_length,
-                                   p->seed, i, k);
+            rc = ptdp__build_split(&d->sp[i][k], d->ds[i], bounds[i][k], bounds[i][k + 1], need,
+                                   p->seq_length, p->seed, i, k);
         }
-    }
     for (int k = 0; blended && k < PTDP_NUM_SPLITS && !rc; k++) {
         int64_t n = p->num_samples[k];
+        for (int i = 0; i < d->n && k == PTDP_SPLIT_TEST; i++)
+            if (d->sp[i][k].n_samples == 0) n = 0; /* a part without test documents: no test */
         d->blend_n[k] = n;
         if (n == 0) continue;
         d->blend_ds[k] = malloc((size_t)n);
@@ -326,9 +368,9 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         for (int64_t i = 0; i < n; i++) {
             double x = i > 1 ? (double)i : 1.0;
             int best = 0;
-            double best_err = d->weights[0] * x - (double)cur[0];
+            double best_err = d->weights[k][0] * x - (double)cur[0];
             for (int j = 1; j < d->n; j++) {
-                double e = d->weights[j] * x - (double)cur[j];
+                double e = d->weights[k][j] * x - (double)cur[j];
                 if (e > best_err) {
                     best_err = e;
                     best = j;

@@ -184,6 +184,11 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
 /* The paper's model FLOPs per iteration: 72 B s l h^2 (1 + s/6h + V/16lh),
  * 96 instead of 72 with full recomputation. */
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t global_batch, int recompute);
+/* Megatron-LM's num_floating_point_operations for this GPT (dense GeLU MLP of
+ * ffn_hidden, one key/value per head, causal attention counted at half the
+ * s x s products, padded vocabulary), what --log-throughput reports:
+ * 12 B s l h^2 ((2 + s/2h) + ffn/h + Vp/2lh); no recomputation term. */
+double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t global_batch);
 
 /* ---- generation (generate.c) ------------------------------------------------ */
 /* Incremental decoding of a GPT with a KV cache, on top of a

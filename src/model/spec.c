@@ -159,3 +159,13 @@ double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recomp
     return (recompute ? 96.0 : 72.0) * (double)B * s * l * h * h *
            (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
+
+double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t B) {
+    const double s = (double)cfg->seq_length, l = (double)cfg->num_layers, h = (double)cfg->hidden;
+    const double ffn = (double)cfg->ffn_hidden, V = (double)cfg->vocab_padded;
+    /* 12 = 3 (forward, weight and input gradients) x 2 (flops per multiply-add)
+     * x 2 (the GEMMs come in pairs); attention: Q and K|V projections (1 + 1
+     * query groups per head) and the causal half of the s x s products */
+    const double attention = 1.0 + 1.0 + s / h / 2.0, mlp = ffn / h, logit = V / (2.0 * l * h);
+    return 12.0 * (double)B * s * l * h * h * (attention + mlp + logit);
+}

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L /* localtime_r */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 #include <time.h>
 
 #include "train/train_internal.h"
@@ -52,13 +53,18 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->skipped_total += st->skipped;
     r->skipped_interval += st->skipped;
     r->nan_interval += !isfinite(st->loss) || !isfinite(st->grad_norm);
+    /* --log-throughput: Megatron's FLOP count per GPU (here: per process) */
+    const double mflops = ptdp_gpt_megatron_flops(&p->trainer.cfg, B);
+    char thr[64] = "";
     if (r->jsonl) {
+        if (p->log_throughput)
+            snprintf(thr, sizeof thr, ",\"throughput\":%.9g", mflops / dt / n / 1e12);
         fprintf(
             r->jsonl,
             "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
-            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,\"skipped\":%d}\n",
+            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d}\n",
             (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr,
-            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, st->skipped);
+            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped);
         fflush(r->jsonl);
     }
     /* Megatron's training_log: every --log-interval, the last iteration, and
@@ -71,13 +77,17 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
         time_t now = time(NULL);
         struct tm tmv;
         strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
+        thr[0] = 0;
+        if (p->log_throughput)
+            snprintf(thr, sizeof thr, "throughput per GPU (TFLOP/s/GPU): %.3f | ",
+                     mflops / (ms / 1e3) / n / 1e12);
         ptdp_log0(
             " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
-            "throughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+            "%sthroughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
             "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
             stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
-            flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
+            thr, flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
             r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm,
             (long long)r->skipped_interval, (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
@@ -85,15 +95,24 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     }
 }
 
-void ptdp__log_validation(ptdp_run *r, double vl) {
-    ptdp_log0(
-        "-----------------------------------------------------------------------------------------\n"
-        " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
-        "-----------------------------------------------------------------------------------------",
-        (long long)r->st.iteration, vl, exp(fmin(20.0, vl)) /* Megatron caps the exponent at 20 */);
+void ptdp__log_validation(ptdp_run *r, double vl, const char *set) {
+    /* Megatron's evaluate_and_print_results: the line between two rules one
+     * character longer than it; the PPL's exponent capped at 20 */
+    const double ppl = exp(fmin(20.0, vl));
+    char line[256], rule[256];
+    int n = snprintf(line, sizeof line,
+                     " validation loss at iteration %lld%s%s%s | lm loss value: %.6E | lm loss "
+                     "PPL: %.6E | ",
+                     (long long)r->st.iteration, set ? " on " : "", set ? set : "",
+                     set ? " set" : "", vl, ppl);
+    n = n + 1 < (int)sizeof rule ? n + 1 : (int)sizeof rule - 1;
+    memset(rule, '-', (size_t)n);
+    rule[n] = 0;
+    ptdp_log0("%s\n%s\n%s", rule, line, rule);
     if (r->jsonl) {
-        fprintf(r->jsonl, "{\"iteration\":%lld,\"val_loss\":%.9g,\"val_ppl\":%.9g}\n",
-                (long long)r->st.iteration, vl, exp(fmin(20.0, vl)));
+        const char *k = set && !strcmp(set, "test") ? "test" : "val";
+        fprintf(r->jsonl, "{\"iteration\":%lld,\"%s_loss\":%.9g,\"%s_ppl\":%.9g%s}\n",
+                (long long)r->st.iteration, k, vl, k, ppl, set ? ",\"final\":true" : "");
         fflush(r->jsonl);
     }
 }

@@ -26,7 +26,8 @@ ptdp_run_params ptdp_run_default_params(void) {
     };
 }
 
-/* Opens the training (and validation) samples; sets r->n_evals. */
+/* Opens the training, validation and test samples; sets r->n_evals (every
+ * --eval-interval, and once more at the end, as Megatron) and r->has_test. */
 static int open_data(ptdp_run *r) {
     const ptdp_run_params *p = &r->p;
     const int64_t s = p->trainer.cfg.seq_length, Bg = p->trainer.global_batch;
@@ -41,7 +42,7 @@ static int open_data(ptdp_run *r) {
         gp.vocab_size = p->trainer.cfg.vocab;
         gp.num_samples[PTDP_SPLIT_TRAIN] = p->train_iters * Bg;
         gp.num_samples[PTDP_SPLIT_VALID] = r->n_evals * p->eval_iters * Bg;
-        gp.num_samples[PTDP_SPLIT_TEST] = 0;
+        gp.num_samples[PTDP_SPLIT_TEST] = p->eval_iters * Bg;
         if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&r->gpt, &gp);
         if (rc == PTDP_OK) {
             ptdp_batches_gpt(&r->data, r->gpt, PTDP_SPLIT_TRAIN, s);
@@ -49,6 +50,8 @@ static int open_data(ptdp_run *r) {
                 ptdp_batches_gpt(&r->valid, r->gpt, PTDP_SPLIT_VALID, s);
             else
                 r->n_evals = 0;
+            r->has_test = p->eval_iters && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_TEST) > 0;
+            if (r->has_test) ptdp_batches_gpt(&r->test, r->gpt, PTDP_SPLIT_TEST, s);
         }
     } else {
         r->n_evals = 0; /* mock data and token files have no validation split */
@@ -189,18 +192,20 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     return PTDP_OK;
 }
 
-/* Validation loss over --eval-iters batches of the validation split. */
-static double evaluate(ptdp_run *r, int reads_data) {
+/* Mean loss over --eval-iters batches of `split` (the validation split, or
+ * the test split at the end), from batch round x eval_iters on. */
+static double evaluate(ptdp_run *r, const ptdp_batches *split, int64_t round) {
     const ptdp_run_params *p = &r->p;
     const int64_t B = p->trainer.global_batch, Bl = B / r->comm->d;
+    /* only the first and last pipeline stage read data */
+    const int reads_data = r->comm->pp == 0 || r->comm->pp == r->comm->p - 1;
     double vl = 0;
     for (int64_t e = 0; e < p->eval_iters; e++) {
         if (reads_data)
-            ptdp_batches_get(&r->valid, (r->eval_round * p->eval_iters + e) * B + r->comm->dp * Bl,
-                             Bl, r->batch);
+            ptdp_batches_get(split, (round * p->eval_iters + e) * B + r->comm->dp * Bl, Bl,
+                             r->batch);
         vl += ptdp_trainer_eval(r->tr, r->batch);
     }
-    r->eval_round++;
     return vl / (double)p->eval_iters;
 }
 
@@ -259,8 +264,8 @@ int ptdp_run_loop(ptdp_run *r) {
                 isnan(isfinite(r->st.loss) ? r->st.grad_norm : r->st.loss) ? "nan" : "inf");
             return 1;
         }
-        if (r->n_evals && (r->st.iteration % p->eval_interval == 0 || it == p->train_iters - 1))
-            ptdp__log_validation(r, evaluate(r, reads_data));
+        if (r->n_evals && r->st.iteration % p->eval_interval == 0)
+            ptdp__log_validation(r, evaluate(r, &r->valid, r->eval_round++), NULL);
         if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r))
             return 1;
         /* Megatron's --exit-interval / --exit-duration-in-mins: stop here (the finish
@@ -274,6 +279,7 @@ int ptdp_run_loop(ptdp_run *r) {
         if ((stop[0] || stop[1]) && it + 1 < p->train_iters) {
             ptdp_log0("exiting after iteration %lld (%s)", (long long)r->st.iteration,
                       stop[0] ? "--exit-interval" : "--exit-duration-in-mins");
+            r->exited = 1;
             break;
         }
     }
@@ -284,6 +290,12 @@ int ptdp_run_finish(ptdp_run *r, int status) {
     const ptdp_run_params *p = &r->p;
     ptdp_comm *comm = r->comm;
     if (status == 0 && p->save && r->last_saved != ptdp_trainer_iteration(r->tr)) status = save(r);
+    /* Megatron, after training: "iteration N on validation set", then "on
+     * test set" (not after --exit-interval / --exit-duration-in-mins) */
+    if (status == 0 && !r->exited && r->n_evals)
+        ptdp__log_validation(r, evaluate(r, &r->valid, r->eval_round++), "validation");
+    if (status == 0 && !r->exited && r->has_test)
+        ptdp__log_validation(r, evaluate(r, &r->test, 0), "test");
     ptdp__log_finish(r);
     if (p->trace && ptdp_trainer_write_trace(r->tr, p->trace)) {
         ptdp_log_error("%s", ptdp_last_error());

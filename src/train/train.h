@@ -172,6 +172,7 @@ typedef struct {
     int log_comm;          /* print the communication counters at the end */
     const char *gemm_name; /* for the start-up line */
     int check_dp_replicas; /* compare replica hashes after every step */
+    int log_throughput;    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
     int check_for_nan;     /* a nan/inf loss or gradient norm stops the run (else: skipped) */
     /* checkpoints */
     const char *save, *load;

@@ -12,7 +12,9 @@ struct ptdp_run {
     ptdp_run_params p;
     ptdp_comm *comm;
     ptdp_trainer *tr;
-    ptdp_batches data, valid;
+    ptdp_batches data, valid, test;
+    int has_test;            /* the test split has samples (evaluated at the end) */
+    int exited;              /* --exit-interval / --exit-duration-in-mins stopped the loop */
     ptdp_gpt_data *gpt;
     int32_t *batch;          /* [B/d, s+1] this data-parallel rank's samples */
     int64_t n_evals;         /* 0: no validation */
@@ -34,7 +36,9 @@ struct ptdp_run {
 int ptdp__log_open(ptdp_run *r);
 void ptdp__log_start(ptdp_run *r);
 void ptdp__log_iteration(ptdp_run *r, double dt, int last);
-void ptdp__log_validation(ptdp_run *r, double loss);
+/* `set`: NULL during training, else "validation" or "test" (the end of
+ * training: Megatron's "iteration N on validation set" lines). */
+void ptdp__log_validation(ptdp_run *r, double loss, const char *set);
 void ptdp__log_finish(ptdp_run *r);
 void ptdp__log_close(ptdp_run *r);
 
