@@ -74,6 +74,24 @@ printf '{"body": "a", "text": "hello"}\n' > "$T/k.json"
 "$PTDP" preprocess --input "$T/k.json" --output-prefix "$T/k" --vocab-file "$V" --merge-file "$M" \
     --json-keys body 2>/dev/null && [ "$(od -An -tu2 "$T/k_body_document.bin" | tr -d ' ')" = 64 ] && ok ||
     bad "--json-keys body"
+# several keys (Megatron's nargs='+'): one dataset per key from one pass, each the same bytes
+# as that key alone; --partitions and --keep-newlines change nothing; --log-interval prints
+# Megatron's progress lines
+printf '{"body": "a", "text": "hello"}\n{"body": "a a", "text": ""}\n{"text": "x", "body": ""}\n' > "$T/k2.json"
+for key in body text; do
+    "$PTDP" preprocess --input "$T/k2.json" --output-prefix "$T/one" --vocab-file "$V" --merge-file "$M" \
+        --json-keys $key --append-eod 2>/dev/null
+done
+"$PTDP" preprocess --input "$T/k2.json" --output-prefix "$T/two" --vocab-file "$V" --merge-file "$M" \
+    --json-keys body text --append-eod --partitions 4 --keep-newlines --log-interval 2 2>"$T/err" && ok ||
+    bad "--json-keys body text: $(cat "$T/err")"
+for key in body text; do
+    for ext in bin idx; do
+        cmp -s "$T/one_${key}_document.$ext" "$T/two_${key}_document.$ext" && ok || bad "--json-keys body text: $key.$ext differs"
+    done
+done
+[ "$(grep -c '^Processed [0-9]* documents' "$T/err")" = 1 ] && grep -q "^Processed 2 documents" "$T/err" && ok ||
+    bad "--log-interval 2: $(cat "$T/err")"
 
 # ---- JSON lines under another name are JSON lines (Megatron reads nothing else)
 cp "$FIX/small.jsonl" "$T/small_json.data"
@@ -131,7 +149,11 @@ expect_error 2 "--vocab-file: cannot open" -- "$PTDP" preprocess --input "$FIX/s
 expect_error 2 "--input: cannot read" -- "$PTDP" preprocess --input "$T/missing.jsonl" --output-prefix "$T/x" "${P[@]}"
 expect_error 2 "--output-prefix: directory" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/no/dir/x" "${P[@]}"
 expect_error 2 "--workers must be between" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --workers 0
-expect_error 2 "--json-keys: give exactly one key" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --json-keys "text,title"
+expect_error 2 "give the keys as separate words" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --json-keys "text,title"
+expect_error 2 "--json-keys needs at least one key" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --json-keys
+expect_error 2 "--split-sentences is not supported" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --split-sentences
+expect_error 2 "--json-keys with 2 keys needs JSON lines" -- "$PTDP" preprocess --input "$SRC/data/moby-dick/data.txt" --output-prefix "$T/x" "${P[@]}" --json-keys text title
+expect_error 2 "no string under key \"title\"" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --json-keys text title
 expect_error 2 "--tokenizer-type must be one of" -- "$PTDP" preprocess --input "$FIX/small.jsonl" --output-prefix "$T/x" "${P[@]}" --tokenizer-type BertWordPieceLowerCase
 printf '{"text": "ok"}\n{"text": broken\n' > "$T/broken.jsonl"
 expect_error 2 "--input: $T/broken.jsonl:2: not a JSON object" -- "$PTDP" preprocess --input "$T/broken.jsonl" --output-prefix "$T/x" "${P[@]}"

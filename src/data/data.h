@@ -129,13 +129,16 @@ int ptdp_idx_read(const ptdp_idx_dataset *ds, int64_t seq, int64_t offset, int64
 const char *ptdp_idx_prefix(const ptdp_idx_dataset *ds);
 
 /* ---- preprocessing (tools/preprocess_data.py) ------------------------------- */
+#define PTDP_PP_MAX_KEYS 16
 typedef struct {
     const char *input; /* JSON lines or plain text, see format */
     int format;        /* PTDP_PP_AUTO (default): JSON lines when the name ends in .json/.jsonl
                           or the first non-blank line starts with '{', else plain text;
                           PTDP_PP_JSON, PTDP_PP_TEXT: as told */
-    const char *output_prefix; /* writes OUTPUT_PREFIX_KEY_document.{bin,idx} */
-    const char *json_key;      /* default "text" */
+    const char *output_prefix; /* writes OUTPUT_PREFIX_KEY_document.{bin,idx} per key */
+    const char *json_keys[PTDP_PP_MAX_KEYS]; /* JSON lines: one dataset per key ("text") */
+    int n_keys;                              /* >= 1; plain text: 1 (its name: the prefix) */
+    int64_t log_interval; /* > 0: a line every this many documents (Megatron's) */
     int append_eod;            /* append the EOD id to every non-empty document */
     int workers;               /* threads tokenizing; output does not depend on it */
     int progress;              /* 1: progress bar on stderr; 0: one summary line */

@@ -8,7 +8,8 @@
  * newlines but not the final one). By default a file is JSON lines when its
  * name ends in .json/.jsonl or its first non-blank line starts with '{'. Documents are tokenized in
  * parallel batches with OpenMP and written in input order, so the output does not depend on the
- * number of workers. Not supported: several JSON keys at once, sentence splitting. As with Python's
+ * number of workers. Several JSON keys write one dataset each, from one pass over the input.
+ * Not supported: sentence splitting. As with Python's
  * json.loads, the last of duplicate keys wins, and "\u0000" escapes are kept as NUL bytes (see
  * ptdp__json_nul). */
 #define _GNU_SOURCE
@@ -28,7 +29,8 @@
 
 ptdp_preprocess_params ptdp_preprocess_default_params(void) {
     ptdp_preprocess_params p = {0};
-    p.json_key = "text";
+    p.json_keys[0] = "text";
+    p.n_keys = 1;
     p.workers = 1;
     return p;
 }
@@ -85,11 +87,22 @@ static int ptdp__json_nul(const char *d, size_t n, char **copy, size_t *copy_n) 
     return 1;
 }
 
-/* Tokenizes one item into *out (cleared first). */
+/* Appends the EOD id to a non-empty document when asked. */
+static int ptdp__pp_eod(const ptdp__pp_ctx *c, ptdp_tokens *out) {
+    int rc = PTDP_OK;
+    if (c->p->append_eod && out->n > 0) {
+        rc = ptdp_tokens_reserve(out, 1);
+        if (!rc) out->ids[out->n++] = c->eod;
+    }
+    return rc;
+}
+
+/* Tokenizes one item into out[0 .. n_keys) (cleared first): one document per
+ * JSON key, or the plain-text document. */
 static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptdp__item *it,
                          ptdp_tokens *out) {
-    out->n = 0;
-    int rc;
+    for (int k = 0; k < c->p->n_keys; k++) out[k].n = 0;
+    int rc = PTDP_OK;
     if (c->json) {
         const char *line = c->data + it->begin;
         size_t line_n = it->end - it->begin;
@@ -104,26 +117,27 @@ static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptd
             cJSON_Delete(obj);
             return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", c->p->input, it->lineno);
         }
-        const cJSON *v = NULL; /* the last member with the key, as json.loads keeps */
-        for (const cJSON *e = obj->child; e; e = e->next)
-            if (e->string && strcmp(e->string, c->p->json_key) == 0) v = e;
-        if (!cJSON_IsString(v)) {
-            cJSON_Delete(obj);
-            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", c->p->input,
-                               it->lineno, c->p->json_key);
+        for (int k = 0; k < c->p->n_keys && !rc; k++) {
+            const char *key = c->p->json_keys[k];
+            const cJSON *v = NULL; /* the last member with the key, as json.loads keeps */
+            for (const cJSON *e = obj->child; e; e = e->next)
+                if (e->string && strcmp(e->string, key) == 0) v = e;
+            if (!cJSON_IsString(v)) {
+                rc = ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"",
+                                 c->p->input, it->lineno, key);
+                break;
+            }
+            size_t len = strlen(v->valuestring);
+            if (nul)
+                for (size_t i = 0; i < len; i++)
+                    if ((unsigned char)v->valuestring[i] == 0xFF) v->valuestring[i] = 0;
+            rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, len, &out[k]);
+            if (!rc) rc = ptdp__pp_eod(c, &out[k]);
         }
-        size_t len = strlen(v->valuestring);
-        if (nul)
-            for (size_t i = 0; i < len; i++)
-                if ((unsigned char)v->valuestring[i] == 0xFF) v->valuestring[i] = 0;
-        rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, len, out);
         cJSON_Delete(obj);
     } else {
         rc = ptdp_tokenizer_encode(c->tok, cache, c->data + it->begin, it->end - it->begin, out);
-    }
-    if (!rc && c->p->append_eod && out->n > 0) {
-        rc = ptdp_tokens_reserve(out, 1);
-        if (!rc) out->ids[out->n++] = c->eod;
+        if (!rc) rc = ptdp__pp_eod(c, out);
     }
     return rc;
 }
@@ -208,24 +222,34 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
     c.data = map;
     if (p->format == PTDP_PP_AUTO && !c.json) c.json = ptdp__looks_json(c.data, n);
 
-    size_t plen = strlen(p->output_prefix) + strlen(p->json_key) + 16;
-    char *prefix = malloc(plen);
+    const int nk = p->n_keys;
+    int rc = nk < 1 || nk > PTDP_PP_MAX_KEYS
+                 ? ptdp_errorf(PTDP_EINVAL, "--json-keys: give 1 to %d keys", PTDP_PP_MAX_KEYS)
+             : nk > 1 && !c.json
+                 ? ptdp_errorf(PTDP_EINVAL,
+                               "--json-keys with %d keys needs JSON lines; '%s' is read as plain "
+                               "text (one document per paragraph, one dataset)",
+                               nk, p->input)
+                 : PTDP_OK;
+    size_t plen = strlen(p->output_prefix) + 256;
+    char *prefix = malloc(plen * (size_t)nk);
     ptdp__item *items = malloc(PTDP__BATCH_ITEMS * sizeof(ptdp__item));
-    ptdp_tokens *toks = calloc(PTDP__BATCH_ITEMS, sizeof(ptdp_tokens));
+    ptdp_tokens *toks = calloc((size_t)PTDP__BATCH_ITEMS * (size_t)nk, sizeof(ptdp_tokens));
     int *rcs = malloc(PTDP__BATCH_ITEMS * sizeof(int));
     ptdp_tok_cache **caches = calloc((size_t)p->workers, sizeof(*caches));
-    int rc = PTDP_OK;
-    if (!prefix || !items || !toks || !rcs || !caches)
+    if (!rc && (!prefix || !items || !toks || !rcs || !caches))
         rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
     for (int w = 0; !rc && w < p->workers; w++)
         if (!(caches[w] = ptdp_tok_cache_new())) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
-    ptdp_idx_writer *wr = NULL;
-    if (!rc) {
-        snprintf(prefix, plen, "%s_%s_document", p->output_prefix, p->json_key);
-        rc = ptdp_idx_writer_open(&wr, prefix,
+    ptdp_idx_writer *wr[PTDP_PP_MAX_KEYS] = {NULL};
+    for (int k = 0; !rc && k < nk; k++) {
+        snprintf(prefix + plen * (size_t)k, plen, "%s_%s_document", p->output_prefix,
+                 p->json_keys[k]);
+        rc = ptdp_idx_writer_open(&wr[k], prefix + plen * (size_t)k,
                                   ptdp_idx_dtype_for_vocab(ptdp_tokenizer_vocab_size(tok)));
     }
-    ptdp_preprocess_stats s = {0};
+    ptdp_preprocess_stats s = {0}; /* all keys together */
+    int64_t tokens[PTDP_PP_MAX_KEYS] = {0}, empty[PTDP_PP_MAX_KEYS] = {0};
     double t0 = ptdp_now(), last_print = t0;
     size_t pos = 0, lineno = 0;
     while (!rc) {
@@ -239,20 +263,32 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
         if (nb == 0) break;
 #pragma omp parallel for schedule(dynamic, 8) num_threads(p->workers)
         for (int i = 0; i < nb; i++)
-            rcs[i] = ptdp__pp_item(&c, caches[omp_get_thread_num()], &items[i], &toks[i]);
+            rcs[i] = ptdp__pp_item(&c, caches[omp_get_thread_num()], &items[i], &toks[i * nk]);
         for (int i = 0; i < nb && !rc; i++) {
             if (rcs[i]) {
                 /* redo the first failure on this thread so its message is the one recorded */
-                rc = ptdp__pp_item(&c, caches[0], &items[i], &toks[i]);
+                rc = ptdp__pp_item(&c, caches[0], &items[i], &toks[i * nk]);
                 if (!rc)
                     rc = ptdp_errorf(PTDP_EIO, "%s:%zu: tokenizing failed", p->input,
                                      items[i].lineno);
                 break;
             }
-            rc = ptdp_idx_writer_add_document(wr, toks[i].ids, toks[i].n);
+            for (int k = 0; k < nk && !rc; k++) {
+                const ptdp_tokens *t = &toks[i * nk + k];
+                rc = ptdp_idx_writer_add_document(wr[k], t->ids, t->n);
+                empty[k] += t->n == 0;
+                tokens[k] += (int64_t)t->n;
+                s.empty_documents += t->n == 0;
+                s.tokens += (int64_t)t->n;
+            }
             s.documents++;
-            s.empty_documents += toks[i].n == 0;
-            s.tokens += (int64_t)toks[i].n;
+            if (p->log_interval > 0 && s.documents % p->log_interval == 0) {
+                /* Megatron's preprocess_data.py progress line */
+                const double el = ptdp_now() - t0 + 1e-9;
+                fprintf(stderr, "Processed %lld documents (%.1f docs/s, %.2f MB/s).\n",
+                        (long long)s.documents, (double)s.documents / el,
+                        (double)items[i].end / 1e6 / el);
+            }
         }
         s.bytes_in = (int64_t)pos;
         double now = ptdp_now();
@@ -263,22 +299,23 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
                     (double)pos / 1e6 / (now - t0 + 1e-9));
         }
     }
-    if (!rc) {
-        rc = ptdp_idx_writer_finish(wr);
-        wr = NULL;
+    /* datasets are renamed into place only after the whole input was read */
+    for (int k = 0; k < nk && !rc; k++) {
+        rc = ptdp_idx_writer_finish(wr[k]);
+        wr[k] = NULL;
     }
     s.seconds = ptdp_now() - t0;
     if (p->progress) fprintf(stderr, "\n");
-    if (!rc)
+    for (int k = 0; k < nk && !rc; k++)
         fprintf(stderr,
                 "preprocess: %lld documents (%lld empty), %lld tokens, %.1f MB in %.2f s "
                 "(%.1f MB/s, %d workers, %s) -> %s.bin/.idx\n",
-                (long long)s.documents, (long long)s.empty_documents, (long long)s.tokens,
+                (long long)s.documents, (long long)empty[k], (long long)tokens[k],
                 (double)s.bytes_in / 1e6, s.seconds, (double)s.bytes_in / 1e6 / (s.seconds + 1e-9),
-                p->workers, c.json ? "JSON lines" : "plain text", prefix);
+                p->workers, c.json ? "JSON lines" : "plain text", prefix + plen * (size_t)k);
     if (stats) *stats = s;
-    ptdp_idx_writer_free(wr);
-    for (int i = 0; toks && i < PTDP__BATCH_ITEMS; i++) ptdp_tokens_free(&toks[i]);
+    for (int k = 0; k < nk; k++) ptdp_idx_writer_free(wr[k]);
+    for (int i = 0; toks && i < PTDP__BATCH_ITEMS * nk; i++) ptdp_tokens_free(&toks[i]);
     for (int w = 0; caches && w < p->workers; w++) ptdp_tok_cache_free(caches[w]);
     free(caches);
     free(rcs);
