@@ -21,7 +21,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->micro_batch_size = 1;
     a->train_iters = -1; /* required (or --train-samples); 0 is allowed (load, save, no step) */
     a->train_samples = -1;
-    a->lr = -1;          /* required */
+    a->lr = -1; /* required */
     a->min_lr = 0.0;
     a->weight_decay = 0.01;
     a->clip_grad = 1.0;
@@ -337,18 +337,17 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     if (by_samples && a->train_iters >= 0)
         return ptdp_errorf(PTDP_ECONFIG, "give --train-iters or --train-samples, not both");
     const char *unit = by_samples ? "samples" : "iters";
-    const char *mixed = by_samples ? (a->lr_decay_iters      ? "--lr-decay-iters"
+    const char *mixed = by_samples ? (a->lr_decay_iters    ? "--lr-decay-iters"
                                       : a->lr_warmup_iters ? "--lr-warmup-iters"
                                                            : NULL)
-                                   : (a->lr_decay_samples      ? "--lr-decay-samples"
+                                   : (a->lr_decay_samples    ? "--lr-decay-samples"
                                       : a->lr_warmup_samples ? "--lr-warmup-samples"
                                                              : NULL);
     if (mixed)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "%s counts %s, and this run counts %s (--train-%s); use --lr-%s-%s",
-                           mixed, by_samples ? "iterations" : "samples",
-                           by_samples ? "samples" : "iterations", unit,
-                           strstr(mixed, "decay") ? "decay" : "warmup", unit);
+        return ptdp_errorf(
+            PTDP_ECONFIG, "%s counts %s, and this run counts %s (--train-%s); use --lr-%s-%s",
+            mixed, by_samples ? "iterations" : "samples", by_samples ? "samples" : "iterations",
+            unit, strstr(mixed, "decay") ? "decay" : "warmup", unit);
     const int64_t warm = by_samples ? a->lr_warmup_samples : a->lr_warmup_iters,
                   decay = by_samples ? a->lr_decay_samples : a->lr_decay_iters;
     if (warm && a->lr_warmup_fraction > 0)
@@ -559,17 +558,14 @@ int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B) {
 /* Megatron's get_optimizer_param_scheduler: decay and warm-up in samples
  * (iterations x B when the run counts iterations); the fraction applies to
  * the decay in samples, unrounded. */
-void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
-                     ptdp_adamw_params *adam) {
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam) {
     const int by_samples = a->train_samples >= 0;
     lr->max_lr = a->lr;
     lr->min_lr = a->min_lr;
     lr->samples_per_step = B;
-    lr->decay_samples = by_samples ? (double)(a->lr_decay_samples ? a->lr_decay_samples
-                                                                  : a->train_samples)
-                                   : (double)(a->lr_decay_iters ? a->lr_decay_iters
-                                                                : a->train_iters) *
-                                         (double)B;
+    lr->decay_samples =
+        by_samples ? (double)(a->lr_decay_samples ? a->lr_decay_samples : a->train_samples)
+                   : (double)(a->lr_decay_iters ? a->lr_decay_iters : a->train_iters) * (double)B;
     lr->warmup_samples =
         by_samples ? (double)a->lr_warmup_samples : (double)a->lr_warmup_iters * (double)B;
     if (a->lr_warmup_fraction > 0) lr->warmup_samples = a->lr_warmup_fraction * lr->decay_samples;

@@ -124,8 +124,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
  * (Megatron's conversion); B is the global batch. */
 int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);
 /* The LR schedule (in samples, B per step) and AdamW settings from the flags. */
-void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
-                     ptdp_adamw_params *adam);
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 /* Room for every flag of one command (ptdp_args_table's cap). */
 #define PTDP_ARGS_MAX_FLAGS 128
 

@@ -81,7 +81,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     int d = 1, rc = PTDP_OK;
     tp.eod_token = 50256; /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
-    if (a.vocab_file) { /* the vocabulary size comes from the tokenizer */
+    if (a.vocab_file) {   /* the vocabulary size comes from the tokenizer */
         ptdp_tokenizer *tok = NULL;
         int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
         if (st) {

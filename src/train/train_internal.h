@@ -13,8 +13,8 @@ struct ptdp_run {
     ptdp_comm *comm;
     ptdp_trainer *tr;
     ptdp_batches data, valid, test;
-    int has_test;            /* the test split has samples (evaluated at the end) */
-    int exited;              /* --exit-interval / --exit-duration-in-mins stopped the loop */
+    int has_test; /* the test split has samples (evaluated at the end) */
+    int exited;   /* --exit-interval / --exit-duration-in-mins stopped the loop */
     ptdp_gpt_data *gpt;
     int32_t *batch;          /* [B/d, s+1] this data-parallel rank's samples */
     int64_t n_evals;         /* 0: no validation */

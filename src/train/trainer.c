@@ -30,9 +30,9 @@ struct ptdp_trainer {
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
     float *loss_scales; /* [m] host: each micro-batch's loss-gradient scale */
-    float *hash_buf; /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
-                        the parameters through it (backend memory may not be
-                        host memory) */
+    float *hash_buf;    /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
+                           the parameters through it (backend memory may not be
+                           host memory) */
 };
 
 #define HASH_CHUNK ((int64_t)1 << 18) /* floats (1 MiB) per download */
@@ -273,8 +273,7 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
         tr->loss_scales[k] = (float)(1.0 / ((double)p->global_batch * (double)s));
         if (!p->eod_mask_loss || !batch) continue;
         const int64_t n = counted_tokens(p, batch, k);
-        tr->loss_scales[k] =
-            n ? (float)(1.0 / ((double)n * (double)(p->global_batch / b))) : 0.0f;
+        tr->loss_scales[k] = n ? (float)(1.0 / ((double)n * (double)(p->global_batch / b))) : 0.0f;
         total += n;
     }
     return total;
@@ -291,8 +290,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
         float nan = NAN; /* put before backward so it flows through the reductions */
         p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
-    ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m,
-                      &loss_sum);
+    ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m, &loss_sum);
 
     double t0 = ptdp_executor_now(tr->ex);
     reduce_tied_embedding(tr);
@@ -302,13 +300,13 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* the loss and its token count live on the last stage (both t times over:
      * every tensor rank there holds them), the norm's pieces on every
      * stage (and with ZeRO-1 on every data-parallel shard) */
-    const int last = comm->pp == comm->p - 1;
-    double sums[3] = {loss_sum, last ? (double)counted : 0.0, 0.0};
-    for (int c = 0; c < tr->v; c++) sums[2] += ptdp_optim_grad_sumsq(&tr->opts[c]);
-    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? 3 : 2);
-    ptdp_allreduce_sum_f64(&comm->model, sums, 3);
+    const int last = comm->pp == comm->p - 1, nl = p->eod_mask_loss ? 2 : 1; /* loss[, count] */
+    double sums[3] = {loss_sum, nl == 2 && last ? (double)counted : 0.0, 0.0};
+    for (int c = 0; c < tr->v; c++) sums[nl] += ptdp_optim_grad_sumsq(&tr->opts[c]);
+    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? nl + 1 : nl);
+    ptdp_allreduce_sum_f64(&comm->model, sums, nl + 1);
     ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
-    double norm = sqrt(sums[2]);
+    double norm = sqrt(sums[nl]);
     double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
@@ -365,8 +363,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             }
         }
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
-    ptdp_allreduce_sum_f64(&comm->data, loss_sum, 2);
-    ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, 2);
+    const int nl = p->eod_mask_loss ? 2 : 1; /* the count only when masking */
+    ptdp_allreduce_sum_f64(&comm->data, loss_sum, nl);
+    ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, nl);
     return loss_sum[0] / (p->eod_mask_loss ? loss_sum[1] : (double)p->global_batch * (double)s);
 }
 
