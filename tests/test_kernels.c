@@ -331,13 +331,13 @@ static void test_attention(const ptdp_ops *o) {
     free(S);
 }
 
-/* The attention is tiled (64 x 64 tiles of query rows and keys at s > 128,
+/* The attention is tiled (128 x 128 tiles of query rows and keys at s > 128,
  * one tile at s <= 128) with an online softmax in the forward and the
  * probabilities recomputed tile by tile in the backward. Forward (ctx, saved
  * logsumexp) and backward (dqkv) are checked against plain double loops over
  * the full matrices, with and without dropout, for shapes that cover one
- * row (s = 1), one tile, exact multiples of the tile (128: one tile; 192:
- * three) and ragged last tiles (65 with one tile, 130, 300), several heads
+ * row (s = 1), one tile, exact multiples of the tile (128: one tile; 256:
+ * two) and ragged last tiles (65 with one tile, 130, 300), several heads
  * and sequences. The dropout reference draws its mask with
  * ptdp__dropout_keep at element task*s*s + i*s + k, the numbering of
  * kernels.h that the previous probs-storing kernel used, so with p = 0.1 the
@@ -429,7 +429,7 @@ static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64
 static void test_attention_tiled(const ptdp_ops *o) {
     const int64_t shapes[][4] = {/* s, b, al, hd */
                                  {1, 1, 1, 8},    {1, 2, 3, 4},    {7, 2, 3, 5},   {65, 1, 2, 8},
-                                 {128, 1, 1, 16}, {130, 1, 2, 16}, {192, 2, 1, 8}, {300, 2, 1, 16}};
+                                 {128, 1, 1, 16}, {130, 1, 2, 16}, {256, 2, 1, 8}, {300, 2, 1, 16}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int pass = 0; pass < 2; pass++)
             check_attention_tiled(o, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3],

@@ -179,7 +179,7 @@ const ptdp_ops *ptdp_cpu_ops(void);
 const ptdp_ops *ptdp_cuda_ops(void);
 
 /* Floats of scratch the CPU attention_fwd/bwd need for (s, threads): a few
- * 64 x 64 tiles and one [s] row per thread (the CUDA backend uses its own
+ * 128 x 128 tiles and one [s] row per thread (the CUDA backend uses its own
  * workspace and ignores the argument). */
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 
