@@ -1,7 +1,8 @@
 /* test_kernels.c - every fast CPU kernel in ptdp_cpu_ops() against a plain
  * reference (ptdp_ref_* or a double-precision loop written here): GEMM in all
  * transpose combinations with padded leading dimensions on both libraries,
- * LayerNorm, bias + GeLU, attention (context and probabilities), embedding and
+ * LayerNorm, bias + GeLU, attention (context, saved logsumexp and the tiled
+ * backward against double loops), embedding and
  * position lookups on a vocabulary slice, the vocabulary-parallel
  * cross-entropy pieces split over t = 2 and 3 slices with padded columns,
  * AdamW against PyTorch's formula, the reductions, the fast exp/tanh, and the
@@ -106,7 +107,7 @@ static void test_dropout_keying(const ptdp_ops *o) {
     CHECK(same);
     /* attention: 4 heads on one rank vs 2 + 2 on two ranks, one sequence */
     const int64_t S = 9, hd = 4, a = 4;
-    float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9];
+    float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9]; /* p4, p2: saved, >= b*al*s*s */
     float *scratch =
         malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(S, omp_get_max_threads()));
     for (int64_t i = 0; i < S * a * 3 * hd; i++) qkv4[i] = (float)((i * 37) % 11) * 0.1f;
@@ -264,20 +265,60 @@ static void test_bias_gelu(const ptdp_ops *o) {
 
 /* ---- attention ------------------------------------------------------------ */
 
+/* The CPU backend saves the logsumexp of every row of scale * q k^T (causal):
+ * lse[(bi*al + j)*s + i] = log sum_{k <= i} exp(scale q_i . k_k), in double. */
+static void ref_lse(const float *qkv, double *lse, int64_t s, int64_t b, int64_t al, int64_t hd) {
+    const int64_t ld3 = b * al * 3 * hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *z = malloc(sizeof(double) * (size_t)s);
+    for (int64_t task = 0; task < b * al; task++) {
+        const float *Q = qkv + task * 3 * hd, *K = Q + hd; /* (bi*al + j)*3*hd */
+        for (int64_t i = 0; i < s; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t k = 0; k <= i; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                z[k] = scale * d;
+                mx = fmax(mx, z[k]);
+            }
+            for (int64_t k = 0; k <= i; k++) sum += exp(z[k] - mx);
+            lse[task * s + i] = mx + log(sum);
+        }
+    }
+    free(z);
+}
+
+/* saved (the CPU's logsumexp rows) against the double reference. The
+ * scores are fp32 dot products of hd <= 16 terms of O(1) (error ~1e-6) and
+ * lse = max + log(sum) adds a few ulps of an O(10) value: 1e-5 + 1e-5 rel. */
+static void check_lse(const char *what, const float *saved, const float *qkv, int64_t s, int64_t b,
+                      int64_t al, int64_t hd) {
+    double *lse = malloc(sizeof(double) * (size_t)(b * al * s));
+    float *want = fmalloc(b * al * s);
+    ref_lse(qkv, lse, s, b, al, hd);
+    for (int64_t i = 0; i < b * al * s; i++) want[i] = (float)lse[i];
+    check_arr(what, saved, want, b * al * s, 1e-5, 1e-5);
+    free(lse);
+    free(want);
+}
+
 static void test_attention(const ptdp_ops *o) {
     const int64_t s = 7, b = 2, al = 3, hd = 5;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
-    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    CHECK(o->attention_saved_floats(s, b, al) == b * al * s);
+    float *saved = fmalloc(b * al * s), *pref = fmalloc(b * al * s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
     fill_normal(qkv, s * ld3, 6, 1.5f);
     ptdp_dropout nodrop = {0};
-    fill_const(probs, b * al * s * s, NAN);
-    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, nodrop);
+    fill_const(saved, b * al * s, NAN);
+    fill_const(ctx, s * ldc, NAN);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, nodrop);
     ptdp_ref_attention_fwd(qkv, ref, s, b, al, hd);
     check_arr("attention_fwd ctx", ctx, ref, s * ldc, 1e-5, 1e-5);
-    /* probs[bi, j] = softmax_causal(q k^T / sqrt(hd)) from the documented layout */
+    check_lse("attention_fwd saved logsumexp", saved, qkv, s, b, al, hd);
+    /* pref[bi, j] = softmax_causal(q k^T / sqrt(hd)), for the dropout reference */
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < al; j++) {
             const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd;
@@ -289,13 +330,13 @@ static void test_attention(const ptdp_ops *o) {
                 }
             ptdp_ref_softmax_causal(S, pref + (bi * al + j) * s * s, s, 1.0f / sqrtf((float)hd));
         }
-    check_arr("attention_fwd probs", probs, pref, b * al * s * s, 1e-5, 1e-6);
 
-    /* With dropout the saved probs are unchanged and ctx = dropout(P) V, the
-     * mask element of (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
+    /* With dropout the saved rows are unchanged (statistics of the undropped
+     * probabilities) and ctx = dropout(P) V, the mask element of
+     * (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
     ptdp_dropout drop = {.p = 0.25f, .key = ptdp_rng_key_make(7, "attn"), .offset = 1000};
-    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
-    check_arr("attention_fwd probs (dropout)", probs, pref, b * al * s * s, 1e-5, 1e-6);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    check_lse("attention_fwd saved logsumexp (dropout)", saved, qkv, s, b, al, hd);
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < al; j++) {
             int64_t task = bi * al + j;
@@ -313,96 +354,117 @@ static void test_attention(const ptdp_ops *o) {
     free(qkv);
     free(ctx);
     free(ref);
-    free(probs);
+    free(saved);
     free(pref);
     free(scratch);
     free(S);
 }
 
-/* The causal attention runs its GEMMs in row/column blocks that skip the
- * masked upper triangle (64 rows at s > 128). s = 300 leaves a ragged last
- * block; forward and backward (with and without dropout) are checked against
- * plain double loops over the full matrices. */
-static void test_attention_blocked(const ptdp_ops *o) {
-    const int64_t s = 300, b = 2, al = 1, hd = 16;
+/* The attention is tiled (128 x 128 tiles of query rows and keys at s > 128,
+ * one tile at s <= 128) with an online softmax in the forward and the
+ * probabilities recomputed tile by tile in the backward. Forward (ctx, saved
+ * logsumexp) and backward (dqkv) are checked against plain double loops over
+ * the full matrices, with and without dropout, for shapes that cover one
+ * row (s = 1), one tile, exact multiples of the tile (128: one tile; 256:
+ * two) and ragged last tiles (65 with one tile, 130, 300), several heads
+ * and sequences. The dropout reference draws its mask with
+ * ptdp__dropout_keep at element task*s*s + i*s + k, the numbering of
+ * kernels.h that the previous probs-storing kernel used, so with p = 0.1 the
+ * kernel equals that kernel's result up to fp32 rounding: a wrong mask
+ * element would be off by O(1). Tolerance: sums of up to s = 300 products of
+ * O(1) values in fp32 (relative error ~s * 6e-8 = 2e-5 at worst), so 1e-4
+ * relative + 1e-5 absolute, the bound the probs-storing kernel was held to. */
+static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64_t al, int64_t hd,
+                                  float p) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
     float *dctx = fmalloc(s * ldc), *dqkv = fmalloc(s * ld3), *dref = fmalloc(s * ld3);
-    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    float *saved = fmalloc(o->attention_saved_floats(s, b, al)), *pref = fmalloc(s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
     double *dP = malloc(sizeof(double) * (size_t)(s * s));
-    fill_normal(qkv, s * ld3, 16, 1.0f);
-    fill_normal(dctx, s * ldc, 17, 1.0f);
-    for (int pass = 0; pass < 2; pass++) {
-        ptdp_dropout drop = {0};
-        if (pass)
-            drop = (ptdp_dropout){.p = 0.2f, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
-        fill_const(probs, b * al * s * s, NAN);
-        o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
-        o->attention_bwd(dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
-        for (int64_t task = 0; task < b * al; task++) {
-            int64_t bi = task / al, j = task % al;
-            const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-            const float *dC = dctx + bi * al * hd + j * hd;
-            float *P = pref + task * s * s;
-            for (int64_t i = 0; i < s; i++)
-                for (int64_t k = 0; k < s; k++) {
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
-                    S[i * s + k] = (float)d;
-                }
-            ptdp_ref_softmax_causal(S, P, s, scale);
-            /* keep-mask factor of element (i, k) */
+    fill_normal(qkv, s * ld3, 16 + (uint64_t)s, 1.0f);
+    fill_normal(dctx, s * ldc, 17 + (uint64_t)s, 1.0f);
+    ptdp_dropout drop = {0};
+    if (p > 0.0f) drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
+    fill_const(saved, o->attention_saved_floats(s, b, al), NAN);
+    fill_const(ctx, s * ldc, NAN);
+    fill_const(dqkv, s * ld3, NAN);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    o->attention_bwd(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
+    for (int64_t task = 0; task < b * al; task++) {
+        int64_t bi = task / al, j = task % al;
+        const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+        const float *dC = dctx + bi * al * hd + j * hd;
+        float *P = pref;
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t k = 0; k < s; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                S[i * s + k] = (float)d;
+            }
+        ptdp_ref_softmax_causal(S, P, s, scale);
+        /* keep-mask factor of element (i, k) */
 #define MK(i, k)                                                                       \
     (drop.p > 0.0f ? (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + (i)*s + (k))) \
                           ? 1.0 / (1.0 - drop.p)                                       \
                           : 0.0)                                                       \
                    : 1.0)
-            for (int64_t i = 0; i < s; i++)
-                for (int64_t e = 0; e < hd; e++) {
-                    double acc = 0;
-                    for (int64_t k = 0; k <= i; k++)
-                        acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
-                    ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
-                }
-            float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
-            for (int64_t i = 0; i < s; i++) {
-                double dot = 0;
-                for (int64_t k = 0; k <= i; k++) {
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += (double)dC[i * ldc + e] * V[k * ld3 + e];
-                    dP[i * s + k] = d * MK(i, k);
-                    dot += dP[i * s + k] * P[i * s + k];
-                }
-                for (int64_t k = 0; k <= i; k++)
-                    dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t e = 0; e < hd; e++) {
+                double acc = 0;
+                for (int64_t k = 0; k <= i; k++) acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
+                ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
             }
-            for (int64_t r = 0; r < s; r++)
-                for (int64_t e = 0; e < hd; e++) {
-                    double q = 0, kk = 0, v = 0;
-                    for (int64_t k = 0; k <= r; k++) q += dP[r * s + k] * K[k * ld3 + e];
-                    for (int64_t i = r; i < s; i++) {
-                        kk += dP[i * s + r] * Q[i * ld3 + e];
-                        v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
-                    }
-                    dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk,
-                                 dV[r * ld3 + e] = (float)v;
-                }
-#undef MK
+        float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        for (int64_t i = 0; i < s; i++) {
+            double dot = 0;
+            for (int64_t k = 0; k <= i; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)dC[i * ldc + e] * V[k * ld3 + e];
+                dP[i * s + k] = d * MK(i, k);
+                dot += dP[i * s + k] * P[i * s + k];
+            }
+            for (int64_t k = 0; k <= i; k++)
+                dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
         }
-        const char *tag = pass ? " (blocked, dropout)" : " (blocked)";
-        char w[64];
-        snprintf(w, sizeof w, "attention_fwd probs%s", tag);
-        check_arr(w, probs, pref, b * al * s * s, 1e-5, 1e-6);
-        snprintf(w, sizeof w, "attention_fwd ctx%s", tag);
-        check_arr(w, ctx, ref, s * ldc, 1e-4, 1e-5);
-        snprintf(w, sizeof w, "attention_bwd dqkv%s", tag);
-        check_arr(w, dqkv, dref, s * ld3, 1e-4, 1e-5);
+        for (int64_t r = 0; r < s; r++)
+            for (int64_t e = 0; e < hd; e++) {
+                double q = 0, kk = 0, v = 0;
+                for (int64_t k = 0; k <= r; k++) q += dP[r * s + k] * K[k * ld3 + e];
+                for (int64_t i = r; i < s; i++) {
+                    kk += dP[i * s + r] * Q[i * ld3 + e];
+                    v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
+                }
+                dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk, dV[r * ld3 + e] = (float)v;
+            }
+#undef MK
     }
+    char w[96];
+    snprintf(w, sizeof w, "attention (s=%lld b=%lld al=%lld hd=%lld p=%g)", (long long)s,
+             (long long)b, (long long)al, (long long)hd, (double)p);
+    char w2[128];
+    snprintf(w2, sizeof w2, "%s saved logsumexp", w);
+    check_lse(w2, saved, qkv, s, b, al, hd);
+    snprintf(w2, sizeof w2, "%s ctx", w);
+    check_arr(w2, ctx, ref, s * ldc, 1e-4, 1e-5);
+    snprintf(w2, sizeof w2, "%s dqkv", w);
+    check_arr(w2, dqkv, dref, s * ld3, 1e-4, 1e-5);
     free(qkv), free(ctx), free(ref), free(dctx), free(dqkv), free(dref);
-    free(probs), free(pref), free(scratch), free(S), free(dP);
+    free(saved), free(pref), free(scratch), free(S), free(dP);
+}
+
+static void test_attention_tiled(const ptdp_ops *o) {
+    const int64_t shapes[][4] = {/* s, b, al, hd */
+                                 {1, 1, 1, 8},    {1, 2, 3, 4},    {7, 2, 3, 5},   {65, 1, 2, 8},
+                                 {128, 1, 1, 16}, {130, 1, 2, 16}, {256, 2, 1, 8}, {300, 2, 1, 16}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int pass = 0; pass < 2; pass++)
+            check_attention_tiled(o, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3],
+                                  pass ? 0.1f : 0.0f);
+    /* the tiles' GEMMs through the other library's table */
+    check_attention_tiled(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 300, 2, 1, 16, 0.1f);
 }
 
 /* Dropout masks are drawn 64 elements per Philox batch: odd offsets and
@@ -731,7 +793,7 @@ int main(void) {
     test_layernorm(o);
     test_bias_gelu(o);
     test_attention(o);
-    test_attention_blocked(o);
+    test_attention_tiled(o);
     test_dropout_batched(o);
     test_embed(o);
     test_xent_split(o, 2);

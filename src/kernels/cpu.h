@@ -31,15 +31,16 @@ void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
 /* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0 for e < n (dst may alias
  * src); the masks of ptdp__dropout_keep, drawn 64 elements per Philox batch. */
 void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
-void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale);
-void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale);
-/* attention's per-head GEMMs run through `gemm`, the table's library */
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs,
+/* attention's per-tile GEMMs run through `gemm`, the table's library; lse
+ * [b, al, s] is the saved logsumexp of every row (scaled scores) */
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop);
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
-                         const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
+                         const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
                          int64_t al, int64_t hd, ptdp_dropout drop);
+/* b * al * s: one logsumexp per row */
+int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,

@@ -46,7 +46,8 @@ typedef struct {
      * for dropout_fwd/bwd; fewer than 2^24 samples per iteration).
      * Attention probabilities: the [s, s] block of (sequence bi, local head j)
      * is block (sample0 + bi) * heads + head0 + j (heads: a, head0: this
-     * tensor rank's first global head), or bi * al + j when b == 0. */
+     * tensor rank's first global head), or bi * al + j when b == 0; element
+     * (query i, key k) of block blk is number blk * s * s + i * s + k. */
     int64_t b, sample0, width, heads, head0;
 } ptdp_dropout;
 
@@ -105,14 +106,20 @@ typedef struct ptdp_ops {
     /* Causal self-attention core for al local heads of size hd over a
      * micro-batch of b sequences of length s.
      * qkv [s, b, al, 3, hd] (Megatron's per-head q|k|v order), ctx [s, b, al*hd],
-     * probs [b, al, s, s] softmax(scale * q k^T + causal mask) before dropout
-     * (saved for backward); scratch: ptdp_attention_scratch_floats() floats.
-     * bwd: dqkv (overwritten) from dctx, using qkv and probs. */
-    void (*attention_fwd)(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+     * saved: what the forward keeps for the backward, attention_saved_floats(s,
+     * b, al) floats whose content is the backend's own (CPU: the logsumexp of
+     * every row of scale * q k^T + causal mask, [b, al, s]; CUDA: the
+     * probabilities before dropout, [b, al, s, s]); scratch:
+     * ptdp_attention_scratch_floats() floats.
+     * bwd: dqkv (overwritten) from dctx, using qkv, the forward's ctx and saved. */
+    void (*attention_fwd)(const float *qkv, float *ctx, float *saved, float *scratch, int64_t s,
                           int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-    void (*attention_bwd)(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+    void (*attention_bwd)(const float *dctx, const float *qkv, const float *ctx, const float *saved,
+                          float *dqkv, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                           ptdp_dropout drop);
+    /* Floats attention_fwd saves for (s, b, al): the model carves and the
+     * memory plan counts this many per layer and stashed micro-batch. */
+    int64_t (*attention_saved_floats)(int64_t s, int64_t b, int64_t al);
 
     /* Vocabulary-parallel token embedding: rows [v0, v0+Vl) of the padded
      * vocabulary live here. out[si,bi,:] = wte[tok - v0] if owned, else 0.
@@ -177,7 +184,9 @@ const ptdp_ops *ptdp_cpu_ops(void);
  * PTDP_EUNSUPPORTED in a build without CUDA. */
 const ptdp_ops *ptdp_cuda_ops(void);
 
-/* Floats of scratch attention_fwd/bwd need for (s, threads). */
+/* Floats of scratch the CPU attention_fwd/bwd need for (s, threads): a few
+ * 128 x 128 tiles and one [s] row per thread (the CUDA backend uses its own
+ * workspace and ignores the argument). */
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 
 /* Keep-mask element e of a dropout site: 1 keeps, 0 drops. */

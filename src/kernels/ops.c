@@ -29,6 +29,7 @@ int ptdp_ops_check(const ptdp_ops *o, int needs) {
         PTDP__REQ(bias_dropout_add_bwd),
         PTDP__REQ(attention_fwd),
         PTDP__REQ(attention_bwd),
+        PTDP__REQ(attention_saved_floats),
         PTDP__REQ(embed_fwd),
         PTDP__REQ(embed_bwd),
         PTDP__REQ(pos_add_fwd),

@@ -77,7 +77,11 @@ typedef struct {
     int pre, post; /* first / last pipeline stage */
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads; /* OpenMP threads (attention scratch) */
+    /* the compute backend's numbers (the plan does not know the kernels):
+     * floats attention saves per layer and micro-batch, ops->
+     * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads) */
+    int64_t attn_saved_floats, attn_scratch_floats;
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -99,11 +103,11 @@ typedef struct {
     int64_t bucket_floats; /* --ddp-bucket-size */
     int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads; /* OpenMP threads (attention scratch) */
+    int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
 } ptdp_plan_rank;
-/* No model (the caller sets the shape), t = d = 1, rank 0, the default
- * schedule, no ZeRO-1, Megatron's 40,000,000-float buckets, no
- * recomputation, one thread. */
+/* No model (the caller sets the shape and the two attention numbers, which
+ * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
+ * Megatron's 40,000,000-float buckets, no recomputation. */
 ptdp_plan_rank ptdp_plan_rank_default_params(void);
 
 /* Bytes of every memory category (PTDP_MEM_*) the rank allocates, as the

@@ -87,7 +87,8 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
     r.recompute_num_layers = p->recompute_num_layers;
-    r.threads = omp_get_max_threads();
+    r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
+    r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -438,19 +439,22 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         am->stash += (double)peak * (double)slot;
         am->stashed_microbatches += peak;
         int64_t stage = (int64_t)c * p->sched.p + comm->pp;
-        ptdp_plan_mem pm = {per,
-                            p->cfg.hidden,
-                            p->cfg.heads,
-                            p->cfg.ffn_hidden,
-                            p->cfg.seq_length,
-                            p->micro_batch,
-                            comm->t,
-                            p->cfg.vocab_padded,
-                            stage == 0,
-                            stage == stages - 1,
-                            p->recompute_method,
-                            p->recompute_num_layers,
-                            omp_get_max_threads()};
+        const ptdp_plan_mem pm = {.layers = per,
+                                  .h = p->cfg.hidden,
+                                  .a = p->cfg.heads,
+                                  .ffn = p->cfg.ffn_hidden,
+                                  .s = p->cfg.seq_length,
+                                  .b = p->micro_batch,
+                                  .t = comm->t,
+                                  .vocab_padded = p->cfg.vocab_padded,
+                                  .pre = stage == 0,
+                                  .post = stage == stages - 1,
+                                  .recompute = p->recompute_method,
+                                  .recompute_num_layers = p->recompute_num_layers,
+                                  .attn_saved_floats = p->ops->attention_saved_floats(
+                                      p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
+                                  .attn_scratch_floats = ptdp_attention_scratch_floats(
+                                      p->cfg.seq_length, omp_get_max_threads())};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;

@@ -122,6 +122,7 @@ static const ptdp_ops cuda_ops = {
     .dropout_bwd = ptdp__cuda_dropout_inplace,
     .attention_fwd = ptdp__cuda_attention_fwd,
     .attention_bwd = ptdp__cuda_attention_bwd,
+    .attention_saved_floats = ptdp__cuda_attention_saved_floats,
     .embed_fwd = ptdp__cuda_embed_fwd,
     .embed_bwd = ptdp__cuda_embed_bwd,
     .pos_add_fwd = ptdp__cuda_pos_add_fwd,

@@ -185,9 +185,11 @@ void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_drop
                               uint64_t base);
 void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
                               int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                              ptdp_dropout drop);
+/* saved = probs [b, al, s, s] (attention_saved_floats: b*al*s*s); bwd ignores ctx */
+void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *ctx,
+                              const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+                              int64_t al, int64_t hd, ptdp_dropout drop);
+int64_t ptdp__cuda_attention_saved_floats(int64_t s, int64_t b, int64_t al);
 void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,
                           int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte,
