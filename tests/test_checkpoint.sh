@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load and
 # --export-dtype bf16/fp16 with the fp16 range check, generate --load):
-# generate --load):
 # - exact resume: a run saved at iteration 10 and resumed with the same layout
 #   gives bitwise the same lm_loss/grad_norm for iterations 11-20 as the
 #   uninterrupted run, and its checkpoint at iteration 20 holds bitwise the
