@@ -503,13 +503,14 @@ static void test_xent_slice(int64_t Vl, int64_t v0, int64_t V) {
     snprintf(what, sizeof what, "xent_sums sumexp (sums of %lld)", (long long)Vl);
     cmp(what, down(dse, N), se, N, 1e-5, 1e-30);
     cmp("xent_sums target logit", down(dtg, N), tg, N, BITWISE, 0);
+    cmp("xent_sums exp(l - max) in place, 0 at padding", down(dl, N * Vl), l, N * Vl, 1e-5, 1e-30);
     for (int64_t n = 0; n < N; n++) se[n] = se[n] > 0.0f ? se[n] : 1.0f; /* keep log finite */
     G->upload(dse, se, 4 * N);
     G->xent_loss(dse, dmx, dtg, dloss, N);
     C->xent_loss(se, mx, tg, loss, N);
     cmp("xent_loss", down(dloss, N), loss, N, 1e-5, 1e-7);
-    G->xent_bwd(dl, dmx, dse, dt, ld, s, b, Vl, v0, V, 1.0f / (float)N);
-    C->xent_bwd(l, mx, se, tgt_ids, ld, s, b, Vl, v0, V, 1.0f / (float)N);
+    G->xent_bwd(dl, dse, dt, ld, s, b, Vl, v0, V, 1.0f / (float)N);
+    C->xent_bwd(l, se, tgt_ids, ld, s, b, Vl, v0, V, 1.0f / (float)N);
     cmp("xent_bwd (in place, 0 at padding)", down(dl, N * Vl), l, N * Vl, 1e-5, 1e-9);
     G->free(dt);
     void *dev[] = {dl, dmx, dse, dtg, dloss};

@@ -557,6 +557,15 @@ static void test_xent_split(const ptdp_ops *o, int T) {
         for (int64_t n = 0; n < N; n++)
             memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
         o->xent_sums(sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
+        /* the slice now holds exp(l - gmax), 0 at padding (xent_bwd's input) */
+        int64_t ebad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = 0; c < Vl; c++) {
+                double l = full[n * Vpad + k * Vl + c];
+                double want = k * Vl + c < V ? exp(l - gmax[n]) : 0.0;
+                ebad += fabs(sl[n * Vl + c] - want) > 1e-6 * want; /* exactly 0 at padding */
+            }
+        CHECK(ebad == 0);
         for (int64_t n = 0; n < N; n++) { /* all-reduce sums */
             sumexp[n] += part[n];
             tgt[n] += part2[n];

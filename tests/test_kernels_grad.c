@@ -332,8 +332,10 @@ static void test_xent(int T) {
     xent_obj(&c); /* gmax, sumexp of the unperturbed logits */
     float *grad = fmalloc(N * Vpad);
     for (int k = 0; k < T; k++) {
-        slice(&c, k, c.sl); /* each rank's backward in place on its slice */
-        O->xent_bwd(c.sl, c.gmax, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
+        /* each rank's backward in place on its slice: xent_sums leaves exp(l - gmax) there */
+        slice(&c, k, c.sl);
+        O->xent_sums(c.sl, c.gmax, targets, c.ld, c.part, c.part2, c.s, c.b, c.Vl, k * c.Vl, c.V);
+        O->xent_bwd(c.sl, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
         for (int64_t n = 0; n < N; n++)
             memcpy(grad + n * Vpad + k * c.Vl, c.sl + n * c.Vl, sizeof(float) * (size_t)c.Vl);
     }

@@ -155,7 +155,8 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path);
  * Each file carries a CRC-32 (IEEE 802.3 polynomial, as zlib's crc32) of its
  * bytes in the manifest.
  *
- * Not here: fp16/bf16 state (ptdp trains in fp32), asynchronous saving,
+ * Not here: fp16/bf16 state (ptdp trains in fp32; 16-bit files are read
+ * by ptdp_st_read_f32 and written by ptdp_hf_export), asynchronous saving,
  * keeping only the last k checkpoints. */
 
 #define PTDP_CKPT_VERSION 1
@@ -275,12 +276,15 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
 int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
 
 /* Writes the whole model as an HF GPT-2 safetensors file plus config.json
- * beside it (when config_json is non-NULL). Collective over `model` (the
+ * beside it (when config_json is non-NULL), every tensor in `dtype`: F32,
+ * BF16 or F16 (rounded to nearest even; F16 fails with PTDP_EINVAL, writing
+ * nothing, when a value is beyond its range). Collective over `model` (the
  * tensor x pipeline group of one data-parallel replica): every member sends
  * the shards of its `nchunks` chunks (tensor-parallel rank `tp`, size `t`)
  * to the group's rank 0, which assembles the global tensors and writes.
  * PTDP_EIO / PTDP_ENOMEM on rank 0 when writing fails. */
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
-                   ptdp_group *model, int tp, int t, const char *path, const char *config_json);
+                   ptdp_group *model, int tp, int t, const char *path, const char *config_json,
+                   ptdp_st_dtype dtype);
 
 #endif

@@ -41,6 +41,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
     a->device = "cpu";
+    a->export_dtype = "fp32";
 }
 
 #define I(name, field, help, lo, hi) \
@@ -215,6 +216,10 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         S("load", load,
           "export the weights of this checkpoint directory (any layout; model flags come from it)",
           NULL),
+        S("export-dtype", export_dtype,
+          "dtype of the written tensors: fp32, bf16 or fp16 (rounded to nearest even; fp16 "
+          "refuses values beyond +-65504)",
+          "fp32|bf16|fp16"),
     };
     int n = 0;
 #define APPEND(tab)                                           \

@@ -88,6 +88,7 @@ typedef struct {
     int64_t eval_interval, eval_iters;
     /* io and logging */
     const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *device, *out;
+    const char *export_dtype; /* export: fp32, bf16 or fp16 */
     int allow_extra_tensors;
     int64_t log_interval;
     int log_comm;

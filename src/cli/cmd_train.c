@@ -281,7 +281,10 @@ int ptdp_cmd_export(int argc, char **argv) {
     char cfgpath[4096];
     if (rc == PTDP_OK) {
         ptdp__cli_config_json_path(a.out, cfgpath, sizeof cfgpath);
-        rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath);
+        ptdp_st_dtype dt = !strcmp(a.export_dtype, "bf16")   ? PTDP_ST_BF16
+                           : !strcmp(a.export_dtype, "fp16") ? PTDP_ST_F16
+                                                             : PTDP_ST_F32;
+        rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath, dt);
     }
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());

@@ -49,14 +49,13 @@ void ptdp__pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64
 void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
 void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                     int64_t V);
-void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V);
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                      int64_t N);
-void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
-                    float scale);
+void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                    int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__sumsq(const float *x, int64_t n);

@@ -135,23 +135,29 @@ typedef struct ptdp_ops {
 
     /* Vocabulary-parallel cross-entropy over logits [N, Vl] holding columns
      * [v0, v0+Vl) of the padded vocabulary, of which only global ids < V
-     * (the real vocabulary) take part. Pieces between all-reduces:
+     * (the real vocabulary) take part. Pieces between all-reduces, in this
+     * order (each consumes what the previous left):
      *   xent_max:     rowmax[N] of the local valid logits (-inf if none)
-     *   xent_sums:    sumexp[N] = sum exp(l - gmax), tgt[N] = l[target] if owned else 0
+     *   xent_sums:    tgt[N] = l[target] if owned else 0 (read first); then
+     *                 IN PLACE logits <- e = exp(l - gmax), 0 at padding
+     *                 columns (global id >= V), and sumexp[N] = sum of e.
+     *                 The logits are gone after this: e is what xent_bwd
+     *                 needs, so exp is computed once per logit.
      *   xent_loss:    loss[N] = log(sumexp) + gmax - tgt
-     *   xent_bwd:     logits <- (softmax - onehot(target)) * scale (in place), 0 at padding
+     *   xent_bwd:     logits (holding e from xent_sums, sumexp all-reduced)
+     *                 <- (e / sumexp - onehot(target)) * scale (in place),
+     *                 0 at padding
      * targets: [b, ld] like embed's tokens (target of row si*b+bi is
      * targets[bi*ld + si]). */
     void (*xent_max)(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                      int64_t V);
-    void (*xent_sums)(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+    void (*xent_sums)(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                       float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                       int64_t V);
     void (*xent_loss)(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                       int64_t N);
-    void (*xent_bwd)(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                     int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
-                     float scale);
+    void (*xent_bwd)(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 
     /* OPTIONAL (needed only with --eod-mask-loss): zeroes the rows of x
      * [N = s*b, width] whose input token is `id` (tokens [b, ld] like

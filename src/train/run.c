@@ -309,7 +309,7 @@ int ptdp_run_finish(ptdp_run *r, int status) {
         int nc = ptdp_trainer_num_chunks(r->tr);
         for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(r->tr, c);
         if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t,
-                           p->save_safetensors, p->save_safetensors_config)) {
+                           p->save_safetensors, p->save_safetensors_config, PTDP_ST_F32)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;
         } else {
