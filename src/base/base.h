@@ -294,6 +294,25 @@ void ptdp_bf16_to_f32_n(float *dst, const void *src, int64_t n);
 void ptdp_f32_to_bf16_n(void *dst, const float *src, int64_t n);
 void ptdp_f16_to_f32_n(float *dst, const void *src, int64_t n);
 void ptdp_f32_to_f16_n(void *dst, const float *src, int64_t n);
+/* In place over fp32 storage: x[i] becomes the nearest bf16 / fp16 value
+ * (the same rounding as above, returned to fp32: what a 16-bit tensor would
+ * hold; fp16 overflow gives +-inf). Parallel over OpenMP threads. */
+void ptdp_round_bf16_n(float *x, int64_t n);
+void ptdp_round_f16_n(float *x, int64_t n);
+
+/* Training precision (Megatron's --bf16 / --fp16; fp32 by default): the grid
+ * of activations and working weights, see kernels.h. */
+#define PTDP_DTYPES(X)              \
+    X(PTDP_DTYPE_FP32, "fp32", 4)  \
+    X(PTDP_DTYPE_BF16, "bf16", 2)  \
+    X(PTDP_DTYPE_FP16, "fp16", 2)
+typedef enum {
+#define PTDP__DTYPE_ENUM(e, s, b) e,
+    PTDP_DTYPES(PTDP__DTYPE_ENUM)
+#undef PTDP__DTYPE_ENUM
+} ptdp_dtype;
+const char *ptdp_dtype_name(ptdp_dtype d);
+
 /* Which instructions the bulk functions use on this CPU: "f16c+avx512bf16",
  * "f16c" or "portable" (for logs and tests). */
 const char *ptdp_half_simd(void);

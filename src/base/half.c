@@ -185,3 +185,38 @@ void ptdp_f32_to_f16_n(void *dst, const float *src, int64_t n) {
     unsigned char *d = dst;
     for (int64_t i = 0; i < n; i++) store16(d + 2 * i, ptdp_f32_to_f16(src[i]));
 }
+
+/* ---- rounding in place (mixed precision over fp32 storage) ------------------ */
+
+void ptdp_round_bf16_n(float *x, int64_t n) {
+    uint32_t *u = (uint32_t *)(void *)x;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = u[i];
+        /* NaN: quiet, payload top bits kept (as ptdp_f32_to_bf16) */
+        uint32_t r = (v & 0x7fffffffu) > 0x7f800000u ? (v | 0x00400000u)
+                                                     : v + 0x7fffu + ((v >> 16) & 1u);
+        u[i] = r & 0xffff0000u;
+    }
+}
+
+void ptdp_round_f16_n(float *x, int64_t n) {
+    enum { BLK = 512 };
+    const int64_t nb = (n + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t k = 0; k < nb; k++) {
+        uint16_t h[BLK];
+        const int64_t i0 = k * BLK, m = n - i0 < BLK ? n - i0 : BLK;
+        ptdp_f32_to_f16_n(h, x + i0, m);
+        ptdp_f16_to_f32_n(x + i0, h, m);
+    }
+}
+
+const char *ptdp_dtype_name(ptdp_dtype d) {
+    static const char *const names[] = {
+#define PTDP__DTYPE_NAME(e, s, b) s,
+        PTDP_DTYPES(PTDP__DTYPE_NAME)
+#undef PTDP__DTYPE_NAME
+    };
+    return d >= 0 && d < (int)(sizeof names / sizeof names[0]) ? names[d] : "?";
+}

@@ -21,6 +21,11 @@ static void cpu_zero(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
+static void cpu_quantize_none(float *x, int64_t n) { /* fp32: already on the grid */
+    (void)x;
+    (void)n;
+}
+
 static void cpu_copy(float *dst, const float *src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) dst[i] = src[i];
@@ -53,7 +58,8 @@ static void attn_bwd_openblas(const float *dctx, const float *qkv, const float *
 /* Every op but the GEMM-backed ones, shared by both tables. */
 #define PTDP__CPU_COMMON_OPS                                                                      \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy_bytes, .download = cpu_download,     \
-    .zero = cpu_zero, .copy = cpu_copy, .layernorm_fwd = ptdp__layernorm_fwd,                     \
+    .dtype = PTDP_DTYPE_FP32, .quantize = cpu_quantize_none, .zero = cpu_zero, .copy = cpu_copy, \
+    .layernorm_fwd = ptdp__layernorm_fwd,                     \
     .layernorm_bwd = ptdp__layernorm_bwd, .bias_add = ptdp__bias_add, .bias_bwd = ptdp__bias_bwd, \
     .bias_gelu_fwd = ptdp__bias_gelu_fwd, .bias_gelu_bwd = ptdp__bias_gelu_bwd,                   \
     .bias_dropout_add_fwd = ptdp__bias_dropout_add_fwd,                                           \

@@ -55,9 +55,21 @@ typedef struct {
  * OPTIONAL below (NULL allowed; ptdp_ops_check says which configuration
  * needs it). A new backend (CUDA) fills the required ops, is tested op by op
  * against the CPU table (tests/test_kernels.c shows how) and gets
- * ptdp_ops_check'ed before use. */
+ * ptdp_ops_check'ed before use.
+ *
+ * Precision is a property of the table (`dtype`), as Megatron's --bf16 and
+ * --fp16 define it: activations, their gradients and the working copy of the
+ * weights are 16-bit; everything is computed with fp32 arithmetic and
+ * accumulation; LayerNorm statistics, softmax and the cross-entropy are
+ * fp32; weight gradients accumulate in fp32 (Megatron's main_grad). The
+ * tables of this version hold 16-bit values in fp32 storage: every op writes
+ * its activation outputs rounded to the dtype's grid (gemm: C when beta == 0;
+ * beta != 0 accumulates a weight gradient, kept fp32), so the values, and so
+ * the results, are those of 16-bit tensors, while memory and messages still
+ * take 4 bytes per element. */
 typedef struct ptdp_ops {
     const char *name;
+    ptdp_dtype dtype; /* the grid of activations and working weights */
 
     /* memory */
     void *(*alloc)(size_t bytes); /* NULL on failure */
@@ -66,6 +78,10 @@ typedef struct ptdp_ops {
     void (*download)(void *host, const void *src, size_t bytes);
     void (*zero)(float *x, int64_t n);
     void (*copy)(float *dst, const float *src, int64_t n);
+    /* x[i] to the table's grid, in place (fp32: nothing): the model calls it
+     * after sums made outside the ops (tensor-parallel all-reduces), the
+     * trainer when it writes the working weights from fp32 master weights. */
+    void (*quantize)(float *x, int64_t n);
 
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
      * A is [M,K] (or [K,M] if ta), B is [K,N] (or [N,K] if tb). */
@@ -180,6 +196,10 @@ typedef struct ptdp_ops {
  * table's state, nothing process-wide); ptdp_cpu_ops() is oneDNN's. */
 const ptdp_ops *ptdp_cpu_ops_lib(ptdp_gemm_lib lib);
 const ptdp_ops *ptdp_cpu_ops(void);
+/* The CPU tables of a precision (kernels/precision.c): fp32 is
+ * ptdp_cpu_ops_lib(lib); bf16 and fp16 wrap the same kernels and round their
+ * activation outputs (see the table's comment). */
+const ptdp_ops *ptdp_cpu_ops_prec(ptdp_gemm_lib lib, ptdp_dtype dtype);
 
 /* The CUDA backend (src/kernels/cuda, fp32, TF32 off; library ptdpcuda, see
  * docs/gpu.md). The first call picks device 0 and creates the cuBLAS handle

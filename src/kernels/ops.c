@@ -18,6 +18,7 @@ int ptdp_ops_check(const ptdp_ops *o, int needs) {
         PTDP__REQ(download),
         PTDP__REQ(zero),
         PTDP__REQ(copy),
+        PTDP__REQ(quantize),
         PTDP__REQ(gemm),
         PTDP__REQ(layernorm_fwd),
         PTDP__REQ(layernorm_bwd),

@@ -42,11 +42,15 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
+/* The sums of the tensor group are of 16-bit tensors under --bf16/--fp16:
+ * the result goes back to the table's grid (a no-op in fp32). */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {
     ptdp_allreduce_sum_f32(c->p.tp, dx, n);
+    if (c->t > 1) c->ops->quantize(dx, n);
 }
 void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
     ptdp_allreduce_sum_f32(c->p.tp, x, n);
+    if (c->t > 1) c->ops->quantize(x, n);
 }
 
 /* y: where the layer's output goes (normally sa->x[i+1]). */

@@ -146,8 +146,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         bytes[PTDP_MEM_WEIGHTS] += ptdp_arena_need(4 * (size_t)total);
         bytes[PTDP_MEM_GRADIENTS] += ptdp_arena_need(4 * (size_t)total);
         if (r->zero) bytes[PTDP_MEM_GRAD_SHARD] += ptdp_arena_need(4 * (size_t)(total / r->d));
-        bytes[PTDP_MEM_OPTIMIZER] +=
-            ptdp_arena_need(8 * (size_t)owned_state(r, off, numel, n, total));
+        bytes[PTDP_MEM_OPTIMIZER] += ptdp_arena_need((r->master_weights ? 12 : 8) *
+                                                     (size_t)owned_state(r, off, numel, n, total));
         free(numel);
         const ptdp_plan_mem m = {.layers = per,
                                  .h = r->h,

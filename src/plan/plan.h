@@ -104,6 +104,7 @@ typedef struct {
     int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
+    int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
 } ptdp_plan_rank;
 /* No model (the caller sets the shape and the two attention numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,

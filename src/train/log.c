@@ -52,7 +52,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->iters_run++;
     r->skipped_total += st->skipped;
     r->skipped_interval += st->skipped;
-    r->nan_interval += !isfinite(st->loss) || !isfinite(st->grad_norm);
+    r->nan_interval += !isfinite(st->loss) || (!isfinite(st->grad_norm) && !st->loss_scaling);
     /* --log-throughput: Megatron's FLOP count per GPU (here: per process) */
     const double mflops = ptdp_gpt_megatron_flops(&p->trainer.cfg, B);
     char thr[64] = "";
@@ -69,7 +69,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     }
     /* Megatron's training_log: every --log-interval, the last iteration, and
      * the first one this run trains; the timestamp first, the loss scale
-     * always (1.0: fp32 has no loss scaling), skipped and nan iterations
+     * always (1.0 without loss scaling: fp32, bf16), skipped and nan iterations
      * counted over the interval, each its own count */
     if (st->iteration % p->log_interval == 0 || last || r->iters_run == 1) {
         double ms = r->t_interval / (double)r->n_interval * 1e3;
@@ -88,7 +88,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
             stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
             thr, flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-            r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm,
+            r->loss_interval / (double)r->n_interval, st->loss_scale, st->grad_norm,
             (long long)r->skipped_interval, (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
         r->n_interval = r->skipped_interval = r->nan_interval = 0;

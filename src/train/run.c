@@ -256,7 +256,10 @@ int ptdp_run_loop(ptdp_run *r) {
         ptdp__log_iteration(r, dt, it == p->train_iters - 1);
         /* Megatron's --check-for-nan-in-loss-and-grad: the loss and the norm are
          * all-reduced, so every rank takes the same decision */
-        if (p->check_for_nan && (!isfinite(r->st.loss) || !isfinite(r->st.grad_norm))) {
+        /* (under loss scaling a non-finite gradient is an overflow the scaler
+         * handles: the step was skipped and the scale backs off) */
+        if (p->check_for_nan && (!isfinite(r->st.loss) ||
+                                 (!isfinite(r->st.grad_norm) && !r->st.loss_scaling))) {
             ptdp_log_error(
                 "iteration %lld: the %s is %s (stopping; the step was not applied; "
                 "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
@@ -304,6 +307,8 @@ int ptdp_run_finish(ptdp_run *r, int status) {
         ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)",
                   p->trace);
     }
+    /* the fp32 master weights (a collective over the data group under ZeRO-1) */
+    if (p->save_safetensors) ptdp_trainer_full_precision(r->tr, 1);
     if (p->save_safetensors && comm->dp == 0) {
         ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
         int nc = ptdp_trainer_num_chunks(r->tr);

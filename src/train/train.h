@@ -70,6 +70,7 @@ typedef struct {
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */
+    ptdp_loss_scaler scaler; /* fp16's loss scaling (default: constant 1, none) */
     int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
     int32_t eod_token;
 } ptdp_trainer_params;
@@ -80,6 +81,8 @@ typedef struct {
     double grad_norm;  /* before clipping */
     double lr;         /* after this step (Megatron logs the next step's) */
     int skipped;       /* 1 when the gradient was not finite and the step was skipped */
+    double loss_scale; /* the scaler's scale after this step (1 without loss scaling) */
+    int loss_scaling;  /* a loss scaler decides about non-finite gradients (fp16) */
 } ptdp_step_stats;
 
 /* Megatron's defaults where they exist (AdamW 0.9/0.999/1e-8, weight decay
@@ -138,6 +141,10 @@ void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
  * AdamW state with the iteration, consumed samples and optimizer step under
  * DIR/iter_%07d. Collective over the world; every rank returns the same
  * code. */
+/* 16-bit runs: on = 1 puts the fp32 master weights in the model's parameters
+ * (all-gathered under ZeRO-1; collective over the data group) to save or
+ * export them; on = 0 rounds them back to the working copy. No-op in fp32. */
+void ptdp_trainer_full_precision(ptdp_trainer *tr, int on);
 int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples);
 /* Loads the checkpoint DIR points to, saved under any layout: parameters,
  * with load_optim the AdamW state and step, with restore_iteration the

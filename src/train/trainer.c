@@ -54,6 +54,7 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
         .sched = {.p = 0}, /* p = the comm's, v = 1, kind from v */
         .recompute_method = PTDP_RECOMPUTE_NONE,
         .overlap_grad_reduce = 1,
+        .scaler = ptdp_loss_scaler_constant(1.0),
     };
 }
 
@@ -89,6 +90,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.recompute_num_layers = p->recompute_num_layers;
     r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
     r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
+    r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -212,6 +214,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             rc = ptdp_hf_load_chunk(tr->chunks[c], &tr->p.cfg, comm->tensor.rank, p->init_from);
         else
             ptdp_gpt_chunk_init_params(tr->chunks[c]);
+        /* 16-bit runs: the fp32 values become the master weights */
+        if (rc == PTDP_OK)
+            ptdp_optim_take_master(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
     }
     if (rc != PTDP_OK) {
         ptdp_trainer_free(tr);
@@ -271,10 +276,12 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     int64_t total = 0;
     for (int64_t k = 0; k < m; k++) {
-        tr->loss_scales[k] = (float)(1.0 / ((double)p->global_batch * (double)s));
+        /* fp16: the loss scale multiplies every gradient (a power of 2: exact) */
+        const double S = tr->p.scaler.scale;
+        tr->loss_scales[k] = (float)(S / ((double)p->global_batch * (double)s));
         if (!p->eod_mask_loss || !batch) continue;
         const int64_t n = counted_tokens(p, batch, k);
-        tr->loss_scales[k] = n ? (float)(1.0 / ((double)n * (double)(p->global_batch / b))) : 0.0f;
+        tr->loss_scales[k] = n ? (float)(S / ((double)n * (double)(p->global_batch / b))) : 0.0f;
         total += n;
     }
     return total;
@@ -307,15 +314,22 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? nl + 1 : nl);
     ptdp_allreduce_sum_f64(&comm->model, sums, nl + 1);
     ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
-    double norm = sqrt(sums[nl]);
+    /* the gradients are S times the loss's (S = 1 without loss scaling); an
+     * overflow anywhere makes the all-reduced norm inf/nan on every rank, so
+     * all skip together */
+    ptdp_loss_scaler *ls = &tr->p.scaler;
+    const double S = ls->scale, norm = sqrt(sums[nl]) / S;
     double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
     if (!st->skipped)
         for (int c = 0; c < tr->v; c++) {
-            ptdp_optim_step(&tr->opts[c], norm, lr);
+            ptdp_optim_step(&tr->opts[c], norm, lr, 1.0 / S);
             ptdp_ddp_gather_params(tr->ddp[c]);
         }
+    ptdp_loss_scaler_update(ls, st->skipped);
+    st->loss_scale = ls->scale;
+    st->loss_scaling = ls->dynamic || ls->scale != 1.0;
     ptdp_executor_record(tr->ex, PTDP_EV_OPTIM, t0, ptdp_executor_now(tr->ex), tr->iteration);
     tr->iteration++;
     st->iteration = tr->iteration;
@@ -495,6 +509,18 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
 
 int64_t ptdp_trainer_iteration(const ptdp_trainer *tr) { return tr->iteration; }
 
+void ptdp_trainer_full_precision(ptdp_trainer *tr, int on) {
+    for (int c = 0; c < tr->v; c++) {
+        if (!tr->opts[c].master) continue;
+        if (on) {
+            ptdp_optim_master_to_params(&tr->opts[c]);
+            ptdp_ddp_gather_params(tr->ddp[c]);
+        } else {
+            ptdp_optim_round_params(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
+        }
+    }
+}
+
 int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples) {
     ptdp_ckpt_meta meta = {.iteration = tr->iteration,
                            .consumed_samples = consumed_samples,
@@ -506,7 +532,11 @@ int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_sample
                            .adam = &tr->p.adam,
                            .v = tr->v,
                            .zero = tr->p.distributed_optimizer};
-    return ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
+    /* checkpoints hold the fp32 master weights whatever the precision */
+    ptdp_trainer_full_precision(tr, 1);
+    int rc = ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
+    ptdp_trainer_full_precision(tr, 0);
+    return rc;
 }
 
 int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
@@ -514,5 +544,7 @@ int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int res
     int rc =
         ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
     if (rc == PTDP_OK && out->found && restore_iteration) tr->iteration = out->iteration;
+    for (int c = 0; rc == PTDP_OK && out->found && c < tr->v; c++) /* fp32 values: the masters */
+        ptdp_optim_take_master(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
     return rc;
 }
