@@ -49,18 +49,17 @@ static const struct {
 } ptdp__megatron_only[] = {
     {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
     {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"tensorboard-dir",
-     "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
     {"wandb-project",
-     "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
+     "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl (one JSON "
+     "object per iteration)"},
     {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
     {"untie-embeddings-and-output-weights",
      "--untie-embeddings-and-output-weights is not supported: the output "
      "layer is tied to the word embeddings (GPT-2)"},
-    /* what changes the model: ptdp's GPT is GPT-2's, nothing else */
-#define PTDP__GPT2_ONLY(flag, what)                                                      \
-    {flag, "--" flag " is not supported: ptdp's GPT is GPT-2's (" what "); drop the flag"}
+/* what changes the model: ptdp's GPT is GPT-2's, nothing else */
+#define PTDP__GPT2_ONLY(flag, what) \
+    { flag, "--" flag " is not supported: ptdp's GPT is GPT-2's (" what "); drop the flag" }
     PTDP__GPT2_ONLY("group-query-attention", "multi-head attention, no query groups"),
     PTDP__GPT2_ONLY("num-query-groups", "multi-head attention, no query groups"),
     PTDP__GPT2_ONLY("kv-channels", "head size = --hidden-size / --num-attention-heads"),
@@ -75,7 +74,8 @@ static const struct {
     PTDP__GPT2_ONLY("apply-residual-connection-post-layernorm",
                     "pre-LayerNorm residual connections"),
     PTDP__GPT2_ONLY("apply-layernorm-1p", "LayerNorm weights start at 1"),
-    PTDP__GPT2_ONLY("apply-query-key-layer-scaling", "attention scores scaled by 1/sqrt(head size)"),
+    PTDP__GPT2_ONLY("apply-query-key-layer-scaling",
+                    "attention scores scaled by 1/sqrt(head size)"),
     PTDP__GPT2_ONLY("num-experts", "dense MLPs, no mixture of experts"),
     PTDP__GPT2_ONLY("moe-router-topk", "dense MLPs, no mixture of experts"),
     PTDP__GPT2_ONLY("expert-model-parallel-size", "dense MLPs, no mixture of experts"),
