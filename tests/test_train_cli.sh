@@ -166,6 +166,26 @@ expect_error 2 "export --load takes the model from the checkpoint; drop --num-la
 "$PTDP" --help >"$tmp/out" 2>&1
 [ $? -eq 0 ] && grep -q train "$tmp/out" && ok || bad "ptdp --help"
 expect_error 2 "unknown command 'trian'" trian $M
+# --version: CMakeLists.txt's version, the build's git revision, the backends, the CPU's extensions
+"$PTDP" --version >"$tmp/ver" 2>&1 && ok || bad "ptdp --version failed"
+want=$(sed -n 's/^project(ptdp VERSION \([0-9.]*\).*/\1/p' "$PTDP_SRC/CMakeLists.txt")
+head -1 "$tmp/ver" | grep -Eq "^ptdp $want \(git ([0-9a-f]{12}(-dirty)?|unknown)\)$" && ok || bad "version line: $(head -1 "$tmp/ver")"
+if rev=$(git -C "$PTDP_SRC" rev-parse --short=12 HEAD 2>/dev/null); then
+    grep -q "(git $rev" "$tmp/ver" && ok || bad "version: want git $rev: $(head -1 "$tmp/ver")"
+fi
+"$PTDP" train $M --mock-data --device cuda >/dev/null 2>"$tmp/err"
+if grep -q "^backends: cpu (GEMM: onednn, openblas), cuda" "$tmp/ver"; then
+    ! grep -q "built without CUDA" "$tmp/err" && ok || bad "--version says cuda, train says no: $(cat "$tmp/err")"
+else
+    grep -q "^backends: cpu (GEMM: onednn, openblas); cuda not built" "$tmp/ver" && grep -q "built without CUDA" "$tmp/err" &&
+        ok || bad "--version backends: $(cat "$tmp/ver" "$tmp/err")"
+fi
+if grep -q '^flags' /proc/cpuinfo 2>/dev/null; then
+    for f in avx2 f16c avx512f avx512_bf16; do
+        if grep -qw "$f" <(grep -m1 '^flags' /proc/cpuinfo); then w=" $f"; else w=" no-$f"; fi
+        grep '^cpu (at run time):' "$tmp/ver" | grep -q -- "$w\( \|$\)" && ok || bad "--version: want '$w': $(tail -1 "$tmp/ver")"
+    done
+fi
 "$PTDP" train --help >"$tmp/help" 2>&1
 [ $? -eq 0 ] && ok || bad "ptdp train --help status"
 for f in num-layers hidden-size num-attention-heads ffn-hidden-size seq-length max-position-embeddings vocab-size \
