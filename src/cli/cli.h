@@ -21,6 +21,7 @@ int ptdp_cmd_preprocess(int argc, char **argv);
 int ptdp_cmd_schedule(int argc, char **argv);
 int ptdp_cmd_generate(int argc, char **argv);
 int ptdp_cmd_checkpoint(int argc, char **argv);
+int ptdp_cmd_plot(int argc, char **argv);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"preprocess", ptdp_cmd_preprocess, "text or JSON lines to Megatron .bin/.idx datasets"},
     {"schedule", ptdp_cmd_schedule, "print, simulate or draw a pipeline schedule"},
     {"checkpoint", ptdp_cmd_checkpoint, "inspect (info) or check (verify) a training checkpoint"},
+    {"plot", ptdp_cmd_plot, "draw --log-jsonl files (loss, lr, grad norm, tokens/s) as SVG"},
     {"generate", ptdp_cmd_generate,
      "sample text from a model (KV cache; tensor parallel under mpirun)"},
 };
