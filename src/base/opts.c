@@ -49,10 +49,9 @@ static const struct {
 } ptdp__megatron_only[] = {
     {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
     {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"tensorboard-dir",
-     "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
     {"wandb-project",
-     "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
+     "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl (one JSON "
+     "object per iteration)"},
     {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
     {"untie-embeddings-and-output-weights",

@@ -65,6 +65,33 @@ void ptdp_sim_result_free(ptdp_sim_result *res);
  * f. */
 int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, const char *title);
 
+/* ---- line charts (chart.c): `ptdp plot` draws training logs with it ------- */
+/* One curve: n points (x[i], y[i]); non-finite y are left out. `run` picks
+ * the colour (one per run); validation curves are dashed; `markers_only`
+ * draws a circle per point instead of a line (end-of-training values). */
+typedef struct {
+    const char *name; /* tooltip, e.g. "a.jsonl: lm loss" */
+    int n;
+    const double *x, *y;
+    int run;
+    int dashed, markers_only;
+} ptdp_chart_series;
+/* One panel: a y quantity against the shared x quantity. */
+typedef struct {
+    const char *title;
+    int nseries;
+    const ptdp_chart_series *series;
+} ptdp_chart_panel;
+/* Writes panels two to a row, each with its axes, ticks and curves, under a
+ * legend naming the runs (runs[r] is the label of colour r), in the hand-made
+ * style of ptdp_svg_write: one <polyline> per curve with a <title>. PTDP_EIO
+ * when the write fails. */
+int ptdp_chart_write(FILE *f, const char *title, const char *xlabel, const ptdp_chart_panel *panels,
+                     int npanels, const char *const *runs, int nruns);
+/* A tick step of 1, 2 or 5 times a power of ten giving about `ticks` ticks
+ * over span (svg.c and chart.c). */
+double ptdp__svg_tick_step(double span, int ticks);
+
 /* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 

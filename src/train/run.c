@@ -23,6 +23,9 @@ ptdp_run_params ptdp_run_default_params(void) {
         .eval_iters = 100,
         .seed = 1234,
         .split = "969,30,1",
+        .tensorboard_log_interval = 1,
+        .log_loss_scale_to_tensorboard = 1,
+        .log_learning_rate_to_tensorboard = 1,
     };
 }
 
@@ -79,6 +82,18 @@ static int check_outputs(const ptdp_run_params *p) {
                                    outputs[i][0], outputs[i][1]);
         }
     return p->save ? ptdp_ckpt_prepare_dir(p->save) : PTDP_OK;
+}
+
+/* --dump-config: the run's flags as a --config file, written before
+ * training starts (rank 0). */
+static int dump_config(const ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    if (!p->dump_config || r->comm->world_rank != 0) return PTDP_OK;
+    FILE *f = fopen(p->dump_config, "w");
+    int bad = !f || fputs(p->dump_config_text, f) < 0 || fputc('\n', f) == EOF;
+    if (f && fclose(f)) bad = 1;
+    return bad ? ptdp_errorf(PTDP_EIO, "--dump-config %s: cannot write the file", p->dump_config)
+               : PTDP_OK;
 }
 
 /* Everything before it is local to this rank (no collective). Agree before
@@ -172,6 +187,7 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     r->comm = p->trainer.comm;
     int rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
+    if (rc == PTDP_OK) rc = dump_config(r);
     if (rc == PTDP_OK) rc = check_schedule(r);
     if (rc == PTDP_OK) rc = ptdp__log_open(r);
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &r->p.trainer);

@@ -177,10 +177,20 @@ typedef struct {
     int64_t log_interval;
     const char *log_jsonl; /* rank 0 writes one JSON object per iteration */
     int log_comm;          /* print the communication counters at the end */
-    const char *gemm_name; /* for the start-up line */
-    int check_dp_replicas; /* compare replica hashes after every step */
-    int log_throughput;    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
-    int check_for_nan;     /* a nan/inf loss or gradient norm stops the run (else: skipped) */
+    /* --tensorboard-dir: rank 0 writes Megatron's scalars to an event file
+     * there every tensorboard_log_interval iterations (NULL: off); the
+     * log_*_to_tensorboard switches are Megatron's */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    int log_timers_to_tensorboard;         /* iteration-time (and throughput) */
+    int log_validation_ppl_to_tensorboard; /* lm loss validation ppl */
+    int log_loss_scale_to_tensorboard;     /* loss-scale (on by default) */
+    int log_learning_rate_to_tensorboard;  /* learning-rate (on by default) */
+    int log_world_size_to_tensorboard;     /* world-size */
+    const char *gemm_name;                 /* for the start-up line */
+    int check_dp_replicas;                 /* compare replica hashes after every step */
+    int log_throughput;                    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
+    int check_for_nan; /* a nan/inf loss or gradient norm stops the run (else: skipped) */
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
@@ -193,6 +203,9 @@ typedef struct {
      * refuses unless one of these says which schedule wins */
     int override_scheduler;       /* the flags' schedule */
     int use_checkpoint_scheduler; /* the checkpoint's schedule */
+    /* --dump-config FILE: rank 0 writes dump_config_text there at set-up
+     * (the CLI renders the flags; the library only writes the file) */
+    const char *dump_config, *dump_config_text;
     /* outputs at the end */
     const char *trace; /* Chrome trace */
     const char *save_safetensors, *save_safetensors_config;
