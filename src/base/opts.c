@@ -47,8 +47,6 @@ static int choice_ok(const char *choices, const char *v) {
 static const struct {
     const char *name, *say;
 } ptdp__megatron_only[] = {
-    {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
     {"wandb-project",
      "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl (one JSON "
      "object per iteration)"},
@@ -82,7 +80,7 @@ static const struct {
 #undef PTDP__GPT2_ONLY
     {"context-parallel-size", "--context-parallel-size is not supported: ptdp's parallelisms are "
                               "tensor, pipeline and data (t x p x d)"},
-    {"fp8-format", "--fp8-format is not supported: ptdp trains in fp32"},
+    {"fp8-format", "--fp8-format is not supported: ptdp trains in fp32, bf16 or fp16"},
     {"rampup-batch-size", "--rampup-batch-size is not supported: the global batch is constant "
                           "(--global-batch-size)"},
 };

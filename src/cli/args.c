@@ -41,6 +41,12 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
     a->device = "cpu";
+    a->initial_loss_scale = 4294967296.0; /* Megatron's 2^32 */
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
+    a->accumulate_allreduce_grads_in_fp32 = 1;
+    a->attention_softmax_in_fp32 = 1;
     a->export_dtype = "fp32";
     a->tensorboard_log_interval = 1;
     a->tensorboard_queue_size = 1000;
@@ -257,6 +263,23 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file",
           NULL),
     };
+    const ptdp_opt mixed[] = {
+        B("bf16", bf16,
+          "bf16 weights, activations and messages, fp32 arithmetic, fp32 master weights and "
+          "AdamW state (16-bit values in fp32 storage; see docs/mixed-precision.md)"),
+        B("fp16", fp16, "fp16 likewise, with loss scaling (dynamic unless --loss-scale)"),
+        F("loss-scale", loss_scale, "fp16: a constant loss scale (0: dynamic)", 0, 1e38),
+        F("initial-loss-scale", initial_loss_scale, "fp16: the dynamic scale's start", 1, 1e38),
+        F("min-loss-scale", min_loss_scale, "fp16: the dynamic scale's floor", 0, 1e38),
+        I("loss-scale-window", loss_scale_window,
+          "fp16: clean iterations before the dynamic scale doubles", 1, BIG),
+        I("hysteresis", hysteresis, "fp16: overflows tolerated before the dynamic scale halves", 1,
+          1000000),
+        B("accumulate-allreduce-grads-in-fp32", accumulate_allreduce_grads_in_fp32,
+          "gradients accumulate and are all-reduced in fp32 (always so in ptdp)"),
+        B("attention-softmax-in-fp32", attention_softmax_in_fp32,
+          "softmax in fp32 (always so in ptdp)"),
+    };
     const ptdp_opt backend[] = {
         S("device", device,
           "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
@@ -302,6 +325,7 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         APPEND(validation, "validation");
         APPEND(checkpointing, "checkpointing");
         APPEND(logging, "logging");
+        APPEND(mixed, "mixed precision");
         APPEND(backend, "backend");
     }
     if (which == PTDP_ARGS_EXPORT) APPEND(export_, "export");
@@ -467,6 +491,24 @@ void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
 /* Megatron's validate_args for the two ways to count training: iterations
  * (--train-iters, --lr-*-iters) or samples (--train-samples,
  * --lr-*-samples), never a mix; one warm-up flag. */
+/* Megatron's precision flags: one of --bf16 / --fp16; loss scaling only
+ * with them; the CUDA backend is fp32 for now. */
+static int check_precision_flags(const ptdp_args *a) {
+    if (a->bf16 && a->fp16) return ptdp_errorf(PTDP_ECONFIG, "give --bf16 or --fp16, not both");
+    if (a->loss_scale > 0 && !a->bf16 && !a->fp16)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--loss-scale applies to --fp16 (or --bf16) training; fp32 has no loss "
+                           "scaling");
+    if ((a->bf16 || a->fp16) && a->device && !strcmp(a->device, "cuda"))
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "--%s: the CUDA backend trains in fp32 only so far; use --device cpu "
+                           "or drop --%s",
+                           a->bf16 ? "bf16" : "fp16", a->bf16 ? "bf16" : "fp16");
+    if (!a->accumulate_allreduce_grads_in_fp32 || !a->attention_softmax_in_fp32)
+        return ptdp_errorf(PTDP_EUNSUPPORTED, "gradients and softmax are always fp32 in ptdp");
+    return PTDP_OK;
+}
+
 static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     const int by_samples = a->train_samples >= 0;
     if (by_samples && a->train_iters >= 0)
@@ -662,6 +704,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                 "a whole number of micro-batches",
                 (long long)B, (long long)a->micro_batch_size, (long long)d);
         int rc2 = check_schedule_flags(a, B);
+        if (!rc2) rc2 = check_precision_flags(a);
         if (rc2) return rc2;
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);

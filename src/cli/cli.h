@@ -78,6 +78,11 @@ typedef struct {
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
     int eod_mask_loss, log_throughput;
+    /* mixed precision (Megatron's flags) */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window, hysteresis;
+    int accumulate_allreduce_grads_in_fp32, attention_softmax_in_fp32;
     /* data */
     int mock_data;
     const char *token_file;

@@ -132,7 +132,15 @@ int ptdp_cmd_train(int argc, char **argv) {
                   a.train_samples % tp.global_batch ? " (the rest of the samples is not trained, "
                                                       "as in Megatron)"
                                                     : "");
-    tp.ops = ptdp_cpu_ops_lib(lib);
+    /* Megatron's precision: --bf16 / --fp16 tables round what they write to
+     * the 16-bit grid; fp16 scales the loss (dynamically unless --loss-scale) */
+    const ptdp_dtype dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
+    tp.ops = ptdp_cpu_ops_prec(lib, dtype);
+    if (a.loss_scale > 0)
+        tp.scaler = ptdp_loss_scaler_constant(a.loss_scale);
+    else if (a.fp16)
+        tp.scaler = ptdp_loss_scaler_dynamic(a.initial_loss_scale, a.min_loss_scale,
+                                             a.loss_scale_window, (int)a.hysteresis);
     if (!strcmp(a.device, "cuda")) {
         /* one GPU, one process: the communication backends move host memory
          * only (multi-GPU communication is not there yet) */

@@ -54,7 +54,7 @@ static void tb_iteration(ptdp_run *r) {
     if (p->log_learning_rate_to_tensorboard) tb_scalar(r, "learning-rate", st->lr, 1);
     tb_scalar(r, "batch-size", (double)p->trainer.global_batch, 1);
     tb_scalar(r, "lm loss", st->loss, 1);
-    if (p->log_loss_scale_to_tensorboard) tb_scalar(r, "loss-scale", 1.0, 1);
+    if (p->log_loss_scale_to_tensorboard) tb_scalar(r, "loss-scale", st->loss_scale, 1);
     if (p->log_world_size_to_tensorboard) tb_scalar(r, "world-size", r->comm->world_size, 1);
     tb_scalar(r, "grad-norm", st->grad_norm, 1);
 }
@@ -70,6 +70,20 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    if (tp->ops->dtype != PTDP_DTYPE_FP32) {
+        const ptdp_loss_scaler *ls = &tp->scaler;
+        char scale[96] = "no loss scaling";
+        if (ls->dynamic)
+            snprintf(scale, sizeof scale, "dynamic loss scale from %g (window %lld, hysteresis %d)",
+                     ls->scale, (long long)ls->window, ls->hysteresis);
+        else if (ls->scale != 1.0)
+            snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
+        ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
+                  "master weights and AdamW state, %s; path: %s values in fp32 storage (every op "
+                  "rounds its outputs; GEMMs in fp32 on %s-valued inputs)",
+                  ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
+                  ptdp_dtype_name(tp->ops->dtype));
+    }
     if (r->tb)
         ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),
                   r->p.tensorboard_dir);
@@ -101,9 +115,11 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
         fprintf(
             r->jsonl,
             "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
-            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d}\n",
+            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d,"
+            "\"loss_scale\":%.17g}\n",
             (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr,
-            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped);
+            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped,
+            st->loss_scale);
         fflush(r->jsonl);
     }
     /* Megatron's training_log: every --log-interval, the last iteration, and

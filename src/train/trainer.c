@@ -420,11 +420,19 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     }
     int64_t n = 0;
     for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
-    ptdp_log0(
-        "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
-        "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
-        "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
-        (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1), 8.0 / comm->d);
+    const double per = (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1);
+    if (tr->p.ops->dtype == PTDP_DTYPE_FP32)
+        ptdp_log0(
+            "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
+            "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
+            "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
+            per, 8.0 / comm->d);
+    else
+        ptdp_log0(
+            "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
+            "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
+            "--use-distributed-optimizer 12/d = %.2f B, without 12 B",
+            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d);
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
