@@ -46,6 +46,95 @@ static void check_arr(const char *what, const float *got, const float *want, int
     CHECK(bad == 0);
 }
 
+/* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
+ * Each 16-bit op computes in fp32 and rounds what it writes as an activation
+ * to the 16-bit grid; it must equal the fp32 op on the same (on-grid) inputs
+ * within half a 16-bit ulp: |got - want| <= u |want| with the unit roundoff
+ * u = 2^-8 (bf16, 8 significant bits) or 2^-11 (fp16, 11 bits), for normal
+ * values; plus an absolute 2^-24 for fp16 results in its subnormal range.
+ * Outputs must lie on the grid (rounding again changes nothing), and
+ * weight-gradient accumulations (beta = 1) must stay fp32. */
+static int64_t off_grid(const float *x, int64_t n, ptdp_dtype dt) {
+    float *y = fmalloc(n);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    if (dt == PTDP_DTYPE_BF16)
+        ptdp_round_bf16_n(y, n);
+    else
+        ptdp_round_f16_n(y, n);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(&x[i], &y[i], 4) != 0;
+    free(y);
+    return k;
+}
+
+static void test_precision_tables(void) {
+    const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
+    for (int k = 0; k < 2; k++) {
+        const ptdp_dtype dt = dts[k];
+        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt), *f = ptdp_cpu_ops();
+        CHECK(h->dtype == dt && f->dtype == PTDP_DTYPE_FP32);
+        CHECK(ptdp_cpu_ops_prec(PTDP_GEMM_OPENBLAS, dt)->dtype == dt);
+        CHECK_OK(ptdp_ops_check(h, PTDP_NEED_DROPOUT | PTDP_NEED_ROW_MASK));
+        const double u = dt == PTDP_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048,
+                     atol = dt == PTDP_DTYPE_FP16 ? 1.0 / (1 << 24) : 0.0;
+        const int64_t M = 24, N = 40, K = 32, s = 16, b = 2, al = 2, hd = 8;
+        float *A = fmalloc(M * K), *B = fmalloc(K * N), *C16 = fmalloc(M * N), *C32 = fmalloc(M * N);
+        fill_normal(A, M * K, 11, 1.0f);
+        fill_normal(B, K * N, 12, 1.0f);
+        h->quantize(A, M * K); /* inputs on the grid, as the model's are */
+        h->quantize(B, K * N);
+        h->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C16, N);
+        f->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N);
+        check_arr("16-bit gemm", C16, C32, M * N, u, atol);
+        CHECK(off_grid(C16, M * N, dt) == 0);
+        /* beta = 1: a weight gradient, accumulated in fp32 (not rounded) */
+        fill_const(C16, M * N, 0.1f);
+        fill_const(C32, M * N, 0.1f);
+        h->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 1.0f, C16, N);
+        f->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 1.0f, C32, N);
+        CHECK(memcmp(C16, C32, sizeof(float) * (size_t)(M * N)) == 0);
+        CHECK(off_grid(C16, M * N, dt) > 0);
+        /* LayerNorm: fp32 statistics, output on the grid */
+        float *w = fmalloc(N), *bb = fmalloc(N), *o16 = fmalloc(M * N), *o32 = fmalloc(M * N);
+        float mean[24], rstd[24], mean2[24], rstd2[24];
+        fill_normal(w, N, 13, 1.0f);
+        fill_normal(bb, N, 14, 1.0f);
+        h->layernorm_fwd(A, w, bb, o16, mean, rstd, M, N < K ? N : K, 1e-5f);
+        f->layernorm_fwd(A, w, bb, o32, mean2, rstd2, M, N < K ? N : K, 1e-5f);
+        const int64_t nl = M * (N < K ? N : K);
+        check_arr("16-bit layernorm", o16, o32, nl, u, atol);
+        CHECK(off_grid(o16, nl, dt) == 0);
+        CHECK(memcmp(mean, mean2, sizeof mean) == 0 && memcmp(rstd, rstd2, sizeof rstd) == 0);
+        /* bias + GeLU */
+        h->bias_gelu_fwd(C32, bb, o16, M, N);
+        f->bias_gelu_fwd(C32, bb, o32, M, N);
+        check_arr("16-bit bias_gelu", o16, o32, M * N, u, atol);
+        CHECK(off_grid(o16, M * N, dt) == 0);
+        /* attention: ctx on the grid; the saved logsumexp stays fp32 */
+        float *qkv = fmalloc(s * b * al * 3 * hd), *c16 = fmalloc(s * b * al * hd),
+              *c32 = fmalloc(s * b * al * hd), *sv16 = fmalloc(b * al * s),
+              *sv32 = fmalloc(b * al * s),
+              *scr = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+        fill_normal(qkv, s * b * al * 3 * hd, 15, 1.0f);
+        h->quantize(qkv, s * b * al * 3 * hd);
+        ptdp_dropout nod = {0};
+        h->attention_fwd(qkv, c16, sv16, scr, s, b, al, hd, nod);
+        f->attention_fwd(qkv, c32, sv32, scr, s, b, al, hd, nod);
+        check_arr("16-bit attention ctx", c16, c32, s * b * al * hd, u, atol);
+        CHECK(off_grid(c16, s * b * al * hd, dt) == 0);
+        CHECK(memcmp(sv16, sv32, sizeof(float) * (size_t)(b * al * s)) == 0);
+        /* quantize is idempotent and rounds to nearest: 1 + 2^-10 is between
+         * bf16 neighbours 1 and 1 + 2^-7 (-> 1) and exact in fp16 */
+        float x[3] = {1.0f + 1.0f / 1024, 70000.0f, -3.0f};
+        h->quantize(x, 3);
+        CHECK(x[0] == (dt == PTDP_DTYPE_BF16 ? 1.0f : 1.0f + 1.0f / 1024));
+        CHECK(dt == PTDP_DTYPE_BF16 ? x[1] == 70144.0f : isinf(x[1])); /* fp16 overflows */
+        CHECK(x[2] == -3.0f);
+        free(A), free(B), free(C16), free(C32), free(w), free(bb), free(o16), free(o32);
+        free(qkv), free(c16), free(c32), free(sv16), free(sv32), free(scr);
+    }
+}
+
 /* ---- GEMM --------------------------------------------------------------- */
 
 static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -798,6 +887,7 @@ int main(void) {
     test_gemm(o);
     test_ops_check();
     test_mask_rows(o);
+    test_precision_tables();
     test_dropout_keying(o);
     test_layernorm(o);
     test_bias_gelu(o);

@@ -43,7 +43,7 @@ expect_error 2 "--device must be one of" train $M --mock-data --device tpu
 expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
 # Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted
-expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
+expect_error 2 "--fp8-format is not supported: ptdp trains in fp32, bf16 or fp16" train $M --mock-data --fp8-format e4m3
 expect_error 2 "--num-query-groups is not supported: ptdp's GPT is GPT-2's" train $M --mock-data --num-query-groups 2
 expect_error 2 "--swiglu is not supported" train $M --mock-data --swiglu
 expect_error 2 "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl" train $M --mock-data --wandb-project x
@@ -401,7 +401,7 @@ PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" >"$tmp/nan1.out" 2>&1
 [ $? = 1 ] && grep -q "ptdp: error: iteration 2: the gradient norm is nan" "$tmp/nan1.out" && ok ||
     bad "a nan gradient did not stop the run: $(tail -2 "$tmp/nan1.out")"
 PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" --no-check-for-nan-in-loss-and-grad --log-jsonl "$tmp/nan2.jsonl" >"$tmp/nan2.out" 2>&1 &&
-    grep -q '"iteration":2,.*"skipped":1}' "$tmp/nan2.jsonl" && [ "$(grep -c '"skipped":1' "$tmp/nan2.jsonl")" = 1 ] &&
+    grep -q '"iteration":2,.*"skipped":1,' "$tmp/nan2.jsonl" && [ "$(grep -c '"skipped":1' "$tmp/nan2.jsonl")" = 1 ] &&
     grep -q "iteration        2/.*number of skipped iterations:   1 | number of nan iterations:   1 |" "$tmp/nan2.out" && ok ||
     bad "--no-check-for-nan-in-loss-and-grad did not skip exactly iteration 2: $(grep skipped "$tmp/nan2.jsonl")"
 PTDP_FAULT=nan@1:2 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" "${E[@]}" --tensor-model-parallel-size 2 \
