@@ -25,7 +25,8 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
     const int64_t s = tp.cfg.seq_length, B = tp.global_batch;
     int32_t *tokens = malloc(sizeof(int32_t) * 10 * (size_t)(B * (s + 1)));
     CHECK_OK(ptdp_st_read_i32(f, "ref.tokens", tokens, 10 * B * (s + 1)));
-    float *ref_losses = read_all(f, "ref.losses", &n), *ref_norms = read_all(f, "ref.grad_norms", &n);
+    float *ref_losses = read_all(f, "ref.losses", &n),
+          *ref_norms = read_all(f, "ref.grad_norms", &n);
     double worst_loss = 0, worst_norm = 0;
     for (int it = 0; tr && it < 10; it++) {
         ptdp_step_stats st;

@@ -78,7 +78,8 @@ static void test_precision_tables(void) {
         const double u = dt == PTDP_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048,
                      atol = dt == PTDP_DTYPE_FP16 ? 1.0 / (1 << 24) : 0.0;
         const int64_t M = 24, N = 40, K = 32, s = 16, b = 2, al = 2, hd = 8;
-        float *A = fmalloc(M * K), *B = fmalloc(K * N), *C16 = fmalloc(M * N), *C32 = fmalloc(M * N);
+        float *A = fmalloc(M * K), *B = fmalloc(K * N), *C16 = fmalloc(M * N),
+              *C32 = fmalloc(M * N);
         fill_normal(A, M * K, 11, 1.0f);
         fill_normal(B, K * N, 12, 1.0f);
         h->quantize(A, M * K); /* inputs on the grid, as the model's are */

@@ -95,7 +95,7 @@ echo 3 >"$TMP/ck/latest_checkpointed_iteration.txt"
 run_np 1 train $C --bf16 --load "$TMP/ck" --log-jsonl "$TMP/c3.jsonl" >/dev/null 2>&1 && ok || fail "bf16 resume"
 [ "$(grep -o '"lm_loss":[^,]*,"grad_norm":[^,]*' "$TMP/c6.jsonl" | tail -3)" = \
   "$(grep -o '"lm_loss":[^,]*,"grad_norm":[^,]*' "$TMP/c3.jsonl")" ] && ok || fail "bf16 resume is not bitwise"
-# fp16 -> fp32 -> bf16, resharded on the way
+# fp16 -> fp32 -> bf16, resharded on the way (the fp16 checkpoint's scaler is ignored by fp32)
 run_np 1 train $C --fp16 --initial-loss-scale 1024 --train-iters 2 --save "$TMP/mix" >/dev/null 2>&1 && ok || fail "fp16 save"
 run_np 2 train $C --train-iters 4 --load "$TMP/mix" --save "$TMP/mix" --tensor-model-parallel-size 2 >/dev/null 2>&1 &&
     ok || fail "fp16 checkpoint -> fp32 t=2"
@@ -103,6 +103,21 @@ run_np 2 train $C --bf16 --load "$TMP/mix" --pipeline-model-parallel-size 2 --lo
     ok || fail "fp32 checkpoint -> bf16 p=2: $(tail -2 "$TMP/mix.out")"
 compare_jsonl <(grep -o '"lm_loss":[^,]*' "$TMP/f32.jsonl" | sed -n 5,6p) "$TMP/mix.jsonl" lm_loss 0.0078125 && ok ||
     fail "fp16 -> fp32 -> bf16 drifted from the fp32 run by more than 2u"
+
+# fp16 resumes bitwise too, the dynamic scaler where it was (scale, growth and hysteresis)
+H="$M --fp16 --train-iters 16 --loss-scale-window 3"
+run_np 1 train $H --save "$TMP/h16" --save-interval 12 --log-jsonl "$TMP/h16.jsonl" >/dev/null 2>&1 && ok || fail "fp16 save"
+echo 12 >"$TMP/h16/latest_checkpointed_iteration.txt"
+run_np 1 train $H --load "$TMP/h16" --log-jsonl "$TMP/h12.jsonl" >/dev/null 2>&1 && ok || fail "fp16 resume"
+grep -q '"loss_scale"' "$TMP/h16/iter_0000012/manifest.json" && ok || fail "fp16: no scaler state in the manifest"
+[ "$(grep -o '"lm_loss".*"skipped":[01],"loss_scale":[0-9.e+]*' "$TMP/h16.jsonl" | sed 's/"elapsed_ms[^,]*,"tokens_per_s[^,]*,"tflops[^,]*,//' | tail -4)" = \
+  "$(grep -o '"lm_loss".*"skipped":[01],"loss_scale":[0-9.e+]*' "$TMP/h12.jsonl" | sed 's/"elapsed_ms[^,]*,"tokens_per_s[^,]*,"tflops[^,]*,//')" ] &&
+    ok || fail "fp16 resume is not bitwise (losses, skips, scales)"
+# generation in bf16 and fp16 from the bf16 run's checkpoint
+for f in --bf16 --fp16 ""; do
+    "$PTDP" generate --load "$TMP/ck" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 $f >"$TMP/g$f" 2>&1 &&
+        [ "$(wc -w <"$TMP/g$f")" -ge 7 ] && ok || fail "generate $f: $(cat "$TMP/g$f")"
+done
 
 # ---- 200 iterations on Moby Dick: bf16 within 1% of fp32 --------------------------------
 bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || fail "scripts/fetch_data.sh"

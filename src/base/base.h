@@ -302,9 +302,9 @@ void ptdp_round_f16_n(float *x, int64_t n);
 
 /* Training precision (Megatron's --bf16 / --fp16; fp32 by default): the grid
  * of activations and working weights, see kernels.h. */
-#define PTDP_DTYPES(X)              \
-    X(PTDP_DTYPE_FP32, "fp32", 4)  \
-    X(PTDP_DTYPE_BF16, "bf16", 2)  \
+#define PTDP_DTYPES(X)            \
+    X(PTDP_DTYPE_FP32, "fp32", 4) \
+    X(PTDP_DTYPE_BF16, "bf16", 2) \
     X(PTDP_DTYPE_FP16, "fp16", 2)
 typedef enum {
 #define PTDP__DTYPE_ENUM(e, s, b) e,

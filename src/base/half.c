@@ -194,8 +194,8 @@ void ptdp_round_bf16_n(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         uint32_t v = u[i];
         /* NaN: quiet, payload top bits kept (as ptdp_f32_to_bf16) */
-        uint32_t r = (v & 0x7fffffffu) > 0x7f800000u ? (v | 0x00400000u)
-                                                     : v + 0x7fffu + ((v >> 16) & 1u);
+        uint32_t r =
+            (v & 0x7fffffffu) > 0x7f800000u ? (v | 0x00400000u) : v + 0x7fffu + ((v >> 16) & 1u);
         u[i] = r & 0xffff0000u;
     }
 }

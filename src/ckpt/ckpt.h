@@ -155,9 +155,10 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path);
  * Each file carries a CRC-32 (IEEE 802.3 polynomial, as zlib's crc32) of its
  * bytes in the manifest.
  *
- * Not here: fp16/bf16 state (ptdp trains in fp32; 16-bit files are read
- * by ptdp_st_read_f32 and written by ptdp_hf_export), asynchronous saving,
- * keeping only the last k checkpoints. */
+ * Whatever the precision of the run, the parameters are its fp32 master
+ * weights (the trainer swaps them in, ptdp_trainer_full_precision) and the
+ * moments are fp32; fp16's loss scaler state is in the manifest. Not here:
+ * asynchronous saving, keeping only the last k checkpoints. */
 
 #define PTDP_CKPT_VERSION 1
 
@@ -168,7 +169,8 @@ typedef struct {
     int64_t micro_batch, global_batch;
     const ptdp_lr_schedule *lr;
     const ptdp_adamw_params *adam;
-    int v, zero; /* model chunks per rank, ZeRO-1 */
+    int v, zero;                    /* model chunks per rank, ZeRO-1 */
+    const ptdp_loss_scaler *scaler; /* fp16's dynamic scaler, or NULL */
 } ptdp_ckpt_meta;
 
 /* Writes DIR/iter_%07d/ (shards, then manifest) and then moves
@@ -184,6 +186,9 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
 typedef struct ptdp_ckpt_loaded {
     int found; /* 0: DIR holds no checkpoint (nothing loaded) */
     int64_t iteration, consumed_samples, optimizer_step;
+    int has_scaler; /* the manifest holds a dynamic loss scaler's state: */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
     char path[4096]; /* the iteration directory loaded */
 } ptdp_ckpt_loaded;
 

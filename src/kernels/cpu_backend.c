@@ -58,17 +58,16 @@ static void attn_bwd_openblas(const float *dctx, const float *qkv, const float *
 /* Every op but the GEMM-backed ones, shared by both tables. */
 #define PTDP__CPU_COMMON_OPS                                                                      \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy_bytes, .download = cpu_download,     \
-    .dtype = PTDP_DTYPE_FP32, .quantize = cpu_quantize_none, .zero = cpu_zero, .copy = cpu_copy, \
-    .layernorm_fwd = ptdp__layernorm_fwd,                     \
-    .layernorm_bwd = ptdp__layernorm_bwd, .bias_add = ptdp__bias_add, .bias_bwd = ptdp__bias_bwd, \
-    .bias_gelu_fwd = ptdp__bias_gelu_fwd, .bias_gelu_bwd = ptdp__bias_gelu_bwd,                   \
-    .bias_dropout_add_fwd = ptdp__bias_dropout_add_fwd,                                           \
+    .dtype = PTDP_DTYPE_FP32, .quantize = cpu_quantize_none, .zero = cpu_zero, .copy = cpu_copy,  \
+    .layernorm_fwd = ptdp__layernorm_fwd, .layernorm_bwd = ptdp__layernorm_bwd,                   \
+    .bias_add = ptdp__bias_add, .bias_bwd = ptdp__bias_bwd, .bias_gelu_fwd = ptdp__bias_gelu_fwd, \
+    .bias_gelu_bwd = ptdp__bias_gelu_bwd, .bias_dropout_add_fwd = ptdp__bias_dropout_add_fwd,     \
     .bias_dropout_add_bwd = ptdp__bias_dropout_add_bwd, .dropout_fwd = ptdp__dropout_inplace,     \
     .dropout_bwd = ptdp__dropout_inplace, .embed_fwd = ptdp__embed_fwd,                           \
     .embed_bwd = ptdp__embed_bwd, .pos_add_fwd = ptdp__pos_add_fwd,                               \
     .pos_add_bwd = ptdp__pos_add_bwd, .xent_max = ptdp__xent_max, .xent_sums = ptdp__xent_sums,   \
     .xent_loss = ptdp__xent_loss, .xent_bwd = ptdp__xent_bwd, .adamw = ptdp__adamw,               \
-    .sumsq = ptdp__sumsq, .scale = ptdp__scale, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows, \
+    .sumsq = ptdp__sumsq, .scale = ptdp__scale, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows,   \
     .attention_saved_floats = ptdp__attention_saved_floats,
 
 static const ptdp_ops cpu_ops[] = {

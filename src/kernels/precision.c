@@ -26,37 +26,37 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
     static void P##_layernorm_fwd(const float *x, const float *w, const float *b, float *out,      \
                                   float *mean, float *rstd, int64_t N, int64_t h, float eps) {     \
         ptdp__layernorm_fwd(x, w, b, out, mean, rstd, N, h, eps);                                  \
-        R(out, N * h);                                                                             \
+        R(out, N *h);                                                                              \
     }                                                                                              \
     static void P##_layernorm_bwd(const float *dout, const float *x, const float *w,               \
                                   const float *mean, const float *rstd, float *dx, float *dw,      \
                                   float *db, int64_t N, int64_t h) {                               \
         ptdp__layernorm_bwd(dout, x, w, mean, rstd, dx, dw, db, N, h);                             \
-        R(dx, N * h);                                                                              \
+        R(dx, N *h);                                                                               \
     }                                                                                              \
     static void P##_bias_add(float *y, const float *bias, int64_t N, int64_t n) {                  \
         ptdp__bias_add(y, bias, N, n);                                                             \
-        R(y, N * n);                                                                               \
+        R(y, N *n);                                                                                \
     }                                                                                              \
     static void P##_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N,        \
                                   int64_t n) {                                                     \
         ptdp__bias_gelu_fwd(x, bias, out, N, n);                                                   \
-        R(out, N * n);                                                                             \
+        R(out, N *n);                                                                              \
     }                                                                                              \
     static void P##_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx, \
                                   float *dbias, int64_t N, int64_t n) {                            \
         ptdp__bias_gelu_bwd(dout, x, bias, dx, dbias, N, n);                                       \
-        R(dx, N * n);                                                                              \
+        R(dx, N *n);                                                                               \
     }                                                                                              \
     static void P##_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid,    \
                                          float *out, int64_t N, int64_t h, ptdp_dropout drop) {    \
         ptdp__bias_dropout_add_fwd(x, bias, resid, out, N, h, drop);                               \
-        R(out, N * h);                                                                             \
+        R(out, N *h);                                                                              \
     }                                                                                              \
     static void P##_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N,    \
                                          int64_t h, ptdp_dropout drop) {                           \
         ptdp__bias_dropout_add_bwd(dout, dx, dbias, N, h, drop);                                   \
-        R(dx, N * h);                                                                              \
+        R(dx, N *h);                                                                               \
     }                                                                                              \
     static void P##_dropout(float *x, int64_t n, ptdp_dropout drop) {                              \
         ptdp__dropout_inplace(x, n, drop);                                                         \
@@ -65,17 +65,17 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
     static void P##_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,     \
                               int64_t Vl, float *out, int64_t s, int64_t b, int64_t h) {           \
         ptdp__embed_fwd(tokens, ld, wte, v0, Vl, out, s, b, h);                                    \
-        R(out, s * b * h);                                                                         \
+        R(out, s *b *h);                                                                           \
     }                                                                                              \
     static void P##_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h) {   \
         ptdp__pos_add_fwd(out, wpe, s, b, h);                                                      \
-        R(out, s * b * h);                                                                         \
+        R(out, s *b *h);                                                                           \
     }                                                                                              \
     static void P##_xent_bwd(float *logits, const float *sumexp, const int32_t *targets,           \
                              int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,  \
                              float scale) {                                                        \
         ptdp__xent_bwd(logits, sumexp, targets, ld, s, b, Vl, v0, V, scale);                       \
-        R(logits, s * b * Vl);                                                                     \
+        R(logits, s *b *Vl);                                                                       \
     }
 
 /* GEMM and attention, for one type P and one library L. */
@@ -90,14 +90,14 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
                                  int64_t s, int64_t b, int64_t al, int64_t hd,                     \
                                  ptdp_dropout drop) {                                              \
         ptdp__attention_fwd(ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, hd, drop);         \
-        R(ctx, s * b * al * hd);                                                                   \
+        R(ctx, s *b *al *hd);                                                                      \
     }                                                                                              \
     static void P##_attn_bwd_##L(const float *dctx, const float *qkv, const float *ctx,            \
                                  const float *saved, float *dqkv, float *scratch, int64_t s,       \
                                  int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {           \
         ptdp__attention_bwd(ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,    \
                             drop);                                                                 \
-        R(dqkv, s * b * al * 3 * hd);                                                              \
+        R(dqkv, s *b *al * 3 * hd);                                                                \
     }
 
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
@@ -116,22 +116,22 @@ static ptdp_ops make_table(const ptdp_ops *base, const char *name, ptdp_dtype dt
     return t;
 }
 
-#define PTDP__SET_COMMON(t, P, R)                   \
-    (t).quantize = R;                               \
-    (t).layernorm_fwd = P##_layernorm_fwd;          \
-    (t).layernorm_bwd = P##_layernorm_bwd;          \
-    (t).bias_add = P##_bias_add;                    \
-    (t).bias_gelu_fwd = P##_bias_gelu_fwd;          \
-    (t).bias_gelu_bwd = P##_bias_gelu_bwd;          \
+#define PTDP__SET_COMMON(t, P, R)                        \
+    (t).quantize = R;                                    \
+    (t).layernorm_fwd = P##_layernorm_fwd;               \
+    (t).layernorm_bwd = P##_layernorm_bwd;               \
+    (t).bias_add = P##_bias_add;                         \
+    (t).bias_gelu_fwd = P##_bias_gelu_fwd;               \
+    (t).bias_gelu_bwd = P##_bias_gelu_bwd;               \
     (t).bias_dropout_add_fwd = P##_bias_dropout_add_fwd; \
     (t).bias_dropout_add_bwd = P##_bias_dropout_add_bwd; \
-    (t).dropout_fwd = P##_dropout;                  \
-    (t).dropout_bwd = P##_dropout;                  \
-    (t).embed_fwd = P##_embed_fwd;                  \
-    (t).pos_add_fwd = P##_pos_add_fwd;              \
+    (t).dropout_fwd = P##_dropout;                       \
+    (t).dropout_bwd = P##_dropout;                       \
+    (t).embed_fwd = P##_embed_fwd;                       \
+    (t).pos_add_fwd = P##_pos_add_fwd;                   \
     (t).xent_bwd = P##_xent_bwd
-#define PTDP__SET_LIB(t, P, L)           \
-    (t).gemm = P##_gemm_##L;             \
+#define PTDP__SET_LIB(t, P, L)            \
+    (t).gemm = P##_gemm_##L;              \
     (t).attention_fwd = P##_attn_fwd_##L; \
     (t).attention_bwd = P##_attn_bwd_##L
 

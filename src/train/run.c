@@ -274,8 +274,8 @@ int ptdp_run_loop(ptdp_run *r) {
          * all-reduced, so every rank takes the same decision */
         /* (under loss scaling a non-finite gradient is an overflow the scaler
          * handles: the step was skipped and the scale backs off) */
-        if (p->check_for_nan && (!isfinite(r->st.loss) ||
-                                 (!isfinite(r->st.grad_norm) && !r->st.loss_scaling))) {
+        if (p->check_for_nan &&
+            (!isfinite(r->st.loss) || (!isfinite(r->st.grad_norm) && !r->st.loss_scaling))) {
             ptdp_log_error(
                 "iteration %lld: the %s is %s (stopping; the step was not applied; "
                 "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",

@@ -70,7 +70,7 @@ typedef struct {
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */
-    ptdp_loss_scaler scaler; /* fp16's loss scaling (default: constant 1, none) */
+    ptdp_loss_scaler scaler;   /* fp16's loss scaling (default: constant 1, none) */
     int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
     int32_t eod_token;
 } ptdp_trainer_params;

@@ -539,7 +539,8 @@ int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_sample
                            .lr = &tr->p.lr,
                            .adam = &tr->p.adam,
                            .v = tr->v,
-                           .zero = tr->p.distributed_optimizer};
+                           .zero = tr->p.distributed_optimizer,
+                           .scaler = &tr->p.scaler};
     /* checkpoints hold the fp32 master weights whatever the precision */
     ptdp_trainer_full_precision(tr, 1);
     int rc = ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
@@ -552,6 +553,12 @@ int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int res
     int rc =
         ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
     if (rc == PTDP_OK && out->found && restore_iteration) tr->iteration = out->iteration;
+    /* fp16: the dynamic scaler goes on where it was (with the optimizer state) */
+    if (rc == PTDP_OK && out->found && load_optim && out->has_scaler && tr->p.scaler.dynamic) {
+        tr->p.scaler.scale = out->loss_scale;
+        tr->p.scaler.growth_tracker = out->growth_tracker;
+        tr->p.scaler.hysteresis_tracker = (int)out->hysteresis_tracker;
+    }
     for (int c = 0; rc == PTDP_OK && out->found && c < tr->v; c++) /* fp32 values: the masters */
         ptdp_optim_take_master(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
     return rc;
