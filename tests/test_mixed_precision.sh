@@ -8,13 +8,14 @@
 # fp16 -> fp32 -> bf16 resumes); 200 iterations on Moby Dick keep bf16
 # within 1% of fp32; bad precision flags give one error each.
 #
-# Tolerances. bf16 keeps 8 significant bits: unit roundoff u = 2^-8 = 3.9e-3.
-# A layout changes only the order of fp32 sums before a rounding (tensor-
-# parallel partial sums, micro-batch grouping of weight gradients), which
-# moves a rounded value by at most one 16-bit ulp. Losses average many such
-# values and agree to half an ulp (rtol 2^-9); gradient norms, after weights
-# updated from such gradients for a few iterations, to one ulp (rtol 2^-8:
-# tensor parallelism measured 2.0e-3 at iteration 6).
+# Tolerances. bf16 keeps 8 significant bits: unit roundoff u = 2^-8 = 3.9e-3
+# (half an ulp; one ulp is 2u = 2^-7 relative). A layout changes only the
+# order of fp32 sums before a rounding (tensor-parallel partial sums and GEMM
+# shapes, micro-batch grouping of weight gradients), so each rounded value
+# may land one ulp away from the single process's. Losses average many token
+# losses and agree to u/2 (rtol 2^-9); gradient norms, after a few updates
+# from such gradients, to one ulp (rtol 2^-7: with native bf16 GEMMs tensor
+# parallelism measured 4.1e-3 at iteration 6, 2.0e-3 with fp32 GEMMs).
 # Against fp32 over 8 iterations the bf16 loss differs by rounding noise of
 # the same kind: rtol u.
 source "$PTDP_SRC/tests/parallel_lib.sh"
@@ -28,7 +29,8 @@ M="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --voc
 run_np 1 train $M --log-jsonl "$TMP/f32.jsonl" >"$TMP/f32.out" 2>&1 && ok || fail "fp32 run: $(tail -3 "$TMP/f32.out")"
 run_np 1 train $M --bf16 --log-jsonl "$TMP/b1.jsonl" >"$TMP/b1.out" 2>&1 && ok || fail "bf16 run: $(tail -3 "$TMP/b1.out")"
 grep -q "mixed precision: bf16 activations and working weights, fp32 arithmetic, fp32 master weights" "$TMP/b1.out" &&
-    grep -q "path: bf16 values in fp32 storage" "$TMP/b1.out" && ok || fail "no start-up line for bf16"
+    grep -Eq "bf16 values in fp32 storage \(every op rounds its outputs\); compute table cpu/onednn/bf16(-native \(GEMMs: oneDNN's native bf16 matmul|  \(GEMMs: fp32 on)" "$TMP/b1.out" &&
+    ok || fail "no start-up line for bf16: $(grep 'mixed precision' "$TMP/b1.out")"
 grep -q "optimizer state 12.00 B (fp32 master weights" "$TMP/b1.out" && ok || fail "bf16: optimizer state is not 12 B"
 check_plan "$TMP/b1.out" 1 && ok || fail "bf16: memory plan differs from the allocation"
 compare_jsonl "$TMP/f32.jsonl" "$TMP/b1.jsonl" lm_loss 0.00390625 && ok || fail "bf16 does not track fp32"
@@ -50,7 +52,7 @@ for l in "${L[@]}"; do
     run_np "${l%%:*}" train $M --bf16 ${l#*:} --log-jsonl "$TMP/l$i.jsonl" >"$TMP/l$i.out" 2>&1 && ok ||
         fail "bf16 ${l#*:}: $(tail -3 "$TMP/l$i.out")"
     compare_jsonl "$TMP/b1.jsonl" "$TMP/l$i.jsonl" lm_loss 0.001953125 && ok || fail "bf16 ${l#*:}: lm_loss differs"
-    compare_jsonl "$TMP/b1.jsonl" "$TMP/l$i.jsonl" grad_norm 0.00390625 && ok || fail "bf16 ${l#*:}: grad_norm differs"
+    compare_jsonl "$TMP/b1.jsonl" "$TMP/l$i.jsonl" grad_norm 0.0078125 && ok || fail "bf16 ${l#*:}: grad_norm differs"
 done
 
 # ---- fp16: Megatron's dynamic scaler from 2^32 ------------------------------------------

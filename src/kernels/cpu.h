@@ -10,6 +10,13 @@ void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
 void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                          float *C, int64_t ldc);
+/* bf16 GEMM through oneDNN's native bf16 matmul (gemm_bf16.c): inputs on
+ * the bf16 grid in fp32 storage; falls back to the fp32 GEMM for what it
+ * cannot run. Available once checked: 1, or 0 with the reason in *why. */
+int ptdp__gemm_bf16_available(const char **why);
+void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                            float *C, int64_t ldc);
 typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                               float *C, int64_t ldc);

@@ -8,7 +8,9 @@
  * embedding gradients) accumulate in fp32 and are not rounded. Storage stays
  * fp32: the values are those of 16-bit tensors, the bytes are not (yet).
  * GEMMs of on-grid inputs are exact products summed in fp32, i.e. a 16-bit
- * GEMM with fp32 accumulation. Not here: 16-bit storage, native bf16 GEMMs. */
+ * GEMM with fp32 accumulation; the bf16 table over oneDNN runs oneDNN's
+ * native bf16 matmul instead where the CPU has one (gemm_bf16.c: same
+ * products, fp32 accumulation, in another order). Not here: 16-bit storage. */
 #include "kernels/cpu.h"
 
 /* C [M, N] with row stride ldc, rounded row by row */
@@ -100,6 +102,14 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         R(dqkv, s *b *al * 3 * hd);                                                                \
     }
 
+/* bf16 over oneDNN with a native bf16 matmul: the inputs are on the grid */
+static void bf16_gemm_native(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                             float *C, int64_t ldc) {
+    ptdp__gemm_onednn_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (beta == 0.0f) round_rows(ptdp_round_bf16_n, C, M, N, ldc);
+}
+
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, openblas)
@@ -143,6 +153,10 @@ static void build_tables(void) {
     tables[0][PTDP_DTYPE_BF16] = make_table(on, "cpu/onednn/bf16", PTDP_DTYPE_BF16);
     PTDP__SET_COMMON(tables[0][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
     PTDP__SET_LIB(tables[0][PTDP_DTYPE_BF16], bf16, onednn);
+    if (ptdp__gemm_bf16_available(NULL)) { /* checked at run time, never assumed */
+        tables[0][PTDP_DTYPE_BF16].name = "cpu/onednn/bf16-native";
+        tables[0][PTDP_DTYPE_BF16].gemm = bf16_gemm_native;
+    }
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);
     PTDP__SET_COMMON(tables[1][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
     PTDP__SET_LIB(tables[1][PTDP_DTYPE_BF16], bf16, openblas);
