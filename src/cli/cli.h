@@ -21,6 +21,13 @@ int ptdp_cmd_preprocess(int argc, char **argv);
 int ptdp_cmd_schedule(int argc, char **argv);
 int ptdp_cmd_generate(int argc, char **argv);
 int ptdp_cmd_checkpoint(int argc, char **argv);
+int ptdp_cmd_plan(int argc, char **argv);
+
+/* `ptdp plan --calibrate`: measures this machine (GEMM rate by shape, memory
+ * bandwidth, MPI all-reduce and point-to-point between the job's ranks) and
+ * writes a cluster description to `out` (NULL: stdout, rank 0). Returns the
+ * exit status; every rank of the job must call it. */
+int ptdp__cli_plan_calibrate(const char *out);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */
@@ -124,8 +131,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
  * (Megatron's conversion); B is the global batch. */
 int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);
 /* The LR schedule (in samples, B per step) and AdamW settings from the flags. */
-void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
-                     ptdp_adamw_params *adam);
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 /* Room for every flag of one command (ptdp_args_table's cap). */
 #define PTDP_ARGS_MAX_FLAGS 128
 

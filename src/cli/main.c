@@ -16,6 +16,8 @@ static const command commands[] = {
     {"tokenize", ptdp_cmd_tokenize, "GPT-2 BPE: text on stdin to token ids (or --decode)"},
     {"preprocess", ptdp_cmd_preprocess, "text or JSON lines to Megatron .bin/.idx datasets"},
     {"schedule", ptdp_cmd_schedule, "print, simulate or draw a pipeline schedule"},
+    {"plan", ptdp_cmd_plan,
+     "predict time and memory of every parallel layout on a cluster and pick the best"},
     {"checkpoint", ptdp_cmd_checkpoint, "inspect (info) or check (verify) a training checkpoint"},
     {"generate", ptdp_cmd_generate,
      "sample text from a model (KV cache; tensor parallel under mpirun)"},
