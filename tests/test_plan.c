@@ -222,11 +222,12 @@ static void test_search(void) {
 
 static void test_cluster_file(void) {
     ptdp_cluster c;
-    const char *good = "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1, \"fp16\": 2, \"bf16\": 2},"
-                       " \"memory_bytes\": 1e9, \"devices_per_node\": 4, \"mem_bandwidth\": 1e9,"
-                       " \"intra_bandwidth\": 1e9, \"intra_latency\": 0, \"inter_bandwidth\": 1e8,"
-                       " \"inter_latency\": 1e-5, \"gemm_efficiency\": 0.5, \"gemm_half_dim\": 8,"
-                       " \"elementwise_efficiency\": 0.5, \"overhead_s\": 0}";
+    const char *good =
+        "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1, \"fp16\": 2, \"bf16\": 2},"
+        " \"memory_bytes\": 1e9, \"devices_per_node\": 4, \"shared_node\": 0, \"mem_bandwidth\": 1e9,"
+        " \"intra_bandwidth\": 1e9, \"intra_latency\": 0, \"inter_bandwidth\": 1e8,"
+        " \"inter_latency\": 1e-5, \"gemm_efficiency\": 0.5, \"gemm_half_dim\": 8,"
+        " \"elementwise_efficiency\": 0.5, \"overhead_s\": 0}";
     CHECK_OK(ptdp_cluster_parse(good, "good", &c));
     CHECK(c.devices_per_node == 4 && c.peak_flops[PTDP_PREC_FP16] == 2);
     /* every key is required; the message names it */

@@ -9,7 +9,7 @@
  *    "intra_bandwidth": 2.3e11, "intra_latency": 1e-5,
  *    "inter_bandwidth": 2.5e10, "inter_latency": 1e-5,
  *    "gemm_efficiency": 0.8, "gemm_half_dim": 64, "elementwise_efficiency": 0.7,
- *    "overhead_s": 0.0}
+ *    "overhead_s": 0.0, "shared_node": 0}
  * Unknown keys are refused (a misspelt key would otherwise silently keep a
  * default). Deliberately not here: heterogeneous devices, topologies other
  * than nodes of equal size joined by one fabric. */
@@ -94,7 +94,8 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
     int rc = PTDP_OK;
     for (cJSON *it = root->child; it && rc == PTDP_OK; it = it->next) {
         int known = !strcmp(it->string, "name") || !strcmp(it->string, "peak_flops") ||
-                    !strcmp(it->string, "devices_per_node") || !strcmp(it->string, "description");
+                    !strcmp(it->string, "devices_per_node") || !strcmp(it->string, "shared_node") ||
+                    !strcmp(it->string, "description");
         for (int i = 0; i < NFIELDS; i++) known |= !strcmp(it->string, fields[i].key);
         if (!known)
             rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: unknown key \"%s\"", origin, it->string);
@@ -124,6 +125,11 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
         rc = ptdp_errorf(PTDP_EFORMAT,
                          "cluster %s: \"devices_per_node\" must be a positive integer", origin);
     c->devices_per_node = (int)dpn;
+    double shared = 0;
+    if (rc == PTDP_OK) rc = number(root, "shared_node", origin, &shared);
+    if (rc == PTDP_OK && shared != 0 && shared != 1)
+        rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: \"shared_node\" must be 0 or 1", origin);
+    c->shared_node = (int)shared;
     for (int i = 0; i < NFIELDS && rc == PTDP_OK; i++) {
         double *dst = (double *)((char *)c + fields[i].off);
         rc = number(root, fields[i].key, origin, dst);
@@ -155,7 +161,8 @@ int ptdp_cluster_write(FILE *f, const ptdp_cluster *c) {
     fprintf(f, "{\n  \"name\": \"%s\",\n  \"peak_flops\": {", c->name);
     for (int p = 0; p < PTDP_PREC_COUNT; p++)
         fprintf(f, "%s\"%s\": %.6g", p ? ", " : "", ptdp_plan_precision_name(p), c->peak_flops[p]);
-    fprintf(f, "},\n  \"devices_per_node\": %d", c->devices_per_node);
+    fprintf(f, "},\n  \"devices_per_node\": %d,\n  \"shared_node\": %d", c->devices_per_node,
+            c->shared_node);
     for (int i = 0; i < NFIELDS; i++)
         fprintf(f, ",\n  \"%s\": %.6g", fields[i].key,
                 *(const double *)((const char *)c + fields[i].off));

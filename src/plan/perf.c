@@ -220,8 +220,11 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int64_t Vp = (job->vocab + mult - 1) / mult * mult;
     const double w = ptdp_plan_precision_bytes(job->precision),
                  wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
-    const double peak = c->peak_flops[job->precision];
-    const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency;
+    /* processes sharing a node's cores share its rate */
+    const int64_t n_all = (int64_t)t * p * d;
+    const double share = c->shared_node ? 1.0 / (double)(n_all < dpn ? n_all : dpn) : 1.0;
+    const double peak = c->peak_flops[job->precision] * share;
+    const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency * share;
     const double h = (double)job->h, s = (double)job->s, b = (double)L->b, a = (double)job->a;
     const double N = s * b, hl = h / t, fl = (double)ffn / t, al = a / t, hd = h / a;
     /* links: the tensor group lives in a node; the data group spans nodes

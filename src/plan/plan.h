@@ -150,6 +150,11 @@ typedef struct {
     double gemm_half_dim;          /* a GEMM dimension of this size halves its factor */
     double elementwise_efficiency; /* fraction of mem_bandwidth memory-bound kernels reach */
     double overhead_s;             /* fixed cost per iteration (launches, logging, data) */
+    /* 0: every device has its own compute and memory (GPUs). 1: the devices
+     * of a node are processes sharing its CPU cores: peak_flops and
+     * mem_bandwidth are the whole node's, and each of the k = min(n,
+     * devices_per_node) ranks on a node gets 1/k of them (`local`). */
+    int shared_node;
 } ptdp_cluster;
 
 /* Parses a cluster description from JSON text; `origin` names it in
