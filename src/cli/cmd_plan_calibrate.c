@@ -9,15 +9,18 @@
  *     effective bandwidth of ptdp's fused bias+GeLU kernel over it;
  *   - under mpirun -np 2 or more: MPI all-reduce (bus bandwidth and
  *     per-step latency) and point-to-point between ranks 0 and 1.
- * The node is one machine whose ranks share its cores (shared_node 1); the
+ * The node is one machine whose ranks share its cores (shared_node: their
+ * number); the
  * 16-bit peaks are the fp32 one (ptdp's CPU kernels are fp32).
  *
  * Deliberately not here: measuring more than one node, or thread scaling. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "kernels/kernels.h"
@@ -196,7 +199,8 @@ int ptdp__cli_plan_calibrate(const char *out) {
 
     /* links: one node, every rank a device */
     c.devices_per_node = 8;
-    c.shared_node = 1;
+    c.shared_node = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c.shared_node < 1) c.shared_node = 1;
     c.memory_bytes = 0;
     {
         FILE *f = fopen("/proc/meminfo", "r");

@@ -127,8 +127,11 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
     c->devices_per_node = (int)dpn;
     double shared = 0;
     if (rc == PTDP_OK) rc = number(root, "shared_node", origin, &shared);
-    if (rc == PTDP_OK && shared != 0 && shared != 1)
-        rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: \"shared_node\" must be 0 or 1", origin);
+    if (rc == PTDP_OK && !(shared >= 0 && shared == floor(shared) && shared <= 1e6))
+        rc = ptdp_errorf(PTDP_EFORMAT,
+                         "cluster %s: \"shared_node\" must be 0 (devices) or the cores the "
+                         "ranks of a node share",
+                         origin);
     c->shared_node = (int)shared;
     for (int i = 0; i < NFIELDS && rc == PTDP_OK; i++) {
         double *dst = (double *)((char *)c + fields[i].off);

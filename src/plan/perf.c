@@ -220,9 +220,12 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int64_t Vp = (job->vocab + mult - 1) / mult * mult;
     const double w = ptdp_plan_precision_bytes(job->precision),
                  wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
-    /* processes sharing a node's cores share its rate */
-    const int64_t n_all = (int64_t)t * p * d;
-    const double share = c->shared_node ? 1.0 / (double)(n_all < dpn ? n_all : dpn) : 1.0;
+    /* Processes sharing a node's C cores (shared_node = C): k ranks on the
+     * node, each with max(1, C/k) threads, run at the node's rate times
+     * min(1/k, 1/C) while they run; when k > C they also take turns (below). */
+    const int64_t n_all = (int64_t)t * p * d, k_node = n_all < dpn ? n_all : dpn;
+    const int cores = c->shared_node;
+    const double share = cores ? 1.0 / (double)(k_node > cores ? cores : k_node) : 1.0;
     const double peak = c->peak_flops[job->precision] * share;
     const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency * share;
     const double h = (double)job->h, s = (double)job->s, b = (double)L->b, a = (double)job->a;
@@ -343,6 +346,14 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     }
     est->pipeline_s = res.makespan;
     est->bubble_fraction = res.bubble_fraction;
+    if (cores && k_node > cores) {
+        /* more ranks than cores: a waiting rank yields its core, so the node
+         * finishes no sooner than all its ranks' work spread over C cores */
+        double work = 0;
+        for (int r = 0; r < p; r++) work += res.busy[r];
+        work *= (double)k_node / (double)p / (double)cores;
+        if (work > est->pipeline_s) est->pipeline_s = work;
+    }
     ptdp_sim_result_free(&res);
     /* the last micro-batch's backward on the first rank: what an overlapped
      * reduction can hide behind */

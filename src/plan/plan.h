@@ -150,10 +150,11 @@ typedef struct {
     double gemm_half_dim;          /* a GEMM dimension of this size halves its factor */
     double elementwise_efficiency; /* fraction of mem_bandwidth memory-bound kernels reach */
     double overhead_s;             /* fixed cost per iteration (launches, logging, data) */
-    /* 0: every device has its own compute and memory (GPUs). 1: the devices
-     * of a node are processes sharing its CPU cores: peak_flops and
-     * mem_bandwidth are the whole node's, and each of the k = min(n,
-     * devices_per_node) ranks on a node gets 1/k of them (`local`). */
+    /* 0: every device has its own compute and memory (GPUs). C > 0: the
+     * devices of a node are processes sharing its C CPU cores (`local`):
+     * peak_flops and mem_bandwidth are the whole node's; each of the k =
+     * min(n, devices_per_node) ranks on a node runs at 1/min(k, C) of them,
+     * and with k > C the ranks take turns (docs/planner.md). */
     int shared_node;
 } ptdp_cluster;
 
