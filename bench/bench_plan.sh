@@ -91,7 +91,8 @@ out = dict(config=cfg, ranks=int(n), t=int(t), p=int(p), d=plan["d"], v=int(v), 
            predicted_ms=round(plan["iteration_s"] * 1e3, 1), measured_ms=round(ms, 1),
            time_error=round(plan["iteration_s"] * 1e3 / ms - 1, 4),
            predicted_bytes=int(plan["memory_bytes_per_device"]), measured_plan_bytes=mem,
-           memory_error=round(plan["memory_bytes_per_device"] / mem - 1, 4))
+           memory_error=round(plan["memory_bytes_per_device"] / mem - 1, 4),
+           load=float(open("/proc/loadavg").read().split()[0]))
 print(json.dumps(out))
 PY
 )
@@ -106,5 +107,5 @@ for r in rows:
     print("%-3s %2d %2d %2d %2d %2d %2d %-11s %-4s %10.1f %10.1f %+6.1f%% %+6.1f%%" % (r["config"], r["ranks"], r["t"], r["p"], r["d"], r["v"], r["b"], r["schedule"], r["recompute"], r["predicted_ms"], r["measured_ms"], 100 * r["time_error"], 100 * r["memory_error"]))
 ok_t = sum(abs(r["time_error"]) <= 0.15 for r in rows)
 ok_m = sum(abs(r["memory_error"]) <= 0.05 for r in rows)
-print("%d layouts: time within 15%%: %d, memory within 5%%: %d" % (len(rows), ok_t, ok_m))
+print("%d layouts: time within 15%%: %d, memory within 5%%: %d; load average during the runs %.1f to %.1f" % (len(rows), ok_t, ok_m, min(r["load"] for r in rows), max(r["load"] for r in rows)))
 '

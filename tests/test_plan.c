@@ -220,6 +220,28 @@ static void test_search(void) {
     CHECK(strstr(ptdp_last_error(), "no layout of 7 devices") != NULL);
 }
 
+/* Ranks sharing a node's cores (local): k ranks on C cores run at 1/min(k,
+ * C) of the node; with k > C the pipeline lasts at least the busy time of
+ * every rank over C. */
+static void test_shared_node(void) {
+    ptdp_cluster c = round_cluster();
+    c.shared_node = 2;
+    ptdp_plan_job j = small_job();
+    j.precision = PTDP_PREC_FP32;
+    ptdp_plan_layout one = {.t = 1, .p = 1, .d = 1, .v = 1, .b = 8, .recompute = 0};
+    ptdp_plan_estimate e1, e4;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &one, &e1));
+    /* four data-parallel replicas on two cores: each does a quarter of the
+     * work at half the node's rate, two at a time: the same compute time */
+    ptdp_plan_layout four = {.t = 1, .p = 1, .d = 4, .v = 1, .b = 2, .recompute = 0};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &four, &e4));
+    CHECK_CLOSE(e4.pipeline_s, e1.pipeline_s, 0.02, 0);
+    CHECK_CLOSE(e4.layer_gemm_fwd_s, e1.layer_gemm_fwd_s / 2, 0.05, 0); /* b/4 at rate/2 */
+    c.shared_node = 0; /* own devices: four times faster */
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &four, &e4));
+    CHECK(e4.pipeline_s < 0.3 * e1.pipeline_s);
+}
+
 static void test_cluster_file(void) {
     ptdp_cluster c;
     const char *good =
@@ -318,6 +340,7 @@ int main(void) {
     test_volumes();
     test_memory();
     test_search();
+    test_shared_node();
     test_cluster_file();
     test_table1();
     return test_done("test_plan");

@@ -81,6 +81,32 @@ static void run_pingpong(void *p) {
     ptdp_barrier(c->g);
 }
 
+/* The memory-bound kernels of one layer (forward and backward) at config
+ * (c)'s shape, through ptdp's own table: what the model's T_ew stands for. */
+typedef struct {
+    const ptdp_ops *ops;
+    int64_t s, b, h, al, hd, f;
+    float *x, *y, *z, *w, *bias, *mean, *rstd, *qkv, *dqkv, *ctx, *probs, *scratch, *big, *big2;
+} layer_ctx;
+static void run_layer_ew(void *p) {
+    layer_ctx *L = p;
+    const ptdp_ops *o = L->ops;
+    const int64_t N = L->s * L->b, h = L->h, f = L->f;
+    const ptdp_dropout nod = {.p = 0};
+    for (int k = 0; k < 2; k++) { /* two LayerNorms */
+        o->layernorm_fwd(L->x, L->w, L->bias, L->y, L->mean, L->rstd, N, h, 1e-5f);
+        o->layernorm_bwd(L->y, L->x, L->w, L->mean, L->rstd, L->z, L->w + h, L->bias + h, N, h);
+        o->bias_dropout_add_fwd(L->y, L->bias, L->x, L->z, N, h, nod);
+        o->bias_dropout_add_bwd(L->z, L->y, L->bias + h, N, h, nod);
+    }
+    o->bias_add(L->qkv, L->bias, N, 3 * h);
+    o->bias_bwd(L->qkv, L->bias + h, N, 3 * h);
+    o->attention_fwd(L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
+    o->attention_bwd(L->ctx, L->qkv, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd, nod);
+    o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
+    o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
+}
+
 /* Every rank runs fn at the same time: a barrier, then each rank's time;
  * a repetition takes as long as its slowest rank. Returns the fastest
  * repetition (all ranks get the same value). */
@@ -151,7 +177,7 @@ int ptdp__cli_plan_calibrate(const char *out) {
     free(A);
     /* fit log rate = log P + sum log g(dim) over x_half on a grid */
     double best_err = 1e30, best_x0 = 0, best_P = 0;
-    for (double x0 = 0; x0 <= 512; x0 += 2) {
+    for (double x0 = 0; x0 <= 256; x0 += 2) {
         double sum = 0, err = 0;
         for (int i = 0; i < ns; i++) {
             double g = 1;
@@ -195,7 +221,51 @@ int ptdp__cli_plan_calibrate(const char *out) {
     free(s.z);
     free(s.bias);
     c.mem_bandwidth = bw;
-    c.elementwise_efficiency = gelu / bw < 1 ? gelu / bw : 1;
+    /* elementwise_efficiency: the model's bytes of one layer's memory-bound
+     * work, forward and backward (3 x bytes_ew, docs/planner.md), over the
+     * time ptdp's kernels take for it, less the attention GEMMs they contain
+     * (at the fitted GEMM rate), as a fraction of the triad's bandwidth */
+    double ew_eff = gelu / bw;
+    {
+        layer_ctx L = {.ops = ops, .s = 256, .b = 4, .h = 384, .al = 6, .hd = 64, .f = 1536};
+        const int64_t N = L.s * L.b, S = L.b * L.al * L.s * L.s;
+        const int th = omp_get_max_threads();
+        const int64_t sizes[] = {N * L.h, N * L.h,     N * L.h,
+                                 4 * L.h, 6 * L.h,     N,
+                                 N,       3 * N * L.h, 3 * N * L.h,
+                                 N * L.h, S,           ptdp_attention_scratch_floats(L.s, th),
+                                 N * L.f, N * L.f};
+        float **ptrs[] = {&L.x,   &L.y,    &L.z,   &L.w,     &L.bias,    &L.mean, &L.rstd,
+                          &L.qkv, &L.dqkv, &L.ctx, &L.probs, &L.scratch, &L.big,  &L.big2};
+        int okay = 1;
+        for (int i = 0; i < 14; i++) {
+            *ptrs[i] = calloc((size_t)sizes[i], sizeof(float));
+            okay &= *ptrs[i] != NULL;
+        }
+        if (okay) {
+            for (int64_t i = 0; i < N * L.h; i++) L.x[i] = (float)(i % 11) * 0.1f;
+            for (int64_t i = 0; i < 3 * N * L.h; i++) L.qkv[i] = (float)(i % 7) * 0.01f;
+            for (int64_t i = 0; i < L.h; i++) L.w[i] = 1.0f;
+            const double t_layer = best_of_all(&comm, run_layer_ew, &L, 5);
+            /* the attention's GEMMs: scores and context, forward and backward */
+            double g = 1;
+            const double dims[3] = {(double)L.s, (double)L.s, (double)L.hd};
+            for (int k = 0; k < 3; k++) g *= dims[k] / (dims[k] + best_x0);
+            const double t_att_gemm =
+                3.0 * 2 * 2.0 * L.b * L.al * L.s * L.s * L.hd / (best_P / n * g);
+            const double bytes =
+                3.0 * (4.0 * (10.0 * N * L.h + 4.0 * S + 2.0 * N * L.f) + S + 2.0 * N * L.h);
+            const double rest = t_layer - t_att_gemm;
+            if (rest > 0) ew_eff = bytes / rest / (bw / n);
+            if (root)
+                fprintf(stderr,
+                        "calibrate: one layer's memory-bound kernels at config (c)'s shape: "
+                        "%.3g ms (attention GEMMs %.3g ms of it)\n",
+                        t_layer * 1e3, t_att_gemm * 1e3);
+        }
+        for (int i = 0; i < 14; i++) free(*ptrs[i]);
+    }
+    c.elementwise_efficiency = ew_eff < 1 ? ew_eff : 1;
 
     /* links: one node, every rank a device */
     c.devices_per_node = 8;
