@@ -66,7 +66,8 @@ for lay in "${layouts[@]}"; do
     # ptdp train gives each rank (cores / ranks) threads: the attention scratch counts them
     threads=$(($(nproc) / n))
     [ "$threads" -lt 1 ] && threads=1
-    if ! "$ptdp" plan --cluster "$cluster" --num-devices "$n" $flags $planrc --threads "$threads" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
+    if ! "$ptdp" plan --cluster "$cluster" --num-devices "$n" $flags $planrc --threads "$threads" \
+        --virtual-pipeline-model-parallel-size "$v" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
         echo "bench_plan: plan failed for '$lay': $(cat "$tmp/plan.err")" >&2
         continue
     fi

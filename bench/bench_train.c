@@ -1,13 +1,16 @@
 /* bench_train.c - time whole training iterations (forward, backward, gradient
  * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
  * tiny to GPT-2 small. Mock data, fp32, dropout 0 (--dropout), global batch = micro-batch
- * b, OpenMP threads from OMP_NUM_THREADS or the default. Prints one JSON line
+ * b, OpenMP threads from OMP_NUM_THREADS or the default; --precision
+ * bf16|fp16 runs the 16-bit tables (fp16 with a constant loss scale of
+ * 1024, so no iteration is skipped). Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
  * (the paper's formula, ptdp_gpt_flops_per_iter) and % of --peak-gflops.
- * Not here: parallel runs (mpirun), bf16, memory peaks.
+ * Not here: parallel runs (mpirun), memory peaks.
  *
  * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
  *                    [--gemm onednn|openblas] [--peak-gflops X] [--dropout P]
+ *                    [--precision fp32|bf16|fp16]
  * --dropout sets the hidden and attention dropout (default 0; Megatron's
  * GPT default is 0.1), to time the mask generation.
  * Defaults: all configurations, 2 warm-up + 5 timed iterations (d: 1 + 3
@@ -41,12 +44,12 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
-        "[--peak-gflops X] [--dropout P]\n");
+        "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16]\n");
 }
 
 /* Runs one configuration; returns 0, or 1 after printing why it could not. */
 static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib, double peak_gflops,
-               float dropout) {
+               float dropout, ptdp_dtype dtype) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
@@ -69,7 +72,8 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     tp.global_batch = bc->b;
     tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, 1, PTDP_LR_CONSTANT};
     tp.adam = ptdp_adamw_default_params();
-    tp.ops = ptdp_cpu_ops_lib(lib);
+    tp.ops = ptdp_cpu_ops_prec(lib, dtype);
+    if (dtype == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
     tp.comm = &comm;
     ptdp_trainer *tr = NULL;
     if (ptdp_trainer_init(&tr, &tp)) {
@@ -102,11 +106,11 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf(
         "{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
-        "\"V\":%lld,\"dropout\":%g,\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,"
-        "\"ms_min\":%.3f,\"ms_all\":[",
+        "\"V\":%lld,\"dropout\":%g,\"precision\":\"%s\",\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,"
+        "\"iters\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_all\":[",
         bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
-        (long long)bc->V, (double)dropout, omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup,
-        iters, med, sorted[0]);
+        (long long)bc->V, (double)dropout, ptdp_dtype_name(dtype), omp_get_max_threads(),
+        ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
     for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
     printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,", (double)(B * s) / (med / 1e3), tflops);
     if (peak_gflops > 0)
@@ -126,7 +130,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
 }
 
 int main(int argc, char **argv) {
-    const char *which = "all", *gemm = "onednn";
+    const char *which = "all", *gemm = "onednn", *precision = "fp32";
     int iters = -1, warmup = -1;
     double peak = 0, dropout = 0;
     for (int i = 1; i < argc; i++) {
@@ -154,6 +158,8 @@ int main(int argc, char **argv) {
             peak = strtod(v, &end);
         else if (!strcmp(f, "--dropout"))
             dropout = strtod(v, &end);
+        else if (!strcmp(f, "--precision"))
+            precision = v;
         else {
             fprintf(stderr, "bench_train: unknown flag %s\n", f);
             usage(stderr);
@@ -177,6 +183,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: %s\n", ptdp_last_error());
         return 2;
     }
+    ptdp_dtype dtype = !strcmp(precision, "bf16")   ? PTDP_DTYPE_BF16
+                       : !strcmp(precision, "fp16") ? PTDP_DTYPE_FP16
+                                                    : PTDP_DTYPE_FP32;
+    if (strcmp(precision, "fp32") && dtype == PTDP_DTYPE_FP32) {
+        fprintf(stderr, "bench_train: --precision must be fp32, bf16 or fp16, got '%s'\n",
+                precision);
+        return 2;
+    }
     int found = 0, rc = 0;
     for (int i = 0; i < NCONFIGS; i++) {
         if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;
@@ -184,7 +198,7 @@ int main(int argc, char **argv) {
         int big = !strcmp(configs[i].name, "d");
         int w = warmup >= 0 ? warmup : big ? 1 : 2;
         int n = iters >= 1 ? iters : big ? 3 : 5;
-        rc |= run(&configs[i], w, n, lib, peak, (float)dropout);
+        rc |= run(&configs[i], w, n, lib, peak, (float)dropout, dtype);
     }
     if (!found) {
         fprintf(stderr, "bench_train: --config must be a, b, c, d or all, got '%s'\n", which);

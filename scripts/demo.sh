@@ -6,7 +6,8 @@
 #    p=2 pipeline (interleaved schedule, v=2 chunks per rank), d=2 data with
 #    the ZeRO-1 distributed optimizer: 8 MPI ranks of this machine, printing
 #    Megatron's iteration lines, the memory budget and the validation loss;
-# 4. samples a few lines of text from the trained model (ptdp generate).
+# 4. samples a few lines of text from the trained model (ptdp generate);
+# 5. draws the run's log (ptdp plot): out/demo_loss.svg.
 # DEMO_ITERS (default 300) sets the training length; on 2 cores the run
 # takes a few minutes.
 set -eu
@@ -54,5 +55,9 @@ for prompt in "Call me" "The whale" "Captain Ahab said"; do
     echo
     echo "--"
 done
+echo "== 5. plot the run: loss, learning rate, gradient norm, tokens/s"
+"$ptdp" plot "$out/demo_train.jsonl" -o "$out/demo_loss.svg"
+echo
+
 loss() { grep '"lm_loss"' "$out/demo_train.jsonl" | sed 's/.*"lm_loss":\([-0-9.eE+naif]*\).*/\1/' | sed -n "$1"; }
-echo "first loss $(loss 1p), last loss $(loss '$p'); log: $out/demo_train.jsonl; weights: $out/demo.safetensors"
+echo "first loss $(loss 1p), last loss $(loss '$p'); log: $out/demo_train.jsonl (drawn: $out/demo_loss.svg); weights: $out/demo.safetensors"

@@ -93,21 +93,16 @@ static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
     return worst;
 }
 
-/* Runs one fixture's checks with the compute table `ops` (any backend: the
- * fixture's tokens and the results cross through the table's upload and
- * download). */
-static void golden_run_config(const char *file, const ptdp_ops *ops) {
-    char path[512];
-    /* PTDP_SOURCE_DIR in the environment: the fixtures were carried elsewhere (a GPU machine) */
+/* The fixture's path (PTDP_SOURCE_DIR in the environment: the fixtures were
+ * carried elsewhere, a GPU machine). */
+static void golden_path(const char *file, char *path, size_t cap) {
     const char *src = getenv("PTDP_SOURCE_DIR") ? getenv("PTDP_SOURCE_DIR") : PTDP_SOURCE_DIR;
-    snprintf(path, sizeof path, "%s/tests/fixtures/%s", src, file);
-    printf("%s with the compute table '%s'\n", file, ops->name);
-    ptdp_st_file *f = NULL;
-    CHECK_OK(ptdp_st_open(&f, path));
-    if (!f) return;
-    ptdp_comm comm;
-    ptdp_comm_init_single(&comm);
+    snprintf(path, cap, "%s/tests/fixtures/%s", src, file);
+}
 
+/* The trainer of a fixture's configuration, starting from its weights. */
+static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, const ptdp_ops *ops,
+                                         ptdp_comm *comm) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     tp.cfg.num_layers = meta_i(f, "n_layer");
     tp.cfg.hidden = meta_i(f, "n_embd");
@@ -131,8 +126,24 @@ static void golden_run_config(const char *file, const ptdp_ops *ops) {
                                   .weight_decay = meta_f(f, "weight_decay"),
                                   .clip_grad = meta_f(f, "clip_grad")};
     tp.ops = ops;
-    tp.comm = &comm;
+    tp.comm = comm;
     tp.init_from = path;
+    return tp;
+}
+
+/* Runs one fixture's checks with the compute table `ops` (any backend: the
+ * fixture's tokens and the results cross through the table's upload and
+ * download). */
+static void golden_run_config(const char *file, const ptdp_ops *ops) {
+    char path[512];
+    golden_path(file, path, sizeof path);
+    printf("%s with the compute table '%s'\n", file, ops->name);
+    ptdp_st_file *f = NULL;
+    CHECK_OK(ptdp_st_open(&f, path));
+    if (!f) return;
+    ptdp_comm comm;
+    ptdp_comm_init_single(&comm);
+    ptdp_trainer_params tp = golden_params(f, path, ops, &comm);
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
     if (!tr) return;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load,
-# generate --load):
+# Checkpoints (--save/--load, ptdp checkpoint info/verify, export --load and
+# --export-dtype bf16/fp16 with the fp16 range check, generate --load):
 # - exact resume: a run saved at iteration 10 and resumed with the same layout
 #   gives bitwise the same lm_loss/grad_norm for iterations 11-20 as the
 #   uninterrupted run, and its checkpoint at iteration 20 holds bitwise the
@@ -118,6 +118,40 @@ done
     { fail "export --load"; cat "$TMP/exp.out" >&2; }
 "$PTDP_TOOLS/st_compare" "$TMP/t2p2.it10.safetensors" "$TMP/exp.safetensors" 0 >/dev/null && ok ||
     fail "export --load differs from the weights at iteration 10"
+
+# --export-dtype bf16 / fp16: the header names the dtype; every value is the fp32 export's,
+# rounded (half an ulp: |w| < 2 here, so 2^-8 for bf16, 2^-11 for fp16); the file loads back
+# exactly (export --init-from it in fp32 holds the widened values) and generates
+MODEL="--num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-length 16 --vocab-size 300"
+header() { head -c $((8 + $(od -An -tu8 -N8 "$1"))) "$1" | tail -c +9; }
+for spec in fp32:F32:0 bf16:BF16:0.00391 fp16:F16:0.000489; do
+    IFS=: read -r dt name tol <<<"$spec"
+    f="$TMP/exp.$dt.safetensors"
+    "$PTDP" export --load "$TMP/t2p2.ck" --export-dtype "$dt" --out "$f" >"$TMP/exp.out" 2>&1 && ok ||
+        { fail "export --export-dtype $dt"; cat "$TMP/exp.out" >&2; continue; }
+    [ "$(header "$f" | grep -o '"dtype":"[A-Z0-9]*"' | sort -u)" = "\"dtype\":\"$name\"" ] && ok ||
+        fail "export --export-dtype $dt: header dtypes $(header "$f" | grep -o '"dtype":"[A-Z0-9]*"' | sort -u)"
+    "$PTDP_TOOLS/st_compare" "$TMP/exp.safetensors" "$f" "$tol" >/dev/null && ok ||
+        fail "export --export-dtype $dt: values are not the fp32 ones rounded"
+    "$PTDP" export $MODEL --init-from "$f" --out "$TMP/back.$dt.safetensors" >"$TMP/exp.out" 2>&1 &&
+        "$PTDP_TOOLS/st_compare" "$f" "$TMP/back.$dt.safetensors" 0 >/dev/null && ok ||
+        { fail "a $dt export does not load back exactly"; cat "$TMP/exp.out" >&2; }
+    "$PTDP" generate --init-from "$f" --prompt "5 17 42" --max-new-tokens 4 --temperature 0 \
+        >"$TMP/gen.$dt.out" 2>&1 && [ "$(head -1 "$TMP/gen.$dt.out" | wc -w)" -eq 7 ] && ok ||
+        { fail "generate --init-from a $dt export"; cat "$TMP/gen.$dt.out" >&2; }
+done
+[ "$(stat -c %s "$TMP/exp.bf16.safetensors")" -lt "$(stat -c %s "$TMP/exp.safetensors")" ] && ok ||
+    fail "a bf16 export is not smaller than the fp32 one"
+# fp16 refuses a weight beyond its range instead of writing inf, and says what to use
+"$PTDP_TOOLS/st_perturb" "$TMP/exp.safetensors" "$TMP/big.safetensors" transformer.h.1.mlp.c_fc.weight 7 1e5 \
+    >/dev/null && cp "$TMP/exp.config.json" "$TMP/big.config.json"
+"$PTDP" export $MODEL --init-from "$TMP/big.safetensors" --export-dtype fp16 --out "$TMP/big16.safetensors" \
+    >"$TMP/big.out" 2>&1
+[ $? -ne 0 ] && grep -q "transformer.h.1.mlp.c_fc.weight element 7 is 1.*beyond fp16.*--export-dtype bf16" \
+    "$TMP/big.out" && [ ! -e "$TMP/big16.safetensors" ] && ok ||
+    { fail "export --export-dtype fp16 of a value > 65504"; cat "$TMP/big.out" >&2; }
+"$PTDP" export $MODEL --init-from "$TMP/big.safetensors" --export-dtype bf16 --out "$TMP/big16.safetensors" \
+    >/dev/null 2>&1 && ok || fail "export --export-dtype bf16 of a value > 65504"
 
 # --no-load-optim keeps the iteration, --finetune restarts at 1
 run_np 1 train $ARGS --train-iters 12 --load "$TMP/plain.ck" --no-load-optim --log-jsonl "$TMP/nlo.jsonl" \

@@ -1,7 +1,8 @@
 /* test_kernels.c - every fast CPU kernel in ptdp_cpu_ops() against a plain
  * reference (ptdp_ref_* or a double-precision loop written here): GEMM in all
  * transpose combinations with padded leading dimensions on both libraries,
- * LayerNorm, bias + GeLU, attention (context and probabilities), embedding and
+ * LayerNorm, bias + GeLU, attention (context, saved logsumexp and the tiled
+ * backward against double loops), embedding and
  * position lookups on a vocabulary slice, the vocabulary-parallel
  * cross-entropy pieces split over t = 2 and 3 slices with padded columns,
  * AdamW against PyTorch's formula, the reductions, the fast exp/tanh, and the
@@ -43,6 +44,96 @@ static void check_arr(const char *what, const float *got, const float *want, int
         fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] got %.9g want %.9g\n", what,
                 (long long)bad, (long long)n, (long long)first, got[first], want[first]);
     CHECK(bad == 0);
+}
+
+/* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
+ * Each 16-bit op computes in fp32 and rounds what it writes as an activation
+ * to the 16-bit grid; it must equal the fp32 op on the same (on-grid) inputs
+ * within half a 16-bit ulp: |got - want| <= u |want| with the unit roundoff
+ * u = 2^-8 (bf16, 8 significant bits) or 2^-11 (fp16, 11 bits), for normal
+ * values; plus an absolute 2^-24 for fp16 results in its subnormal range.
+ * Outputs must lie on the grid (rounding again changes nothing), and
+ * weight-gradient accumulations (beta = 1) must stay fp32. */
+static int64_t off_grid(const float *x, int64_t n, ptdp_dtype dt) {
+    float *y = fmalloc(n);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    if (dt == PTDP_DTYPE_BF16)
+        ptdp_round_bf16_n(y, n);
+    else
+        ptdp_round_f16_n(y, n);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(&x[i], &y[i], 4) != 0;
+    free(y);
+    return k;
+}
+
+static void test_precision_tables(void) {
+    const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
+    for (int k = 0; k < 2; k++) {
+        const ptdp_dtype dt = dts[k];
+        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt), *f = ptdp_cpu_ops();
+        CHECK(h->dtype == dt && f->dtype == PTDP_DTYPE_FP32);
+        CHECK(ptdp_cpu_ops_prec(PTDP_GEMM_OPENBLAS, dt)->dtype == dt);
+        CHECK_OK(ptdp_ops_check(h, PTDP_NEED_DROPOUT | PTDP_NEED_ROW_MASK));
+        const double u = dt == PTDP_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048,
+                     atol = dt == PTDP_DTYPE_FP16 ? 1.0 / (1 << 24) : 0.0;
+        const int64_t M = 24, N = 40, K = 32, s = 16, b = 2, al = 2, hd = 8;
+        float *A = fmalloc(M * K), *B = fmalloc(K * N), *C16 = fmalloc(M * N),
+              *C32 = fmalloc(M * N);
+        fill_normal(A, M * K, 11, 1.0f);
+        fill_normal(B, K * N, 12, 1.0f);
+        h->quantize(A, M * K); /* inputs on the grid, as the model's are */
+        h->quantize(B, K * N);
+        h->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C16, N);
+        f->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N);
+        check_arr("16-bit gemm", C16, C32, M * N, u, atol);
+        CHECK(off_grid(C16, M * N, dt) == 0);
+        /* beta = 1: a weight gradient, accumulated in fp32 (not rounded) */
+        fill_const(C16, M * N, 0.1f);
+        fill_const(C32, M * N, 0.1f);
+        h->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 1.0f, C16, N);
+        f->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 1.0f, C32, N);
+        CHECK(memcmp(C16, C32, sizeof(float) * (size_t)(M * N)) == 0);
+        CHECK(off_grid(C16, M * N, dt) > 0);
+        /* LayerNorm: fp32 statistics, output on the grid */
+        float *w = fmalloc(N), *bb = fmalloc(N), *o16 = fmalloc(M * N), *o32 = fmalloc(M * N);
+        float mean[24], rstd[24], mean2[24], rstd2[24];
+        fill_normal(w, N, 13, 1.0f);
+        fill_normal(bb, N, 14, 1.0f);
+        h->layernorm_fwd(A, w, bb, o16, mean, rstd, M, N < K ? N : K, 1e-5f);
+        f->layernorm_fwd(A, w, bb, o32, mean2, rstd2, M, N < K ? N : K, 1e-5f);
+        const int64_t nl = M * (N < K ? N : K);
+        check_arr("16-bit layernorm", o16, o32, nl, u, atol);
+        CHECK(off_grid(o16, nl, dt) == 0);
+        CHECK(memcmp(mean, mean2, sizeof mean) == 0 && memcmp(rstd, rstd2, sizeof rstd) == 0);
+        /* bias + GeLU */
+        h->bias_gelu_fwd(C32, bb, o16, M, N);
+        f->bias_gelu_fwd(C32, bb, o32, M, N);
+        check_arr("16-bit bias_gelu", o16, o32, M * N, u, atol);
+        CHECK(off_grid(o16, M * N, dt) == 0);
+        /* attention: ctx on the grid; the saved logsumexp stays fp32 */
+        float *qkv = fmalloc(s * b * al * 3 * hd), *c16 = fmalloc(s * b * al * hd),
+              *c32 = fmalloc(s * b * al * hd), *sv16 = fmalloc(b * al * s),
+              *sv32 = fmalloc(b * al * s),
+              *scr = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+        fill_normal(qkv, s * b * al * 3 * hd, 15, 1.0f);
+        h->quantize(qkv, s * b * al * 3 * hd);
+        ptdp_dropout nod = {0};
+        h->attention_fwd(qkv, c16, sv16, scr, s, b, al, hd, nod);
+        f->attention_fwd(qkv, c32, sv32, scr, s, b, al, hd, nod);
+        check_arr("16-bit attention ctx", c16, c32, s * b * al * hd, u, atol);
+        CHECK(off_grid(c16, s * b * al * hd, dt) == 0);
+        CHECK(memcmp(sv16, sv32, sizeof(float) * (size_t)(b * al * s)) == 0);
+        /* quantize is idempotent and rounds to nearest: 1 + 2^-10 is between
+         * bf16 neighbours 1 and 1 + 2^-7 (-> 1) and exact in fp16 */
+        float x[3] = {1.0f + 1.0f / 1024, 70000.0f, -3.0f};
+        h->quantize(x, 3);
+        CHECK(x[0] == (dt == PTDP_DTYPE_BF16 ? 1.0f : 1.0f + 1.0f / 1024));
+        CHECK(dt == PTDP_DTYPE_BF16 ? x[1] == 70144.0f : isinf(x[1])); /* fp16 overflows */
+        CHECK(x[2] == -3.0f);
+        free(A), free(B), free(C16), free(C32), free(w), free(bb), free(o16), free(o32);
+        free(qkv), free(c16), free(c32), free(sv16), free(sv32), free(scr);
+    }
 }
 
 /* ---- GEMM --------------------------------------------------------------- */
@@ -106,7 +197,7 @@ static void test_dropout_keying(const ptdp_ops *o) {
     CHECK(same);
     /* attention: 4 heads on one rank vs 2 + 2 on two ranks, one sequence */
     const int64_t S = 9, hd = 4, a = 4;
-    float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9];
+    float qkv4[9 * 4 * 3 * 4], ctx4[9 * 4 * 4], p4[4 * 9 * 9]; /* p4, p2: saved, >= b*al*s*s */
     float *scratch =
         malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(S, omp_get_max_threads()));
     for (int64_t i = 0; i < S * a * 3 * hd; i++) qkv4[i] = (float)((i * 37) % 11) * 0.1f;
@@ -264,20 +355,60 @@ static void test_bias_gelu(const ptdp_ops *o) {
 
 /* ---- attention ------------------------------------------------------------ */
 
+/* The CPU backend saves the logsumexp of every row of scale * q k^T (causal):
+ * lse[(bi*al + j)*s + i] = log sum_{k <= i} exp(scale q_i . k_k), in double. */
+static void ref_lse(const float *qkv, double *lse, int64_t s, int64_t b, int64_t al, int64_t hd) {
+    const int64_t ld3 = b * al * 3 * hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *z = malloc(sizeof(double) * (size_t)s);
+    for (int64_t task = 0; task < b * al; task++) {
+        const float *Q = qkv + task * 3 * hd, *K = Q + hd; /* (bi*al + j)*3*hd */
+        for (int64_t i = 0; i < s; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t k = 0; k <= i; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                z[k] = scale * d;
+                mx = fmax(mx, z[k]);
+            }
+            for (int64_t k = 0; k <= i; k++) sum += exp(z[k] - mx);
+            lse[task * s + i] = mx + log(sum);
+        }
+    }
+    free(z);
+}
+
+/* saved (the CPU's logsumexp rows) against the double reference. The
+ * scores are fp32 dot products of hd <= 16 terms of O(1) (error ~1e-6) and
+ * lse = max + log(sum) adds a few ulps of an O(10) value: 1e-5 + 1e-5 rel. */
+static void check_lse(const char *what, const float *saved, const float *qkv, int64_t s, int64_t b,
+                      int64_t al, int64_t hd) {
+    double *lse = malloc(sizeof(double) * (size_t)(b * al * s));
+    float *want = fmalloc(b * al * s);
+    ref_lse(qkv, lse, s, b, al, hd);
+    for (int64_t i = 0; i < b * al * s; i++) want[i] = (float)lse[i];
+    check_arr(what, saved, want, b * al * s, 1e-5, 1e-5);
+    free(lse);
+    free(want);
+}
+
 static void test_attention(const ptdp_ops *o) {
     const int64_t s = 7, b = 2, al = 3, hd = 5;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
-    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    CHECK(o->attention_saved_floats(s, b, al) == b * al * s);
+    float *saved = fmalloc(b * al * s), *pref = fmalloc(b * al * s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
     fill_normal(qkv, s * ld3, 6, 1.5f);
     ptdp_dropout nodrop = {0};
-    fill_const(probs, b * al * s * s, NAN);
-    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, nodrop);
+    fill_const(saved, b * al * s, NAN);
+    fill_const(ctx, s * ldc, NAN);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, nodrop);
     ptdp_ref_attention_fwd(qkv, ref, s, b, al, hd);
     check_arr("attention_fwd ctx", ctx, ref, s * ldc, 1e-5, 1e-5);
-    /* probs[bi, j] = softmax_causal(q k^T / sqrt(hd)) from the documented layout */
+    check_lse("attention_fwd saved logsumexp", saved, qkv, s, b, al, hd);
+    /* pref[bi, j] = softmax_causal(q k^T / sqrt(hd)), for the dropout reference */
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < al; j++) {
             const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd;
@@ -289,13 +420,13 @@ static void test_attention(const ptdp_ops *o) {
                 }
             ptdp_ref_softmax_causal(S, pref + (bi * al + j) * s * s, s, 1.0f / sqrtf((float)hd));
         }
-    check_arr("attention_fwd probs", probs, pref, b * al * s * s, 1e-5, 1e-6);
 
-    /* With dropout the saved probs are unchanged and ctx = dropout(P) V, the
-     * mask element of (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
+    /* With dropout the saved rows are unchanged (statistics of the undropped
+     * probabilities) and ctx = dropout(P) V, the mask element of
+     * (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
     ptdp_dropout drop = {.p = 0.25f, .key = ptdp_rng_key_make(7, "attn"), .offset = 1000};
-    o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
-    check_arr("attention_fwd probs (dropout)", probs, pref, b * al * s * s, 1e-5, 1e-6);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    check_lse("attention_fwd saved logsumexp (dropout)", saved, qkv, s, b, al, hd);
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < al; j++) {
             int64_t task = bi * al + j;
@@ -313,96 +444,117 @@ static void test_attention(const ptdp_ops *o) {
     free(qkv);
     free(ctx);
     free(ref);
-    free(probs);
+    free(saved);
     free(pref);
     free(scratch);
     free(S);
 }
 
-/* The causal attention runs its GEMMs in row/column blocks that skip the
- * masked upper triangle (64 rows at s > 128). s = 300 leaves a ragged last
- * block; forward and backward (with and without dropout) are checked against
- * plain double loops over the full matrices. */
-static void test_attention_blocked(const ptdp_ops *o) {
-    const int64_t s = 300, b = 2, al = 1, hd = 16;
+/* The attention is tiled (128 x 128 tiles of query rows and keys at s > 128,
+ * one tile at s <= 128) with an online softmax in the forward and the
+ * probabilities recomputed tile by tile in the backward. Forward (ctx, saved
+ * logsumexp) and backward (dqkv) are checked against plain double loops over
+ * the full matrices, with and without dropout, for shapes that cover one
+ * row (s = 1), one tile, exact multiples of the tile (128: one tile; 256:
+ * two) and ragged last tiles (65 with one tile, 130, 300), several heads
+ * and sequences. The dropout reference draws its mask with
+ * ptdp__dropout_keep at element task*s*s + i*s + k, the numbering of
+ * kernels.h that the previous probs-storing kernel used, so with p = 0.1 the
+ * kernel equals that kernel's result up to fp32 rounding: a wrong mask
+ * element would be off by O(1). Tolerance: sums of up to s = 300 products of
+ * O(1) values in fp32 (relative error ~s * 6e-8 = 2e-5 at worst), so 1e-4
+ * relative + 1e-5 absolute, the bound the probs-storing kernel was held to. */
+static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64_t al, int64_t hd,
+                                  float p) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
     float *dctx = fmalloc(s * ldc), *dqkv = fmalloc(s * ld3), *dref = fmalloc(s * ld3);
-    float *probs = fmalloc(b * al * s * s), *pref = fmalloc(b * al * s * s);
+    float *saved = fmalloc(o->attention_saved_floats(s, b, al)), *pref = fmalloc(s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
     double *dP = malloc(sizeof(double) * (size_t)(s * s));
-    fill_normal(qkv, s * ld3, 16, 1.0f);
-    fill_normal(dctx, s * ldc, 17, 1.0f);
-    for (int pass = 0; pass < 2; pass++) {
-        ptdp_dropout drop = {0};
-        if (pass)
-            drop = (ptdp_dropout){.p = 0.2f, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
-        fill_const(probs, b * al * s * s, NAN);
-        o->attention_fwd(qkv, ctx, probs, scratch, s, b, al, hd, drop);
-        o->attention_bwd(dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
-        for (int64_t task = 0; task < b * al; task++) {
-            int64_t bi = task / al, j = task % al;
-            const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-            const float *dC = dctx + bi * al * hd + j * hd;
-            float *P = pref + task * s * s;
-            for (int64_t i = 0; i < s; i++)
-                for (int64_t k = 0; k < s; k++) {
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
-                    S[i * s + k] = (float)d;
-                }
-            ptdp_ref_softmax_causal(S, P, s, scale);
-            /* keep-mask factor of element (i, k) */
+    fill_normal(qkv, s * ld3, 16 + (uint64_t)s, 1.0f);
+    fill_normal(dctx, s * ldc, 17 + (uint64_t)s, 1.0f);
+    ptdp_dropout drop = {0};
+    if (p > 0.0f) drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
+    fill_const(saved, o->attention_saved_floats(s, b, al), NAN);
+    fill_const(ctx, s * ldc, NAN);
+    fill_const(dqkv, s * ld3, NAN);
+    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    o->attention_bwd(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
+    for (int64_t task = 0; task < b * al; task++) {
+        int64_t bi = task / al, j = task % al;
+        const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+        const float *dC = dctx + bi * al * hd + j * hd;
+        float *P = pref;
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t k = 0; k < s; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)Q[i * ld3 + e] * K[k * ld3 + e];
+                S[i * s + k] = (float)d;
+            }
+        ptdp_ref_softmax_causal(S, P, s, scale);
+        /* keep-mask factor of element (i, k) */
 #define MK(i, k)                                                                       \
     (drop.p > 0.0f ? (ptdp__dropout_keep(drop, (uint64_t)(task * s * s + (i)*s + (k))) \
                           ? 1.0 / (1.0 - drop.p)                                       \
                           : 0.0)                                                       \
                    : 1.0)
-            for (int64_t i = 0; i < s; i++)
-                for (int64_t e = 0; e < hd; e++) {
-                    double acc = 0;
-                    for (int64_t k = 0; k <= i; k++)
-                        acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
-                    ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
-                }
-            float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
-            for (int64_t i = 0; i < s; i++) {
-                double dot = 0;
-                for (int64_t k = 0; k <= i; k++) {
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += (double)dC[i * ldc + e] * V[k * ld3 + e];
-                    dP[i * s + k] = d * MK(i, k);
-                    dot += dP[i * s + k] * P[i * s + k];
-                }
-                for (int64_t k = 0; k <= i; k++)
-                    dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t e = 0; e < hd; e++) {
+                double acc = 0;
+                for (int64_t k = 0; k <= i; k++) acc += P[i * s + k] * MK(i, k) * V[k * ld3 + e];
+                ref[i * ldc + bi * al * hd + j * hd + e] = (float)acc;
             }
-            for (int64_t r = 0; r < s; r++)
-                for (int64_t e = 0; e < hd; e++) {
-                    double q = 0, kk = 0, v = 0;
-                    for (int64_t k = 0; k <= r; k++) q += dP[r * s + k] * K[k * ld3 + e];
-                    for (int64_t i = r; i < s; i++) {
-                        kk += dP[i * s + r] * Q[i * ld3 + e];
-                        v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
-                    }
-                    dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk,
-                                 dV[r * ld3 + e] = (float)v;
-                }
-#undef MK
+        float *dQ = dref + bi * al * 3 * hd + j * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        for (int64_t i = 0; i < s; i++) {
+            double dot = 0;
+            for (int64_t k = 0; k <= i; k++) {
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)dC[i * ldc + e] * V[k * ld3 + e];
+                dP[i * s + k] = d * MK(i, k);
+                dot += dP[i * s + k] * P[i * s + k];
+            }
+            for (int64_t k = 0; k <= i; k++)
+                dP[i * s + k] = scale * P[i * s + k] * (dP[i * s + k] - dot);
         }
-        const char *tag = pass ? " (blocked, dropout)" : " (blocked)";
-        char w[64];
-        snprintf(w, sizeof w, "attention_fwd probs%s", tag);
-        check_arr(w, probs, pref, b * al * s * s, 1e-5, 1e-6);
-        snprintf(w, sizeof w, "attention_fwd ctx%s", tag);
-        check_arr(w, ctx, ref, s * ldc, 1e-4, 1e-5);
-        snprintf(w, sizeof w, "attention_bwd dqkv%s", tag);
-        check_arr(w, dqkv, dref, s * ld3, 1e-4, 1e-5);
+        for (int64_t r = 0; r < s; r++)
+            for (int64_t e = 0; e < hd; e++) {
+                double q = 0, kk = 0, v = 0;
+                for (int64_t k = 0; k <= r; k++) q += dP[r * s + k] * K[k * ld3 + e];
+                for (int64_t i = r; i < s; i++) {
+                    kk += dP[i * s + r] * Q[i * ld3 + e];
+                    v += P[i * s + r] * MK(i, r) * dC[i * ldc + e];
+                }
+                dQ[r * ld3 + e] = (float)q, dK[r * ld3 + e] = (float)kk, dV[r * ld3 + e] = (float)v;
+            }
+#undef MK
     }
+    char w[96];
+    snprintf(w, sizeof w, "attention (s=%lld b=%lld al=%lld hd=%lld p=%g)", (long long)s,
+             (long long)b, (long long)al, (long long)hd, (double)p);
+    char w2[128];
+    snprintf(w2, sizeof w2, "%s saved logsumexp", w);
+    check_lse(w2, saved, qkv, s, b, al, hd);
+    snprintf(w2, sizeof w2, "%s ctx", w);
+    check_arr(w2, ctx, ref, s * ldc, 1e-4, 1e-5);
+    snprintf(w2, sizeof w2, "%s dqkv", w);
+    check_arr(w2, dqkv, dref, s * ld3, 1e-4, 1e-5);
     free(qkv), free(ctx), free(ref), free(dctx), free(dqkv), free(dref);
-    free(probs), free(pref), free(scratch), free(S), free(dP);
+    free(saved), free(pref), free(scratch), free(S), free(dP);
+}
+
+static void test_attention_tiled(const ptdp_ops *o) {
+    const int64_t shapes[][4] = {/* s, b, al, hd */
+                                 {1, 1, 1, 8},    {1, 2, 3, 4},    {7, 2, 3, 5},   {65, 1, 2, 8},
+                                 {128, 1, 1, 16}, {130, 1, 2, 16}, {256, 2, 1, 8}, {300, 2, 1, 16}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int pass = 0; pass < 2; pass++)
+            check_attention_tiled(o, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3],
+                                  pass ? 0.1f : 0.0f);
+    /* the tiles' GEMMs through the other library's table */
+    check_attention_tiled(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 300, 2, 1, 16, 0.1f);
 }
 
 /* Dropout masks are drawn 64 elements per Philox batch: odd offsets and
@@ -495,6 +647,15 @@ static void test_xent_split(const ptdp_ops *o, int T) {
         for (int64_t n = 0; n < N; n++)
             memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
         o->xent_sums(sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
+        /* the slice now holds exp(l - gmax), 0 at padding (xent_bwd's input) */
+        int64_t ebad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = 0; c < Vl; c++) {
+                double l = full[n * Vpad + k * Vl + c];
+                double want = k * Vl + c < V ? exp(l - gmax[n]) : 0.0;
+                ebad += fabs(sl[n * Vl + c] - want) > 1e-6 * want; /* exactly 0 at padding */
+            }
+        CHECK(ebad == 0);
         for (int64_t n = 0; n < N; n++) { /* all-reduce sums */
             sumexp[n] += part[n];
             tgt[n] += part2[n];
@@ -727,11 +888,12 @@ int main(void) {
     test_gemm(o);
     test_ops_check();
     test_mask_rows(o);
+    test_precision_tables();
     test_dropout_keying(o);
     test_layernorm(o);
     test_bias_gelu(o);
     test_attention(o);
-    test_attention_blocked(o);
+    test_attention_tiled(o);
     test_dropout_batched(o);
     test_embed(o);
     test_xent_split(o, 2);

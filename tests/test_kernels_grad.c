@@ -208,13 +208,13 @@ static void test_bias_dropout_add(float p) {
 
 typedef struct {
     int64_t s, b, al, hd;
-    float *qkv, *ctx, *probs, *scratch, *R;
+    float *qkv, *ctx, *saved, *scratch, *R;
     ptdp_dropout drop;
 } attn_ctx;
 
 static double attn_obj(void *p) {
     attn_ctx *c = p;
-    O->attention_fwd(c->qkv, c->ctx, c->probs, c->scratch, c->s, c->b, c->al, c->hd, c->drop);
+    O->attention_fwd(c->qkv, c->ctx, c->saved, c->scratch, c->s, c->b, c->al, c->hd, c->drop);
     return dot(c->ctx, c->R, c->s * c->b * c->al * c->hd);
 }
 
@@ -222,7 +222,8 @@ static void test_attention(float p) {
     attn_ctx c = {.s = 5, .b = 2, .al = 2, .hd = 4};
     c.drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(5, "attn"), .offset = 17};
     int64_t nq = c.s * c.b * c.al * 3 * c.hd, nc = c.s * c.b * c.al * c.hd;
-    c.qkv = fmalloc(nq), c.ctx = fmalloc(nc), c.probs = fmalloc(c.b * c.al * c.s * c.s);
+    c.qkv = fmalloc(nq), c.ctx = fmalloc(nc),
+    c.saved = fmalloc(O->attention_saved_floats(c.s, c.b, c.al));
     c.scratch = fmalloc(ptdp_attention_scratch_floats(c.s, omp_get_max_threads()));
     c.R = fmalloc(nc);
     fill_normal(c.qkv, nq, 30, 1.0f);
@@ -230,11 +231,11 @@ static void test_attention(float p) {
     float *dqkv = fmalloc(nq);
     for (int64_t i = 0; i < nq; i++) dqkv[i] = 777.0f; /* overwritten, not accumulated */
     attn_obj(&c);
-    O->attention_bwd(c.R, c.qkv, c.probs, dqkv, c.scratch, c.s, c.b, c.al, c.hd, c.drop);
+    O->attention_bwd(c.R, c.qkv, c.ctx, c.saved, dqkv, c.scratch, c.s, c.b, c.al, c.hd, c.drop);
     char what[64];
     snprintf(what, sizeof what, "attention_bwd dqkv p=%g", (double)p);
     fd_check(what, attn_obj, &c, c.qkv, nq, dqkv, FD_EPS, FD_RTOL, FD_ATOL);
-    free(c.qkv), free(c.ctx), free(c.probs), free(c.scratch), free(c.R), free(dqkv);
+    free(c.qkv), free(c.ctx), free(c.saved), free(c.scratch), free(c.R), free(dqkv);
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -331,8 +332,10 @@ static void test_xent(int T) {
     xent_obj(&c); /* gmax, sumexp of the unperturbed logits */
     float *grad = fmalloc(N * Vpad);
     for (int k = 0; k < T; k++) {
-        slice(&c, k, c.sl); /* each rank's backward in place on its slice */
-        O->xent_bwd(c.sl, c.gmax, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
+        /* each rank's backward in place on its slice: xent_sums leaves exp(l - gmax) there */
+        slice(&c, k, c.sl);
+        O->xent_sums(c.sl, c.gmax, targets, c.ld, c.part, c.part2, c.s, c.b, c.Vl, k * c.Vl, c.V);
+        O->xent_bwd(c.sl, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
         for (int64_t n = 0; n < N; n++)
             memcpy(grad + n * Vpad + k * c.Vl, c.sl + n * c.Vl, sizeof(float) * (size_t)c.Vl);
     }

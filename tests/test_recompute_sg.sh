@@ -6,7 +6,7 @@
 # - the pipeline group's traffic is b*s*h/t elements per micro-batch per stage
 #   boundary per direction with scatter/gather, b*s*h without, exactly;
 # - measured activation memory equals the planner's prediction (5%), full
-#   recomputation holds at least 3x less for a 6-layer stage, and 1F1B's
+#   recomputation holds at least 2.5x less for a 6-layer stage, and 1F1B's
 #   stash on the first stage is p/m of GPipe's.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
@@ -88,8 +88,11 @@ for pair in "$meas0 $pred0" "$meas1 $pred1"; do
     awk -v a="${pair% *}" -v b="${pair#* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.05 * b) }' &&
         ok || fail "measured vs predicted activation bytes: $pair"
 done
-awk -v a="$meas0" -v b="$meas1" 'BEGIN { exit !(b > 0 && a >= 3 * b) }' && ok ||
-    fail "recomputation saves less than 3x: $meas0 vs $meas1 bytes"
+# about 2.8x for this shape since the CPU attention saves a logsumexp per row
+# instead of the b*a*s^2 probabilities (3.0x when it stored them): the stored
+# layer shrank, the shared workspace did not
+awk -v a="$meas0" -v b="$meas1" 'BEGIN { exit !(b > 0 && a >= 2.5 * b) }' && ok ||
+    fail "recomputation saves less than 2.5x: $meas0 vs $meas1 bytes"
 PIPE="$MEM --num-layers 8 --pipeline-model-parallel-size 4"
 run_np 4 train $PIPE --pipeline-schedule gpipe >"$TMP/g.out" 2>&1
 run_np 4 train $PIPE --pipeline-schedule 1f1b >"$TMP/f.out" 2>&1

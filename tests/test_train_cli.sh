@@ -43,10 +43,10 @@ expect_error 2 "--device must be one of" train $M --mock-data --device tpu
 expect_error 2 "unexpected argument 'stray'" train $M --mock-data stray
 
 # Megatron flags ptdp lacks get a specific message, not a spelling guess; --overlap-grad-reduce is accepted
-expect_error 2 "mixed precision (--bf16/--fp16) is not supported yet" train $M --mock-data --bf16
+expect_error 2 "--fp8-format is not supported: ptdp trains in fp32, bf16 or fp16" train $M --mock-data --fp8-format e4m3
 expect_error 2 "--num-query-groups is not supported: ptdp's GPT is GPT-2's" train $M --mock-data --num-query-groups 2
 expect_error 2 "--swiglu is not supported" train $M --mock-data --swiglu
-expect_error 2 "--tensorboard-dir is not supported: see --log-jsonl" train $M --mock-data --tensorboard-dir x
+expect_error 2 "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl" train $M --mock-data --wandb-project x
 expect_error 2 "--sequence-parallel is not supported yet" train $M --mock-data --sequence-parallel
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
 expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
@@ -166,6 +166,29 @@ expect_error 2 "export --load takes the model from the checkpoint; drop --num-la
 "$PTDP" --help >"$tmp/out" 2>&1
 [ $? -eq 0 ] && grep -q train "$tmp/out" && ok || bad "ptdp --help"
 expect_error 2 "unknown command 'trian'" trian $M
+# --version: CMakeLists.txt's version, the build's git revision, the backends, the CPU's extensions
+"$PTDP" --version >"$tmp/ver" 2>&1 && ok || bad "ptdp --version failed"
+want=$(sed -n 's/^project(ptdp VERSION \([0-9.]*\).*/\1/p' "$PTDP_SRC/CMakeLists.txt")
+head -1 "$tmp/ver" | grep -Eq "^ptdp $want \(git ([0-9a-f]{12}(-dirty)?|unknown)\)$" && ok || bad "version line: $(head -1 "$tmp/ver")"
+# (the revision is read when the binary is built: a commit since then makes HEAD newer, not different)
+rev=$(sed -n 's/.*(git \([0-9a-f]*\).*/\1/p' "$tmp/ver")
+if git -C "$PTDP_SRC" rev-parse HEAD >/dev/null 2>&1; then
+    [ -n "$rev" ] && git -C "$PTDP_SRC" merge-base --is-ancestor "$rev" HEAD && ok ||
+        bad "version: git revision '$rev' is not HEAD or an ancestor: $(head -1 "$tmp/ver")"
+fi
+"$PTDP" train $M --mock-data --device cuda >/dev/null 2>"$tmp/err"
+if grep -q "^backends: cpu (GEMM: onednn, openblas), cuda" "$tmp/ver"; then
+    ! grep -q "built without CUDA" "$tmp/err" && ok || bad "--version says cuda, train says no: $(cat "$tmp/err")"
+else
+    grep -q "^backends: cpu (GEMM: onednn, openblas); cuda not built" "$tmp/ver" && grep -q "built without CUDA" "$tmp/err" &&
+        ok || bad "--version backends: $(cat "$tmp/ver" "$tmp/err")"
+fi
+if grep -q '^flags' /proc/cpuinfo 2>/dev/null; then
+    for f in avx2 f16c avx512f avx512_bf16; do
+        if grep -qw "$f" <(grep -m1 '^flags' /proc/cpuinfo); then w=" $f"; else w=" no-$f"; fi
+        grep '^cpu (at run time):' "$tmp/ver" | grep -q -- "$w\( \|$\)" && ok || bad "--version: want '$w': $(tail -1 "$tmp/ver")"
+    done
+fi
 "$PTDP" train --help >"$tmp/help" 2>&1
 [ $? -eq 0 ] && ok || bad "ptdp train --help status"
 for f in num-layers hidden-size num-attention-heads ffn-hidden-size seq-length max-position-embeddings vocab-size \
@@ -176,6 +199,13 @@ for f in num-layers hidden-size num-attention-heads ffn-hidden-size seq-length m
     eval-interval eval-iters log-interval log-jsonl log-comm save-safetensors gemm; do
     grep -q -- "--$f " "$tmp/help" && ok || bad "ptdp train --help lacks --$f"
 done
+# grouped as Megatron's arguments.py: a title line, then its flags
+for g in "network size" initialization regularization training "learning rate" distributed \
+    "data and dataloader" tokenizer validation checkpointing logging; do
+    grep -qx "$g:" "$tmp/help" && ok || bad "ptdp train --help lacks the group '$g:'"
+done
+awk '/^learning rate:/ { g = 1; next } /^$/ { g = 0 } g && /^  --lr-decay-style / { found = 1 } END { exit !found }' \
+    "$tmp/help" && ok || bad "--lr-decay-style is not in the learning rate group"
 "$PTDP" export --help >"$tmp/help" 2>&1
 [ $? -eq 0 ] && grep -q -- "--out " "$tmp/help" && grep -q -- "--init-from " "$tmp/help" && ok ||
     bad "ptdp export --help: $(cat "$tmp/help")"
@@ -190,6 +220,32 @@ JSON
 "$PTDP" train --config "$tmp/model.json" --train-iters 2 >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 0 ] && [ "$(grep -c ' iteration ' "$tmp/out")" -eq 2 ] && ok ||
     bad "--train-iters on the command line should override the config: $(cat "$tmp/out" "$tmp/err")"
+
+# ---- --dump-config: the run's flags as a --config file that repeats the run exactly -----
+DC="$MODEL --mock-data --lr 2e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 1 --train-iters 4
+ --global-batch-size 4 --micro-batch-size 2 --seed 77 --hidden-dropout 0.2 --weight-decay 0.05 --adam-beta2 0.95
+ --clip-grad 0.5 --recompute-granularity full --recompute-method uniform --no-overlap-grad-reduce"
+"$PTDP" train $DC --dump-config "$tmp/dump.json" --log-jsonl "$tmp/d1.jsonl" >"$tmp/out" 2>&1 && ok ||
+    bad "--dump-config run: $(tail -2 "$tmp/out")"
+for k in '"lr":	0.002' '"min_lr":	0.0001' '"lr_decay_style":	"cosine"' '"seed":	77' '"hidden_dropout":	0.2' \
+    '"recompute_method":	"uniform"' '"overlap_grad_reduce":	false' '"mock_data":	true' '"global_batch_size":	4' \
+    '"adam_beta2":	0.95' '"log_jsonl":	"'"$tmp/d1.jsonl"'"'; do
+    grep -qF -- "$k" "$tmp/dump.json" && ok || bad "--dump-config lacks $k: $(cat "$tmp/dump.json")"
+done
+! grep -q '"config"\|"dump_config"\|"load"\|"no_overlap_grad_reduce"\|"norm_epsilon"' "$tmp/dump.json" && ok ||
+    bad "--dump-config wrote itself, an unset flag or an alias"
+"$PTDP" train --config "$tmp/dump.json" --log-jsonl "$tmp/d2.jsonl" >"$tmp/out" 2>&1 && ok ||
+    bad "--config of a dumped config: $(tail -2 "$tmp/out")"
+strip() { sed 's/"elapsed_ms".*//' "$1"; }
+[ "$(wc -l <"$tmp/d1.jsonl")" = 4 ] && [ "$(strip "$tmp/d1.jsonl")" = "$(strip "$tmp/d2.jsonl")" ] && ok ||
+    bad "the run from --dump-config differs: $(cat "$tmp/d1.jsonl" "$tmp/d2.jsonl")"
+"$PTDP" train $DC --seed 78 --log-jsonl "$tmp/d3.jsonl" >/dev/null 2>&1
+[ "$(strip "$tmp/d1.jsonl")" != "$(strip "$tmp/d3.jsonl")" ] && ok || bad "the comparison cannot fail (--seed 78 gave the same run)"
+# the dumped file takes every flag of the run, --train-samples included (and no --train-iters then)
+"$PTDP" train ${DC/--train-iters 4/--train-samples 12} --lr-warmup-iters 0 --dump-config "$tmp/dump2.json" >/dev/null 2>&1 &&
+    grep -q '"train_samples":	12' "$tmp/dump2.json" && ! grep -q '"train_iters"' "$tmp/dump2.json" && ok ||
+    bad "--dump-config with --train-samples: $(grep train_ "$tmp/dump2.json")"
+expect_error 1 "--dump-config $tmp/nodir/c.json: cannot write" train $M --mock-data --dump-config "$tmp/nodir/c.json"
 
 # ---- --log-jsonl and the LR schedule ---------------------------------------
 "$PTDP" train $MODEL --mock-data --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style linear \
@@ -345,7 +401,7 @@ PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" >"$tmp/nan1.out" 2>&1
 [ $? = 1 ] && grep -q "ptdp: error: iteration 2: the gradient norm is nan" "$tmp/nan1.out" && ok ||
     bad "a nan gradient did not stop the run: $(tail -2 "$tmp/nan1.out")"
 PTDP_FAULT=nan:2 "$PTDP" "${E[@]}" --no-check-for-nan-in-loss-and-grad --log-jsonl "$tmp/nan2.jsonl" >"$tmp/nan2.out" 2>&1 &&
-    grep -q '"iteration":2,.*"skipped":1}' "$tmp/nan2.jsonl" && [ "$(grep -c '"skipped":1' "$tmp/nan2.jsonl")" = 1 ] &&
+    grep -q '"iteration":2,.*"skipped":1,' "$tmp/nan2.jsonl" && [ "$(grep -c '"skipped":1' "$tmp/nan2.jsonl")" = 1 ] &&
     grep -q "iteration        2/.*number of skipped iterations:   1 | number of nan iterations:   1 |" "$tmp/nan2.out" && ok ||
     bad "--no-check-for-nan-in-loss-and-grad did not skip exactly iteration 2: $(grep skipped "$tmp/nan2.jsonl")"
 PTDP_FAULT=nan@1:2 "$MPIRUN" --oversubscribe -np 2 -x PTDP_FAULT "$PTDP" "${E[@]}" --tensor-model-parallel-size 2 \

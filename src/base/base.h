@@ -276,6 +276,47 @@ typedef struct {
                            padding rows are excluded); = lshape[0] otherwise */
 } ptdp_param_spec;
 
+/* ---- 16-bit floats (half.c) ---------------------------------------------- */
+/* bf16 (8-bit exponent, fp32's range) and IEEE fp16 (5-bit exponent, largest
+ * finite 65504) as raw uint16_t bits. To fp32: exact. From fp32: round to
+ * nearest, ties to even; NaN stays NaN (same sign, quiet, top payload bits);
+ * fp16 subnormals are rounded correctly; beyond the range gives +-inf (fp16:
+ * |x| >= 65520), so a caller that must refuse overflow checks for a finite
+ * input with an infinite result. Pure functions, thread-safe. */
+float ptdp_bf16_to_f32(uint16_t h);
+uint16_t ptdp_f32_to_bf16(float f);
+float ptdp_f16_to_f32(uint16_t h);
+uint16_t ptdp_f32_to_f16(float f);
+/* The same over n elements, bit for bit, fast: F16C and AVX512_BF16 when the
+ * CPU has them (checked at run time). The 16-bit side is n little-endian
+ * values at any alignment (file data); dst and src must not overlap. */
+void ptdp_bf16_to_f32_n(float *dst, const void *src, int64_t n);
+void ptdp_f32_to_bf16_n(void *dst, const float *src, int64_t n);
+void ptdp_f16_to_f32_n(float *dst, const void *src, int64_t n);
+void ptdp_f32_to_f16_n(void *dst, const float *src, int64_t n);
+/* In place over fp32 storage: x[i] becomes the nearest bf16 / fp16 value
+ * (the same rounding as above, returned to fp32: what a 16-bit tensor would
+ * hold; fp16 overflow gives +-inf). Parallel over OpenMP threads. */
+void ptdp_round_bf16_n(float *x, int64_t n);
+void ptdp_round_f16_n(float *x, int64_t n);
+
+/* Training precision (Megatron's --bf16 / --fp16; fp32 by default): the grid
+ * of activations and working weights, see kernels.h. */
+#define PTDP_DTYPES(X)            \
+    X(PTDP_DTYPE_FP32, "fp32", 4) \
+    X(PTDP_DTYPE_BF16, "bf16", 2) \
+    X(PTDP_DTYPE_FP16, "fp16", 2)
+typedef enum {
+#define PTDP__DTYPE_ENUM(e, s, b) e,
+    PTDP_DTYPES(PTDP__DTYPE_ENUM)
+#undef PTDP__DTYPE_ENUM
+} ptdp_dtype;
+const char *ptdp_dtype_name(ptdp_dtype d);
+
+/* Which instructions the bulk functions use on this CPU: "f16c+avx512bf16",
+ * "f16c" or "portable" (for logs and tests). */
+const char *ptdp_half_simd(void);
+
 /* ---- time ------------------------------------------------------------- */
 double ptdp_now(void); /* seconds, monotonic */
 

@@ -47,20 +47,17 @@ static int choice_ok(const char *choices, const char *v) {
 static const struct {
     const char *name, *say;
 } ptdp__megatron_only[] = {
-    {"bf16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"fp16", "mixed precision (--bf16/--fp16) is not supported yet; ptdp trains in fp32"},
-    {"tensorboard-dir",
-     "--tensorboard-dir is not supported: see --log-jsonl (one JSON object per iteration)"},
     {"wandb-project",
-     "--wandb-project is not supported: see --log-jsonl (one JSON object per iteration)"},
+     "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl (one JSON "
+     "object per iteration)"},
     {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
     {"untie-embeddings-and-output-weights",
      "--untie-embeddings-and-output-weights is not supported: the output "
      "layer is tied to the word embeddings (GPT-2)"},
-    /* what changes the model: ptdp's GPT is GPT-2's, nothing else */
-#define PTDP__GPT2_ONLY(flag, what)                                                      \
-    {flag, "--" flag " is not supported: ptdp's GPT is GPT-2's (" what "); drop the flag"}
+/* what changes the model: ptdp's GPT is GPT-2's, nothing else */
+#define PTDP__GPT2_ONLY(flag, what) \
+    { flag, "--" flag " is not supported: ptdp's GPT is GPT-2's (" what "); drop the flag" }
     PTDP__GPT2_ONLY("group-query-attention", "multi-head attention, no query groups"),
     PTDP__GPT2_ONLY("num-query-groups", "multi-head attention, no query groups"),
     PTDP__GPT2_ONLY("kv-channels", "head size = --hidden-size / --num-attention-heads"),
@@ -75,14 +72,15 @@ static const struct {
     PTDP__GPT2_ONLY("apply-residual-connection-post-layernorm",
                     "pre-LayerNorm residual connections"),
     PTDP__GPT2_ONLY("apply-layernorm-1p", "LayerNorm weights start at 1"),
-    PTDP__GPT2_ONLY("apply-query-key-layer-scaling", "attention scores scaled by 1/sqrt(head size)"),
+    PTDP__GPT2_ONLY("apply-query-key-layer-scaling",
+                    "attention scores scaled by 1/sqrt(head size)"),
     PTDP__GPT2_ONLY("num-experts", "dense MLPs, no mixture of experts"),
     PTDP__GPT2_ONLY("moe-router-topk", "dense MLPs, no mixture of experts"),
     PTDP__GPT2_ONLY("expert-model-parallel-size", "dense MLPs, no mixture of experts"),
 #undef PTDP__GPT2_ONLY
     {"context-parallel-size", "--context-parallel-size is not supported: ptdp's parallelisms are "
                               "tensor, pipeline and data (t x p x d)"},
-    {"fp8-format", "--fp8-format is not supported: ptdp trains in fp32"},
+    {"fp8-format", "--fp8-format is not supported: ptdp trains in fp32, bf16 or fp16"},
     {"rampup-batch-size", "--rampup-batch-size is not supported: the global batch is constant "
                           "(--global-batch-size)"},
 };

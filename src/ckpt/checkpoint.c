@@ -507,6 +507,13 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(tr, "adam_eps", meta->adam->eps);
     cJSON_AddNumberToObject(tr, "weight_decay", meta->adam->weight_decay);
     cJSON_AddNumberToObject(tr, "clip_grad", meta->adam->clip_grad);
+    if (meta->scaler && meta->scaler->dynamic) { /* Megatron keeps its grad scaler's state */
+        cJSON_AddNumberToObject(tr, "loss_scale", meta->scaler->scale);
+        cJSON_AddNumberToObject(tr, "loss_scale_growth_tracker",
+                                (double)meta->scaler->growth_tracker);
+        cJSON_AddNumberToObject(tr, "loss_scale_hysteresis_tracker",
+                                (double)meta->scaler->hysteresis_tracker);
+    }
     cJSON *lay = cJSON_AddObjectToObject(r, "layout");
     cJSON_AddNumberToObject(lay, "tensor_model_parallel_size", comm->t);
     cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", comm->p);
@@ -822,6 +829,14 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
         out->iteration = M.iteration;
         out->consumed_samples = M.consumed;
         out->optimizer_step = M.step;
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
+        int nos = 0;
+        out->loss_scale = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(tr, "loss_scale"))
+                              ? cJSON_GetObjectItemCaseSensitive(tr, "loss_scale")->valuedouble
+                              : 0.0;
+        out->growth_tracker = jint(tr, "loss_scale_growth_tracker", &nos);
+        out->hysteresis_tracker = jint(tr, "loss_scale_hysteresis_tracker", &nos);
+        out->has_scaler = !nos && out->loss_scale > 0;
         snprintf(out->path, sizeof out->path, "%s", M.dir);
     }
     for (int c = 0; c < nchunks; c++) {

@@ -155,8 +155,10 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path);
  * Each file carries a CRC-32 (IEEE 802.3 polynomial, as zlib's crc32) of its
  * bytes in the manifest.
  *
- * Not here: fp16/bf16 state (ptdp trains in fp32), asynchronous saving,
- * keeping only the last k checkpoints. */
+ * Whatever the precision of the run, the parameters are its fp32 master
+ * weights (the trainer swaps them in, ptdp_trainer_full_precision) and the
+ * moments are fp32; fp16's loss scaler state is in the manifest. Not here:
+ * asynchronous saving, keeping only the last k checkpoints. */
 
 #define PTDP_CKPT_VERSION 1
 
@@ -167,7 +169,8 @@ typedef struct {
     int64_t micro_batch, global_batch;
     const ptdp_lr_schedule *lr;
     const ptdp_adamw_params *adam;
-    int v, zero; /* model chunks per rank, ZeRO-1 */
+    int v, zero;                    /* model chunks per rank, ZeRO-1 */
+    const ptdp_loss_scaler *scaler; /* fp16's dynamic scaler, or NULL */
 } ptdp_ckpt_meta;
 
 /* Writes DIR/iter_%07d/ (shards, then manifest) and then moves
@@ -183,6 +186,9 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
 typedef struct ptdp_ckpt_loaded {
     int found; /* 0: DIR holds no checkpoint (nothing loaded) */
     int64_t iteration, consumed_samples, optimizer_step;
+    int has_scaler; /* the manifest holds a dynamic loss scaler's state: */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
     char path[4096]; /* the iteration directory loaded */
 } ptdp_ckpt_loaded;
 
@@ -275,12 +281,15 @@ int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp
 int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
 
 /* Writes the whole model as an HF GPT-2 safetensors file plus config.json
- * beside it (when config_json is non-NULL). Collective over `model` (the
+ * beside it (when config_json is non-NULL), every tensor in `dtype`: F32,
+ * BF16 or F16 (rounded to nearest even; F16 fails with PTDP_EINVAL, writing
+ * nothing, when a value is beyond its range). Collective over `model` (the
  * tensor x pipeline group of one data-parallel replica): every member sends
  * the shards of its `nchunks` chunks (tensor-parallel rank `tp`, size `t`)
  * to the group's rank 0, which assembles the global tensors and writes.
  * PTDP_EIO / PTDP_ENOMEM on rank 0 when writing fails. */
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
-                   ptdp_group *model, int tp, int t, const char *path, const char *config_json);
+                   ptdp_group *model, int tp, int t, const char *path, const char *config_json,
+                   ptdp_st_dtype dtype);
 
 #endif

@@ -1,5 +1,6 @@
 /* hf.c - Hugging Face GPT-2 safetensors import/export for ptdp's parameter
  * specs: names, the [in, out] transposition and the QKV column order. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,10 +317,38 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
     return rc;
 }
 
+/* Replaces the n floats at *buf by their bf16/fp16 rounding (to nearest,
+ * ties to even) in a new buffer. fp16 refuses a finite value that would
+ * round to inf: PTDP_EINVAL naming the tensor, the value and the way out. */
+static int narrow(float **buf, int64_t n, ptdp_st_dtype dtype, const char *name) {
+    uint16_t *h = malloc(2 * (size_t)n + 2);
+    if (!h) return ptdp_errorf(PTDP_ENOMEM, "out of memory exporting %s", name);
+    if (dtype == PTDP_ST_BF16) {
+        ptdp_f32_to_bf16_n(h, *buf, n);
+    } else {
+        PTDP_ASSERT(dtype == PTDP_ST_F16);
+        ptdp_f32_to_f16_n(h, *buf, n);
+        for (int64_t i = 0; i < n; i++)
+            if ((h[i] & 0x7fffu) == 0x7c00u && isfinite((*buf)[i])) {
+                int rc = ptdp_errorf(
+                    PTDP_EINVAL,
+                    "--export-dtype fp16: tensor %s element %lld is %g, beyond fp16's largest "
+                    "finite value 65504; nothing was written; use --export-dtype bf16 (fp32's "
+                    "range) or fp32",
+                    name, (long long)i, (double)(*buf)[i]);
+                free(h);
+                return rc;
+            }
+    }
+    free(*buf);
+    *buf = (float *)h; /* freed as the float buffer was */
+    return PTDP_OK;
+}
+
 /* Rank 0 of the export: one host image of the full model (t = 1, every
  * layer), filled shard by shard, then converted and written. */
 static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const char *path,
-                      const char *config_json) {
+                      const char *config_json, ptdp_st_dtype dtype) {
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(full, &n);
     float *host = ptdp_gpt_chunk_params(full); /* CPU backend: host memory */
@@ -338,7 +367,8 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
             break;
         }
         ptdp_hf_from_global(sp, cfg, host + sp->offset, hfbuf[i]);
-        rc = ptdp_st_writer_add(w, names[i], PTDP_ST_F32, nd, shape, hfbuf[i]);
+        if (dtype != PTDP_ST_F32) rc = narrow(&hfbuf[i], shape[0] * shape[1], dtype, names[i]);
+        if (rc == PTDP_OK) rc = ptdp_st_writer_add(w, names[i], dtype, nd, shape, hfbuf[i]);
     }
     if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
     if (rc == PTDP_OK && config_json) {
@@ -367,7 +397,9 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
 #define REC_HDR (96 + 16)
 
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
-                   ptdp_group *model, int tp, int t, const char *path, const char *config_json) {
+                   ptdp_group *model, int tp, int t, const char *path, const char *config_json,
+                   ptdp_st_dtype dtype) {
+    PTDP_ASSERT(dtype == PTDP_ST_F32 || dtype == PTDP_ST_BF16 || dtype == PTDP_ST_F16);
     int64_t bytes = 0;
     for (int c = 0; c < nchunks; c++) {
         int n;
@@ -438,7 +470,7 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
             free(data);
             rec += REC_HDR + 4 * hdr[1];
         }
-        rc = write_full(full, cfg, path, config_json);
+        rc = write_full(full, cfg, path, config_json, dtype);
     }
     ptdp_gpt_chunk_free(full);
     free(all);

@@ -444,21 +444,6 @@ int ptdp_st_open(ptdp_st_file **out, const char *path) {
     return PTDP_OK;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (ex == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (ex == 0) {
-        float v = ldexpf((float)man, -24); /* zero or subnormal */
-        return sign ? -v : v;
-    } else {
-        bits = sign | ((ex + 112) << 23) | (man << 13);
-    }
-    float v;
-    memcpy(&v, &bits, 4);
-    return v;
-}
-
 static int lookup(const ptdp_st_file *f, const char *name, int64_t n, const ptdp_st_tensor **t) {
     *t = ptdp_st_find(f, name);
     if (!*t) return ptdp_errorf(PTDP_ENOTFOUND, "file %s: no tensor named '%s'", f->path, name);
@@ -484,15 +469,11 @@ int ptdp_st_read_f32(const ptdp_st_file *f, const char *name, float *dst, int64_
             dst[i] = (float)d;
         }
         return PTDP_OK;
-    case PTDP_ST_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t bits = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &bits, 4);
-        }
+    case PTDP_ST_BF16: /* exact: both widen to fp32 without rounding */
+        ptdp_bf16_to_f32_n(dst, p, n);
         return PTDP_OK;
     case PTDP_ST_F16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        ptdp_f16_to_f32_n(dst, p, n);
         return PTDP_OK;
     default:
         return ptdp_errorf(PTDP_EUNSUPPORTED,

@@ -21,7 +21,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->micro_batch_size = 1;
     a->train_iters = -1; /* required (or --train-samples); 0 is allowed (load, save, no step) */
     a->train_samples = -1;
-    a->lr = -1;          /* required */
+    a->lr = -1; /* required */
     a->min_lr = 0.0;
     a->weight_decay = 0.01;
     a->clip_grad = 1.0;
@@ -41,6 +41,17 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
     a->device = "cpu";
+    a->initial_loss_scale = 4294967296.0; /* Megatron's 2^32 */
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
+    a->accumulate_allreduce_grads_in_fp32 = 1;
+    a->attention_softmax_in_fp32 = 1;
+    a->export_dtype = "fp32";
+    a->tensorboard_log_interval = 1;
+    a->tensorboard_queue_size = 1000;
+    a->log_loss_scale_to_tensorboard = 1;
+    a->log_learning_rate_to_tensorboard = 1;
 }
 
 #define I(name, field, help, lo, hi) \
@@ -54,7 +65,19 @@ void ptdp_args_defaults(ptdp_args *a) {
 #define BIG 1e15
 
 int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
-    const ptdp_opt model[] = {
+    return ptdp_args_table_groups(a, which, opts, cap, NULL);
+}
+
+/* The flags in the argument groups of Megatron's arguments.py, for --help;
+ * titles[i] is the group's title at its first flag, NULL elsewhere. */
+int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, const char **titles) {
+    const ptdp_opt config[] = {
+        S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
+    };
+    const ptdp_opt network[] = {
+        /* Megatron's flags for what ptdp's GPT fixes (--normalization,
+         * --position-embedding-type), so Megatron GPT scripts run unchanged;
+         * other values are refused by the choices */
         I("num-layers", num_layers, "transformer layers l (required)", 1, 100000),
         I("hidden-size", hidden_size, "hidden size h (required)", 1, 1000000),
         I("num-attention-heads", num_attention_heads, "attention heads a (required)", 1, 100000),
@@ -65,28 +88,27 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         I("vocab-size", vocab_size, "vocabulary size V for --mock-data/--token-file", 2, 100000000),
         I("make-vocab-size-divisible-by", make_vocab_size_divisible_by,
           "pad V to a multiple of this x t", 1, 1000000),
-        F("init-method-std", init_method_std, "std of the normal initialisation", 0, 10),
-        F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0,
-          0.99),
-        F("attention-dropout", attention_dropout, "dropout on attention probabilities", 0, 0.99),
-        /* Megatron's flags for what ptdp's GPT fixes, so Megatron GPT scripts run unchanged;
-         * other values are refused by the choices */
         S("normalization", normalization, "normalization layer (ptdp's GPT: LayerNorm)",
           "LayerNorm"),
         S("position-embedding-type", position_embedding_type,
           "position embeddings (ptdp's GPT: learned_absolute)", "learned_absolute"),
         F("layernorm-epsilon", layernorm_epsilon, "LayerNorm epsilon", 1e-12, 1),
         F("norm-epsilon", layernorm_epsilon, "LayerNorm epsilon (Megatron's newer name)", 1e-12, 1),
+    };
+    const ptdp_opt init[] = {
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
-        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1,
-          4096),
+        F("init-method-std", init_method_std, "std of the normal initialisation", 0, 10),
         S("init-from", init_from, "start from Hugging Face GPT-2 safetensors weights", NULL),
         B("allow-extra-tensors", allow_extra_tensors,
           "with --init-from: ignore tensors of the file the model "
           "does not use (e.g. load the first --num-layers layers of a deeper model)"),
-        S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
     };
-    const ptdp_opt train[] = {
+    const ptdp_opt regularization[] = {
+        F("hidden-dropout", hidden_dropout, "dropout after attention/MLP outputs and embeddings", 0,
+          0.99),
+        F("attention-dropout", attention_dropout, "dropout on attention probabilities", 0, 0.99),
+    };
+    const ptdp_opt training[] = {
         I("micro-batch-size", micro_batch_size, "micro-batch size b", 1, 1000000),
         I("global-batch-size", global_batch_size, "global batch size B (0: b x data-parallel size)",
           0, BIG),
@@ -96,35 +118,11 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "samples to train instead of --train-iters (iterations: this / global batch, rounded "
           "down; the schedule flags are then --lr-*-samples)",
           0, BIG),
-        F("lr", lr, "peak learning rate (required)", 0, 1e3),
-        F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
-        S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
-        I("lr-warmup-iters", lr_warmup_iters, "linear warm-up iterations", 0, BIG),
-        F("lr-warmup-fraction", lr_warmup_fraction,
-          "warm-up as a fraction of the decay (--lr-decay-iters or -samples; not rounded)", 0, 1),
-        I("lr-decay-iters", lr_decay_iters, "iterations of decay (0: --train-iters)", 0, BIG),
-        I("lr-warmup-samples", lr_warmup_samples, "linear warm-up samples (with --train-samples)",
-          0, BIG),
-        I("lr-decay-samples", lr_decay_samples,
-          "samples of decay (with --train-samples; 0: --train-samples)", 0, BIG),
-        F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0,
-          100),
-        F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
-        F("adam-beta1", adam_beta1, "AdamW beta1", 0, 0.999999),
-        F("adam-beta2", adam_beta2, "AdamW beta2", 0, 0.999999999),
-        F("adam-eps", adam_eps, "AdamW epsilon", 0, 1),
-        I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p",
-          1, 4096),
-        I("virtual-pipeline-model-parallel-size", virtual_pipeline_model_parallel_size,
-          "model chunks per pipeline rank v (interleaved schedule)", 0, 4096),
-        I("num-virtual-stages-per-pipeline-rank", virtual_pipeline_model_parallel_size,
-          "current Megatron's name for --virtual-pipeline-model-parallel-size", 0, 4096),
-        I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
-          "layers per model chunk (sets v = l / (p x this))", 0, 100000),
-        S("pipeline-schedule", pipeline_schedule,
-          "pipeline schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved"),
-        S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file",
-          NULL),
+        I("exit-interval", exit_interval,
+          "stop after an iteration that is a multiple of this (saving with --save; 0: off)", 0,
+          BIG),
+        F("exit-duration-in-mins", exit_duration_in_mins,
+          "stop once training has run this many minutes (saving with --save; 0: off)", 0, 1e9),
         S("recompute-granularity", recompute_granularity,
           "activation recomputation (rerun each layer group's "
           "forward before its backward)",
@@ -137,11 +135,60 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "layers per recompute group (uniform) or recomputed "
           "layers per stage (block)",
           1, 100000),
+        B("check-for-nan-in-loss-and-grad", check_for_nan,
+          "stop with an error when the loss or the gradient norm is nan/inf (Megatron's default)"),
+        {"no-check-for-nan-in-loss-and-grad", PTDP_OPT_NEGBOOL, &a->check_for_nan,
+         "skip such an iteration instead (no optimizer step; counted in the log line)", NULL, 0, 1,
+         0},
+    };
+    const ptdp_opt optimizer[] = {
+        F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0,
+          100),
+        F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
+        F("adam-beta1", adam_beta1, "AdamW beta1", 0, 0.999999),
+        F("adam-beta2", adam_beta2, "AdamW beta2", 0, 0.999999999),
+        F("adam-eps", adam_eps, "AdamW epsilon", 0, 1),
+    };
+    const ptdp_opt lr[] = {
+        F("lr", lr, "peak learning rate (required)", 0, 1e3),
+        F("min-lr", min_lr, "learning rate at the end of the decay", 0, 1e3),
+        S("lr-decay-style", lr_decay_style, "learning-rate decay", "constant|linear|cosine"),
+        I("lr-warmup-iters", lr_warmup_iters, "linear warm-up iterations", 0, BIG),
+        F("lr-warmup-fraction", lr_warmup_fraction,
+          "warm-up as a fraction of the decay (--lr-decay-iters or -samples; not rounded)", 0, 1),
+        I("lr-decay-iters", lr_decay_iters, "iterations of decay (0: --train-iters)", 0, BIG),
+        I("lr-warmup-samples", lr_warmup_samples, "linear warm-up samples (with --train-samples)",
+          0, BIG),
+        I("lr-decay-samples", lr_decay_samples,
+          "samples of decay (with --train-samples; 0: --train-samples)", 0, BIG),
+        B("override-opt-param-scheduler", override_scheduler,
+          "with --load: use the flags' learning-rate schedule "
+          "where it differs from the checkpoint's"),
+        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler,
+          "with --load: keep the checkpoint's "
+          "learning-rate schedule whatever the flags say"),
+    };
+    const ptdp_opt distributed[] = {
+        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1,
+          4096),
+        I("pipeline-model-parallel-size", pipeline_model_parallel_size, "pipeline-parallel size p",
+          1, 4096),
+        I("virtual-pipeline-model-parallel-size", virtual_pipeline_model_parallel_size,
+          "model chunks per pipeline rank v (interleaved schedule)", 0, 4096),
+        I("num-virtual-stages-per-pipeline-rank", virtual_pipeline_model_parallel_size,
+          "current Megatron's name for --virtual-pipeline-model-parallel-size", 0, 4096),
+        I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
+          "layers per model chunk (sets v = l / (p x this))", 0, 100000),
+        S("pipeline-schedule", pipeline_schedule,
+          "pipeline schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved"),
         B("scatter-gather-tensors-in-pipeline", scatter_gather,
           "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather,
           "send whole activations between stages"),
+        B("use-distributed-optimizer", use_distributed_optimizer,
+          "ZeRO-1: shard AdamW state and the update "
+          "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
         I("ddp-bucket-size", ddp_bucket_size,
           "gradient elements per data-parallel reduction bucket", 1, BIG),
         B("overlap-grad-reduce", overlap_grad_reduce,
@@ -150,20 +197,11 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
         {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &a->overlap_grad_reduce,
          "reduce gradients after the whole backward instead of bucket by bucket during the last micro-batch",
          NULL, 0, 1, 0},
-        B("check-for-nan-in-loss-and-grad", check_for_nan,
-          "stop with an error when the loss or the gradient norm is nan/inf (Megatron's default)"),
-        {"no-check-for-nan-in-loss-and-grad", PTDP_OPT_NEGBOOL, &a->check_for_nan,
-         "skip such an iteration instead (no optimizer step; counted in the log line)", NULL, 0, 1,
-         0},
         B("check-dp-replicas", check_dp_replicas,
           "after every iteration, check that data-parallel replicas hold "
           "bitwise identical weights (fails the run otherwise)"),
-        B("use-distributed-optimizer", use_distributed_optimizer,
-          "ZeRO-1: shard AdamW state and the update "
-          "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
-        B("eod-mask-loss", eod_mask_loss,
-          "no loss on tokens that follow an end of document (<|endoftext|> of --vocab-file, "
-          "else id 50256)"),
+    };
+    const ptdp_opt data[] = {
         B("mock-data", mock_data, "train on deterministic synthetic tokens"),
         S("token-file", token_file, "train on a raw little-endian uint16 token stream", NULL),
         S("data-path", data_path,
@@ -171,30 +209,22 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "... (blended by weight)",
           NULL),
         S("split", split, "train,valid,test proportions of --data-path documents", NULL),
+        B("eod-mask-loss", eod_mask_loss,
+          "no loss on tokens that follow an end of document (<|endoftext|> of --vocab-file, "
+          "else id 50256)"),
+    };
+    const ptdp_opt tokenizer[] = {
         S("vocab-file", vocab_file, "GPT-2 encoder.json (vocabulary size, text samples)", NULL),
         S("merge-file", merge_file, "GPT-2 vocab.bpe merges", NULL),
         S("tokenizer-type", tokenizer_type, "tokenizer", "GPT2BPETokenizer"),
+    };
+    const ptdp_opt validation[] = {
         I("eval-interval", eval_interval, "iterations between validation-loss evaluations", 1, BIG),
         I("eval-iters", eval_iters, "batches per validation-loss evaluation (0: none)", 0, BIG),
-        I("log-interval", log_interval, "iterations between log lines", 1, BIG),
-        B("log-throughput", log_throughput,
-          "add Megatron's 'throughput per GPU (TFLOP/s/GPU)' (its FLOP formula, per process) to "
-          "the iteration line"),
-        S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
-        B("log-comm", log_comm, "print per-group communication counters at the end"),
-        S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors",
-          NULL),
-        S("gemm", gemm, "GEMM library (--device cpu)", "onednn|openblas"),
-        S("device", device,
-          "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
-          "cpu|cuda"),
+    };
+    const ptdp_opt checkpointing[] = {
         S("save", save,
           "write checkpoints to this directory (every --save-interval and at the end)", NULL),
-        I("exit-interval", exit_interval,
-          "stop after an iteration that is a multiple of this (saving with --save; 0: off)", 0,
-          BIG),
-        F("exit-duration-in-mins", exit_duration_in_mins,
-          "stop once training has run this many minutes (saving with --save; 0: off)", 0, 1e9),
         I("save-interval", save_interval, "iterations between checkpoints (0: only at the end)", 0,
           BIG),
         S("load", load,
@@ -203,30 +233,159 @@ int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap) {
           "with --load: load weights and iteration, start a fresh optimizer"),
         B("finetune", finetune,
           "with --load: load weights only; iteration 0, fresh optimizer and data position"),
-        B("override-opt-param-scheduler", override_scheduler,
-          "with --load: use the flags' learning-rate schedule "
-          "where it differs from the checkpoint's"),
-        B("use-checkpoint-opt-param-scheduler", use_checkpoint_scheduler,
-          "with --load: keep the checkpoint's "
-          "learning-rate schedule whatever the flags say"),
+        S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors",
+          NULL),
+    };
+    const ptdp_opt logging[] = {
+        I("log-interval", log_interval, "iterations between log lines", 1, BIG),
+        B("log-throughput", log_throughput,
+          "add Megatron's 'throughput per GPU (TFLOP/s/GPU)' (its FLOP formula, per process) to "
+          "the iteration line"),
+        S("log-jsonl", log_jsonl, "write one JSON object per iteration to this file", NULL),
+        S("tensorboard-dir", tensorboard_dir,
+          "write TensorBoard event files (Megatron's scalar names) to this directory", NULL),
+        I("tensorboard-log-interval", tensorboard_log_interval,
+          "iterations between TensorBoard scalars", 1, BIG),
+        I("tensorboard-queue-size", tensorboard_queue_size,
+          "accepted for Megatron's scripts; ptdp writes and flushes every scalar at once", 1, BIG),
+        B("log-timers-to-tensorboard", log_timers_to_tensorboard,
+          "TensorBoard: iteration-time (and throughput with --log-throughput) every --log-interval"),
+        B("log-validation-ppl-to-tensorboard", log_validation_ppl_to_tensorboard,
+          "TensorBoard: lm loss validation ppl"),
+        B("log-world-size-to-tensorboard", log_world_size_to_tensorboard,
+          "TensorBoard: world-size"),
+        {"no-log-loss-scale-to-tensorboard", PTDP_OPT_NEGBOOL, &a->log_loss_scale_to_tensorboard,
+         "TensorBoard: leave out loss-scale", NULL, 0, 1, 0},
+        {"no-log-learning-rate-to-tensorboard", PTDP_OPT_NEGBOOL,
+         &a->log_learning_rate_to_tensorboard, "TensorBoard: leave out learning-rate", NULL, 0, 1,
+         0},
+        B("log-comm", log_comm, "print per-group communication counters at the end"),
+        S("trace", trace, "write a Chrome/Perfetto trace of every rank's timeline to this file",
+          NULL),
+    };
+    const ptdp_opt mixed[] = {
+        B("bf16", bf16,
+          "bf16 weights, activations and messages, fp32 arithmetic, fp32 master weights and "
+          "AdamW state (16-bit values in fp32 storage; see docs/mixed-precision.md)"),
+        B("fp16", fp16, "fp16 likewise, with loss scaling (dynamic unless --loss-scale)"),
+        F("loss-scale", loss_scale, "fp16: a constant loss scale (0: dynamic)", 0, 1e38),
+        F("initial-loss-scale", initial_loss_scale, "fp16: the dynamic scale's start", 1, 1e38),
+        F("min-loss-scale", min_loss_scale, "fp16: the dynamic scale's floor", 0, 1e38),
+        I("loss-scale-window", loss_scale_window,
+          "fp16: clean iterations before the dynamic scale doubles", 1, BIG),
+        I("hysteresis", hysteresis, "fp16: overflows tolerated before the dynamic scale halves", 1,
+          1000000),
+        B("accumulate-allreduce-grads-in-fp32", accumulate_allreduce_grads_in_fp32,
+          "gradients accumulate and are all-reduced in fp32 (always so in ptdp)"),
+        B("attention-softmax-in-fp32", attention_softmax_in_fp32,
+          "softmax in fp32 (always so in ptdp)"),
+    };
+    const ptdp_opt backend[] = {
+        S("device", device,
+          "compute backend: cpu, or cuda (one GPU, fp32, one process; needs a CUDA build)",
+          "cpu|cuda"),
+        S("gemm", gemm, "GEMM library (--device cpu)", "onednn|openblas"),
+    };
+    const ptdp_opt dump[] = {
+        S("dump-config", dump_config,
+          "write this run's flags (every flag, effective values) as a --config JSON file, then train",
+          NULL),
     };
     const ptdp_opt export_[] = {
         S("out", out, "output NAME.safetensors file (NAME.config.json is written beside it)", NULL),
         S("load", load,
           "export the weights of this checkpoint directory (any layout; model flags come from it)",
           NULL),
+        S("export-dtype", export_dtype,
+          "dtype of the written tensors: fp32, bf16 or fp16 (rounded to nearest even; fp16 "
+          "refuses values beyond +-65504)",
+          "fp32|bf16|fp16"),
+        I("tensor-model-parallel-size", tensor_model_parallel_size, "tensor-parallel size t", 1,
+          4096),
     };
     int n = 0;
-#define APPEND(tab)                                           \
+#define APPEND(tab, title)                                    \
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) { \
         PTDP_ASSERT(n < cap);                                 \
+        if (titles) titles[n] = i == 0 ? (title) : NULL;      \
         opts[n++] = tab[i];                                   \
     }
-    APPEND(model);
-    if (which == PTDP_ARGS_TRAIN) APPEND(train);
-    if (which == PTDP_ARGS_EXPORT) APPEND(export_);
+    APPEND(config, "configuration");
+    if (which == PTDP_ARGS_TRAIN) APPEND(dump, NULL);
+    APPEND(network, "network size");
+    APPEND(init, "initialization");
+    APPEND(regularization, "regularization");
+    if (which == PTDP_ARGS_TRAIN) {
+        APPEND(optimizer, NULL); /* Megatron's regularization group holds AdamW's flags */
+        APPEND(training, "training");
+        APPEND(lr, "learning rate");
+        APPEND(distributed, "distributed");
+        APPEND(data, "data and dataloader");
+        APPEND(tokenizer, "tokenizer");
+        APPEND(validation, "validation");
+        APPEND(checkpointing, "checkpointing");
+        APPEND(logging, "logging");
+        APPEND(mixed, "mixed precision");
+        APPEND(backend, "backend");
+    }
+    if (which == PTDP_ARGS_EXPORT) APPEND(export_, "export");
 #undef APPEND
     return n;
+}
+
+char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
+    ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
+    cJSON *root = cJSON_CreateObject();
+    char key[128], paths[4096];
+    for (int i = 0; root && i < n; i++) {
+        const ptdp_opt *o = &opts[i];
+        int alias = 0; /* a second name for the same setting: the first name says it */
+        for (int j = 0; j < i; j++) alias |= opts[j].dst == o->dst;
+        if (alias || !strcmp(o->name, "config") || !strcmp(o->name, "dump-config")) continue;
+        snprintf(key, sizeof key, "%s", o->name);
+        for (char *c = key; *c; c++)
+            if (*c == '-') *c = '_';
+        cJSON *v = NULL;
+        switch (o->type) {
+        case PTDP_OPT_INT: {
+            int64_t x = *(int64_t *)o->dst;
+            if (!strcmp(o->name, "global-batch-size") && x == 0) x = global_batch;
+            if ((double)x >= o->min) /* below: "not given" (--train-iters with --train-samples) */
+                v = cJSON_CreateNumber((double)x);
+            break;
+        }
+        case PTDP_OPT_FLOAT: {
+            double x = *(double *)o->dst;
+            if (x >= o->min) v = cJSON_CreateNumber(x); /* cJSON prints doubles exactly */
+            break;
+        }
+        case PTDP_OPT_STR:
+            if (o->dst == &a->data_path &&
+                a->data_path) { /* the whole list, as --config takes it */
+                size_t len = 0;
+                paths[0] = 0;
+                for (int k = 0; k < a->n_data_paths; k++)
+                    len +=
+                        (size_t)snprintf(paths + len, len < sizeof paths ? sizeof paths - len : 0,
+                                         "%s%s", k ? " " : "", a->data_paths[k]);
+                v = cJSON_CreateString(paths);
+            } else if (*(const char **)o->dst) {
+                v = cJSON_CreateString(*(const char **)o->dst);
+            }
+            break;
+        case PTDP_OPT_BOOL:
+            v = cJSON_CreateBool(*(int *)o->dst);
+            break;
+        case PTDP_OPT_NEGBOOL: /* "--no-x": true means the setting is off */
+            v = cJSON_CreateBool(!*(int *)o->dst);
+            break;
+        }
+        if (v) cJSON_AddItemToObject(root, key, v);
+    }
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
 }
 
 static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
@@ -332,23 +491,40 @@ void ptdp_args_free(void *json_keep) { cJSON_Delete(json_keep); }
 /* Megatron's validate_args for the two ways to count training: iterations
  * (--train-iters, --lr-*-iters) or samples (--train-samples,
  * --lr-*-samples), never a mix; one warm-up flag. */
+/* Megatron's precision flags: one of --bf16 / --fp16; loss scaling only
+ * with them; the CUDA backend is fp32 for now. */
+static int check_precision_flags(const ptdp_args *a) {
+    if (a->bf16 && a->fp16) return ptdp_errorf(PTDP_ECONFIG, "give --bf16 or --fp16, not both");
+    if (a->loss_scale > 0 && !a->bf16 && !a->fp16)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--loss-scale applies to --fp16 (or --bf16) training; fp32 has no loss "
+                           "scaling");
+    if ((a->bf16 || a->fp16) && a->device && !strcmp(a->device, "cuda"))
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "--%s: the CUDA backend trains in fp32 only so far; use --device cpu "
+                           "or drop --%s",
+                           a->bf16 ? "bf16" : "fp16", a->bf16 ? "bf16" : "fp16");
+    if (!a->accumulate_allreduce_grads_in_fp32 || !a->attention_softmax_in_fp32)
+        return ptdp_errorf(PTDP_EUNSUPPORTED, "gradients and softmax are always fp32 in ptdp");
+    return PTDP_OK;
+}
+
 static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     const int by_samples = a->train_samples >= 0;
     if (by_samples && a->train_iters >= 0)
         return ptdp_errorf(PTDP_ECONFIG, "give --train-iters or --train-samples, not both");
     const char *unit = by_samples ? "samples" : "iters";
-    const char *mixed = by_samples ? (a->lr_decay_iters      ? "--lr-decay-iters"
+    const char *mixed = by_samples ? (a->lr_decay_iters    ? "--lr-decay-iters"
                                       : a->lr_warmup_iters ? "--lr-warmup-iters"
                                                            : NULL)
-                                   : (a->lr_decay_samples      ? "--lr-decay-samples"
+                                   : (a->lr_decay_samples    ? "--lr-decay-samples"
                                       : a->lr_warmup_samples ? "--lr-warmup-samples"
                                                              : NULL);
     if (mixed)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "%s counts %s, and this run counts %s (--train-%s); use --lr-%s-%s",
-                           mixed, by_samples ? "iterations" : "samples",
-                           by_samples ? "samples" : "iterations", unit,
-                           strstr(mixed, "decay") ? "decay" : "warmup", unit);
+        return ptdp_errorf(
+            PTDP_ECONFIG, "%s counts %s, and this run counts %s (--train-%s); use --lr-%s-%s",
+            mixed, by_samples ? "iterations" : "samples", by_samples ? "samples" : "iterations",
+            unit, strstr(mixed, "decay") ? "decay" : "warmup", unit);
     const int64_t warm = by_samples ? a->lr_warmup_samples : a->lr_warmup_iters,
                   decay = by_samples ? a->lr_decay_samples : a->lr_decay_iters;
     if (warm && a->lr_warmup_fraction > 0)
@@ -528,6 +704,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                 "a whole number of micro-batches",
                 (long long)B, (long long)a->micro_batch_size, (long long)d);
         int rc2 = check_schedule_flags(a, B);
+        if (!rc2) rc2 = check_precision_flags(a);
         if (rc2) return rc2;
         if (a->min_lr > a->lr)
             return ptdp_errorf(PTDP_ECONFIG, "--min-lr %g is above --lr %g", a->min_lr, a->lr);
@@ -559,17 +736,14 @@ int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B) {
 /* Megatron's get_optimizer_param_scheduler: decay and warm-up in samples
  * (iterations x B when the run counts iterations); the fraction applies to
  * the decay in samples, unrounded. */
-void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr,
-                     ptdp_adamw_params *adam) {
+void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam) {
     const int by_samples = a->train_samples >= 0;
     lr->max_lr = a->lr;
     lr->min_lr = a->min_lr;
     lr->samples_per_step = B;
-    lr->decay_samples = by_samples ? (double)(a->lr_decay_samples ? a->lr_decay_samples
-                                                                  : a->train_samples)
-                                   : (double)(a->lr_decay_iters ? a->lr_decay_iters
-                                                                : a->train_iters) *
-                                         (double)B;
+    lr->decay_samples =
+        by_samples ? (double)(a->lr_decay_samples ? a->lr_decay_samples : a->train_samples)
+                   : (double)(a->lr_decay_iters ? a->lr_decay_iters : a->train_iters) * (double)B;
     lr->warmup_samples =
         by_samples ? (double)a->lr_warmup_samples : (double)a->lr_warmup_iters * (double)B;
     if (a->lr_warmup_fraction > 0) lr->warmup_samples = a->lr_warmup_fraction * lr->decay_samples;

@@ -21,6 +21,7 @@ int ptdp_cmd_preprocess(int argc, char **argv);
 int ptdp_cmd_schedule(int argc, char **argv);
 int ptdp_cmd_generate(int argc, char **argv);
 int ptdp_cmd_checkpoint(int argc, char **argv);
+int ptdp_cmd_plot(int argc, char **argv);
 int ptdp_cmd_plan(int argc, char **argv);
 
 /* `ptdp plan --calibrate`: measures this machine (GEMM rate by shape, memory
@@ -84,6 +85,11 @@ typedef struct {
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
     int eod_mask_loss, log_throughput;
+    /* mixed precision (Megatron's flags) */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window, hysteresis;
+    int accumulate_allreduce_grads_in_fp32, attention_softmax_in_fp32;
     /* data */
     int mock_data;
     const char *token_file;
@@ -95,9 +101,16 @@ typedef struct {
     int64_t eval_interval, eval_iters;
     /* io and logging */
     const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *device, *out;
+    const char *export_dtype; /* export: fp32, bf16 or fp16 */
     int allow_extra_tensors;
     int64_t log_interval;
     int log_comm;
+    /* TensorBoard (Megatron's flags) */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval, tensorboard_queue_size;
+    int log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_world_size_to_tensorboard,
+        log_loss_scale_to_tensorboard, log_learning_rate_to_tensorboard;
+    const char *dump_config; /* --dump-config FILE */
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
@@ -115,6 +128,17 @@ typedef struct {
 void ptdp_args_defaults(ptdp_args *a);
 /* Fills opts (capacity `cap`) with the flags of `which`; returns the count. */
 int ptdp_args_table(ptdp_args *a, int which, ptdp_opt *opts, int cap);
+/* The same table; titles (capacity `cap`, may be NULL) gets the title of
+ * the argument group (Megatron's groups: network size, training, learning
+ * rate, distributed, ...) at the first flag of each group, NULL elsewhere. */
+int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, const char **titles);
+/* Every flag of `which` with its value in `a`, as the text of a --config
+ * JSON object (keys: the flag names with underscores; flags without a value,
+ * such as an absent --load, are left out, and so are --config and
+ * --dump-config). `global_batch` replaces a --global-batch-size of 0 (b x d)
+ * by the run's value. Returns a malloc'd string (the caller frees it), NULL
+ * when out of memory. */
+char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch);
 /* Parses argv (after the command name), applying --config FILE.json first so
  * flags on the command line win. Sets *want_help. PTDP_EINVAL/PTDP_EIO with
  * one message naming the flag or file. *json_keep receives the parsed JSON

@@ -29,7 +29,7 @@
 typedef struct {
     const char *init_from, *load, *prompt, *vocab_file, *merge_file, *gemm;
     int64_t max_new_tokens, top_k, seed, t, divisible_by;
-    int allow_extra_tensors;
+    int allow_extra_tensors, bf16, fp16;
     double temperature, top_p;
     /* model shape: 0 means "from config.json / the file" */
     int64_t num_layers, hidden_size, num_attention_heads, max_position_embeddings, vocab_size;
@@ -71,6 +71,10 @@ static int table(gen_args *a, ptdp_opt *opts) {
         I("tensor-model-parallel-size", t, "tensor-parallel size t (run under mpirun -np t)", 1,
           4096),
         S("gemm", gemm, "GEMM library", "onednn|openblas"),
+        {"bf16", PTDP_OPT_BOOL, &a->bf16,
+         "run in bf16 (weights and activations rounded to bf16, fp32 arithmetic; default fp32)",
+         NULL, 0, 1, 0},
+        {"fp16", PTDP_OPT_BOOL, &a->fp16, "run in fp16 likewise", NULL, 0, 1, 0},
     };
     memcpy(opts, t, sizeof t);
     return (int)(sizeof t / sizeof t[0]);
@@ -240,6 +244,8 @@ int ptdp_cmd_generate(int argc, char **argv) {
             ptdp_errorf(PTDP_EINVAL, "--top-p must be in (0, 1] (1 turns it off), got %g", a.top_p);
     if (rc == PTDP_OK && (a.vocab_file != NULL) != (a.merge_file != NULL))
         rc = ptdp_errorf(PTDP_EINVAL, "give --vocab-file and --merge-file together");
+    if (rc == PTDP_OK && a.bf16 && a.fp16)
+        rc = ptdp_errorf(PTDP_EINVAL, "give --bf16 or --fp16, not both");
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
     if (rc) {
@@ -315,7 +321,9 @@ int ptdp_cmd_generate(int argc, char **argv) {
                                 .post = 1,
                                 .micro_batch = 1,
                                 .slots = 1,
-                                .ops = ptdp_cpu_ops_lib(lib),
+                                .ops = ptdp_cpu_ops_prec(lib, a.bf16   ? PTDP_DTYPE_BF16
+                                                              : a.fp16 ? PTDP_DTYPE_FP16
+                                                                       : PTDP_DTYPE_FP32),
                                 .tp = &comm.tensor,
                                 .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
@@ -329,6 +337,9 @@ int ptdp_cmd_generate(int argc, char **argv) {
         rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
         if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
     }
+    if (rc == PTDP_OK) /* --bf16/--fp16: the weights on the table's grid (fp32: nothing) */
+        ptdp_gpt_chunk_ops(chunk)->quantize(ptdp_gpt_chunk_params(chunk),
+                                            ptdp_gpt_chunk_numel(chunk));
     if (rc == PTDP_OK)
         rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, np + a.max_new_tokens);
     if (rc) {

@@ -14,6 +14,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "kernels/kernels.h"
 #include "plan/plan.h"
 
 #ifndef PTDP_CLUSTER_DIR
@@ -181,7 +182,8 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
     print_flags(stdout, F, job, &cand[0]);
     printf(" --train-iters N --lr X --mock-data\n");
     if (job->precision != PTDP_PREC_FP32)
-        printf("(ptdp train runs fp32 today: this prediction is for %s)\n",
+        printf("(this prediction is for %s storage as in Megatron; ptdp train --bf16/--fp16 "
+               "computes in 16 bits but stores fp32 today)\n",
                ptdp_plan_precision_name(job->precision));
     if (count > nfit) {
         const char *classes[3] = {"does not fit in memory", "t exceeds or straddles a node",
@@ -326,7 +328,9 @@ int ptdp_cmd_plan(int argc, char **argv) {
         {"ddp-bucket-size", PTDP_OPT_INT, &F.bucket, "gradient elements per reduction bucket", NULL,
          1, 1e15, 0},
         {"threads", PTDP_OPT_INT, &F.threads,
-         "fp32: OpenMP threads per rank (attention scratch in the memory plan)", NULL, 1, 4096, 0},
+         "fp32: OpenMP threads per rank (attention scratch in the memory plan; ptdp train gives "
+         "each rank cores / ranks)",
+         NULL, 1, 4096, 0},
         {"json", PTDP_OPT_BOOL, &F.json, "print one JSON object (layouts best first)", NULL, 0, 1,
          0},
         {"explain", PTDP_OPT_BOOL, &F.explain,
@@ -395,7 +399,10 @@ int ptdp_cmd_plan(int argc, char **argv) {
                                               : PTDP_RECOMPUTE_UNIFORM;
     job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
     job.bucket_floats = F.bucket;
-    job.threads = (int)F.threads;
+    /* ptdp's CPU backend's attention numbers for its own memory plan */
+    const ptdp_ops *cpu = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    job.attn_saved_floats = cpu->attention_saved_floats;
+    job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
     ptdp_plan_pins pins = {.t = (int)F.t,
                            .p = (int)F.p,
                            .v = (int)F.v,

@@ -102,7 +102,8 @@ static void run_layer_ew(void *p) {
     o->bias_add(L->qkv, L->bias, N, 3 * h);
     o->bias_bwd(L->qkv, L->bias + h, N, 3 * h);
     o->attention_fwd(L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
-    o->attention_bwd(L->ctx, L->qkv, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd, nod);
+    o->attention_bwd(L->y, L->qkv, L->ctx, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd,
+                     nod);
     o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
     o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
 }

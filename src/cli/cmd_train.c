@@ -24,7 +24,8 @@ static void usage(FILE *f, const char *cmd, int which) {
     ptdp_args a;
     ptdp_args_defaults(&a);
     ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
-    int n = ptdp_args_table(&a, which, opts, PTDP_ARGS_MAX_FLAGS);
+    const char *titles[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table_groups(&a, which, opts, PTDP_ARGS_MAX_FLAGS, titles);
     if (which == PTDP_ARGS_TRAIN)
         fprintf(
             f,
@@ -40,7 +41,12 @@ static void usage(FILE *f, const char *cmd, int which) {
             "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
             "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n",
             cmd);
-    ptdp_opts_help(f, opts, n);
+    /* one block per argument group, as Megatron's --help */
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && !titles[j];) j++;
+        if (titles[i]) fprintf(f, "%s%s:\n", i ? "\n" : "", titles[i]);
+        ptdp_opts_help(f, opts + i, j - i);
+    }
 }
 
 /* Parse + validate; returns 0 to go on, else the exit status (help: 0). */
@@ -81,7 +87,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     int d = 1, rc = PTDP_OK;
     tp.eod_token = 50256; /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
-    if (a.vocab_file) { /* the vocabulary size comes from the tokenizer */
+    if (a.vocab_file) {   /* the vocabulary size comes from the tokenizer */
         ptdp_tokenizer *tok = NULL;
         int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
         if (st) {
@@ -126,7 +132,15 @@ int ptdp_cmd_train(int argc, char **argv) {
                   a.train_samples % tp.global_batch ? " (the rest of the samples is not trained, "
                                                       "as in Megatron)"
                                                     : "");
-    tp.ops = ptdp_cpu_ops_lib(lib);
+    /* Megatron's precision: --bf16 / --fp16 tables round what they write to
+     * the 16-bit grid; fp16 scales the loss (dynamically unless --loss-scale) */
+    const ptdp_dtype dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
+    tp.ops = ptdp_cpu_ops_prec(lib, dtype);
+    if (a.loss_scale > 0)
+        tp.scaler = ptdp_loss_scaler_constant(a.loss_scale);
+    else if (a.fp16)
+        tp.scaler = ptdp_loss_scaler_dynamic(a.initial_loss_scale, a.min_loss_scale,
+                                             a.loss_scale_window, (int)a.hysteresis);
     if (!strcmp(a.device, "cuda")) {
         /* one GPU, one process: the communication backends move host memory
          * only (multi-GPU communication is not there yet) */
@@ -183,6 +197,13 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.log_interval = a.log_interval;
     rp.log_jsonl = a.log_jsonl;
     rp.log_comm = a.log_comm;
+    rp.tensorboard_dir = a.tensorboard_dir;
+    rp.tensorboard_log_interval = a.tensorboard_log_interval;
+    rp.log_timers_to_tensorboard = a.log_timers_to_tensorboard;
+    rp.log_validation_ppl_to_tensorboard = a.log_validation_ppl_to_tensorboard;
+    rp.log_loss_scale_to_tensorboard = a.log_loss_scale_to_tensorboard;
+    rp.log_learning_rate_to_tensorboard = a.log_learning_rate_to_tensorboard;
+    rp.log_world_size_to_tensorboard = a.log_world_size_to_tensorboard;
     rp.gemm_name = tp.ops == ptdp_cpu_ops_lib(lib) ? ptdp_gemm_lib_name(lib) : "cublas";
     rp.check_dp_replicas = a.check_dp_replicas;
     rp.check_for_nan = a.check_for_nan;
@@ -203,6 +224,12 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp__cli_config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
         rp.save_safetensors_config = cfgpath;
     }
+    char *dumped = NULL;
+    if (a.dump_config) { /* every rank renders it; rank 0 writes it (ptdp_run_setup) */
+        rp.dump_config = a.dump_config;
+        rp.dump_config_text = dumped = ptdp_args_config_json(&a, PTDP_ARGS_TRAIN, tp.global_batch);
+        PTDP_ASSERT(dumped); /* a few kB; out of memory here means nothing would run */
+    }
     ptdp_run *run = NULL;
     rc = ptdp_run_setup(&run, &rp);
     if (rc) {
@@ -212,6 +239,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         status = ptdp_run_finish(run, ptdp_run_loop(run));
     }
     ptdp_run_free(run);
+    free(dumped);
     ptdp_comm_finalize(&comm);
     ptdp_args_free(keep);
     return status;
@@ -281,7 +309,10 @@ int ptdp_cmd_export(int argc, char **argv) {
     char cfgpath[4096];
     if (rc == PTDP_OK) {
         ptdp__cli_config_json_path(a.out, cfgpath, sizeof cfgpath);
-        rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath);
+        ptdp_st_dtype dt = !strcmp(a.export_dtype, "bf16")   ? PTDP_ST_BF16
+                           : !strcmp(a.export_dtype, "fp16") ? PTDP_ST_F16
+                                                             : PTDP_ST_F32;
+        rc = ptdp_hf_export(&chunk, 1, &cfg, &comm.model, 0, 1, a.out, cfgpath, dt);
     }
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());

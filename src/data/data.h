@@ -139,9 +139,9 @@ typedef struct {
     const char *json_keys[PTDP_PP_MAX_KEYS]; /* JSON lines: one dataset per key ("text") */
     int n_keys;                              /* >= 1; plain text: 1 (its name: the prefix) */
     int64_t log_interval; /* > 0: a line every this many documents (Megatron's) */
-    int append_eod;            /* append the EOD id to every non-empty document */
-    int workers;               /* threads tokenizing; output does not depend on it */
-    int progress;              /* 1: progress bar on stderr; 0: one summary line */
+    int append_eod;       /* append the EOD id to every non-empty document */
+    int workers;          /* threads tokenizing; output does not depend on it */
+    int progress;         /* 1: progress bar on stderr; 0: one summary line */
 } ptdp_preprocess_params;
 
 enum { PTDP_PP_AUTO = 0, PTDP_PP_JSON = 1, PTDP_PP_TEXT = 2 };
@@ -167,8 +167,8 @@ enum { PTDP_SPLIT_TRAIN = 0, PTDP_SPLIT_VALID = 1, PTDP_SPLIT_TEST = 2, PTDP_NUM
 #define PTDP_DATA_MAX_PATHS 64
 
 typedef struct {
-    int num_paths;                             /* >= 1 */
-    double weights[PTDP_DATA_MAX_PATHS];       /* ignored when num_paths == 1 or by_size */
+    int num_paths;                       /* >= 1 */
+    double weights[PTDP_DATA_MAX_PATHS]; /* ignored when num_paths == 1 or by_size */
     int by_size; /* weigh each dataset's split by its samples in one epoch (a list of prefixes
                     without weights, as Megatron's unweighted blends) */
     const char *prefixes[PTDP_DATA_MAX_PATHS]; /* PREFIX of PREFIX.bin/.idx */

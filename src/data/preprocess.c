@@ -123,8 +123,8 @@ static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptd
             for (const cJSON *e = obj->child; e; e = e->next)
                 if (e->string && strcmp(e->string, key) == 0) v = e;
             if (!cJSON_IsString(v)) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"",
-                                 c->p->input, it->lineno, key);
+                rc = ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", c->p->input,
+                                 it->lineno, key);
                 break;
             }
             size_t len = strlen(v->valuestring);

@@ -1,161 +1,200 @@
-/* attention.c - causal self-attention core: per (sequence, head) GEMMs around
- * the fused scale + causal mask + softmax kernel, attention dropout drawn from
- * the counter-based RNG (so backward regenerates the mask instead of storing
- * it). OpenMP runs one (sequence, head) pair per thread; the GEMMs inside run
- * single-threaded and skip the masked upper triangle block by block. Not here:
- * flash-style tiling (probabilities are stored, as in Megatron without flash
- * attention). */
+/* attention.c - causal self-attention core, flash-attention style: per
+ * (sequence, head) the [s, s] score matrix is visited in B x B tiles (query
+ * rows x keys) and never stored. The forward keeps a running row max and sum
+ * (online softmax), accumulates the context in place and saves only each
+ * row's logsumexp; the backward recomputes every tile's probabilities from q,
+ * k and that logsumexp (flash-attention-2's key-block-outer order, with
+ * D_i = rowsum(dctx_i * ctx_i)). Tiles above the diagonal are skipped. The
+ * per-tile products are GEMMs through the table's library, single-threaded
+ * inside the OpenMP loop over (sequence, head) pairs. Attention dropout is
+ * drawn from the counter-based RNG with the element numbering of kernels.h,
+ * so backward regenerates the mask instead of storing it. Not here: splitting
+ * one (sequence, head) over threads (a run with fewer pairs than threads
+ * leaves cores idle), reduced precision. */
 #include <math.h>
 #include <omp.h>
 
-#include "kernels/fastmath.h"
 #include "kernels/cpu.h"
+#include "kernels/fastmath.h"
 
-int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) {
-    return 2 * s * s * (int64_t)nthreads;
+/* Tile edge B (query rows and keys alike). Measured on this machine's two
+ * cores (fwd + bwd of s = 256, 512, 1024, hd = 64): 128 matched the
+ * previous probs-storing kernel's time, 64 was 20-40% slower (more, smaller
+ * GEMM calls and more online-softmax rescaling), 256 slower in the backward
+ * (more work wasted in the diagonal tiles). */
+static int64_t att_blk(int64_t s) { return s < 128 ? s : 128; }
+
+/* Per thread: three B x B tiles (scores/probabilities, dP, dropped P), two
+ * [B] row statistics and D [s], rounded to 16 floats (64 bytes) so threads
+ * never share a cache line. */
+static int64_t per_thread(int64_t s) {
+    const int64_t B = att_blk(s);
+    return (3 * B * B + 2 * B + s + 15) / 16 * 16;
 }
 
-/* One causal row: p[0..n) = softmax(scale * sr[0..n)), zeros in p[n..zend).
- * Kept out of line: inlined into the row loops gcc left the exp loop scalar
- * (if-conversion of fastmath's clamps failed there). */
-static __attribute__((noinline)) void softmax_row_fwd(const float *sr, float *pr, int64_t n,
-                                                      int64_t zend, float scale) {
-    float mx = sr[0];
+int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) {
+    return per_thread(s) * (int64_t)nthreads;
+}
+
+int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al) { return b * al * s; }
+
+/* the dropout block of (sequence bi, local head j): global head numbering (kernels.h) */
+static int64_t drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
+    const int64_t bi = task / al, j = task % al;
+    return drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
+                      : task;
+}
+
+/* Keys of tile column [c0, c0 + cb) that query row gi sees (causal). */
+static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
+    int64_t n = gi - c0 + 1;
+    return n < 0 ? 0 : n > cb ? cb : n;
+}
+
+/* One forward tile row: pr[0..n) holds raw scores q.k; turns it into
+ * exp(scale * q.k - m_new) (zeros in [n, cb)), updates the running max m
+ * (scaled units) and sum l, returns the factor the row's context so far must
+ * be multiplied by. Out of line for the same reason as the old softmax row:
+ * inlined into the tile loops gcc left the exp loop scalar. */
+static __attribute__((noinline)) float online_row(float *pr, int64_t n, int64_t cb, float scale,
+                                                  float *m, float *l, int first) {
+    float mx = pr[0];
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 1; j < n; j++) mx = sr[j] > mx ? sr[j] : mx;
+    for (int64_t j = 1; j < n; j++) mx = pr[j] > mx ? pr[j] : mx;
+    mx *= scale;
+    const float mnew = first || mx > *m ? mx : *m;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; j++) {
-        float e = ptdp__expf(scale * (sr[j] - mx));
+        float e = ptdp__expf(scale * pr[j] - mnew);
         pr[j] = e;
         sum += e;
     }
-    float inv = 1.0f / sum;
+    for (int64_t j = n; j < cb; j++) pr[j] = 0.0f;
+    const float alpha = first ? 0.0f : ptdp__expf(*m - mnew);
+    *l = first ? sum : *l * alpha + sum;
+    *m = mnew;
+    return alpha;
+}
+
+/* P = exp(scale * S - lse) on the first n entries of a tile row, zeros after. */
+static __attribute__((noinline)) void recompute_row(float *pr, int64_t n, int64_t cb, float scale,
+                                                    float lse) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) pr[j] *= inv;
-    for (int64_t j = n; j < zend; j++) pr[j] = 0.0f;
+    for (int64_t j = 0; j < n; j++) pr[j] = ptdp__expf(scale * pr[j] - lse);
+    for (int64_t j = n; j < cb; j++) pr[j] = 0.0f;
 }
 
-/* One causal row of dS = scale * P * (dP - rowsum(dP * P)) in place over d,
- * zeros in d[n..zend). */
-static __attribute__((noinline)) void softmax_row_bwd(const float *pr, float *d, int64_t n,
-                                                      int64_t zend, float scale) {
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < n; j++) dot += d[j] * pr[j];
+/* dS = scale * P * (dP - D) in place over dP on the first n entries, zeros after. */
+static __attribute__((noinline)) void ds_row(const float *pr, float *dr, int64_t n, int64_t cb,
+                                             float scale, float D) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) d[j] = scale * pr[j] * (d[j] - dot);
-    for (int64_t j = n; j < zend; j++) d[j] = 0.0f;
+    for (int64_t j = 0; j < n; j++) dr[j] = scale * pr[j] * (dr[j] - D);
+    for (int64_t j = n; j < cb; j++) dr[j] = 0.0f;
 }
 
-/* Rows [i0, i1) of the causal softmax of a [s, s] matrix: row i reads
- * S[i, 0..i] and writes P[i, 0..zend). */
-static void softmax_rows_fwd(const float *S, float *P, int64_t s, int64_t i0, int64_t i1,
-                             int64_t zend, float scale) {
-    for (int64_t i = i0; i < i1; i++) softmax_row_fwd(S + i * s, P + i * s, i + 1, zend, scale);
-}
-
-static void softmax_rows_bwd(const float *P, float *dP, int64_t s, int64_t i0, int64_t i1,
-                             int64_t zend, float scale) {
-    for (int64_t i = i0; i < i1; i++) softmax_row_bwd(P + i * s, dP + i * s, i + 1, zend, scale);
-}
-
-/* P[i, :] = softmax(scale * S[i, 0..i]), zero above the diagonal. */
-void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale) {
-    softmax_rows_fwd(S, P, s, 0, s, s, scale);
-}
-
-/* dS = scale * P * (dP - rowsum(dP * P)); in place over dP. */
-void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale) {
-    softmax_rows_bwd(P, dP, s, 0, s, s, scale);
-}
-
-/* Causal blocking: rows are taken in blocks of ATT_BLK and block [r0, r1)
- * only multiplies against keys [0, r1), so the GEMMs skip the masked upper
- * triangle except inside the diagonal blocks (work s^2/2 + s*ATT_BLK/2 instead
- * of s^2). The key-side gradients (dV, dK) use the same block edges by
- * columns: key block [c0, c1) only sees query rows [c0, s). Every entry these
- * GEMMs read lies in a computed block (zeros above the diagonal inside it). */
-/* 64 measured best at s = 256 and 1024 (32 and 128 within noise or worse);
- * at s <= 128 one block (the plain full GEMMs) was as fast. */
-static int64_t att_blk(int64_t s) { return s <= 128 ? s : 64; }
-
-/* Dropout on rows [i0, i1), columns [0, cend) of a [s, s] matrix of task
- * `task`: element (i, j) is site element task*s*s + i*s + j. */
-static void dropout_rows(const float *src, float *dst, int64_t s, int64_t i0, int64_t i1,
-                         int64_t cend, ptdp_dropout drop, int64_t task) {
-    for (int64_t i = i0; i < i1; i++)
-        ptdp__dropout_apply(src + i * s, dst + i * s, cend, drop, (uint64_t)(task * s * s + i * s));
-}
-
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs,
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        int64_t bi = task / al, j = task % al;
-        /* the dropout block of this (sequence, head): global head numbering */
-        const int64_t blk =
-            drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
-                       : task;
-        float *S = scratch + 2 * s * s * omp_get_thread_num();
-        float *Pd = S + s * s;
+        const int64_t bi = task / al, j = task % al, blk = drop_block(drop, task, al);
+        float *St = scratch + per_thread(s) * omp_get_thread_num(); /* [B, B] */
+        float *m = St + 3 * B * B, *l = m + B;                      /* [B] each */
         const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-        float *P = probs + task * s * s;
         float *C = ctx + bi * al * hd + j * hd;
+        float *L = lse + task * s;
         for (int64_t r0 = 0; r0 < s; r0 += B) {
-            int64_t r1 = r0 + B < s ? r0 + B : s, rb = r1 - r0;
-            gemm(0, 1, rb, r1, hd, 1.0f, Q + r0 * ld3, ld3, K, ld3, 0.0f, S + r0 * s, s);
-            /* the saved probs keep their documented zeros above the diagonal */
-            softmax_rows_fwd(S, P, s, r0, r1, s, scale);
-            const float *Puse = P;
-            if (drop.p > 0.0f) {
-                dropout_rows(P, Pd, s, r0, r1, r1, drop, blk);
-                Puse = Pd;
+            const int64_t rb = r0 + B < s ? B : s - r0;
+            /* key blocks up to and including the diagonal one */
+            for (int64_t c0 = 0; c0 < r0 + rb; c0 += B) {
+                const int64_t cb = c0 + B < s ? B : s - c0;
+                const int first = c0 == 0;
+                gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, St, cb);
+                for (int64_t i = 0; i < rb; i++) {
+                    const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+                    float *pr = St + i * cb;
+                    const float alpha = online_row(pr, n, cb, scale, &m[i], &l[i], first);
+                    /* the row sum above is of the undropped probabilities */
+                    if (drop.p > 0.0f)
+                        ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
+                    if (!first) {
+                        float *cr = C + gi * ldc;
+#pragma omp simd
+                        for (int64_t e = 0; e < hd; e++) cr[e] *= alpha;
+                    }
+                }
+                gemm(0, 0, rb, hd, cb, 1.0f, St, cb, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
+                     C + r0 * ldc, ldc);
             }
-            gemm(0, 0, rb, hd, r1, 1.0f, Puse + r0 * s, s, V, ld3, 0.0f, C + r0 * ldc, ldc);
+            for (int64_t i = 0; i < rb; i++) {
+                float *cr = C + (r0 + i) * ldc;
+                const float inv = 1.0f / l[i];
+#pragma omp simd
+                for (int64_t e = 0; e < hd; e++) cr[e] *= inv;
+                L[r0 + i] = m[i] + logf(l[i]);
+            }
         }
     }
 }
 
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
-                         const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
+                         const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
                          int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
     const float scale = 1.0f / sqrtf((float)hd);
+    const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        int64_t bi = task / al, j = task % al;
-        /* the dropout block of this (sequence, head): global head numbering */
-        const int64_t blk =
-            drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
-                       : task;
-        float *dP = scratch + 2 * s * s * omp_get_thread_num();
-        float *Pd = dP + s * s;
-        const int64_t off = bi * al * 3 * hd + j * 3 * hd;
+        const int64_t bi = task / al, j = task % al, blk = drop_block(drop, task, al);
+        float *Pt = scratch + per_thread(s) * omp_get_thread_num(); /* [B, B] P */
+        float *dPt = Pt + B * B;                                    /* [B, B] dP, then dS */
+        float *Pdt = dPt + B * B;                                   /* [B, B] dropout(P) */
+        float *D = Pdt + B * B + 2 * B;                             /* [s] */
+        const int64_t off = bi * al * 3 * hd + j * 3 * hd, co = bi * al * hd + j * hd;
         const float *Q = qkv + off, *K = Q + hd, *V = Q + 2 * hd;
         float *dQ = dqkv + off, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        const float *dC = dctx + bi * al * hd + j * hd;
-        const float *P = probs + task * s * s;
-        const float *Puse = drop.p > 0.0f ? Pd : P;
-        /* by query rows: dPd = dC V^T, dropout', softmax', dQ = dS K */
-        for (int64_t r0 = 0; r0 < s; r0 += B) {
-            int64_t r1 = r0 + B < s ? r0 + B : s, rb = r1 - r0;
-            if (drop.p > 0.0f) dropout_rows(P, Pd, s, r0, r1, r1, drop, blk);
-            gemm(0, 1, rb, r1, hd, 1.0f, dC + r0 * ldc, ldc, V, ld3, 0.0f, dP + r0 * s, s);
-            if (drop.p > 0.0f) dropout_rows(dP, dP, s, r0, r1, r1, drop, blk);
-            softmax_rows_bwd(P, dP, s, r0, r1, r1, scale);
-            gemm(0, 0, rb, hd, r1, 1.0f, dP + r0 * s, s, K, ld3, 0.0f, dQ + r0 * ld3, ld3);
+        const float *dC = dctx + co, *C = ctx + co, *L = lse + task * s;
+        /* D_i = sum_k P_ik dP_ik = dctx_i . ctx_i (dropout included: both
+         * sides carry the same mask) */
+        for (int64_t i = 0; i < s; i++) {
+            const float *dr = dC + i * ldc, *cr = C + i * ldc;
+            float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+            for (int64_t e = 0; e < hd; e++) d += dr[e] * cr[e];
+            D[i] = d;
         }
-        /* by key columns: dV = Pd^T dC, dK = dS^T Q over rows [c0, s) */
+        /* key block outer: dK, dV of the block accumulate over the query
+         * tiles at and below the diagonal; dQ of a tile over key blocks */
         for (int64_t c0 = 0; c0 < s; c0 += B) {
-            int64_t c1 = c0 + B < s ? c0 + B : s, cb = c1 - c0, kn = s - c0;
-            gemm(1, 0, cb, hd, kn, 1.0f, Puse + c0 * s + c0, s, dC + c0 * ldc, ldc, 0.0f,
-                 dV + c0 * ld3, ld3);
-            gemm(1, 0, cb, hd, kn, 1.0f, dP + c0 * s + c0, s, Q + c0 * ld3, ld3, 0.0f,
-                 dK + c0 * ld3, ld3);
+            const int64_t cb = c0 + B < s ? B : s - c0;
+            for (int64_t r0 = c0; r0 < s; r0 += B) {
+                const int64_t rb = r0 + B < s ? B : s - r0;
+                const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
+                gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, Pt, cb);
+                gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, V + c0 * ld3, ld3, 0.0f, dPt, cb);
+                for (int64_t i = 0; i < rb; i++) {
+                    const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+                    const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
+                    float *pr = Pt + i * cb, *dr = dPt + i * cb;
+                    recompute_row(pr, n, cb, scale, L[gi]);
+                    if (dropping) {
+                        float *qr = Pdt + i * cb;
+                        ptdp__dropout_apply(pr, qr, n, drop, base);
+                        for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
+                        ptdp__dropout_apply(dr, dr, n, drop, base);
+                    }
+                    ds_row(pr, dr, n, cb, scale, D[gi]);
+                }
+                gemm(1, 0, cb, hd, rb, 1.0f, dropping ? Pdt : Pt, cb, dC + r0 * ldc, ldc, kv_beta,
+                     dV + c0 * ld3, ld3);
+                gemm(1, 0, cb, hd, rb, 1.0f, dPt, cb, Q + r0 * ld3, ld3, kv_beta, dK + c0 * ld3,
+                     ld3);
+                gemm(0, 0, rb, hd, cb, 1.0f, dPt, cb, K + c0 * ld3, ld3, q_beta, dQ + r0 * ld3,
+                     ld3);
+            }
         }
     }
 }

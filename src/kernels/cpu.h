@@ -31,15 +31,16 @@ void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
 /* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0 for e < n (dst may alias
  * src); the masks of ptdp__dropout_keep, drawn 64 elements per Philox batch. */
 void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
-void ptdp__scale_mask_softmax_fwd(const float *S, float *P, int64_t s, float scale);
-void ptdp__scale_mask_softmax_bwd(const float *P, float *dP, int64_t s, float scale);
-/* attention's per-head GEMMs run through `gemm`, the table's library */
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *probs,
+/* attention's per-tile GEMMs run through `gemm`, the table's library; lse
+ * [b, al, s] is the saved logsumexp of every row (scaled scores) */
+void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop);
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
-                         const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
+                         const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
                          int64_t al, int64_t hd, ptdp_dropout drop);
+/* b * al * s: one logsumexp per row */
+int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
@@ -48,14 +49,13 @@ void ptdp__pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64
 void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
 void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                     int64_t V);
-void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V);
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                      int64_t N);
-void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
-                    float scale);
+void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                    int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__sumsq(const float *x, int64_t n);

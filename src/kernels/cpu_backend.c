@@ -21,6 +21,11 @@ static void cpu_zero(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
+static void cpu_quantize_none(float *x, int64_t n) { /* fp32: already on the grid */
+    (void)x;
+    (void)n;
+}
+
 static void cpu_copy(float *dst, const float *src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) dst[i] = src[i];
@@ -29,38 +34,41 @@ static void cpu_copy(float *dst, const float *src, int64_t n) {
 /* One table per GEMM library: the library is the backend's state, chosen
  * when the table is chosen, not a process-wide switch. Attention's per-head
  * GEMMs go to the same library as the table's gemm. */
-static void attn_fwd_onednn(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+static void attn_fwd_onednn(const float *qkv, float *ctx, float *saved, float *scratch, int64_t s,
                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_fwd(ptdp__gemm_onednn, qkv, ctx, probs, scratch, s, b, al, hd, drop);
+    ptdp__attention_fwd(ptdp__gemm_onednn, qkv, ctx, saved, scratch, s, b, al, hd, drop);
 }
-static void attn_bwd_onednn(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                            float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                            ptdp_dropout drop) {
-    ptdp__attention_bwd(ptdp__gemm_onednn, dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
+static void attn_bwd_onednn(const float *dctx, const float *qkv, const float *ctx,
+                            const float *saved, float *dqkv, float *scratch, int64_t s, int64_t b,
+                            int64_t al, int64_t hd, ptdp_dropout drop) {
+    ptdp__attention_bwd(ptdp__gemm_onednn, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
+                        drop);
 }
-static void attn_fwd_openblas(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+static void attn_fwd_openblas(const float *qkv, float *ctx, float *saved, float *scratch, int64_t s,
                               int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_fwd(ptdp__gemm_openblas, qkv, ctx, probs, scratch, s, b, al, hd, drop);
+    ptdp__attention_fwd(ptdp__gemm_openblas, qkv, ctx, saved, scratch, s, b, al, hd, drop);
 }
-static void attn_bwd_openblas(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                              ptdp_dropout drop) {
-    ptdp__attention_bwd(ptdp__gemm_openblas, dctx, qkv, probs, dqkv, scratch, s, b, al, hd, drop);
+static void attn_bwd_openblas(const float *dctx, const float *qkv, const float *ctx,
+                              const float *saved, float *dqkv, float *scratch, int64_t s, int64_t b,
+                              int64_t al, int64_t hd, ptdp_dropout drop) {
+    ptdp__attention_bwd(ptdp__gemm_openblas, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
+                        drop);
 }
 
 /* Every op but the GEMM-backed ones, shared by both tables. */
 #define PTDP__CPU_COMMON_OPS                                                                      \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy_bytes, .download = cpu_download,     \
-    .zero = cpu_zero, .copy = cpu_copy, .layernorm_fwd = ptdp__layernorm_fwd,                     \
-    .layernorm_bwd = ptdp__layernorm_bwd, .bias_add = ptdp__bias_add, .bias_bwd = ptdp__bias_bwd, \
-    .bias_gelu_fwd = ptdp__bias_gelu_fwd, .bias_gelu_bwd = ptdp__bias_gelu_bwd,                   \
-    .bias_dropout_add_fwd = ptdp__bias_dropout_add_fwd,                                           \
+    .dtype = PTDP_DTYPE_FP32, .quantize = cpu_quantize_none, .zero = cpu_zero, .copy = cpu_copy,  \
+    .layernorm_fwd = ptdp__layernorm_fwd, .layernorm_bwd = ptdp__layernorm_bwd,                   \
+    .bias_add = ptdp__bias_add, .bias_bwd = ptdp__bias_bwd, .bias_gelu_fwd = ptdp__bias_gelu_fwd, \
+    .bias_gelu_bwd = ptdp__bias_gelu_bwd, .bias_dropout_add_fwd = ptdp__bias_dropout_add_fwd,     \
     .bias_dropout_add_bwd = ptdp__bias_dropout_add_bwd, .dropout_fwd = ptdp__dropout_inplace,     \
     .dropout_bwd = ptdp__dropout_inplace, .embed_fwd = ptdp__embed_fwd,                           \
     .embed_bwd = ptdp__embed_bwd, .pos_add_fwd = ptdp__pos_add_fwd,                               \
     .pos_add_bwd = ptdp__pos_add_bwd, .xent_max = ptdp__xent_max, .xent_sums = ptdp__xent_sums,   \
     .xent_loss = ptdp__xent_loss, .xent_bwd = ptdp__xent_bwd, .adamw = ptdp__adamw,               \
-    .sumsq = ptdp__sumsq, .scale = ptdp__scale, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows,
+    .sumsq = ptdp__sumsq, .scale = ptdp__scale, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows,   \
+    .attention_saved_floats = ptdp__attention_saved_floats,
 
 static const ptdp_ops cpu_ops[] = {
     [PTDP_GEMM_ONEDNN] = {.name = "cpu/onednn",

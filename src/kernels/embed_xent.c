@@ -2,7 +2,8 @@
  * vocabulary-parallel cross-entropy (Megatron's fused form: all-reduce the
  * max, the target logit and the sum of exponentials; never gather logits).
  * Padded vocabulary columns (global id >= V) never win the max, never enter
- * the sum and get zero gradient. Scatter-adds are split by columns so each
+ * the sum and get zero gradient. exp(l - max) is computed once: xent_sums
+ * leaves it in the logits buffer and xent_bwd scales it. Scatter-adds are split by columns so each
  * element is summed in token order: bitwise reproducible. */
 #include <math.h>
 
@@ -72,19 +73,25 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
     }
 }
 
-void ptdp__xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V) {
     int64_t nv = valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
-        const float *l = logits + n * Vl;
-        float m = gmax[n], acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < nv; c++) acc += ptdp__expf(l[c] - m);
-        sumexp[n] = acc;
+        float *l = logits + n * Vl;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
-        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f;
+        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f; /* before l is overwritten */
+        float m = gmax[n], acc = 0.0f;
+        /* the exponentials stay in l for xent_bwd: exp runs once per logit */
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < nv; c++) {
+            float e = ptdp__expf(l[c] - m);
+            l[c] = e;
+            acc += e;
+        }
+        for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
+        sumexp[n] = acc;
     }
 }
 
@@ -93,16 +100,15 @@ void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, f
     for (int64_t n = 0; n < N; n++) loss[n] = logf(sumexp[n]) + gmax[n] - tgt[n];
 }
 
-void ptdp__xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                    int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
-                    float scale) {
+void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                    int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
     int64_t nv = valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;
-        float m = gmax[n], inv = scale / sumexp[n];
+        float inv = scale / sumexp[n];
 #pragma omp simd
-        for (int64_t c = 0; c < nv; c++) l[c] = ptdp__expf(l[c] - m) * inv;
+        for (int64_t c = 0; c < nv; c++) l[c] *= inv;
         for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
         if (t >= 0 && t < nv) l[t] -= scale;

@@ -46,7 +46,8 @@ typedef struct {
      * for dropout_fwd/bwd; fewer than 2^24 samples per iteration).
      * Attention probabilities: the [s, s] block of (sequence bi, local head j)
      * is block (sample0 + bi) * heads + head0 + j (heads: a, head0: this
-     * tensor rank's first global head), or bi * al + j when b == 0. */
+     * tensor rank's first global head), or bi * al + j when b == 0; element
+     * (query i, key k) of block blk is number blk * s * s + i * s + k. */
     int64_t b, sample0, width, heads, head0;
 } ptdp_dropout;
 
@@ -54,9 +55,21 @@ typedef struct {
  * OPTIONAL below (NULL allowed; ptdp_ops_check says which configuration
  * needs it). A new backend (CUDA) fills the required ops, is tested op by op
  * against the CPU table (tests/test_kernels.c shows how) and gets
- * ptdp_ops_check'ed before use. */
+ * ptdp_ops_check'ed before use.
+ *
+ * Precision is a property of the table (`dtype`), as Megatron's --bf16 and
+ * --fp16 define it: activations, their gradients and the working copy of the
+ * weights are 16-bit; everything is computed with fp32 arithmetic and
+ * accumulation; LayerNorm statistics, softmax and the cross-entropy are
+ * fp32; weight gradients accumulate in fp32 (Megatron's main_grad). The
+ * tables of this version hold 16-bit values in fp32 storage: every op writes
+ * its activation outputs rounded to the dtype's grid (gemm: C when beta == 0;
+ * beta != 0 accumulates a weight gradient, kept fp32), so the values, and so
+ * the results, are those of 16-bit tensors, while memory and messages still
+ * take 4 bytes per element. */
 typedef struct ptdp_ops {
     const char *name;
+    ptdp_dtype dtype; /* the grid of activations and working weights */
 
     /* memory */
     void *(*alloc)(size_t bytes); /* NULL on failure */
@@ -65,6 +78,10 @@ typedef struct ptdp_ops {
     void (*download)(void *host, const void *src, size_t bytes);
     void (*zero)(float *x, int64_t n);
     void (*copy)(float *dst, const float *src, int64_t n);
+    /* x[i] to the table's grid, in place (fp32: nothing): the model calls it
+     * after sums made outside the ops (tensor-parallel all-reduces), the
+     * trainer when it writes the working weights from fp32 master weights. */
+    void (*quantize)(float *x, int64_t n);
 
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
      * A is [M,K] (or [K,M] if ta), B is [K,N] (or [N,K] if tb). */
@@ -105,14 +122,20 @@ typedef struct ptdp_ops {
     /* Causal self-attention core for al local heads of size hd over a
      * micro-batch of b sequences of length s.
      * qkv [s, b, al, 3, hd] (Megatron's per-head q|k|v order), ctx [s, b, al*hd],
-     * probs [b, al, s, s] softmax(scale * q k^T + causal mask) before dropout
-     * (saved for backward); scratch: ptdp_attention_scratch_floats() floats.
-     * bwd: dqkv (overwritten) from dctx, using qkv and probs. */
-    void (*attention_fwd)(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+     * saved: what the forward keeps for the backward, attention_saved_floats(s,
+     * b, al) floats whose content is the backend's own (CPU: the logsumexp of
+     * every row of scale * q k^T + causal mask, [b, al, s]; CUDA: the
+     * probabilities before dropout, [b, al, s, s]); scratch:
+     * ptdp_attention_scratch_floats() floats.
+     * bwd: dqkv (overwritten) from dctx, using qkv, the forward's ctx and saved. */
+    void (*attention_fwd)(const float *qkv, float *ctx, float *saved, float *scratch, int64_t s,
                           int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-    void (*attention_bwd)(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+    void (*attention_bwd)(const float *dctx, const float *qkv, const float *ctx, const float *saved,
+                          float *dqkv, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                           ptdp_dropout drop);
+    /* Floats attention_fwd saves for (s, b, al): the model carves and the
+     * memory plan counts this many per layer and stashed micro-batch. */
+    int64_t (*attention_saved_floats)(int64_t s, int64_t b, int64_t al);
 
     /* Vocabulary-parallel token embedding: rows [v0, v0+Vl) of the padded
      * vocabulary live here. out[si,bi,:] = wte[tok - v0] if owned, else 0.
@@ -128,23 +151,29 @@ typedef struct ptdp_ops {
 
     /* Vocabulary-parallel cross-entropy over logits [N, Vl] holding columns
      * [v0, v0+Vl) of the padded vocabulary, of which only global ids < V
-     * (the real vocabulary) take part. Pieces between all-reduces:
+     * (the real vocabulary) take part. Pieces between all-reduces, in this
+     * order (each consumes what the previous left):
      *   xent_max:     rowmax[N] of the local valid logits (-inf if none)
-     *   xent_sums:    sumexp[N] = sum exp(l - gmax), tgt[N] = l[target] if owned else 0
+     *   xent_sums:    tgt[N] = l[target] if owned else 0 (read first); then
+     *                 IN PLACE logits <- e = exp(l - gmax), 0 at padding
+     *                 columns (global id >= V), and sumexp[N] = sum of e.
+     *                 The logits are gone after this: e is what xent_bwd
+     *                 needs, so exp is computed once per logit.
      *   xent_loss:    loss[N] = log(sumexp) + gmax - tgt
-     *   xent_bwd:     logits <- (softmax - onehot(target)) * scale (in place), 0 at padding
+     *   xent_bwd:     logits (holding e from xent_sums, sumexp all-reduced)
+     *                 <- (e / sumexp - onehot(target)) * scale (in place),
+     *                 0 at padding
      * targets: [b, ld] like embed's tokens (target of row si*b+bi is
      * targets[bi*ld + si]). */
     void (*xent_max)(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                      int64_t V);
-    void (*xent_sums)(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+    void (*xent_sums)(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                       float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                       int64_t V);
     void (*xent_loss)(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                       int64_t N);
-    void (*xent_bwd)(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                     int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,
-                     float scale);
+    void (*xent_bwd)(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 
     /* OPTIONAL (needed only with --eod-mask-loss): zeroes the rows of x
      * [N = s*b, width] whose input token is `id` (tokens [b, ld] like
@@ -167,6 +196,10 @@ typedef struct ptdp_ops {
  * table's state, nothing process-wide); ptdp_cpu_ops() is oneDNN's. */
 const ptdp_ops *ptdp_cpu_ops_lib(ptdp_gemm_lib lib);
 const ptdp_ops *ptdp_cpu_ops(void);
+/* The CPU tables of a precision (kernels/precision.c): fp32 is
+ * ptdp_cpu_ops_lib(lib); bf16 and fp16 wrap the same kernels and round their
+ * activation outputs (see the table's comment). */
+const ptdp_ops *ptdp_cpu_ops_prec(ptdp_gemm_lib lib, ptdp_dtype dtype);
 
 /* The CUDA backend (src/kernels/cuda, fp32, TF32 off; library ptdpcuda, see
  * docs/gpu.md). The first call picks device 0 and creates the cuBLAS handle
@@ -177,7 +210,9 @@ const ptdp_ops *ptdp_cpu_ops(void);
  * PTDP_EUNSUPPORTED in a build without CUDA. */
 const ptdp_ops *ptdp_cuda_ops(void);
 
-/* Floats of scratch attention_fwd/bwd need for (s, threads). */
+/* Floats of scratch the CPU attention_fwd/bwd need for (s, threads): a few
+ * 128 x 128 tiles and one [s] row per thread (the CUDA backend uses its own
+ * workspace and ignores the argument). */
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads);
 
 /* Keep-mask element e of a dropout site: 1 keeps, 0 drops. */

@@ -20,13 +20,14 @@
 
 #define CARVE_F(ar, n) ((float *)ptdp_arena_carve((ar), sizeof(float) * (size_t)(n)))
 
+/* saved: floats attention keeps for its backward (the backend's number) */
 static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl,
-                        int64_t fl, int64_t b, int64_t al, int64_t s) {
+                        int64_t fl, int64_t saved) {
     la->ln1 = CARVE_F(cv, N * h);
     la->ln1_mean = CARVE_F(cv, N);
     la->ln1_rstd = CARVE_F(cv, N);
     la->qkv = CARVE_F(cv, N * 3 * hl);
-    la->probs = CARVE_F(cv, b * al * s * s);
+    la->attn_saved = CARVE_F(cv, saved);
     la->ctx = CARVE_F(cv, N * hl);
     la->xm = CARVE_F(cv, N * h);
     la->ln2 = CARVE_F(cv, N * h);
@@ -65,6 +66,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = p->micro_batch;
+    const int64_t saved = c->ops->attention_saved_floats(s, b, c->al);
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
         ptdp__slot_act *sa = &c->slots[k];
@@ -74,13 +76,13 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
         for (int64_t i = 0; i <= c->nl; i++) sa->x[i] = x_stored(c, i) ? CARVE_F(act, N * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            carve_layer(act, &sa->layer[i], N, h, hl, fl, b, c->al, s);
+            carve_layer(act, &sa->layer[i], N, h, hl, fl, saved);
         }
         if (k == 0) c->slot_bytes = act->used - before;
     }
     before = ws->used;
     for (int64_t g = 0; g < c->max_group; g++) {
-        carve_layer(ws, &c->ws_layer[g], N, h, hl, fl, b, c->al, s);
+        carve_layer(ws, &c->ws_layer[g], N, h, hl, fl, saved);
         c->ws_x[g] = CARVE_F(ws, N * h);
     }
     c->ws_out = c->max_group ? CARVE_F(ws, N * h) : NULL;

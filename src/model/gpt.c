@@ -2,7 +2,8 @@
  * embedding (first stage), the layers, the loss head (last stage), in that
  * order, and activation recomputation (backward reruns a recompute group's
  * forward from its stored input). Stashed per micro-batch slot and layer: x,
- * ln1 (+stats), qkv, probs, ctx, xm, ln2 (+stats), fc, gl. The loss head runs
+ * ln1 (+stats), qkv, what attention saves (the backend's: a logsumexp per row
+ * on the CPU), ctx, xm, ln2 (+stats), fc, gl. The loss head runs
  * its backward inside the forward (it needs nothing from later stages), so
  * the last stage keeps the [s, b, h] gradient of its last layer's output
  * instead of [s, b, V/t] logits.

@@ -43,6 +43,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     ptdp__head_logits(c, xL);
     o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
+    /* from here c->logits holds exp(logit - max), the backward's input */
     o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,
                  cfg->vocab);
     ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
@@ -53,8 +54,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     *loss_sum = o->sum(c->loss, N);
     if (!c->training) return;
 
-    o->xent_bwd(c->logits, c->gmax, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab,
-                loss_scale);
+    o->xent_bwd(c->logits, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
     if (mask) o->mask_rows(c->logits, Vl, sa->tokens, s + 1, s, b, c->p.eod_token);
     o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
     o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);

@@ -42,11 +42,15 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
+/* The sums of the tensor group are of 16-bit tensors under --bf16/--fp16:
+ * the result goes back to the table's grid (a no-op in fp32). */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {
     ptdp_allreduce_sum_f32(c->p.tp, dx, n);
+    if (c->t > 1) c->ops->quantize(dx, n);
 }
 void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
     ptdp_allreduce_sum_f32(c->p.tp, x, n);
+    if (c->t > 1) c->ops->quantize(x, n);
 }
 
 /* y: where the layer's output goes (normally sa->x[i+1]). */
@@ -62,7 +66,7 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
     o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, N, h, c->cfg->ln_eps);
     o->gemm(0, 1, N, 3 * hl, h, 1.0f, A->ln1, h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
     o->bias_add(A->qkv, W->qkv_b, N, 3 * hl);
-    o->attention_fwd(A->qkv, A->ctx, A->probs, c->attn_scratch, s, b, c->al, c->hd,
+    o->attention_fwd(A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
                      ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
     o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
     ptdp__tp_g_fwd(c, c->tmp, N * h);
@@ -110,7 +114,8 @@ void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
     o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
-    o->attention_bwd(c->dctx, A->qkv, A->probs, c->dqkv, c->attn_scratch, s, b, c->al, c->hd,
+    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, c->dqkv, c->attn_scratch, s, b, c->al,
+                     c->hd,
                      ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
     o->bias_bwd(c->dqkv, G->qkv_b, N, 3 * hl);
     o->gemm(1, 0, 3 * hl, h, N, 1.0f, c->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);

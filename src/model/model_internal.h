@@ -56,7 +56,8 @@ typedef struct {
     float *ln1;                 /* [s, b, h] LN(x) */
     float *ln1_mean, *ln1_rstd; /* [s, b] */
     float *qkv;                 /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
-    float *probs;               /* [b, a/t, s, s] attention probabilities (after dropout) */
+    float *attn_saved;          /* [ops->attention_saved_floats(s, b, a/t)] what attention_fwd keeps
+                                   for its backward (CPU: logsumexp [b, a/t, s]) */
     float *ctx;                 /* [s, b, h/t] attention output */
     float *xm;                  /* [s, b, h] x + dropout(attention out + bo) */
     float *ln2;                 /* [s, b, h] LN(xm) */

@@ -81,11 +81,13 @@ int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_par
     return PTDP_OK;
 }
 
+static int has_master(const ptdp_optimizer *o) { return o->ops->dtype != PTDP_DTYPE_FP32; }
+
 void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem) {
     o->params = params;
-    o->m =
-        ptdp_arena_carve(&mem->cat[PTDP_MEM_OPTIMIZER], 2 * sizeof(float) * (size_t)o->state_len);
+    o->m = ptdp_arena_carve(&mem->cat[PTDP_MEM_OPTIMIZER], ptdp_optim_state_bytes(o));
     o->v = o->m ? o->m + o->state_len : NULL;
+    o->master = o->m && has_master(o) ? o->m + 2 * o->state_len : NULL;
     for (int i = 0; o->m && i < o->nruns; i++) {
         o->runs[i].grad = ptdp_ddp_grad_at(ddp, o->runs[i].off, o->runs[i].len);
         PTDP_ASSERT(o->runs[i].grad);
@@ -100,7 +102,7 @@ void ptdp_optim_free(ptdp_optimizer *o) {
 }
 
 size_t ptdp_optim_state_bytes(const ptdp_optimizer *o) {
-    return 2 * sizeof(float) * (size_t)o->state_len;
+    return (has_master(o) ? 3 : 2) * sizeof(float) * (size_t)o->state_len;
 }
 
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o) {
@@ -110,14 +112,67 @@ double ptdp_optim_grad_sumsq(const ptdp_optimizer *o) {
     return acc;
 }
 
-void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr) {
+void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad_scale) {
     double coeff = o->hp.clip_grad > 0.0 ? o->hp.clip_grad / (grad_norm + 1e-6) : 1.0;
+    /* unscale, then clip (Megatron's order); the loss scale is a power of 2,
+     * so one multiply by the product is the same as the two */
+    const double mult = (coeff < 1.0 ? coeff : 1.0) * grad_scale;
     o->step++;
     for (int i = 0; i < o->nruns; i++) {
         const ptdp_optim_run *r = &o->runs[i];
-        if (coeff < 1.0) o->ops->scale(r->grad, (float)coeff, r->len);
-        o->ops->adamw(o->params + r->off, r->grad, o->m + r->state, o->v + r->state, r->len,
-                      (float)lr, (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
+        if (mult != 1.0) o->ops->scale(r->grad, (float)mult, r->len);
+        float *w = o->master ? o->master + r->state : o->params + r->off;
+        o->ops->adamw(w, r->grad, o->m + r->state, o->v + r->state, r->len, (float)lr,
+                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
                       r->wd ? (float)o->hp.weight_decay : 0.0f, o->step);
+        if (o->master) { /* the working copy: the master on the table's grid */
+            o->ops->copy(o->params + r->off, w, r->len);
+            o->ops->quantize(o->params + r->off, r->len);
+        }
+    }
+}
+
+void ptdp_optim_take_master(ptdp_optimizer *o, int64_t numel) {
+    if (!o->master) return;
+    for (int i = 0; i < o->nruns; i++)
+        o->ops->copy(o->master + o->runs[i].state, o->params + o->runs[i].off, o->runs[i].len);
+    o->ops->quantize(o->params, numel);
+}
+
+void ptdp_optim_master_to_params(ptdp_optimizer *o) {
+    for (int i = 0; o->master && i < o->nruns; i++)
+        o->ops->copy(o->params + o->runs[i].off, o->master + o->runs[i].state, o->runs[i].len);
+}
+
+void ptdp_optim_round_params(ptdp_optimizer *o, int64_t numel) {
+    if (o->master) o->ops->quantize(o->params, numel);
+}
+
+ptdp_loss_scaler ptdp_loss_scaler_constant(double scale) {
+    return (ptdp_loss_scaler){.scale = scale, .min_scale = scale};
+}
+
+ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int64_t window,
+                                          int hysteresis) {
+    return (ptdp_loss_scaler){.scale = initial,
+                              .min_scale = min_scale,
+                              .dynamic = 1,
+                              .window = window,
+                              .hysteresis = hysteresis,
+                              .hysteresis_tracker = hysteresis};
+}
+
+/* Megatron's DynamicGradScaler.update */
+void ptdp_loss_scaler_update(ptdp_loss_scaler *s, int found_inf) {
+    if (!s->dynamic) return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0)
+            s->scale = s->scale * 0.5 > s->min_scale ? s->scale * 0.5 : s->min_scale;
+    } else if (++s->growth_tracker == s->window) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        s->scale *= 2.0;
     }
 }

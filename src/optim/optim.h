@@ -4,7 +4,10 @@
  * for biases and LayerNorm parameters (by their role, PTDP_PARAM_ROLES in
  * base/base.h), as in Megatron. Parameters are known only through their
  * descriptions (ptdp_param_spec): optim/ does not include model/.
- * Not here: loss scaling (fp32 only). */
+ * Mixed precision (a 16-bit ops table): the optimizer keeps fp32 master
+ * weights of the parameters it updates, next to m and v, and writes the
+ * working copy (the model's parameters, on the table's grid) after each
+ * step; Megatron's dynamic loss scaler for fp16 is ptdp_loss_scaler. */
 #ifndef PTDP_OPTIM_H
 #define PTDP_OPTIM_H
 
@@ -111,7 +114,8 @@ typedef struct {
     const ptdp_ops *ops;
     ptdp_adamw_params hp;
     float *params;
-    float *m, *v; /* [state_len] each, one piece of the optimizer-state arena */
+    float *m, *v;  /* [state_len] each, one piece of the optimizer-state arena */
+    float *master; /* [state_len] fp32 master weights when ops->dtype is 16-bit, else NULL */
     int64_t state_len;
     ptdp_optim_run *runs;
     int nruns;
@@ -121,7 +125,8 @@ typedef struct {
 /* Builds the runs of the ranges `ddp` says this rank owns, split at tensor
  * boundaries, with their decay and norm flags: tensor-parallel replicated
  * parameters count on TP rank 0 only, the tied word embedding on the first
- * pipeline stage only. m and v [2, state_len] are carved from
+ * pipeline stage only. m and v [2, state_len] (and the master weights,
+ * [3, state_len] in all, when ops->dtype is 16-bit) are carved from
  * mem->cat[PTDP_MEM_OPTIMIZER]; over a plan arena that only records the
  * size, and ptdp_optim_bind carves again (and points the runs at the
  * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
@@ -133,9 +138,37 @@ void ptdp_optim_free(ptdp_optimizer *o);
 /* Sum of squares of this rank's counted gradient elements (ZeRO-1: of its
  * shard; the caller sums over the data-parallel group). */
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o);
-/* Clips by the global norm (coefficient clip / (norm + 1e-6) when below 1,
- * as Megatron and PyTorch), then one AdamW step at `lr` on the runs. */
-void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr);
+/* Multiplies the gradients by grad_scale (1 / the loss scale; 1 without
+ * one) and clips by the global norm of the unscaled gradients, grad_norm
+ * (coefficient clip / (norm + 1e-6) when below 1, as Megatron and PyTorch),
+ * then one AdamW step at `lr` on the runs: on the master weights, then
+ * written to the parameters on the table's grid, when there are masters. */
+void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad_scale);
+/* Master weights from the parameters (after they were initialised or
+ * loaded at full precision), then the parameters rounded to the grid; and
+ * back: the parameters this rank updates set to the master values (to save
+ * or export them at full precision; ptdp_optim_round_params undoes it). No-ops
+ * without masters. The caller all-gathers (ZeRO-1) as after a step. */
+void ptdp_optim_take_master(ptdp_optimizer *o, int64_t numel);
+void ptdp_optim_master_to_params(ptdp_optimizer *o);
+void ptdp_optim_round_params(ptdp_optimizer *o, int64_t numel);
+
+/* Megatron's grad scalers: constant (--loss-scale S) or dynamic
+ * (--initial-loss-scale, --min-loss-scale, --loss-scale-window,
+ * --hysteresis): after an iteration whose gradients overflowed, the
+ * hysteresis counter drops and once it reaches 0 the scale halves (not below
+ * min_scale) at every overflow; after `window` clean iterations in a row the
+ * scale doubles and the hysteresis counter is refilled. */
+typedef struct {
+    double scale, min_scale;
+    int dynamic;
+    int64_t window, growth_tracker;
+    int hysteresis, hysteresis_tracker;
+} ptdp_loss_scaler;
+ptdp_loss_scaler ptdp_loss_scaler_constant(double scale);
+ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int64_t window,
+                                          int hysteresis);
+void ptdp_loss_scaler_update(ptdp_loss_scaler *s, int found_inf);
 /* Bytes of optimizer state this rank holds. */
 size_t ptdp_optim_state_bytes(const ptdp_optimizer *o);
 

@@ -188,8 +188,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
             ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y,
-                               loss_scales[a->microbatch], &ls, iteration,
-                               mb_base + a->microbatch);
+                               loss_scales[a->microbatch], &ls, iteration, mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
             if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);

@@ -13,10 +13,13 @@
  *   LayerNorm outputs ln1, ln2 and the residual xm   3 N h
  *   QKV, attention context                            4 N hl
  *   MLP pre-activation and GeLU output                2 N fl  (= 8 N hl)
- *   attention probabilities                           b al s^2
+ *   what attention saves for its backward             the backend's count:
+ *                                                     b al s (CPU: a logsumexp
+ *                                                     per row), b al s^2 (CUDA:
+ *                                                     the probabilities)
  *   LayerNorm statistics                              4 N
- * plus the layer's input x (N h), i.e. 4 bytes x (N (4h + 12h/t) + 4N +
- * b (a/t) s^2). Dropout masks are regenerated from the counter-based RNG, so
+ * plus the layer's input x (N h), i.e. on the CPU 4 bytes x (N (4h + 12h/t) +
+ * 4N + b (a/t) s). Dropout masks are regenerated from the counter-based RNG, so
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
  * stored. With full recomputation a stashed micro-batch keeps only the
  * inputs of its recompute groups; one group's internals live in a workspace
@@ -30,9 +33,9 @@ static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
 
 /* One layer's stored activations, piece by piece as the model carves them. */
 static size_t layer_bytes(const ptdp_plan_mem *m) {
-    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t, al = m->a / m->t;
+    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
     return 3 * nf((double)(N * h)) + 4 * nf((double)N) + nf((double)(N * 3 * hl)) +
-           nf((double)(m->b * al * m->s * m->s)) + nf((double)(N * hl)) + 2 * nf((double)(N * fl));
+           nf((double)m->attn_saved_floats) + nf((double)(N * hl)) + 2 * nf((double)(N * fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
@@ -56,8 +59,8 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
     sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
-          nf((double)(N * fl));                                 /* backward buffers */
-    sh += nf(2.0 * (double)(m->s * m->s) * (double)m->threads); /* attention scratch */
+          nf((double)(N * fl));               /* backward buffers */
+    sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->post)
         sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
     *per_slot = (double)slot;
@@ -82,7 +85,8 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
                             .bucket_floats = 40000000,
                             .recompute = PTDP_RECOMPUTE_NONE,
                             .recompute_num_layers = 0,
-                            .threads = 1};
+                            .attn_saved_floats = 0,
+                            .attn_scratch_floats = 0};
 }
 
 /* A chunk's parameter tensors in buffer order: local element counts. */
@@ -142,8 +146,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         bytes[PTDP_MEM_WEIGHTS] += ptdp_arena_need(4 * (size_t)total);
         bytes[PTDP_MEM_GRADIENTS] += ptdp_arena_need(4 * (size_t)total);
         if (r->zero) bytes[PTDP_MEM_GRAD_SHARD] += ptdp_arena_need(4 * (size_t)(total / r->d));
-        bytes[PTDP_MEM_OPTIMIZER] +=
-            ptdp_arena_need(8 * (size_t)owned_state(r, off, numel, n, total));
+        bytes[PTDP_MEM_OPTIMIZER] += ptdp_arena_need((r->master_weights ? 12 : 8) *
+                                                     (size_t)owned_state(r, off, numel, n, total));
         free(numel);
         const ptdp_plan_mem m = {.layers = per,
                                  .h = r->h,
@@ -157,7 +161,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .post = post,
                                  .recompute = r->recompute,
                                  .recompute_num_layers = r->recompute_num_layers,
-                                 .threads = r->threads};
+                                 .attn_saved_floats = r->attn_saved_floats,
+                                 .attn_scratch_floats = r->attn_scratch_floats};
         double slot, shared;
         ptdp_plan_activation_bytes(&m, &slot, &shared);
         bytes[PTDP_MEM_ACTIVATIONS] +=

@@ -43,7 +43,8 @@ ptdp_plan_job ptdp_plan_job_default_params(void) {
                            .recompute_method = PTDP_RECOMPUTE_UNIFORM,
                            .recompute_num_layers = 1,
                            .bucket_floats = 40000000,
-                           .threads = 1};
+                           .attn_saved_floats = NULL,
+                           .attn_scratch_floats = 0};
 }
 
 double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute) {
@@ -192,7 +193,10 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     r.bucket_floats = job->bucket_floats;
     r.recompute = L->recompute ? job->recompute_method : PTDP_RECOMPUTE_NONE;
     r.recompute_num_layers = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
-    r.threads = job->threads;
+    const int64_t al = job->a / L->t;
+    r.attn_saved_floats = job->attn_saved_floats ? job->attn_saved_floats(job->s, L->b, al)
+                                                 : L->b * al * job->s * job->s;
+    r.attn_scratch_floats = job->attn_scratch_floats;
     size_t bytes[PTDP_MEM_NCAT];
     int rc = ptdp_plan_rank_memory(&r, bytes);
     if (rc) return rc;

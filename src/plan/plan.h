@@ -71,6 +71,33 @@ void ptdp_sim_result_free(ptdp_sim_result *res);
  * f. */
 int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, const char *title);
 
+/* ---- line charts (chart.c): `ptdp plot` draws training logs with it ------- */
+/* One curve: n points (x[i], y[i]); non-finite y are left out. `run` picks
+ * the colour (one per run); validation curves are dashed; `markers_only`
+ * draws a circle per point instead of a line (end-of-training values). */
+typedef struct {
+    const char *name; /* tooltip, e.g. "a.jsonl: lm loss" */
+    int n;
+    const double *x, *y;
+    int run;
+    int dashed, markers_only;
+} ptdp_chart_series;
+/* One panel: a y quantity against the shared x quantity. */
+typedef struct {
+    const char *title;
+    int nseries;
+    const ptdp_chart_series *series;
+} ptdp_chart_panel;
+/* Writes panels two to a row, each with its axes, ticks and curves, under a
+ * legend naming the runs (runs[r] is the label of colour r), in the hand-made
+ * style of ptdp_svg_write: one <polyline> per curve with a <title>. PTDP_EIO
+ * when the write fails. */
+int ptdp_chart_write(FILE *f, const char *title, const char *xlabel, const ptdp_chart_panel *panels,
+                     int npanels, const char *const *runs, int nruns);
+/* A tick step of 1, 2 or 5 times a power of ten giving about `ticks` ticks
+ * over span (svg.c and chart.c). */
+double ptdp__svg_tick_step(double span, int ticks);
+
 /* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 
@@ -83,7 +110,11 @@ typedef struct {
     int pre, post; /* first / last pipeline stage */
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads; /* OpenMP threads (attention scratch) */
+    /* the compute backend's numbers (the plan does not know the kernels):
+     * floats attention saves per layer and micro-batch, ops->
+     * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads) */
+    int64_t attn_saved_floats, attn_scratch_floats;
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -105,11 +136,12 @@ typedef struct {
     int64_t bucket_floats; /* --ddp-bucket-size */
     int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
-    int threads; /* OpenMP threads (attention scratch) */
+    int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
+    int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
 } ptdp_plan_rank;
-/* No model (the caller sets the shape), t = d = 1, rank 0, the default
- * schedule, no ZeRO-1, Megatron's 40,000,000-float buckets, no
- * recomputation, one thread. */
+/* No model (the caller sets the shape and the two attention numbers, which
+ * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
+ * Megatron's 40,000,000-float buckets, no recomputation. */
 ptdp_plan_rank ptdp_plan_rank_default_params(void);
 
 /* Bytes of every memory category (PTDP_MEM_*) the rank allocates, as the
@@ -180,11 +212,17 @@ typedef struct {
     int recompute_method;                /* ptdp_recompute_method when recomputing */
     int64_t recompute_num_layers;        /* 0: 1 */
     int64_t bucket_floats;               /* --ddp-bucket-size (fp32 memory plan) */
-    int threads;                         /* fp32: OpenMP threads per rank (memory plan) */
+    /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
+     * the plan cannot ask the kernels for: floats attention saves per layer
+     * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
+     * b al s^2), and the floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads per rank) */
+    int64_t (*attn_saved_floats)(int64_t s, int64_t b, int64_t al);
+    int64_t attn_scratch_floats;
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
  * scatter/gather on, no ZeRO-1, overlap on, uniform recomputation of 1
- * layer, Megatron's buckets, one thread. */
+ * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
 ptdp_plan_job ptdp_plan_job_default_params(void);
 
 /* One layout: what the search varies. */

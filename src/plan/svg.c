@@ -23,10 +23,9 @@ static void box_colour(int kind, int chunk, int v, char *buf) {
              (int)(c[1] + (255 - c[1]) * t), (int)(c[2] + (255 - c[2]) * t));
 }
 
-/* A tick step of 1, 2 or 5 times a power of ten giving about 10 ticks. */
-static double tick_step(double span) {
+double ptdp__svg_tick_step(double span, int ticks) {
     if (span <= 0) return 1;
-    double raw = span / 10, mag = pow(10, floor(log10(raw)));
+    double raw = span / ticks, mag = pow(10, floor(log10(raw)));
     double f = raw / mag;
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
 }
@@ -79,7 +78,7 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
     int ay = TOP + p * ROW + 4;
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, ay,
             LEFT + plot_w, ay);
-    double step = tick_step(res->makespan);
+    double step = ptdp__svg_tick_step(res->makespan, 10);
     for (double t = 0; t <= res->makespan + 1e-9 * step; t += step) {
         double x = LEFT + t * scale;
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", x, ay,

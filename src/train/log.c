@@ -1,7 +1,9 @@
 /* log.c - the logging sinks of a training run: Megatron's iteration and
  * validation lines (rank 0), --log-jsonl (rank 0, one JSON object per line,
- * flushed as it goes), the start-up memory budget and the end-of-run report
- * (time, activation memory measured vs predicted, --log-comm counters). */
+ * flushed as it goes), --tensorboard-dir (rank 0, Megatron's scalar names;
+ * the file format is tensorboard.c's), the start-up memory budget and the
+ * end-of-run report (time, activation memory measured vs predicted,
+ * --log-comm counters). */
 #define _POSIX_C_SOURCE 200809L /* localtime_r */
 #include <math.h>
 #include <omp.h>
@@ -15,12 +17,46 @@ int ptdp__log_open(ptdp_run *r) {
     /* a resumed run continues the history (Megatron's TensorBoard logs do) */
     if (path && r->comm->world_rank == 0 && !(r->jsonl = fopen(path, r->resuming ? "a" : "w")))
         return ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", path);
+    /* a resumed run starts a new event file in the same directory; TensorBoard
+     * reads them all as one run (as with Megatron's SummaryWriter) */
+    if (r->p.tensorboard_dir && r->comm->world_rank == 0)
+        return ptdp__tb_open(&r->tb, r->p.tensorboard_dir);
     return PTDP_OK;
 }
 
 void ptdp__log_close(ptdp_run *r) {
     if (r->jsonl) fclose(r->jsonl);
     r->jsonl = NULL;
+    ptdp__tb_close(r->tb);
+    r->tb = NULL;
+}
+
+/* One TensorBoard scalar at `step` and, as Megatron writes most of them, the
+ * same value under "TAG vs samples" at the consumed-sample count. A failed
+ * write stops the TensorBoard sink (one message), never the training. */
+static void tb_scalar(ptdp_run *r, const char *tag, double v, int vs_samples) {
+    if (!r->tb) return;
+    char t2[128];
+    snprintf(t2, sizeof t2, "%s vs samples", tag);
+    if (ptdp__tb_scalar(r->tb, tag, r->st.iteration, v) ||
+        (vs_samples && ptdp__tb_scalar(r->tb, t2, r->consumed, v))) {
+        ptdp_log_error("%s; no more TensorBoard scalars in this run", ptdp_last_error());
+        ptdp__tb_close(r->tb);
+        r->tb = NULL;
+    }
+}
+
+/* Megatron's training_log: every --tensorboard-log-interval iterations. */
+static void tb_iteration(ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    const ptdp_step_stats *st = &r->st;
+    if (!r->tb || st->iteration % p->tensorboard_log_interval) return;
+    if (p->log_learning_rate_to_tensorboard) tb_scalar(r, "learning-rate", st->lr, 1);
+    tb_scalar(r, "batch-size", (double)p->trainer.global_batch, 1);
+    tb_scalar(r, "lm loss", st->loss, 1);
+    if (p->log_loss_scale_to_tensorboard) tb_scalar(r, "loss-scale", st->loss_scale, 1);
+    if (p->log_world_size_to_tensorboard) tb_scalar(r, "world-size", r->comm->world_size, 1);
+    tb_scalar(r, "grad-norm", st->grad_norm, 1);
 }
 
 void ptdp__log_start(ptdp_run *r) {
@@ -34,6 +70,23 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    if (tp->ops->dtype != PTDP_DTYPE_FP32) {
+        const ptdp_loss_scaler *ls = &tp->scaler;
+        char scale[96] = "no loss scaling";
+        if (ls->dynamic)
+            snprintf(scale, sizeof scale, "dynamic loss scale from %g (window %lld, hysteresis %d)",
+                     ls->scale, (long long)ls->window, ls->hysteresis);
+        else if (ls->scale != 1.0)
+            snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
+        ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
+                  "master weights and AdamW state, %s; path: %s values in fp32 storage (every op "
+                  "rounds its outputs; GEMMs in fp32 on %s-valued inputs)",
+                  ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
+                  ptdp_dtype_name(tp->ops->dtype));
+    }
+    if (r->tb)
+        ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),
+                  r->p.tensorboard_dir);
     ptdp_trainer_log_memory(r->tr);
 }
 
@@ -52,7 +105,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->iters_run++;
     r->skipped_total += st->skipped;
     r->skipped_interval += st->skipped;
-    r->nan_interval += !isfinite(st->loss) || !isfinite(st->grad_norm);
+    r->nan_interval += !isfinite(st->loss) || (!isfinite(st->grad_norm) && !st->loss_scaling);
     /* --log-throughput: Megatron's FLOP count per GPU (here: per process) */
     const double mflops = ptdp_gpt_megatron_flops(&p->trainer.cfg, B);
     char thr[64] = "";
@@ -62,17 +115,26 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
         fprintf(
             r->jsonl,
             "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
-            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d}\n",
+            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d,"
+            "\"loss_scale\":%.17g}\n",
             (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr,
-            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped);
+            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped,
+            st->loss_scale);
         fflush(r->jsonl);
     }
     /* Megatron's training_log: every --log-interval, the last iteration, and
      * the first one this run trains; the timestamp first, the loss scale
-     * always (1.0: fp32 has no loss scaling), skipped and nan iterations
+     * always (1.0 without loss scaling: fp32, bf16), skipped and nan iterations
      * counted over the interval, each its own count */
+    tb_iteration(r);
     if (st->iteration % p->log_interval == 0 || last || r->iters_run == 1) {
         double ms = r->t_interval / (double)r->n_interval * 1e3;
+        /* Megatron: timers go to TensorBoard on the regular schedule only, not
+         * on the extra line of the first iteration */
+        if (p->log_timers_to_tensorboard && st->iteration % p->log_interval == 0) {
+            tb_scalar(r, "iteration-time", ms / 1e3, 0);
+            if (p->log_throughput) tb_scalar(r, "throughput", mflops / (ms / 1e3) / n / 1e12, 0);
+        }
         char stamp[32];
         time_t now = time(NULL);
         struct tm tmv;
@@ -88,7 +150,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
             stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
             thr, flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-            r->loss_interval / (double)r->n_interval, 1.0, st->grad_norm,
+            r->loss_interval / (double)r->n_interval, st->loss_scale, st->grad_norm,
             (long long)r->skipped_interval, (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
         r->n_interval = r->skipped_interval = r->nan_interval = 0;
@@ -109,8 +171,15 @@ void ptdp__log_validation(ptdp_run *r, double vl, const char *set) {
     memset(rule, '-', (size_t)n);
     rule[n] = 0;
     ptdp_log0("%s\n%s\n%s", rule, line, rule);
+    /* Megatron writes "lm loss validation" (and the test set under that tag
+     * too, where it overwrites the validation point of the same iteration);
+     * ptdp writes the test set as "lm loss test" */
+    const int test = set && !strcmp(set, "test");
+    tb_scalar(r, test ? "lm loss test" : "lm loss validation", vl, 1);
+    if (r->p.log_validation_ppl_to_tensorboard)
+        tb_scalar(r, test ? "lm loss test ppl" : "lm loss validation ppl", ppl, 1);
     if (r->jsonl) {
-        const char *k = set && !strcmp(set, "test") ? "test" : "val";
+        const char *k = test ? "test" : "val";
         fprintf(r->jsonl, "{\"iteration\":%lld,\"%s_loss\":%.9g,\"%s_ppl\":%.9g%s}\n",
                 (long long)r->st.iteration, k, vl, k, ppl, set ? ",\"final\":true" : "");
         fflush(r->jsonl);

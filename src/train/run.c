@@ -23,6 +23,9 @@ ptdp_run_params ptdp_run_default_params(void) {
         .eval_iters = 100,
         .seed = 1234,
         .split = "969,30,1",
+        .tensorboard_log_interval = 1,
+        .log_loss_scale_to_tensorboard = 1,
+        .log_learning_rate_to_tensorboard = 1,
     };
 }
 
@@ -79,6 +82,18 @@ static int check_outputs(const ptdp_run_params *p) {
                                    outputs[i][0], outputs[i][1]);
         }
     return p->save ? ptdp_ckpt_prepare_dir(p->save) : PTDP_OK;
+}
+
+/* --dump-config: the run's flags as a --config file, written before
+ * training starts (rank 0). */
+static int dump_config(const ptdp_run *r) {
+    const ptdp_run_params *p = &r->p;
+    if (!p->dump_config || r->comm->world_rank != 0) return PTDP_OK;
+    FILE *f = fopen(p->dump_config, "w");
+    int bad = !f || fputs(p->dump_config_text, f) < 0 || fputc('\n', f) == EOF;
+    if (f && fclose(f)) bad = 1;
+    return bad ? ptdp_errorf(PTDP_EIO, "--dump-config %s: cannot write the file", p->dump_config)
+               : PTDP_OK;
 }
 
 /* Everything before it is local to this rank (no collective). Agree before
@@ -172,6 +187,7 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     r->comm = p->trainer.comm;
     int rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
+    if (rc == PTDP_OK) rc = dump_config(r);
     if (rc == PTDP_OK) rc = check_schedule(r);
     if (rc == PTDP_OK) rc = ptdp__log_open(r);
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &r->p.trainer);
@@ -256,7 +272,10 @@ int ptdp_run_loop(ptdp_run *r) {
         ptdp__log_iteration(r, dt, it == p->train_iters - 1);
         /* Megatron's --check-for-nan-in-loss-and-grad: the loss and the norm are
          * all-reduced, so every rank takes the same decision */
-        if (p->check_for_nan && (!isfinite(r->st.loss) || !isfinite(r->st.grad_norm))) {
+        /* (under loss scaling a non-finite gradient is an overflow the scaler
+         * handles: the step was skipped and the scale backs off) */
+        if (p->check_for_nan &&
+            (!isfinite(r->st.loss) || (!isfinite(r->st.grad_norm) && !r->st.loss_scaling))) {
             ptdp_log_error(
                 "iteration %lld: the %s is %s (stopping; the step was not applied; "
                 "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
@@ -304,12 +323,14 @@ int ptdp_run_finish(ptdp_run *r, int status) {
         ptdp_log0("wrote the trace %s (open it in https://ui.perfetto.dev or chrome://tracing)",
                   p->trace);
     }
+    /* the fp32 master weights (a collective over the data group under ZeRO-1) */
+    if (p->save_safetensors) ptdp_trainer_full_precision(r->tr, 1);
     if (p->save_safetensors && comm->dp == 0) {
         ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
         int nc = ptdp_trainer_num_chunks(r->tr);
         for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(r->tr, c);
         if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t,
-                           p->save_safetensors, p->save_safetensors_config)) {
+                           p->save_safetensors, p->save_safetensors_config, PTDP_ST_F32)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;
         } else {

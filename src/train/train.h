@@ -70,6 +70,7 @@ typedef struct {
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */
+    ptdp_loss_scaler scaler;   /* fp16's loss scaling (default: constant 1, none) */
     int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
     int32_t eod_token;
 } ptdp_trainer_params;
@@ -80,6 +81,8 @@ typedef struct {
     double grad_norm;  /* before clipping */
     double lr;         /* after this step (Megatron logs the next step's) */
     int skipped;       /* 1 when the gradient was not finite and the step was skipped */
+    double loss_scale; /* the scaler's scale after this step (1 without loss scaling) */
+    int loss_scaling;  /* a loss scaler decides about non-finite gradients (fp16) */
 } ptdp_step_stats;
 
 /* Megatron's defaults where they exist (AdamW 0.9/0.999/1e-8, weight decay
@@ -138,6 +141,10 @@ void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
  * AdamW state with the iteration, consumed samples and optimizer step under
  * DIR/iter_%07d. Collective over the world; every rank returns the same
  * code. */
+/* 16-bit runs: on = 1 puts the fp32 master weights in the model's parameters
+ * (all-gathered under ZeRO-1; collective over the data group) to save or
+ * export them; on = 0 rounds them back to the working copy. No-op in fp32. */
+void ptdp_trainer_full_precision(ptdp_trainer *tr, int on);
 int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples);
 /* Loads the checkpoint DIR points to, saved under any layout: parameters,
  * with load_optim the AdamW state and step, with restore_iteration the
@@ -170,10 +177,20 @@ typedef struct {
     int64_t log_interval;
     const char *log_jsonl; /* rank 0 writes one JSON object per iteration */
     int log_comm;          /* print the communication counters at the end */
-    const char *gemm_name; /* for the start-up line */
-    int check_dp_replicas; /* compare replica hashes after every step */
-    int log_throughput;    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
-    int check_for_nan;     /* a nan/inf loss or gradient norm stops the run (else: skipped) */
+    /* --tensorboard-dir: rank 0 writes Megatron's scalars to an event file
+     * there every tensorboard_log_interval iterations (NULL: off); the
+     * log_*_to_tensorboard switches are Megatron's */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    int log_timers_to_tensorboard;         /* iteration-time (and throughput) */
+    int log_validation_ppl_to_tensorboard; /* lm loss validation ppl */
+    int log_loss_scale_to_tensorboard;     /* loss-scale (on by default) */
+    int log_learning_rate_to_tensorboard;  /* learning-rate (on by default) */
+    int log_world_size_to_tensorboard;     /* world-size */
+    const char *gemm_name;                 /* for the start-up line */
+    int check_dp_replicas;                 /* compare replica hashes after every step */
+    int log_throughput;                    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
+    int check_for_nan; /* a nan/inf loss or gradient norm stops the run (else: skipped) */
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
@@ -186,6 +203,9 @@ typedef struct {
      * refuses unless one of these says which schedule wins */
     int override_scheduler;       /* the flags' schedule */
     int use_checkpoint_scheduler; /* the checkpoint's schedule */
+    /* --dump-config FILE: rank 0 writes dump_config_text there at set-up
+     * (the CLI renders the flags; the library only writes the file) */
+    const char *dump_config, *dump_config_text;
     /* outputs at the end */
     const char *trace; /* Chrome trace */
     const char *save_safetensors, *save_safetensors_config;

@@ -13,8 +13,8 @@ struct ptdp_run {
     ptdp_comm *comm;
     ptdp_trainer *tr;
     ptdp_batches data, valid, test;
-    int has_test;            /* the test split has samples (evaluated at the end) */
-    int exited;              /* --exit-interval / --exit-duration-in-mins stopped the loop */
+    int has_test; /* the test split has samples (evaluated at the end) */
+    int exited;   /* --exit-interval / --exit-duration-in-mins stopped the loop */
     ptdp_gpt_data *gpt;
     int32_t *batch;          /* [B/d, s+1] this data-parallel rank's samples */
     int64_t n_evals;         /* 0: no validation */
@@ -25,6 +25,7 @@ struct ptdp_run {
     int resuming;            /* --load holds a checkpoint and it is not --finetune */
     ptdp_step_stats st;      /* the last step's */
     FILE *jsonl;             /* --log-jsonl, rank 0 only */
+    struct ptdp_tb *tb;      /* --tensorboard-dir, rank 0 only */
     /* the Megatron line averages over the logging interval */
     double t_interval, loss_interval, t_total;
     int64_t n_interval, skipped_total, iters_run;
@@ -41,5 +42,18 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last);
 void ptdp__log_validation(ptdp_run *r, double loss, const char *set);
 void ptdp__log_finish(ptdp_run *r);
 void ptdp__log_close(ptdp_run *r);
+
+/* TensorBoard event files (tensorboard.c; the byte layout is documented
+ * there). One writer per process; not thread-safe. */
+typedef struct ptdp_tb ptdp_tb;
+/* Creates DIR (and parents) and DIR/events.out.tfevents.<time>.<host>.<pid>.0,
+ * writes the file-version record. PTDP_EIO/PTDP_ENOMEM naming the flag. */
+int ptdp__tb_open(ptdp_tb **out, const char *dir);
+/* Appends one scalar (stored as float32) under `tag` at `step` with the
+ * current wall time, and flushes, so a running job shows in TensorBoard.
+ * PTDP_EIO when the write fails. */
+int ptdp__tb_scalar(ptdp_tb *tb, const char *tag, int64_t step, double value);
+const char *ptdp__tb_path(const ptdp_tb *tb);
+void ptdp__tb_close(ptdp_tb *tb); /* NULL: no-op */
 
 #endif

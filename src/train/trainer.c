@@ -30,9 +30,9 @@ struct ptdp_trainer {
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
     float *loss_scales; /* [m] host: each micro-batch's loss-gradient scale */
-    float *hash_buf; /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
-                        the parameters through it (backend memory may not be
-                        host memory) */
+    float *hash_buf;    /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
+                           the parameters through it (backend memory may not be
+                           host memory) */
 };
 
 #define HASH_CHUNK ((int64_t)1 << 18) /* floats (1 MiB) per download */
@@ -54,6 +54,7 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
         .sched = {.p = 0}, /* p = the comm's, v = 1, kind from v */
         .recompute_method = PTDP_RECOMPUTE_NONE,
         .overlap_grad_reduce = 1,
+        .scaler = ptdp_loss_scaler_constant(1.0),
     };
 }
 
@@ -87,7 +88,9 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
     r.recompute_num_layers = p->recompute_num_layers;
-    r.threads = omp_get_max_threads();
+    r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
+    r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
+    r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -211,6 +214,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             rc = ptdp_hf_load_chunk(tr->chunks[c], &tr->p.cfg, comm->tensor.rank, p->init_from);
         else
             ptdp_gpt_chunk_init_params(tr->chunks[c]);
+        /* 16-bit runs: the fp32 values become the master weights */
+        if (rc == PTDP_OK)
+            ptdp_optim_take_master(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
     }
     if (rc != PTDP_OK) {
         ptdp_trainer_free(tr);
@@ -270,11 +276,12 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     int64_t total = 0;
     for (int64_t k = 0; k < m; k++) {
-        tr->loss_scales[k] = (float)(1.0 / ((double)p->global_batch * (double)s));
+        /* fp16: the loss scale multiplies every gradient (a power of 2: exact) */
+        const double S = tr->p.scaler.scale;
+        tr->loss_scales[k] = (float)(S / ((double)p->global_batch * (double)s));
         if (!p->eod_mask_loss || !batch) continue;
         const int64_t n = counted_tokens(p, batch, k);
-        tr->loss_scales[k] =
-            n ? (float)(1.0 / ((double)n * (double)(p->global_batch / b))) : 0.0f;
+        tr->loss_scales[k] = n ? (float)(S / ((double)n * (double)(p->global_batch / b))) : 0.0f;
         total += n;
     }
     return total;
@@ -291,8 +298,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
         float nan = NAN; /* put before backward so it flows through the reductions */
         p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
-    ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m,
-                      &loss_sum);
+    ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m, &loss_sum);
 
     double t0 = ptdp_executor_now(tr->ex);
     reduce_tied_embedding(tr);
@@ -302,21 +308,28 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* the loss and its token count live on the last stage (both t times over:
      * every tensor rank there holds them), the norm's pieces on every
      * stage (and with ZeRO-1 on every data-parallel shard) */
-    const int last = comm->pp == comm->p - 1;
-    double sums[3] = {loss_sum, last ? (double)counted : 0.0, 0.0};
-    for (int c = 0; c < tr->v; c++) sums[2] += ptdp_optim_grad_sumsq(&tr->opts[c]);
-    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? 3 : 2);
-    ptdp_allreduce_sum_f64(&comm->model, sums, 3);
+    const int last = comm->pp == comm->p - 1, nl = p->eod_mask_loss ? 2 : 1; /* loss[, count] */
+    double sums[3] = {loss_sum, nl == 2 && last ? (double)counted : 0.0, 0.0};
+    for (int c = 0; c < tr->v; c++) sums[nl] += ptdp_optim_grad_sumsq(&tr->opts[c]);
+    ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? nl + 1 : nl);
+    ptdp_allreduce_sum_f64(&comm->model, sums, nl + 1);
     ptdp_executor_record(tr->ex, PTDP_EV_REDUCE, t0, ptdp_executor_now(tr->ex), tr->iteration);
-    double norm = sqrt(sums[2]);
+    /* the gradients are S times the loss's (S = 1 without loss scaling); an
+     * overflow anywhere makes the all-reduced norm inf/nan on every rank, so
+     * all skip together */
+    ptdp_loss_scaler *ls = &tr->p.scaler;
+    const double S = ls->scale, norm = sqrt(sums[nl]) / S;
     double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
     if (!st->skipped)
         for (int c = 0; c < tr->v; c++) {
-            ptdp_optim_step(&tr->opts[c], norm, lr);
+            ptdp_optim_step(&tr->opts[c], norm, lr, 1.0 / S);
             ptdp_ddp_gather_params(tr->ddp[c]);
         }
+    ptdp_loss_scaler_update(ls, st->skipped);
+    st->loss_scale = ls->scale;
+    st->loss_scaling = ls->dynamic || ls->scale != 1.0;
     ptdp_executor_record(tr->ex, PTDP_EV_OPTIM, t0, ptdp_executor_now(tr->ex), tr->iteration);
     tr->iteration++;
     st->iteration = tr->iteration;
@@ -365,8 +378,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             }
         }
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
-    ptdp_allreduce_sum_f64(&comm->data, loss_sum, 2);
-    ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, 2);
+    const int nl = p->eod_mask_loss ? 2 : 1; /* the count only when masking */
+    ptdp_allreduce_sum_f64(&comm->data, loss_sum, nl);
+    ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, nl);
     return loss_sum[0] / (p->eod_mask_loss ? loss_sum[1] : (double)p->global_batch * (double)s);
 }
 
@@ -406,11 +420,19 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     }
     int64_t n = 0;
     for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
-    ptdp_log0(
-        "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
-        "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
-        "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
-        (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1), 8.0 / comm->d);
+    const double per = (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1);
+    if (tr->p.ops->dtype == PTDP_DTYPE_FP32)
+        ptdp_log0(
+            "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
+            "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
+            "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
+            per, 8.0 / comm->d);
+    else
+        ptdp_log0(
+            "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
+            "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
+            "--use-distributed-optimizer 12/d = %.2f B, without 12 B",
+            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d);
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
@@ -439,19 +461,22 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         am->stash += (double)peak * (double)slot;
         am->stashed_microbatches += peak;
         int64_t stage = (int64_t)c * p->sched.p + comm->pp;
-        ptdp_plan_mem pm = {per,
-                            p->cfg.hidden,
-                            p->cfg.heads,
-                            p->cfg.ffn_hidden,
-                            p->cfg.seq_length,
-                            p->micro_batch,
-                            comm->t,
-                            p->cfg.vocab_padded,
-                            stage == 0,
-                            stage == stages - 1,
-                            p->recompute_method,
-                            p->recompute_num_layers,
-                            omp_get_max_threads()};
+        const ptdp_plan_mem pm = {.layers = per,
+                                  .h = p->cfg.hidden,
+                                  .a = p->cfg.heads,
+                                  .ffn = p->cfg.ffn_hidden,
+                                  .s = p->cfg.seq_length,
+                                  .b = p->micro_batch,
+                                  .t = comm->t,
+                                  .vocab_padded = p->cfg.vocab_padded,
+                                  .pre = stage == 0,
+                                  .post = stage == stages - 1,
+                                  .recompute = p->recompute_method,
+                                  .recompute_num_layers = p->recompute_num_layers,
+                                  .attn_saved_floats = p->ops->attention_saved_floats(
+                                      p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
+                                  .attn_scratch_floats = ptdp_attention_scratch_floats(
+                                      p->cfg.seq_length, omp_get_max_threads())};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;
@@ -492,6 +517,18 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
 
 int64_t ptdp_trainer_iteration(const ptdp_trainer *tr) { return tr->iteration; }
 
+void ptdp_trainer_full_precision(ptdp_trainer *tr, int on) {
+    for (int c = 0; c < tr->v; c++) {
+        if (!tr->opts[c].master) continue;
+        if (on) {
+            ptdp_optim_master_to_params(&tr->opts[c]);
+            ptdp_ddp_gather_params(tr->ddp[c]);
+        } else {
+            ptdp_optim_round_params(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
+        }
+    }
+}
+
 int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples) {
     ptdp_ckpt_meta meta = {.iteration = tr->iteration,
                            .consumed_samples = consumed_samples,
@@ -502,8 +539,13 @@ int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_sample
                            .lr = &tr->p.lr,
                            .adam = &tr->p.adam,
                            .v = tr->v,
-                           .zero = tr->p.distributed_optimizer};
-    return ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
+                           .zero = tr->p.distributed_optimizer,
+                           .scaler = &tr->p.scaler};
+    /* checkpoints hold the fp32 master weights whatever the precision */
+    ptdp_trainer_full_precision(tr, 1);
+    int rc = ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);
+    ptdp_trainer_full_precision(tr, 0);
+    return rc;
 }
 
 int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int restore_iteration,
@@ -511,5 +553,13 @@ int ptdp_trainer_load(ptdp_trainer *tr, const char *dir, int load_optim, int res
     int rc =
         ptdp_ckpt_load(dir, load_optim, &tr->p.cfg, tr->chunks, tr->opts, tr->v, tr->p.comm, out);
     if (rc == PTDP_OK && out->found && restore_iteration) tr->iteration = out->iteration;
+    /* fp16: the dynamic scaler goes on where it was (with the optimizer state) */
+    if (rc == PTDP_OK && out->found && load_optim && out->has_scaler && tr->p.scaler.dynamic) {
+        tr->p.scaler.scale = out->loss_scale;
+        tr->p.scaler.growth_tracker = out->growth_tracker;
+        tr->p.scaler.hysteresis_tracker = (int)out->hysteresis_tracker;
+    }
+    for (int c = 0; rc == PTDP_OK && out->found && c < tr->v; c++) /* fp32 values: the masters */
+        ptdp_optim_take_master(&tr->opts[c], ptdp_gpt_chunk_numel(tr->chunks[c]));
     return rc;
 }

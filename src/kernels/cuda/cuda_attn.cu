@@ -7,7 +7,9 @@
  * blocking up to summation order). Scores are computed into probs and
  * normalised in place; the dropped-out probabilities and the backward's dP
  * live in the backend's workspace, tasks taken in chunks that fit it. The
- * caller's scratch is not used. Not here: flash-style tiling. */
+ * caller's scratch is not used. The probabilities are what this backend
+ * saves for the backward (attention_saved_floats = b*al*s*s; the CPU
+ * backend saves only a logsumexp per row). Not here: flash-style tiling. */
 #include "kernels/cuda/cuda_internal.h"
 
 #define T_ROW 256
@@ -96,8 +98,11 @@ void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float 
     }
 }
 
-void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv, float *scratch,
-                              int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+int64_t ptdp__cuda_attention_saved_floats(int64_t s, int64_t b, int64_t al) { return b * al * s * s; }
+
+/* ctx is not needed: the stored probabilities give rowsum(dP * P) directly */
+void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *ctx, const float *probs, float *dqkv,
+                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;

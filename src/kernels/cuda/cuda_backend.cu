@@ -101,14 +101,22 @@ double ptdp__cuda_sum(const float *x, int64_t n) { return reduce(x, n, 0); }
 
 /* ---- the table ------------------------------------------------------------- */
 
+/* fp32 only: activations are already on the grid */
+static void cuda_quantize_none(float *x, int64_t n) {
+    (void)x;
+    (void)n;
+}
+
 static const ptdp_ops cuda_ops = {
     .name = "cuda",
+    .dtype = PTDP_DTYPE_FP32,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
     .zero = cuda_zero,
     .copy = cuda_copy,
+    .quantize = cuda_quantize_none,
     .gemm = cuda_gemm,
     .layernorm_fwd = ptdp__cuda_layernorm_fwd,
     .layernorm_bwd = ptdp__cuda_layernorm_bwd,
@@ -122,6 +130,7 @@ static const ptdp_ops cuda_ops = {
     .dropout_bwd = ptdp__cuda_dropout_inplace,
     .attention_fwd = ptdp__cuda_attention_fwd,
     .attention_bwd = ptdp__cuda_attention_bwd,
+    .attention_saved_floats = ptdp__cuda_attention_saved_floats,
     .embed_fwd = ptdp__cuda_embed_fwd,
     .embed_bwd = ptdp__cuda_embed_bwd,
     .pos_add_fwd = ptdp__cuda_pos_add_fwd,

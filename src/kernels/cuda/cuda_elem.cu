@@ -271,21 +271,30 @@ void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t 
     PTDP_CUDA_LAUNCHED();
 }
 
-__global__ void xent_sums_k(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+/* Reads the target logit, then overwrites the row with e = exp(l - gmax)
+ * (0 at padding) while summing: xent_bwd scales e and never calls exp. */
+__global__ void xent_sums_k(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                             float *sumexp, float *tgt, int64_t b, int64_t Vl, int64_t v0, int64_t nv) {
     const int64_t n = blockIdx.x;
-    const float *l = logits + n * Vl;
+    float *l = logits + n * Vl;
     const float m = gmax[n];
+    const int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
+    const float tv = (t >= 0 && t < nv) ? l[t] : 0.0f;
+    __syncthreads(); /* every thread has read l[t] before any overwrites it */
     float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) acc += expf(l[c] - m);
+    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) {
+        float e = expf(l[c] - m);
+        l[c] = e;
+        acc += e;
+    }
+    for (int64_t c = nv + threadIdx.x; c < Vl; c += blockDim.x) l[c] = 0.0f;
     acc = ptdp__block_sum(acc);
     if (threadIdx.x == 0) {
         sumexp[n] = acc;
-        int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
-        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f;
+        tgt[n] = tv;
     }
 }
-void ptdp__cuda_xent_sums(const float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+void ptdp__cuda_xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                           float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V) {
     if (s * b == 0) return;
     xent_sums_k<<<(unsigned)(s * b), T_ROW>>>(logits, gmax, targets, ld, sumexp, tgt, b, Vl, v0,
@@ -303,8 +312,9 @@ void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *t
     PTDP_CUDA_LAUNCHED();
 }
 
-__global__ void xent_bwd_k(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                           int64_t ld, int64_t total, int64_t b, int64_t Vl, int64_t v0, int64_t nv, float scale) {
+/* logits hold e = exp(l - gmax) from xent_sums */
+__global__ void xent_bwd_k(float *logits, const float *sumexp, const int32_t *targets, int64_t ld, int64_t total,
+                           int64_t b, int64_t Vl, int64_t v0, int64_t nv, float scale) {
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= total) return;
     int64_t n = e / Vl, c = e % Vl;
@@ -312,16 +322,16 @@ __global__ void xent_bwd_k(float *logits, const float *gmax, const float *sumexp
         logits[e] = 0.0f;
         return;
     }
-    float v = expf(logits[e] - gmax[n]) * (scale / sumexp[n]);
+    float v = logits[e] * (scale / sumexp[n]);
     int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
     if (c == t) v -= scale;
     logits[e] = v;
 }
-void ptdp__cuda_xent_bwd(float *logits, const float *gmax, const float *sumexp, const int32_t *targets,
-                         int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
+void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld, int64_t s,
+                         int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
     if (s * b * Vl == 0) return;
-    xent_bwd_k<<<ptdp__blocks(s * b * Vl, T_ELEM), T_ELEM>>>(logits, gmax, sumexp, targets, ld, s * b * Vl, b,
-                                                              Vl, v0, valid_cols(Vl, v0, V), scale);
+    xent_bwd_k<<<ptdp__blocks(s * b * Vl, T_ELEM), T_ELEM>>>(logits, sumexp, targets, ld, s * b * Vl, b, Vl, v0,
+                                                              valid_cols(Vl, v0, V), scale);
     PTDP_CUDA_LAUNCHED();
 }
 

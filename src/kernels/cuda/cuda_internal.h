@@ -185,9 +185,11 @@ void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_drop
                               uint64_t base);
 void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
                               int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *probs, float *dqkv,
-                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                              ptdp_dropout drop);
+/* saved = probs [b, al, s, s] (attention_saved_floats: b*al*s*s); bwd ignores ctx */
+void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *ctx,
+                              const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
+                              int64_t al, int64_t hd, ptdp_dropout drop);
+int64_t ptdp__cuda_attention_saved_floats(int64_t s, int64_t b, int64_t al);
 void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,
                           int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte,
@@ -196,14 +198,13 @@ void ptdp__cuda_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, 
 void ptdp__cuda_pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                          int64_t V);
-void ptdp__cuda_xent_sums(const float *logits, const float *gmax, const int32_t *targets,
-                          int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl,
-                          int64_t v0, int64_t V);
+void ptdp__cuda_xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                          int64_t V);
 void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                           int64_t N);
-void ptdp__cuda_xent_bwd(float *logits, const float *gmax, const float *sumexp,
-                         const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl,
-                         int64_t v0, int64_t V, float scale);
+void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
+                         int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 void ptdp__cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__cuda_sumsq(const float *x, int64_t n);

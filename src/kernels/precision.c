@@ -1,0 +1,166 @@
+/* precision.c - the CPU tables of Megatron's --bf16 and --fp16: the same
+ * kernels as the fp32 tables (cpu_backend.c), each wrapped so that what it
+ * writes as an activation, or an activation's gradient, is rounded to the
+ * 16-bit grid (round to nearest even; fp16 overflows to inf, which is what
+ * loss scaling watches for). The arithmetic inside every op is fp32, so
+ * LayerNorm statistics, softmax and the cross-entropy are fp32 as Megatron
+ * computes them; weight gradients (beta != 0 GEMMs, the bias, LayerNorm and
+ * embedding gradients) accumulate in fp32 and are not rounded. Storage stays
+ * fp32: the values are those of 16-bit tensors, the bytes are not (yet).
+ * GEMMs of on-grid inputs are exact products summed in fp32, i.e. a 16-bit
+ * GEMM with fp32 accumulation. Not here: 16-bit storage, native bf16 GEMMs. */
+#include "kernels/cpu.h"
+
+/* C [M, N] with row stride ldc, rounded row by row */
+static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int64_t N,
+                       int64_t ldc) {
+    if (ldc == N) {
+        round(C, M * N);
+        return;
+    }
+    for (int64_t i = 0; i < M; i++) round(C + i * ldc, N);
+}
+
+/* The ops every GEMM library shares, for one 16-bit type P rounded by R. */
+#define PTDP__PREC_COMMON(P, R)                                                                    \
+    static void P##_layernorm_fwd(const float *x, const float *w, const float *b, float *out,      \
+                                  float *mean, float *rstd, int64_t N, int64_t h, float eps) {     \
+        ptdp__layernorm_fwd(x, w, b, out, mean, rstd, N, h, eps);                                  \
+        R(out, N *h);                                                                              \
+    }                                                                                              \
+    static void P##_layernorm_bwd(const float *dout, const float *x, const float *w,               \
+                                  const float *mean, const float *rstd, float *dx, float *dw,      \
+                                  float *db, int64_t N, int64_t h) {                               \
+        ptdp__layernorm_bwd(dout, x, w, mean, rstd, dx, dw, db, N, h);                             \
+        R(dx, N *h);                                                                               \
+    }                                                                                              \
+    static void P##_bias_add(float *y, const float *bias, int64_t N, int64_t n) {                  \
+        ptdp__bias_add(y, bias, N, n);                                                             \
+        R(y, N *n);                                                                                \
+    }                                                                                              \
+    static void P##_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N,        \
+                                  int64_t n) {                                                     \
+        ptdp__bias_gelu_fwd(x, bias, out, N, n);                                                   \
+        R(out, N *n);                                                                              \
+    }                                                                                              \
+    static void P##_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx, \
+                                  float *dbias, int64_t N, int64_t n) {                            \
+        ptdp__bias_gelu_bwd(dout, x, bias, dx, dbias, N, n);                                       \
+        R(dx, N *n);                                                                               \
+    }                                                                                              \
+    static void P##_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid,    \
+                                         float *out, int64_t N, int64_t h, ptdp_dropout drop) {    \
+        ptdp__bias_dropout_add_fwd(x, bias, resid, out, N, h, drop);                               \
+        R(out, N *h);                                                                              \
+    }                                                                                              \
+    static void P##_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N,    \
+                                         int64_t h, ptdp_dropout drop) {                           \
+        ptdp__bias_dropout_add_bwd(dout, dx, dbias, N, h, drop);                                   \
+        R(dx, N *h);                                                                               \
+    }                                                                                              \
+    static void P##_dropout(float *x, int64_t n, ptdp_dropout drop) {                              \
+        ptdp__dropout_inplace(x, n, drop);                                                         \
+        R(x, n);                                                                                   \
+    }                                                                                              \
+    static void P##_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,     \
+                              int64_t Vl, float *out, int64_t s, int64_t b, int64_t h) {           \
+        ptdp__embed_fwd(tokens, ld, wte, v0, Vl, out, s, b, h);                                    \
+        R(out, s *b *h);                                                                           \
+    }                                                                                              \
+    static void P##_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h) {   \
+        ptdp__pos_add_fwd(out, wpe, s, b, h);                                                      \
+        R(out, s *b *h);                                                                           \
+    }                                                                                              \
+    static void P##_xent_bwd(float *logits, const float *sumexp, const int32_t *targets,           \
+                             int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,  \
+                             float scale) {                                                        \
+        ptdp__xent_bwd(logits, sumexp, targets, ld, s, b, Vl, v0, V, scale);                       \
+        R(logits, s *b *Vl);                                                                       \
+    }
+
+/* GEMM and attention, for one type P and one library L. */
+#define PTDP__PREC_LIB(P, R, L)                                                                    \
+    static void P##_gemm_##L(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,         \
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, \
+                             float *C, int64_t ldc) {                                              \
+        ptdp__gemm_##L(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                      \
+        if (beta == 0.0f) round_rows(R, C, M, N, ldc);                                             \
+    }                                                                                              \
+    static void P##_attn_fwd_##L(const float *qkv, float *ctx, float *saved, float *scratch,       \
+                                 int64_t s, int64_t b, int64_t al, int64_t hd,                     \
+                                 ptdp_dropout drop) {                                              \
+        ptdp__attention_fwd(ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, hd, drop);         \
+        R(ctx, s *b *al *hd);                                                                      \
+    }                                                                                              \
+    static void P##_attn_bwd_##L(const float *dctx, const float *qkv, const float *ctx,            \
+                                 const float *saved, float *dqkv, float *scratch, int64_t s,       \
+                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {           \
+        ptdp__attention_bwd(ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,    \
+                            drop);                                                                 \
+        R(dqkv, s *b *al * 3 * hd);                                                                \
+    }
+
+PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
+PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
+PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, openblas)
+PTDP__PREC_COMMON(fp16, ptdp_round_f16_n)
+PTDP__PREC_LIB(fp16, ptdp_round_f16_n, onednn)
+PTDP__PREC_LIB(fp16, ptdp_round_f16_n, openblas)
+
+/* A table of type P over library L: the fp32 table's fields, the wrapped
+ * ones replaced. */
+static ptdp_ops make_table(const ptdp_ops *base, const char *name, ptdp_dtype dt) {
+    ptdp_ops t = *base;
+    t.name = name;
+    t.dtype = dt;
+    return t;
+}
+
+#define PTDP__SET_COMMON(t, P, R)                        \
+    (t).quantize = R;                                    \
+    (t).layernorm_fwd = P##_layernorm_fwd;               \
+    (t).layernorm_bwd = P##_layernorm_bwd;               \
+    (t).bias_add = P##_bias_add;                         \
+    (t).bias_gelu_fwd = P##_bias_gelu_fwd;               \
+    (t).bias_gelu_bwd = P##_bias_gelu_bwd;               \
+    (t).bias_dropout_add_fwd = P##_bias_dropout_add_fwd; \
+    (t).bias_dropout_add_bwd = P##_bias_dropout_add_bwd; \
+    (t).dropout_fwd = P##_dropout;                       \
+    (t).dropout_bwd = P##_dropout;                       \
+    (t).embed_fwd = P##_embed_fwd;                       \
+    (t).pos_add_fwd = P##_pos_add_fwd;                   \
+    (t).xent_bwd = P##_xent_bwd
+#define PTDP__SET_LIB(t, P, L)            \
+    (t).gemm = P##_gemm_##L;              \
+    (t).attention_fwd = P##_attn_fwd_##L; \
+    (t).attention_bwd = P##_attn_bwd_##L
+
+static ptdp_ops tables[2][3]; /* [library][dtype]; 16-bit entries built once */
+
+static void build_tables(void) {
+    const ptdp_ops *on = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN),
+                   *ob = ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS);
+    tables[0][PTDP_DTYPE_BF16] = make_table(on, "cpu/onednn/bf16", PTDP_DTYPE_BF16);
+    PTDP__SET_COMMON(tables[0][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
+    PTDP__SET_LIB(tables[0][PTDP_DTYPE_BF16], bf16, onednn);
+    tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);
+    PTDP__SET_COMMON(tables[1][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
+    PTDP__SET_LIB(tables[1][PTDP_DTYPE_BF16], bf16, openblas);
+    tables[0][PTDP_DTYPE_FP16] = make_table(on, "cpu/onednn/fp16", PTDP_DTYPE_FP16);
+    PTDP__SET_COMMON(tables[0][PTDP_DTYPE_FP16], fp16, ptdp_round_f16_n);
+    PTDP__SET_LIB(tables[0][PTDP_DTYPE_FP16], fp16, onednn);
+    tables[1][PTDP_DTYPE_FP16] = make_table(ob, "cpu/openblas/fp16", PTDP_DTYPE_FP16);
+    PTDP__SET_COMMON(tables[1][PTDP_DTYPE_FP16], fp16, ptdp_round_f16_n);
+    PTDP__SET_LIB(tables[1][PTDP_DTYPE_FP16], fp16, openblas);
+}
+
+const ptdp_ops *ptdp_cpu_ops_prec(ptdp_gemm_lib lib, ptdp_dtype dtype) {
+    PTDP_ASSERT(lib == PTDP_GEMM_ONEDNN || lib == PTDP_GEMM_OPENBLAS);
+    if (dtype == PTDP_DTYPE_FP32) return ptdp_cpu_ops_lib(lib);
+    PTDP_ASSERT(dtype == PTDP_DTYPE_BF16 || dtype == PTDP_DTYPE_FP16);
+#pragma omp critical(ptdp_prec_tables)
+    {
+        if (!tables[0][PTDP_DTYPE_BF16].name) build_tables();
+    }
+    return &tables[lib == PTDP_GEMM_OPENBLAS][dtype];
+}
