@@ -183,7 +183,8 @@ static void test_sweep(void) {
                     }
                     /* Uniform per-chunk costs tf/v, tb/v for several tb/tf ratios. */
                     for (int ratio = 1; ratio <= 3; ratio++) {
-                        ptdp_sim_costs c = {1.0 / v, (double)ratio / v, 0.0};
+                        ptdp_sim_costs c = {
+                            .forward = 1.0 / v, .backward = (double)ratio / v, .comm = 0.0};
                         ptdp_sim_result res;
                         if (ptdp_sim_run(&s, &c, &res)) {
                             bubble_fail++;
@@ -229,7 +230,7 @@ static void test_sim_exact(void) {
         ptdp_schedule_params sp = {cases[i].p, cases[i].m, cases[i].v, cases[i].kind};
         ptdp_schedule s;
         CHECK_OK(ptdp_schedule_init(&s, &sp));
-        ptdp_sim_costs c = {1.0 / sp.v, 2.0 / sp.v, 0};
+        ptdp_sim_costs c = {.forward = 1.0 / sp.v, .backward = 2.0 / sp.v, .comm = 0};
         ptdp_sim_result res;
         CHECK_OK(ptdp_sim_run(&s, &c, &res));
         CHECK_CLOSE(res.makespan, cases[i].makespan, 1e-12, 1e-12);
@@ -254,7 +255,7 @@ static void test_sim_exact(void) {
     ptdp_schedule_params one = {2, 1, 1, -1};
     ptdp_schedule s1;
     CHECK_OK(ptdp_schedule_init(&s1, &one));
-    ptdp_sim_costs c = {1, 2, 0.5};
+    ptdp_sim_costs c = {.forward = 1, .backward = 2, .comm = 0.5};
     ptdp_sim_result res;
     CHECK_OK(ptdp_sim_run(&s1, &c, &res));
     CHECK_CLOSE(res.makespan, 7.0, 0, 1e-12);
@@ -264,13 +265,13 @@ static void test_sim_exact(void) {
     CHECK_CLOSE(res.idle_fraction, 8.0 / 14.0, 0, 1e-12);
     ptdp_sim_result_free(&res);
     ptdp_sim_result_free(NULL);
-    ptdp_sim_costs neg = {-1, 1, 0};
+    ptdp_sim_costs neg = {.forward = -1, .backward = 1, .comm = 0};
     CHECK(ptdp_sim_run(&s1, &neg, &res) == PTDP_EINVAL);
     ptdp_schedule_free(&s1);
 
     /* SVG: one box per action, well-formed ends. */
     CHECK_OK(ptdp_schedule_init(&s1, &(ptdp_schedule_params){4, 8, 2, -1}));
-    ptdp_sim_costs cu = {0.5, 1, 0};
+    ptdp_sim_costs cu = {.forward = 0.5, .backward = 1, .comm = 0};
     CHECK_OK(ptdp_sim_run(&s1, &cu, &res));
     FILE *f = tmpfile();
     CHECK(f != NULL);

@@ -22,6 +22,13 @@ int ptdp_cmd_schedule(int argc, char **argv);
 int ptdp_cmd_generate(int argc, char **argv);
 int ptdp_cmd_checkpoint(int argc, char **argv);
 int ptdp_cmd_plot(int argc, char **argv);
+int ptdp_cmd_plan(int argc, char **argv);
+
+/* `ptdp plan --calibrate`: measures this machine (GEMM rate by shape, memory
+ * bandwidth, MPI all-reduce and point-to-point between the job's ranks) and
+ * writes a cluster description to `out` (NULL: stdout, rank 0). Returns the
+ * exit status; every rank of the job must call it. */
+int ptdp__cli_plan_calibrate(const char *out);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */

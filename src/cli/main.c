@@ -18,6 +18,8 @@ static const command commands[] = {
     {"tokenize", ptdp_cmd_tokenize, "GPT-2 BPE: text on stdin to token ids (or --decode)"},
     {"preprocess", ptdp_cmd_preprocess, "text or JSON lines to Megatron .bin/.idx datasets"},
     {"schedule", ptdp_cmd_schedule, "print, simulate or draw a pipeline schedule"},
+    {"plan", ptdp_cmd_plan,
+     "predict time and memory of every parallel layout on a cluster and pick the best"},
     {"checkpoint", ptdp_cmd_checkpoint, "inspect (info) or check (verify) a training checkpoint"},
     {"plot", ptdp_cmd_plot, "draw --log-jsonl files (loss, lr, grad norm, tokens/s) as SVG"},
     {"generate", ptdp_cmd_generate,

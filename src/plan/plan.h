@@ -1,10 +1,12 @@
 /* plan.h - the planner: a discrete-event simulator that times the pipeline
- * schedules of pipeline/schedule.h, and an SVG timeline of the result.
+ * schedules of pipeline/schedule.h (sim.c), an SVG timeline of the result
+ * (svg.c), the memory model of a training rank (memory.c), cluster
+ * descriptions (cluster.c), the performance model of one layout (perf.c) and
+ * the search over layouts (search.c) behind `ptdp plan`.
  *
- * Uses base and the schedule generators only; never comm or kernels, so it
- * runs anywhere (laptop, login node); and the memory model of a training
- * rank (memory.c). Deliberately not here yet: per-stage cost estimates from
- * the model shape, and the search over (t, p, d, v, b) configurations. */
+ * Uses base, the schedule generators and cJSON only; never comm or kernels,
+ * so it runs anywhere (laptop, login node). The equations of the performance
+ * model are in docs/planner.md. */
 #ifndef PTDP_PLAN_H
 #define PTDP_PLAN_H
 
@@ -21,6 +23,10 @@ typedef struct {
     double backward; /* one backward of one micro-batch through one chunk */
     double comm;     /* latency of one point-to-point transfer between ranks;
                         it delays the receiver but occupies no compute time */
+    /* Optional per virtual stage costs ([p*v], borrowed; NULL: every stage
+     * costs forward/backward), e.g. the embedding on stage 0 and the loss
+     * head on the last stage. */
+    const double *stage_forward, *stage_backward;
 } ptdp_sim_costs;
 
 /* forward 1, backward 2, comm 0. */
@@ -142,5 +148,177 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void);
  * trainer carves them. Returns PTDP_ENOMEM, or an error of the schedule
  * (p > 1: the send-ring size comes from replaying every rank's list). */
 int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]);
+
+/* ---- cluster descriptions ------------------------------------------------------ */
+/* Precisions the planner models: X(enum, name, bytes of a weight/activation). */
+#define PTDP_PLAN_PRECISIONS(X)  \
+    X(PTDP_PREC_FP32, "fp32", 4) \
+    X(PTDP_PREC_FP16, "fp16", 2) \
+    X(PTDP_PREC_BF16, "bf16", 2)
+typedef enum {
+#define PTDP__PREC_ENUM(e, s, w) e,
+    PTDP_PLAN_PRECISIONS(PTDP__PREC_ENUM)
+#undef PTDP__PREC_ENUM
+        PTDP_PREC_COUNT
+} ptdp_plan_precision;
+const char *ptdp_plan_precision_name(int prec); /* "?" when out of range */
+int ptdp_plan_precision_bytes(int prec);        /* 4 or 2 */
+
+/* One kind of device and how devices are wired (docs/planner.md shows the
+ * JSON file: one key per field, every field required). Links: "intra" joins
+ * the devices of one node, "inter" a device to a device of another node;
+ * bandwidths are per device, in bytes/s, and are the bus bandwidth a ring
+ * collective reaches (what nccl-tests report), latencies in seconds per
+ * ring step or message. */
+typedef struct {
+    char name[64];
+    double peak_flops[PTDP_PREC_COUNT]; /* dense GEMM peak per device, FLOP/s */
+    double memory_bytes;                /* usable device memory */
+    int devices_per_node;
+    double mem_bandwidth; /* device memory bandwidth, bytes/s */
+    double intra_bandwidth, intra_latency;
+    double inter_bandwidth, inter_latency;
+    double gemm_efficiency;        /* best fraction of peak a large GEMM reaches */
+    double gemm_half_dim;          /* a GEMM dimension of this size halves its factor */
+    double elementwise_efficiency; /* fraction of mem_bandwidth memory-bound kernels reach */
+    double overhead_s;             /* fixed cost per iteration (launches, logging, data) */
+    /* 0: every device has its own compute and memory (GPUs). C > 0: the
+     * devices of a node are processes sharing its C CPU cores (`local`):
+     * peak_flops and mem_bandwidth are the whole node's; each of the k =
+     * min(n, devices_per_node) ranks on a node runs at 1/min(k, C) of them,
+     * and with k > C the ranks take turns (docs/planner.md). */
+    int shared_node;
+} ptdp_cluster;
+
+/* Parses a cluster description from JSON text; `origin` names it in
+ * messages. PTDP_EFORMAT naming the file and the missing or bad key. */
+int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c);
+/* Reads a file, then ptdp_cluster_parse. PTDP_EIO / PTDP_EFORMAT. */
+int ptdp_cluster_load(const char *path, ptdp_cluster *c);
+/* Writes c as a JSON object that ptdp_cluster_parse reads back. PTDP_EIO. */
+int ptdp_cluster_write(FILE *f, const ptdp_cluster *c);
+
+/* ---- the performance model -------------------------------------------------------- */
+/* The job: the model, the batch and the options that change cost. */
+typedef struct {
+    int64_t layers, h, a, ffn, s, vocab; /* ffn 0: 4h; vocab unpadded */
+    int64_t vocab_divisible_by;          /* padded to a multiple of this x t */
+    int64_t global_batch;                /* B */
+    int precision;                       /* ptdp_plan_precision */
+    int schedule;                        /* ptdp_schedule_kind, or -1: interleaved if v > 1 */
+    int scatter_gather;                  /* 1 on (when t > 1), 0 off */
+    int zero;                            /* distributed optimizer (ZeRO-1) */
+    int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
+    int recompute_method;                /* ptdp_recompute_method when recomputing */
+    int64_t recompute_num_layers;        /* 0: 1 */
+    int64_t bucket_floats;               /* --ddp-bucket-size (fp32 memory plan) */
+    /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
+     * the plan cannot ask the kernels for: floats attention saves per layer
+     * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
+     * b al s^2), and the floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads per rank) */
+    int64_t (*attn_saved_floats)(int64_t s, int64_t b, int64_t al);
+    int64_t attn_scratch_floats;
+} ptdp_plan_job;
+/* No model (the caller sets the shape and B), fp32, automatic schedule,
+ * scatter/gather on, no ZeRO-1, overlap on, uniform recomputation of 1
+ * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
+ptdp_plan_job ptdp_plan_job_default_params(void);
+
+/* One layout: what the search varies. */
+typedef struct {
+    int t, p, d, v, b;
+    int recompute; /* 0 none, 1 full (the job's method and group size) */
+} ptdp_plan_layout;
+
+/* Communication kinds the estimate times. */
+#define PTDP_PLAN_COMMS(X)            \
+    X(PTDP_COMM_TENSOR, "tensor")     \
+    X(PTDP_COMM_PIPELINE, "pipeline") \
+    X(PTDP_COMM_DATA, "data")         \
+    X(PTDP_COMM_EMBEDDING, "embedding")
+typedef enum {
+#define PTDP__PCOMM_ENUM(e, s) e,
+    PTDP_PLAN_COMMS(PTDP__PCOMM_ENUM)
+#undef PTDP__PCOMM_ENUM
+        PTDP_COMM_COUNT
+} ptdp_plan_comm;
+const char *ptdp_plan_comm_name(int kind);
+
+/* Memory kinds of the estimate (per device, the most loaded pipeline rank). */
+#define PTDP_PLAN_MEMS(X)                   \
+    X(PTDP_PMEM_WEIGHTS, "weights")         \
+    X(PTDP_PMEM_GRADIENTS, "gradients")     \
+    X(PTDP_PMEM_OPTIMIZER, "optimizer")     \
+    X(PTDP_PMEM_ACTIVATIONS, "activations") \
+    X(PTDP_PMEM_BUFFERS, "buffers")
+typedef enum {
+#define PTDP__PMEM_ENUM(e, s) e,
+    PTDP_PLAN_MEMS(PTDP__PMEM_ENUM)
+#undef PTDP__PMEM_ENUM
+        PTDP_PMEM_COUNT
+} ptdp_plan_mem_kind;
+const char *ptdp_plan_mem_name(int kind);
+
+/* The prediction for one layout, with the terms of its equations
+ * (docs/planner.md names them) for --explain. Times in seconds. */
+typedef struct {
+    int m;        /* micro-batches per pipeline, B / (b d) */
+    int schedule; /* resolved kind */
+    int64_t vocab_padded;
+    double iteration_s;       /* the prediction */
+    double tflops_per_device; /* the paper's model FLOPs / (iteration_s * n) / 1e12 */
+    double model_flops;       /* the paper's F = 96 (72 without recomputation) B s l h^2 (...) */
+    double bubble_fraction;   /* from the simulator: (makespan - ideal) / ideal */
+    double pipeline_s;        /* the simulated makespan of the forward and backward passes */
+    double comm_s[PTDP_COMM_COUNT]; /* per iteration, on the busiest rank's critical path */
+    double optimizer_s;             /* the optimizer step (memory bound) */
+    double overhead_s;              /* the cluster's fixed cost */
+    double memory[PTDP_PMEM_COUNT]; /* bytes per device */
+    double memory_bytes;            /* their sum */
+    /* terms of one layer, one micro-batch, one device */
+    double layer_gemm_fwd_s, layer_elementwise_fwd_s, layer_tp_fwd_s;
+    double layer_fwd_s, layer_bwd_s; /* backward includes the recomputed forward */
+    double gemm_efficiency;          /* of the layer's largest GEMM */
+    double head_s, embedding_s;      /* loss head (forward + backward) and embedding */
+    double p2p_s;                    /* one point-to-point transfer between stages */
+    double dp_allreduce_s;           /* the whole gradient reduction, before overlap */
+    double params_per_device;        /* on the most loaded pipeline rank */
+} ptdp_plan_estimate;
+
+/* Checks the layout against the job and cluster (divisibility, t within a
+ * node, n = t p d) and predicts it. Returns PTDP_OK, or PTDP_ECONFIG with a
+ * message saying why the layout cannot run (the search's rejection
+ * reason), PTDP_ENOMEM. Memory that does not fit is not an error: compare
+ * est->memory_bytes with c->memory_bytes. Pure. */
+int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
+                              const ptdp_plan_layout *L, ptdp_plan_estimate *est);
+
+/* The paper's FLOPs of one iteration (eq. 3): 96 B s l h^2 (1 + s/(6h) +
+ * V/(16 l h)) with recomputation, 72 without; V padded. */
+double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute);
+
+/* ---- the search ------------------------------------------------------------------------ */
+/* Values a search must keep (0 or -1: free). */
+typedef struct {
+    int t, p, v, b; /* 0: searched */
+    int recompute;  /* -1: searched (none and full), else fixed */
+} ptdp_plan_pins;
+
+typedef struct {
+    ptdp_plan_layout layout;
+    ptdp_plan_estimate est; /* valid when reason[0] == 0 or the layout only does not fit */
+    int fits;               /* 1: runs and fits in memory */
+    char reason[200];       /* why rejected ("" when it fits) */
+} ptdp_plan_candidate;
+
+/* Every layout of n devices the pins allow: ranked ones first (fit in
+ * memory, best predicted iteration time first), then the rejected ones with
+ * their reason. *out is malloc'd (caller frees), *count its length, *nfit
+ * how many fit. PTDP_EINVAL with one message when the job itself is wrong
+ * (heads not divisible, zero sizes) or when no layout of n devices can run
+ * at all (the message gives the commonest reason); PTDP_ENOMEM. */
+int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
+                     const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit);
 
 #endif

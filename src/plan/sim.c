@@ -1,10 +1,11 @@
 /* sim.c - discrete-event timing of pipeline schedules: per-action start and
  * end, makespan, bubble fraction and peak stashed activations per rank.
  *
+ * Per-stage costs (embedding on the first stage, loss on the last) come
+ * from ptdp_sim_costs' optional per virtual stage arrays.
  * Deliberately not here: contention on links (a transfer costs a fixed
- * latency and never queues behind another), per-stage cost differences
- * (embedding on the first stage, loss on the last), memory in bytes, and
- * any dependency on comm or kernels. */
+ * latency and never queues behind another), memory in bytes, and any
+ * dependency on comm or kernels. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,11 @@
 #include "plan/plan.h"
 
 ptdp_sim_costs ptdp_sim_default_costs(void) {
-    ptdp_sim_costs c = {.forward = 1.0, .backward = 2.0, .comm = 0.0};
+    ptdp_sim_costs c = {.forward = 1.0,
+                        .backward = 2.0,
+                        .comm = 0.0,
+                        .stage_forward = NULL,
+                        .stage_backward = NULL};
     return c;
 }
 
@@ -41,7 +46,11 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
         in = c->res->spans[(size_t)st->producer_rank * len + st->producer_index].end;
         if (st->from.peer_rank >= 0 && st->from.peer_rank != st->rank) in += c->costs->comm;
     }
-    double dur = st->action->kind == PTDP_ACT_FWD ? c->costs->forward : c->costs->backward;
+    const ptdp_sim_costs *k = c->costs;
+    const int fwd = st->action->kind == PTDP_ACT_FWD;
+    double dur = fwd ? k->forward : k->backward;
+    const double *per_stage = fwd ? k->stage_forward : k->stage_backward;
+    if (per_stage) dur = per_stage[ptdp_schedule_stage(&c->s->params, st->rank, st->action->chunk)];
     double t0 = c->free_at[st->rank] > in ? c->free_at[st->rank] : in;
     ptdp_sim_span *span = &c->res->spans[(size_t)st->rank * len + st->index];
     span->start = t0;
@@ -52,6 +61,11 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
 
 int ptdp_sim_run(const ptdp_schedule *s, const ptdp_sim_costs *costs, ptdp_sim_result *res) {
     memset(res, 0, sizeof *res);
+    const int stages = s->params.p * s->params.v;
+    for (int k = 0; k < stages; k++)
+        if ((costs->stage_forward && !(costs->stage_forward[k] >= 0)) ||
+            (costs->stage_backward && !(costs->stage_backward[k] >= 0)))
+            return ptdp_errorf(PTDP_EINVAL, "simulator: stage %d has a negative cost", k);
     if (!(costs->forward >= 0 && costs->backward >= 0 && costs->comm >= 0))
         return ptdp_errorf(
             PTDP_EINVAL, "simulator costs must be non-negative (forward %g, backward %g, comm %g)",

@@ -1,0 +1,446 @@
+/* cmd_plan.c - `ptdp plan`: predicts iteration time, model TFLOP/s and memory
+ * per device of every parallel layout (t, p, d, v, b, recomputation) of a
+ * model on a cluster, ranks those that fit, says why the others cannot run,
+ * prints the best one's `ptdp train` flags; --explain shows the terms of the
+ * equations for one layout, --json one object for scripts, --calibrate
+ * measures this machine (cmd_plan_calibrate.c).
+ *
+ * Deliberately not here: the model (src/plan/perf.c, docs/planner.md) and the
+ * search (src/plan/search.c); this file parses flags and formats results. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/cli.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+#ifndef PTDP_CLUSTER_DIR
+#define PTDP_CLUSTER_DIR "clusters"
+#endif
+
+typedef struct {
+    const char *cluster, *recompute_granularity, *recompute_method, *schedule, *out;
+    int64_t n, l, h, a, ffn, s, V, div, B, b, t, p, v, rc_layers, bucket, top, threads;
+    int fp16, bf16, no_recompute, sg, no_sg, zero, overlap, json, explain, rejected, calibrate;
+} plan_flags;
+
+static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
+    fprintf(
+        f, "usage: ptdp plan --cluster NAME|FILE --num-devices N --num-layers L --hidden-size H\n"
+           "                 --num-attention-heads A --seq-length S --global-batch-size B\n"
+           "                 [--vocab-size V] [--fp16|--bf16] [--recompute-granularity full]\n"
+           "                 [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]\n"
+           "                 [--virtual-pipeline-model-parallel-size V] [--micro-batch-size b]\n"
+           "                 [--json] [--explain] [--show-rejected]\n"
+           "       ptdp plan --calibrate [--out FILE.json]   (mpirun -np 2 or more: also links)\n\n"
+           "Predicts every layout (t, p, d = N/(t p), v, b, recomputation) of the model on N "
+           "devices\nof the cluster, ranks those that fit in memory by predicted iteration time "
+           "and prints\nthe best one's `ptdp train` flags. Given parallel sizes are pinned and "
+           "only the rest is\nsearched. Clusters shipped: a100-superpod, h100-dgx, local "
+           "(this machine, from\n--calibrate). The model and its equations: docs/planner.md.\n\n"
+           "flags:\n");
+    ptdp_opts_help(f, opts, nopts);
+}
+
+static void cluster_path(const char *name, char *buf, size_t cap) {
+    if (strchr(name, '/') || strstr(name, ".json"))
+        snprintf(buf, cap, "%s", name);
+    else
+        snprintf(buf, cap, "%s/%s.json", PTDP_CLUSTER_DIR, name);
+}
+
+/* "full" (Megatron's --recompute-granularity; the method is in the flags) or "none". */
+static const char *recompute_name(const ptdp_plan_job *job, int on) {
+    (void)job;
+    return on ? "full" : "none";
+}
+
+/* The classes of rejection, for the summary line. */
+static const char *reason_class(const char *r) {
+    if (!strncmp(r, "does not fit", 12)) return "does not fit in memory";
+    if (strstr(r, "node")) return "t exceeds or straddles a node";
+    return "divisibility";
+}
+
+static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
+                        const ptdp_plan_candidate *k) {
+    const ptdp_plan_layout *L = &k->layout;
+    fprintf(f, "ptdp train --num-layers %lld --hidden-size %lld --num-attention-heads %lld",
+            (long long)job->layers, (long long)job->h, (long long)job->a);
+    if (job->ffn) fprintf(f, " --ffn-hidden-size %lld", (long long)job->ffn);
+    fprintf(f,
+            " --seq-length %lld --vocab-size %lld --global-batch-size %lld --micro-batch-size %d",
+            (long long)job->s, (long long)job->vocab, (long long)job->global_batch, L->b);
+    fprintf(f, " --tensor-model-parallel-size %d --pipeline-model-parallel-size %d", L->t, L->p);
+    if (L->v > 1) fprintf(f, " --virtual-pipeline-model-parallel-size %d", L->v);
+    if (job->schedule >= 0)
+        fprintf(f, " --pipeline-schedule %s", ptdp_schedule_kind_name(job->schedule));
+    if (L->recompute)
+        fprintf(f,
+                " --recompute-granularity full --recompute-method %s --recompute-num-layers %lld",
+                ptdp_recompute_method_name(job->recompute_method),
+                (long long)(job->recompute_num_layers > 0 ? job->recompute_num_layers : 1));
+    if (L->t > 1 && !job->scatter_gather) fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
+    if (job->zero) fprintf(f, " --use-distributed-optimizer");
+    if (!job->overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
+}
+
+static void json_layout(FILE *f, const ptdp_plan_job *job, const ptdp_plan_candidate *k) {
+    const ptdp_plan_layout *L = &k->layout;
+    const ptdp_plan_estimate *e = &k->est;
+    fprintf(f,
+            "{\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"b\": %d, \"m\": %d, "
+            "\"recompute\": \"%s\", \"schedule\": \"%s\", \"iteration_s\": %.6g, "
+            "\"tflops_per_device\": %.6g, \"memory_bytes_per_device\": %.0f, "
+            "\"bubble_fraction\": %.6g, \"pipeline_s\": %.6g, \"optimizer_s\": %.6g, "
+            "\"memory\": {",
+            L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
+            ptdp_schedule_kind_name(e->schedule), e->iteration_s, e->tflops_per_device,
+            e->memory_bytes, e->bubble_fraction, e->pipeline_s, e->optimizer_s);
+    for (int i = 0; i < PTDP_PMEM_COUNT; i++)
+        fprintf(f, "%s\"%s\": %.0f", i ? ", " : "", ptdp_plan_mem_name(i), e->memory[i]);
+    fprintf(f, "}, \"comm_s\": {");
+    for (int i = 0; i < PTDP_COMM_COUNT; i++)
+        fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", ptdp_plan_comm_name(i), e->comm_s[i]);
+    fprintf(f, "}}");
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(const plan_flags *F, const ptdp_cluster *c, const ptdp_plan_job *job,
+                       const ptdp_plan_candidate *cand, int count, int nfit) {
+    FILE *f = stdout;
+    fprintf(f, "{\"cluster\": ");
+    json_string(f, c->name);
+    fprintf(f,
+            ", \"num_devices\": %lld, \"precision\": \"%s\", \"model\": {\"num_layers\": %lld, "
+            "\"hidden_size\": %lld, \"num_attention_heads\": %lld, \"ffn_hidden_size\": %lld, "
+            "\"seq_length\": %lld, \"vocab_size\": %lld, \"global_batch_size\": %lld}, "
+            "\"num_fit\": %d, \"num_rejected\": %d,\n \"best_flags\": \"",
+            (long long)F->n, ptdp_plan_precision_name(job->precision), (long long)job->layers,
+            (long long)job->h, (long long)job->a, (long long)(job->ffn ? job->ffn : 4 * job->h),
+            (long long)job->s, (long long)job->vocab, (long long)job->global_batch, nfit,
+            count - nfit);
+    print_flags(f, F, job, &cand[0]);
+    fprintf(f, "\",\n \"layouts\": [");
+    for (int i = 0; i < nfit; i++) {
+        fprintf(f, "%s\n  ", i ? "," : "");
+        json_layout(f, job, &cand[i]);
+    }
+    fprintf(f, "],\n \"rejected\": [");
+    for (int i = nfit, first = 1; i < count && F->rejected; i++, first = 0) {
+        const ptdp_plan_layout *L = &cand[i].layout;
+        fprintf(f,
+                "%s\n  {\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"b\": %d, "
+                "\"recompute\": \"%s\", \"reason\": ",
+                first ? "" : ",", L->t, L->p, L->d, L->v, L->b, recompute_name(job, L->recompute));
+        json_string(f, cand[i].reason);
+        fputc('}', f);
+    }
+    fprintf(f, "]}\n");
+}
+
+static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_plan_job *job,
+                        const ptdp_plan_candidate *cand, int count, int nfit) {
+    char b1[32], b2[32];
+    printf("model: l=%lld h=%lld a=%lld s=%lld V=%lld, global batch %lld, %s; cluster %s: %lld "
+           "devices of %s, %d per node\n",
+           (long long)job->layers, (long long)job->h, (long long)job->a, (long long)job->s,
+           (long long)job->vocab, (long long)job->global_batch,
+           ptdp_plan_precision_name(job->precision), c->name, (long long)F->n,
+           ptdp_fmt_bytes(c->memory_bytes, b1), c->devices_per_node);
+    printf("%4s %3s %4s %5s %3s %3s %5s %-9s %10s %9s %7s %11s %9s %9s %9s\n", "rank", "t", "p",
+           "d", "v", "b", "m", "recompute", "iter (s)", "TFLOP/s", "bubble", "memory", "tensor",
+           "pipeline", "data");
+    const int shown = F->top > 0 && F->top < nfit ? (int)F->top : nfit;
+    for (int i = 0; i < shown; i++) {
+        const ptdp_plan_layout *L = &cand[i].layout;
+        const ptdp_plan_estimate *e = &cand[i].est;
+        printf("%4d %3d %4d %5d %3d %3d %5d %-9s %10.4g %9.4g %7.3f %11s %9.3g %9.3g %9.3g\n",
+               i + 1, L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
+               e->iteration_s, e->tflops_per_device, e->bubble_fraction,
+               ptdp_fmt_bytes(e->memory_bytes, b2), e->comm_s[PTDP_COMM_TENSOR],
+               e->comm_s[PTDP_COMM_PIPELINE], e->comm_s[PTDP_COMM_DATA]);
+    }
+    if (shown < nfit) printf("(%d more layouts fit; --top 0 shows all)\n", nfit - shown);
+    const ptdp_plan_estimate *e = &cand[0].est;
+    printf("\nbest: memory per device");
+    for (int i = 0; i < PTDP_PMEM_COUNT; i++)
+        printf("%s %s %s", i ? "," : "", ptdp_plan_mem_name(i), ptdp_fmt_bytes(e->memory[i], b1));
+    printf("\n");
+    if (F->n > 1) printf("mpirun -np %lld ", (long long)F->n);
+    print_flags(stdout, F, job, &cand[0]);
+    printf(" --train-iters N --lr X --mock-data\n");
+    if (job->precision != PTDP_PREC_FP32)
+        printf("(this prediction is for %s storage as in Megatron; ptdp train --bf16/--fp16 "
+               "computes in 16 bits but stores fp32 today)\n",
+               ptdp_plan_precision_name(job->precision));
+    if (count > nfit) {
+        const char *classes[3] = {"does not fit in memory", "t exceeds or straddles a node",
+                                  "divisibility"};
+        int n[3] = {0, 0, 0};
+        for (int i = nfit; i < count; i++)
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(reason_class(cand[i].reason), classes[k])) n[k]++;
+        printf("\n%d layouts rejected:", count - nfit);
+        for (int k = 0; k < 3; k++)
+            if (n[k]) printf(" %d %s;", n[k], classes[k]);
+        printf(F->rejected ? "\n" : " (--show-rejected lists them)\n");
+        for (int i = nfit; i < count && F->rejected; i++) {
+            const ptdp_plan_layout *L = &cand[i].layout;
+            printf("  t=%d p=%d d=%d v=%d b=%d recompute=%s: %s\n", L->t, L->p, L->d, L->v, L->b,
+                   recompute_name(job, L->recompute), cand[i].reason);
+        }
+    }
+}
+
+static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
+                          const ptdp_plan_candidate *k) {
+    const ptdp_plan_layout *L = &k->layout;
+    const ptdp_plan_estimate *e = &k->est;
+    const double w = ptdp_plan_precision_bytes(job->precision), n = (double)L->t * L->p * L->d;
+    const int64_t ffn = job->ffn ? job->ffn : 4 * job->h;
+    char b1[32];
+    printf("layout t=%d p=%d d=%d v=%d b=%d m=B/(b d)=%d recompute=%s schedule=%s on %s\n", L->t,
+           L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
+           ptdp_schedule_kind_name(e->schedule), c->name);
+    printf("peak %.4g FLOP/s (%s), GEMM efficiency eff_max %.3g x g(M) g(N) g(K), "
+           "g(x) = x/(x + %.4g)\n",
+           c->peak_flops[job->precision], ptdp_plan_precision_name(job->precision),
+           c->gemm_efficiency, c->gemm_half_dim);
+    printf("\none layer, one micro-batch, one device (N = s b = %lld tokens, w = %.0f bytes):\n",
+           (long long)(job->s * L->b), w);
+    printf("  GEMMs forward       T_gemm = sum 2 M N K / (peak eff) = %.6g s (MLP-in GEMM eff "
+           "%.3f)\n",
+           e->layer_gemm_fwd_s, e->gemm_efficiency);
+    printf("  memory-bound fwd    T_ew = [w (10 N h + 4 S + 2 N f/t) + S + 2 N h] / (%.4g B/s x "
+           "%.3g) = %.6g s  (S = b a/t s^2, f = %lld)\n",
+           c->mem_bandwidth, c->elementwise_efficiency, e->layer_elementwise_fwd_s, (long long)ffn);
+    printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w / %.4g + 2 (t-1) %.3g] = %.6g s\n",
+           c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
+    printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
+    printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s = %.6g s\n",
+           L->recompute ? " + T_f (recomputed forward)" : "", e->layer_bwd_s);
+    printf("\nstages: %lld layers per chunk, %d chunk(s) per rank; loss head %.6g s, embedding "
+           "%.6g s per micro-batch\n",
+           (long long)(job->layers / ((int64_t)L->p * L->v)), L->v, e->head_s, e->embedding_s);
+    printf("  one transfer between stages T_p2p = lat + N h w%s / bw%s = %.6g s (two per action "
+           "inside the pipeline)\n",
+           L->t > 1 && job->scatter_gather ? " / t" : "",
+           L->t > 1 && job->scatter_gather ? " + all-gather in the tensor group" : "", e->p2p_s);
+    printf("  pipeline (simulated, per-stage costs): makespan %.6g s, bubble fraction %.4f "
+           "((p-1)/(v m) = %.4f)\n",
+           e->pipeline_s, e->bubble_fraction, (double)(L->p - 1) / ((double)L->v * e->m));
+    printf("\niteration:\n");
+    printf("  data-parallel reduction of %.4g parameters x %s gradients over d=%d: %.6g s, "
+           "exposed %.6g s%s\n",
+           e->params_per_device, job->precision == PTDP_PREC_FP16 ? "2-byte" : "4-byte", L->d,
+           e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
+           job->overlap_grad_reduce ? " (overlapped with the last micro-batch's backward)" : "");
+    printf("  tied-embedding all-reduce %.6g s, optimizer step %.6g s, fixed overhead %.6g s\n",
+           e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);
+    printf("  T_iter = pipeline + data + embedding + optimizer + overhead = %.6g s\n",
+           e->iteration_s);
+    printf("  F = %d B s l h^2 (1 + s/(6h) + V/(16 l h)) = %.6g FLOP; F / (n T_iter) = %.4g "
+           "TFLOP/s per device\n",
+           L->recompute ? 96 : 72, e->model_flops, e->model_flops / (n * e->iteration_s) / 1e12);
+    printf("  communication on the critical path per iteration:");
+    for (int i = 0; i < PTDP_COMM_COUNT; i++)
+        printf(" %s %.4g s", ptdp_plan_comm_name(i), e->comm_s[i]);
+    printf("\nmemory per device (most loaded pipeline rank, %.4g parameters):",
+           e->params_per_device);
+    for (int i = 0; i < PTDP_PMEM_COUNT; i++)
+        printf(" %s %s", ptdp_plan_mem_name(i), ptdp_fmt_bytes(e->memory[i], b1));
+    char b2[32];
+    printf("; total %s of %s%s\n", ptdp_fmt_bytes(e->memory_bytes, b1),
+           ptdp_fmt_bytes(c->memory_bytes, b2),
+           e->memory_bytes > c->memory_bytes ? " (DOES NOT FIT)" : "");
+}
+
+int ptdp_cmd_plan(int argc, char **argv) {
+    plan_flags F = {.cluster = NULL,
+                    .recompute_granularity = NULL,
+                    .recompute_method = NULL,
+                    .schedule = NULL,
+                    .out = NULL,
+                    .V = 50257,
+                    .div = 128,
+                    .bucket = 40000000,
+                    .top = 20,
+                    .threads = 1,
+                    .overlap = 1};
+    ptdp_opt opts[] = {
+        {"cluster", PTDP_OPT_STR, &F.cluster,
+         "cluster description: a100-superpod, h100-dgx, local, or a JSON file (required)", NULL, 0,
+         0, 0},
+        {"num-devices", PTDP_OPT_INT, &F.n, "devices (ranks) to plan for (required)", NULL, 1, 1e7,
+         0},
+        {"num-layers", PTDP_OPT_INT, &F.l, "transformer layers l (required)", NULL, 1, 1e5, 0},
+        {"hidden-size", PTDP_OPT_INT, &F.h, "hidden size h (required)", NULL, 1, 1e7, 0},
+        {"num-attention-heads", PTDP_OPT_INT, &F.a, "attention heads a (required)", NULL, 1, 1e5,
+         0},
+        {"ffn-hidden-size", PTDP_OPT_INT, &F.ffn, "MLP width (0: 4h)", NULL, 0, 1e8, 0},
+        {"seq-length", PTDP_OPT_INT, &F.s, "sequence length s (required)", NULL, 1, 1e7, 0},
+        {"vocab-size", PTDP_OPT_INT, &F.V, "vocabulary size V", NULL, 2, 1e9, 0},
+        {"make-vocab-size-divisible-by", PTDP_OPT_INT, &F.div, "pad V to a multiple of this x t",
+         NULL, 1, 1e6, 0},
+        {"global-batch-size", PTDP_OPT_INT, &F.B, "global batch size B (required)", NULL, 1, 1e12,
+         0},
+        {"micro-batch-size", PTDP_OPT_INT, &F.b, "pin the micro-batch size b", NULL, 1, 1e6, 0},
+        {"tensor-model-parallel-size", PTDP_OPT_INT, &F.t, "pin t", NULL, 1, 1e6, 0},
+        {"pipeline-model-parallel-size", PTDP_OPT_INT, &F.p, "pin p", NULL, 1, 1e6, 0},
+        {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &F.v,
+         "pin v (model chunks per pipeline rank)", NULL, 1, 1e5, 0},
+        {"pipeline-schedule", PTDP_OPT_STR, &F.schedule,
+         "schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved", 0, 0, 0},
+        {"fp16", PTDP_OPT_BOOL, &F.fp16,
+         "plan for fp16 weights and activations (fp32 master weights and Adam)", NULL, 0, 1, 0},
+        {"bf16", PTDP_OPT_BOOL, &F.bf16, "plan for bf16 (fp32 gradients, master weights, Adam)",
+         NULL, 0, 1, 0},
+        {"recompute-granularity", PTDP_OPT_STR, &F.recompute_granularity,
+         "pin full activation recomputation (default: search with and without)", "full", 0, 0, 0},
+        {"recompute-method", PTDP_OPT_STR, &F.recompute_method,
+         "uniform (default) or block, when recomputing", "uniform|block", 0, 0, 0},
+        {"recompute-num-layers", PTDP_OPT_INT, &F.rc_layers,
+         "layers per recompute group (uniform) or per chunk (block); default 1", NULL, 1, 1e5, 0},
+        {"no-recompute", PTDP_OPT_BOOL, &F.no_recompute, "pin no recomputation", NULL, 0, 1, 0},
+        {"scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.sg,
+         "send 1/t of each activation between stages (the default)", NULL, 0, 1, 0},
+        {"no-scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.no_sg,
+         "send whole activations between stages", NULL, 0, 1, 0},
+        {"use-distributed-optimizer", PTDP_OPT_BOOL, &F.zero,
+         "ZeRO-1: optimizer state sharded over the data-parallel group", NULL, 0, 1, 0},
+        {"overlap-grad-reduce", PTDP_OPT_BOOL, &F.overlap,
+         "overlap the data-parallel reduction with the last backward (ptdp's default)", NULL, 0, 1,
+         0},
+        {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &F.overlap,
+         "reduce gradients after the whole backward (Megatron of the paper)", NULL, 0, 1, 0},
+        {"ddp-bucket-size", PTDP_OPT_INT, &F.bucket, "gradient elements per reduction bucket", NULL,
+         1, 1e15, 0},
+        {"threads", PTDP_OPT_INT, &F.threads,
+         "fp32: OpenMP threads per rank (attention scratch in the memory plan; ptdp train gives "
+         "each rank cores / ranks)",
+         NULL, 1, 4096, 0},
+        {"json", PTDP_OPT_BOOL, &F.json, "print one JSON object (layouts best first)", NULL, 0, 1,
+         0},
+        {"explain", PTDP_OPT_BOOL, &F.explain,
+         "show the terms of the equations for the best layout of the pinned sizes", NULL, 0, 1, 0},
+        {"show-rejected", PTDP_OPT_BOOL, &F.rejected, "list every rejected layout and why", NULL, 0,
+         1, 0},
+        {"top", PTDP_OPT_INT, &F.top, "layouts in the table (0: all)", NULL, 0, 1e9, 0},
+        {"calibrate", PTDP_OPT_BOOL, &F.calibrate,
+         "measure this machine and write a cluster description (see --out)", NULL, 0, 1, 0},
+        {"out", PTDP_OPT_STR, &F.out, "--calibrate: the file to write (default: stdout)", NULL, 0,
+         0, 0},
+    };
+    const int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
+    if (parsed >= 0) return parsed;
+    if (F.calibrate) return ptdp__cli_plan_calibrate(F.out);
+    const struct {
+        int missing;
+        const char *flag;
+    } req[] = {{!F.cluster, "--cluster"},       {!F.n, "--num-devices"},
+               {!F.l, "--num-layers"},          {!F.h, "--hidden-size"},
+               {!F.a, "--num-attention-heads"}, {!F.s, "--seq-length"},
+               {!F.B, "--global-batch-size"}};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (req[i].missing) {
+            ptdp_log_error("missing required flag %s (see ptdp plan --help)", req[i].flag);
+            return 2;
+        }
+    const char *excl =
+        F.fp16 && F.bf16 ? "--fp16 and --bf16"
+        : F.sg && F.no_sg
+            ? "--scatter-gather-tensors-in-pipeline and --no-scatter-gather-tensors-in-pipeline"
+        : F.no_recompute && F.recompute_granularity ? "--no-recompute and --recompute-granularity"
+                                                    : NULL;
+    if (excl) {
+        ptdp_log_error("%s exclude each other; give one", excl);
+        return 2;
+    }
+    if (F.no_recompute && (F.recompute_method || F.rc_layers)) {
+        ptdp_log_error("--recompute-method and --recompute-num-layers need recomputation; drop "
+                       "--no-recompute");
+        return 2;
+    }
+    char path[4096];
+    cluster_path(F.cluster, path, sizeof path);
+    ptdp_cluster c;
+    if (ptdp_cluster_load(path, &c)) {
+        ptdp_log_error("--cluster: %s", ptdp_last_error());
+        return 2;
+    }
+    ptdp_plan_job job = ptdp_plan_job_default_params();
+    job.layers = F.l;
+    job.h = F.h;
+    job.a = F.a;
+    job.ffn = F.ffn;
+    job.s = F.s;
+    job.vocab = F.V;
+    job.vocab_divisible_by = F.div;
+    job.global_batch = F.B;
+    job.precision = F.fp16 ? PTDP_PREC_FP16 : F.bf16 ? PTDP_PREC_BF16 : PTDP_PREC_FP32;
+    job.schedule = F.schedule ? ptdp_schedule_parse_kind(F.schedule) : -1;
+    job.scatter_gather = !F.no_sg;
+    job.zero = F.zero;
+    job.overlap_grad_reduce = F.overlap;
+    job.recompute_method = F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
+                                              : PTDP_RECOMPUTE_UNIFORM;
+    job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
+    job.bucket_floats = F.bucket;
+    /* ptdp's CPU backend's attention numbers for its own memory plan */
+    const ptdp_ops *cpu = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    job.attn_saved_floats = cpu->attention_saved_floats;
+    job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
+    ptdp_plan_pins pins = {.t = (int)F.t,
+                           .p = (int)F.p,
+                           .v = (int)F.v,
+                           .b = (int)F.b,
+                           .recompute = F.recompute_granularity ? 1
+                                        : F.no_recompute        ? 0
+                                                                : -1};
+    if (F.explain && (!F.t || !F.p)) {
+        ptdp_log_error("--explain shows one layout: pin it with --tensor-model-parallel-size and "
+                       "--pipeline-model-parallel-size (and optionally -v, -b, recomputation)");
+        return 2;
+    }
+    ptdp_plan_candidate *cand = NULL;
+    int count = 0, nfit = 0;
+    int rc = ptdp_plan_search(&c, &job, (int)F.n, &pins, &cand, &count, &nfit);
+    if (rc && F.explain && rc != PTDP_ENOMEM && F.n % (F.t * F.p) == 0) {
+        /* the pinned layout may run but not fit: explain it all the same */
+        ptdp_plan_candidate one = {.layout = {.t = (int)F.t,
+                                              .p = (int)F.p,
+                                              .d = (int)(F.n / (F.t * F.p)),
+                                              .v = F.v ? (int)F.v : 1,
+                                              .b = F.b ? (int)F.b : 1,
+                                              .recompute = pins.recompute != 0}};
+        if (ptdp_plan_estimate_layout(&c, &job, &one.layout, &one.est) == PTDP_OK) {
+            print_explain(&c, &job, &one);
+            return 0;
+        }
+    }
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return rc == PTDP_ENOMEM ? 1 : 2;
+    }
+    if (F.explain)
+        print_explain(&c, &job, &cand[0]);
+    else if (F.json)
+        print_json(&F, &c, &job, cand, count, nfit);
+    else
+        print_table(&F, &c, &job, cand, count, nfit);
+    free(cand);
+    return 0;
+}

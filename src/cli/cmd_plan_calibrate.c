@@ -1,0 +1,344 @@
+/* cmd_plan_calibrate.c - `ptdp plan --calibrate`: measures what the
+ * planner's model needs on the machine at hand and writes a cluster
+ * description (the shipped clusters/local.json came from it):
+ *   - GEMM rate by shape: ptdp's CPU GEMM (oneDNN) on the shapes of a
+ *     layer's GEMMs, every rank at once; the node's rate is their sum. The
+ *     fit gives eff_max x peak (written as the peak, gemm_efficiency 1) and
+ *     gemm_half_dim of the model's shape factor g(x) = x / (x + x_half);
+ *   - memory bandwidth: a streaming triad; elementwise_efficiency: the
+ *     effective bandwidth of ptdp's fused bias+GeLU kernel over it;
+ *   - under mpirun -np 2 or more: MPI all-reduce (bus bandwidth and
+ *     per-step latency) and point-to-point between ranks 0 and 1.
+ * The node is one machine whose ranks share its cores (shared_node: their
+ * number); the
+ * 16-bit peaks are the fp32 one (ptdp's CPU kernels are fp32).
+ *
+ * Deliberately not here: measuring more than one node, or thread scaling. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+typedef void (*bench_fn)(void *ctx);
+
+typedef struct {
+    const ptdp_ops *ops;
+    int64_t M, N, K;
+    float *A, *B, *C;
+} gemm_ctx;
+static void run_gemm(void *p) {
+    gemm_ctx *g = p;
+    g->ops->gemm(0, 1, g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->K, 0.0f, g->C, g->N);
+}
+
+typedef struct {
+    float *x, *y, *z, *bias;
+    int64_t n, rows, cols;
+    const ptdp_ops *ops;
+} stream_ctx;
+static void run_triad(void *p) {
+    stream_ctx *s = p;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s->n; i++) s->z[i] = s->x[i] + 0.5f * s->y[i];
+}
+static void run_gelu(void *p) {
+    stream_ctx *s = p;
+    s->ops->bias_gelu_fwd(s->x, s->bias, s->z, s->rows, s->cols);
+}
+
+typedef struct {
+    ptdp_group *g;
+    float *buf;
+    int64_t n;
+} comm_ctx;
+static void run_allreduce(void *p) {
+    comm_ctx *c = p;
+    ptdp_allreduce_sum_f32(c->g, c->buf, c->n);
+}
+/* Ping-pong between ranks 0 and 1 (others only wait at the barrier). */
+static void run_pingpong(void *p) {
+    comm_ctx *c = p;
+    ptdp_comm_req r = PTDP_COMM_REQ_NULL;
+    const int me = c->g->rank;
+    if (me == 0) {
+        ptdp_isend_f32(c->g, c->buf, c->n, 1, 7, &r);
+        ptdp_wait(&r);
+        ptdp_irecv_f32(c->g, c->buf, c->n, 1, 8, &r);
+        ptdp_wait(&r);
+    } else if (me == 1) {
+        ptdp_irecv_f32(c->g, c->buf, c->n, 0, 7, &r);
+        ptdp_wait(&r);
+        ptdp_isend_f32(c->g, c->buf, c->n, 0, 8, &r);
+        ptdp_wait(&r);
+    }
+    ptdp_barrier(c->g);
+}
+
+/* The memory-bound kernels of one layer (forward and backward) at config
+ * (c)'s shape, through ptdp's own table: what the model's T_ew stands for. */
+typedef struct {
+    const ptdp_ops *ops;
+    int64_t s, b, h, al, hd, f;
+    float *x, *y, *z, *w, *bias, *mean, *rstd, *qkv, *dqkv, *ctx, *probs, *scratch, *big, *big2;
+} layer_ctx;
+static void run_layer_ew(void *p) {
+    layer_ctx *L = p;
+    const ptdp_ops *o = L->ops;
+    const int64_t N = L->s * L->b, h = L->h, f = L->f;
+    const ptdp_dropout nod = {.p = 0};
+    for (int k = 0; k < 2; k++) { /* two LayerNorms */
+        o->layernorm_fwd(L->x, L->w, L->bias, L->y, L->mean, L->rstd, N, h, 1e-5f);
+        o->layernorm_bwd(L->y, L->x, L->w, L->mean, L->rstd, L->z, L->w + h, L->bias + h, N, h);
+        o->bias_dropout_add_fwd(L->y, L->bias, L->x, L->z, N, h, nod);
+        o->bias_dropout_add_bwd(L->z, L->y, L->bias + h, N, h, nod);
+    }
+    o->bias_add(L->qkv, L->bias, N, 3 * h);
+    o->bias_bwd(L->qkv, L->bias + h, N, 3 * h);
+    o->attention_fwd(L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
+    o->attention_bwd(L->y, L->qkv, L->ctx, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd,
+                     nod);
+    o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
+    o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
+}
+
+/* Every rank runs fn at the same time: a barrier, then each rank's time;
+ * a repetition takes as long as its slowest rank. Returns the fastest
+ * repetition (all ranks get the same value). */
+static double best_of_all(ptdp_comm *comm, bench_fn fn, void *ctx, int reps) {
+    fn(ctx);
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        /* from the first barrier's end to the last rank's finish: a rank
+         * that waits for a core starts late, and its own clock would not see it */
+        if (comm->world_size > 1) ptdp_barrier(&comm->world);
+        double t0 = ptdp_now();
+        fn(ctx);
+        if (comm->world_size > 1) ptdp_barrier(&comm->world);
+        double dt = ptdp_now() - t0;
+        if (comm->world_size > 1) {
+            float v = (float)dt;
+            ptdp_allreduce_max_f32(&comm->world, &v, 1);
+            dt = v;
+        }
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+int ptdp__cli_plan_calibrate(const char *out) {
+    ptdp_comm comm;
+    int argc = 0;
+    char **argv = NULL;
+    if (ptdp_comm_init(&comm, &argc, &argv)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        return 1;
+    }
+    ptdp__cli_set_threads(&comm);
+    const int root = comm.world_rank == 0, n = comm.world_size;
+    const ptdp_ops *ops = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    ptdp_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "local");
+
+    /* GEMMs of configs like (b) and (c): tokens x {h, 3h, 4h} x {h, 4h},
+     * plus squares; every rank at once, the node's rate is the sum */
+    const int64_t shapes[][3] = {{1024, 256, 256},  {1024, 768, 256},  {1024, 1024, 256},
+                                 {1024, 256, 1024}, {1024, 384, 384},  {1024, 1152, 384},
+                                 {1024, 1536, 384}, {1024, 384, 1536}, {128, 128, 64},
+                                 {256, 256, 256},   {512, 512, 512},   {2048, 2048, 2048},
+                                 {128, 128, 128},   {2048, 512, 2048}, {64, 64, 64}};
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    double rate[32];
+    float *A = malloc(sizeof(float) * 2048 * 2048 * 3);
+    if (!A) {
+        ptdp_log_error("--calibrate: out of memory");
+        ptdp_comm_finalize(&comm);
+        return 1;
+    }
+    for (int64_t i = 0; i < 2048 * 2048 * 3; i++) A[i] = (float)((i * 7) % 13) * 0.01f;
+    for (int i = 0; i < ns; i++) {
+        gemm_ctx g = {.ops = ops,
+                      .M = shapes[i][0],
+                      .N = shapes[i][1],
+                      .K = shapes[i][2],
+                      .A = A,
+                      .B = A + 2048 * 2048,
+                      .C = A + 2 * 2048 * 2048};
+        const double flops = 2.0 * g.M * g.N * g.K;
+        const int reps = flops > 4e9 ? 3 : flops > 2e8 ? 10 : 50;
+        rate[i] = n * flops / best_of_all(&comm, run_gemm, &g, reps);
+    }
+    free(A);
+    /* fit log rate = log P + sum log g(dim) over x_half on a grid */
+    double best_err = 1e30, best_x0 = 0, best_P = 0;
+    for (double x0 = 0; x0 <= 256; x0 += 2) {
+        double sum = 0, err = 0;
+        for (int i = 0; i < ns; i++) {
+            double g = 1;
+            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + x0);
+            sum += log(rate[i] / g);
+        }
+        const double logP = sum / ns;
+        for (int i = 0; i < ns; i++) {
+            double g = 1;
+            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + x0);
+            const double r = log(rate[i]) - logP - log(g);
+            err += r * r;
+        }
+        if (err < best_err) best_err = err, best_x0 = x0, best_P = exp(logP);
+    }
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) c.peak_flops[p] = best_P;
+    c.gemm_efficiency = 1.0;
+    c.gemm_half_dim = best_x0;
+
+    /* memory bandwidth (triad: 12 bytes per element) and the bias+GeLU kernel
+     * (read and write 4 bytes per element) */
+    const int64_t cols = 1536, rows = 8192, len = rows * cols;
+    stream_ctx s = {.x = malloc(sizeof(float) * (size_t)len),
+                    .y = malloc(sizeof(float) * (size_t)len),
+                    .z = malloc(sizeof(float) * (size_t)len),
+                    .bias = calloc((size_t)cols, sizeof(float)),
+                    .n = len,
+                    .rows = rows,
+                    .cols = cols,
+                    .ops = ops};
+    if (!s.x || !s.y || !s.z || !s.bias) {
+        ptdp_log_error("--calibrate: out of memory");
+        ptdp_comm_finalize(&comm);
+        return 1;
+    }
+    for (int64_t i = 0; i < len; i++) s.x[i] = s.y[i] = (float)(i % 17) * 0.1f;
+    const double bw = n * 12.0 * len / best_of_all(&comm, run_triad, &s, 5);
+    const double gelu = n * 8.0 * len / best_of_all(&comm, run_gelu, &s, 5);
+    free(s.x);
+    free(s.y);
+    free(s.z);
+    free(s.bias);
+    c.mem_bandwidth = bw;
+    /* elementwise_efficiency: the model's bytes of one layer's memory-bound
+     * work, forward and backward (3 x bytes_ew, docs/planner.md), over the
+     * time ptdp's kernels take for it, less the attention GEMMs they contain
+     * (at the fitted GEMM rate), as a fraction of the triad's bandwidth */
+    double ew_eff = gelu / bw;
+    {
+        layer_ctx L = {.ops = ops, .s = 256, .b = 4, .h = 384, .al = 6, .hd = 64, .f = 1536};
+        const int64_t N = L.s * L.b, S = L.b * L.al * L.s * L.s;
+        const int th = omp_get_max_threads();
+        const int64_t sizes[] = {N * L.h, N * L.h,     N * L.h,
+                                 4 * L.h, 6 * L.h,     N,
+                                 N,       3 * N * L.h, 3 * N * L.h,
+                                 N * L.h, S,           ptdp_attention_scratch_floats(L.s, th),
+                                 N * L.f, N * L.f};
+        float **ptrs[] = {&L.x,   &L.y,    &L.z,   &L.w,     &L.bias,    &L.mean, &L.rstd,
+                          &L.qkv, &L.dqkv, &L.ctx, &L.probs, &L.scratch, &L.big,  &L.big2};
+        int okay = 1;
+        for (int i = 0; i < 14; i++) {
+            *ptrs[i] = calloc((size_t)sizes[i], sizeof(float));
+            okay &= *ptrs[i] != NULL;
+        }
+        if (okay) {
+            for (int64_t i = 0; i < N * L.h; i++) L.x[i] = (float)(i % 11) * 0.1f;
+            for (int64_t i = 0; i < 3 * N * L.h; i++) L.qkv[i] = (float)(i % 7) * 0.01f;
+            for (int64_t i = 0; i < L.h; i++) L.w[i] = 1.0f;
+            const double t_layer = best_of_all(&comm, run_layer_ew, &L, 5);
+            /* the attention's GEMMs: scores and context, forward and backward */
+            double g = 1;
+            const double dims[3] = {(double)L.s, (double)L.s, (double)L.hd};
+            for (int k = 0; k < 3; k++) g *= dims[k] / (dims[k] + best_x0);
+            const double t_att_gemm =
+                3.0 * 2 * 2.0 * L.b * L.al * L.s * L.s * L.hd / (best_P / n * g);
+            const double bytes =
+                3.0 * (4.0 * (10.0 * N * L.h + 4.0 * S + 2.0 * N * L.f) + S + 2.0 * N * L.h);
+            const double rest = t_layer - t_att_gemm;
+            if (rest > 0) ew_eff = bytes / rest / (bw / n);
+            if (root)
+                fprintf(stderr,
+                        "calibrate: one layer's memory-bound kernels at config (c)'s shape: "
+                        "%.3g ms (attention GEMMs %.3g ms of it)\n",
+                        t_layer * 1e3, t_att_gemm * 1e3);
+        }
+        for (int i = 0; i < 14; i++) free(*ptrs[i]);
+    }
+    c.elementwise_efficiency = ew_eff < 1 ? ew_eff : 1;
+
+    /* links: one node, every rank a device */
+    c.devices_per_node = 8;
+    c.shared_node = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c.shared_node < 1) c.shared_node = 1;
+    c.memory_bytes = 0;
+    {
+        FILE *f = fopen("/proc/meminfo", "r");
+        double kb = 0;
+        if (f) {
+            char line[256];
+            while (fgets(line, sizeof line, f))
+                if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+            fclose(f);
+        }
+        /* the node's memory, shared by its ranks: a device gets 1/8 */
+        c.memory_bytes = kb > 0 ? kb * 1024.0 / c.devices_per_node : 1e9;
+    }
+    if (n > 1) {
+        const int64_t big = 1 << 20;
+        comm_ctx cc = {.g = &comm.world, .buf = calloc((size_t)big, sizeof(float)), .n = big};
+        if (!cc.buf) {
+            ptdp_log_error("--calibrate: out of memory");
+            ptdp_comm_finalize(&comm);
+            return 1;
+        }
+        const double t_big = best_of_all(&comm, run_allreduce, &cc, 5);
+        cc.n = 1;
+        const double t_small = best_of_all(&comm, run_allreduce, &cc, 50);
+        c.intra_latency = t_small / (2.0 * (n - 1));
+        c.intra_bandwidth =
+            2.0 * (n - 1) / n * 4.0 * big / (t_big - t_small > 0 ? t_big - t_small : t_big);
+        cc.n = big;
+        const double pp_big = best_of_all(&comm, run_pingpong, &cc, 5) / 2;
+        cc.n = 1;
+        const double pp_small = best_of_all(&comm, run_pingpong, &cc, 50) / 2;
+        /* the model's transfers use the collective's link numbers; report p2p too */
+        if (root)
+            fprintf(stderr,
+                    "calibrate: point-to-point %.3g GB/s, latency %.3g us (all-reduce bus %.3g "
+                    "GB/s, %.3g us per step)\n",
+                    4.0 * big / (pp_big - pp_small) / 1e9, pp_small * 1e6, c.intra_bandwidth / 1e9,
+                    c.intra_latency * 1e6);
+        c.inter_bandwidth = c.intra_bandwidth;
+        c.inter_latency = c.intra_latency;
+        free(cc.buf);
+    } else {
+        if (root)
+            fprintf(stderr, "calibrate: one process: link numbers are guesses from the memory "
+                            "bandwidth; run under mpirun -np 2 or more to measure them\n");
+        c.intra_bandwidth = c.inter_bandwidth = bw / 8;
+        c.intra_latency = c.inter_latency = 5e-6;
+    }
+    c.overhead_s = 0;
+    int status = 0;
+    if (root) {
+        fprintf(stderr,
+                "calibrate: %d rank(s), %d threads each: GEMM %.4g GFLOP/s (x_half %.0f), "
+                "memory %.3g GB/s, bias+GeLU %.3g GB/s\n",
+                n, omp_get_max_threads(), best_P / 1e9, best_x0, bw / 1e9, gelu / 1e9);
+        FILE *f = out ? fopen(out, "w") : stdout;
+        if (!f) {
+            ptdp_log_error("--out: cannot open '%s' for writing", out);
+            status = 2;
+        } else {
+            if (ptdp_cluster_write(f, &c)) {
+                ptdp_log_error("--out: %s", ptdp_last_error());
+                status = 1;
+            }
+            if (out && fclose(f)) status = 1;
+        }
+    }
+    ptdp_comm_finalize(&comm);
+    return status;
+}

@@ -1,0 +1,403 @@
+/* perf.c - the planner's performance and memory model of one layout
+ * (t, p, d, v, b, recomputation) of one job on one cluster: iteration time,
+ * model TFLOP/s per device, bubble, time per communication kind, memory per
+ * device. docs/planner.md writes every equation out; the names below follow
+ * it.
+ *
+ * Time: a roofline per GEMM with a shape factor (tensor cores and CPU
+ * kernels alike reach their best rate only on large dimensions), memory-bound
+ * kernels at a fraction of the memory bandwidth, ring collectives with a
+ * bandwidth and a latency term, the pipeline's forward and backward passes
+ * timed by the schedule simulator (sim.c) with each virtual stage's own cost,
+ * then the data-parallel reduction (partly hidden behind the last
+ * micro-batch's backward when overlapped) and the optimizer step.
+ * Memory: fp32 (what ptdp trains today) is memory.c's exact plan of every
+ * pipeline rank; 16-bit is the paper's model (16 bytes per parameter with
+ * fp16 gradients, 18 with bf16's fp32 gradients; activations of
+ * s b h (10 + 24/t + 5 a s / (h t)) bytes per layer).
+ *
+ * Deliberately not here: link contention between collectives, kernel launch
+ * latencies (the cluster's overhead_s stands for all fixed costs), overlap
+ * of tensor-parallel communication with compute (Megatron of the paper does
+ * not overlap it), sequence parallelism. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+ptdp_plan_job ptdp_plan_job_default_params(void) {
+    return (ptdp_plan_job){.layers = 0,
+                           .h = 0,
+                           .a = 0,
+                           .ffn = 0,
+                           .s = 0,
+                           .vocab = 0,
+                           .vocab_divisible_by = 128,
+                           .global_batch = 0,
+                           .precision = PTDP_PREC_FP32,
+                           .schedule = -1,
+                           .scatter_gather = 1,
+                           .zero = 0,
+                           .overlap_grad_reduce = 1,
+                           .recompute_method = PTDP_RECOMPUTE_UNIFORM,
+                           .recompute_num_layers = 1,
+                           .bucket_floats = 40000000,
+                           .attn_saved_floats = NULL,
+                           .attn_scratch_floats = 0};
+}
+
+double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute) {
+    const double B = (double)job->global_batch, s = (double)job->s, l = (double)job->layers,
+                 h = (double)job->h, V = (double)vocab_padded;
+    return (recompute ? 96.0 : 72.0) * B * s * l * h * h *
+           (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+/* Ring all-reduce of `bytes` over n devices joined by a link of bus
+ * bandwidth bw and per-step latency lat: 2 (n-1)/n bytes/bw + 2 (n-1) lat. */
+static double allreduce_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0.0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+/* Reduce-scatter or all-gather: half of a ring all-reduce. */
+static double half_ring_s(double bytes, int n, double bw, double lat) {
+    return 0.5 * allreduce_s(bytes, n, bw, lat);
+}
+
+/* A GEMM's shape factor: g(x) = x / (x + x_half) for each dimension. */
+static double gemm_eff(const ptdp_cluster *c, double M, double N, double K) {
+    const double x0 = c->gemm_half_dim;
+    return c->gemm_efficiency * (M / (M + x0)) * (N / (N + x0)) * (K / (K + x0));
+}
+/* batch x [M, K] x [K, N] at the precision's peak. */
+static double gemm_s(const ptdp_cluster *c, double peak, double batch, double M, double N,
+                     double K) {
+    return 2.0 * batch * M * N * K / (peak * gemm_eff(c, M, N, K));
+}
+
+/* Local parameters of one transformer layer on one tensor rank (memory.c's
+ * twelve tensors). */
+static double layer_params(int64_t h, int64_t ffn, int64_t t) {
+    return (double)(3 * h / t * h + 3 * h / t + h * (h / t) + h + ffn / t * h + ffn / t +
+                    h * (ffn / t) + h + 4 * h);
+}
+
+/* Checks what makes a layout impossible, with the search's reasons. */
+static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const ptdp_plan_layout *L,
+                        int64_t ffn, int *m_out) {
+    const int64_t t = L->t, p = L->p, d = L->d, v = L->v, b = L->b;
+    if (t < 1 || p < 1 || d < 1 || v < 1 || b < 1)
+        return ptdp_errorf(PTDP_ECONFIG, "sizes must be positive");
+    if (t > c->devices_per_node)
+        return ptdp_errorf(PTDP_ECONFIG, "t=%lld exceeds a node (%d devices)", (long long)t,
+                           c->devices_per_node);
+    if (c->devices_per_node % t)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "t=%lld does not divide a node of %d devices (a tensor group would "
+                           "span two nodes)",
+                           (long long)t, c->devices_per_node);
+    if (job->a % t)
+        return ptdp_errorf(PTDP_ECONFIG, "heads %lld not divisible by t=%lld", (long long)job->a,
+                           (long long)t);
+    if (job->h % t || ffn % t)
+        return ptdp_errorf(PTDP_ECONFIG, "hidden %lld or ffn %lld not divisible by t=%lld",
+                           (long long)job->h, (long long)ffn, (long long)t);
+    if (job->layers % (p * v))
+        return ptdp_errorf(PTDP_ECONFIG, "layers %lld not divisible by p x v = %lld",
+                           (long long)job->layers, (long long)(p * v));
+    if (job->global_batch % (b * d))
+        return ptdp_errorf(PTDP_ECONFIG, "batch %lld not divisible by b x d = %lld",
+                           (long long)job->global_batch, (long long)(b * d));
+    const int64_t m = job->global_batch / (b * d);
+    if (m > 1000000)
+        return ptdp_errorf(PTDP_ECONFIG, "too many micro-batches (%lld)", (long long)m);
+    const int kind = job->schedule >= 0 ? job->schedule
+                     : v > 1            ? PTDP_SCHED_INTERLEAVED
+                                        : PTDP_SCHED_1F1B;
+    if (v > 1 && p == 1) return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs p > 1", (long long)v);
+    if (v > 1 && kind != PTDP_SCHED_INTERLEAVED)
+        return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs the interleaved schedule", (long long)v);
+    if (v == 1 && kind == PTDP_SCHED_INTERLEAVED)
+        return ptdp_errorf(PTDP_ECONFIG, "the interleaved schedule needs v > 1");
+    if (kind == PTDP_SCHED_INTERLEAVED && m % p)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "interleaved: micro-batches m=%lld not a multiple of p=%lld",
+                           (long long)m, (long long)p);
+    *m_out = (int)m;
+    return PTDP_OK;
+}
+
+/* Memory of one pipeline rank at 16 bits (the paper's model). */
+static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
+                         const ptdp_schedule_params *sp, int rank, int64_t ffn, int64_t Vp,
+                         double mem[PTDP_PMEM_COUNT], double *params) {
+    const double w = ptdp_plan_precision_bytes(job->precision),
+                 wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
+    const int64_t t = L->t, h = job->h, s = job->s, b = L->b, stages = (int64_t)L->p * L->v;
+    const int64_t Lc = job->layers / stages,
+                  k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    const double N = (double)(s * b);
+    /* the paper's activation bytes of one layer without recomputation */
+    const double full =
+        N * (double)h * (10.0 + 24.0 / (double)t + 5.0 * (double)(job->a * s) / (double)(h * t));
+    const double input = N * (double)h * w;
+    double P = 0, act = 0, work = 0;
+    for (int c = 0; c < L->v; c++) {
+        const int64_t stage = (int64_t)c * L->p + rank;
+        const int pre = stage == 0, post = stage == stages - 1;
+        P += (double)Lc * layer_params(h, ffn, t);
+        if (pre || post) P += (double)(Vp / t * h);
+        if (pre) P += (double)(s * h);
+        if (post) P += 2.0 * (double)h;
+        double slot = 0;
+        if (!L->recompute) {
+            slot = (double)Lc * full;
+        } else if (job->recompute_method == PTDP_RECOMPUTE_BLOCK) {
+            const int64_t rc = k < Lc ? k : Lc;
+            slot = (double)rc * input + (double)(Lc - rc) * full;
+        } else {
+            slot = (double)((Lc + k - 1) / k) * input;
+        }
+        act += slot * ptdp_schedule_chunk_inflight(sp, rank, c);
+        if (post) work += N * (double)(Vp / t) * (w + 4.0); /* logits and their fp32 softmax */
+    }
+    if (L->recompute) work += (double)(k < Lc ? k : Lc) * full; /* one group rerun */
+    if (L->p > 1) work += 4.0 * input;                          /* send and receive buffers */
+    mem[PTDP_PMEM_WEIGHTS] = P * w;
+    mem[PTDP_PMEM_GRADIENTS] = P * wg;
+    mem[PTDP_PMEM_OPTIMIZER] = P * 12.0 / (job->zero ? (double)L->d : 1.0);
+    mem[PTDP_PMEM_ACTIVATIONS] = act;
+    mem[PTDP_PMEM_BUFFERS] = work;
+    *params = P;
+}
+
+/* Memory of one pipeline rank at fp32: memory.c's exact plan. */
+static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
+                       const ptdp_schedule_params *sp, int rank, int64_t ffn, int64_t Vp,
+                       double mem[PTDP_PMEM_COUNT], double *params) {
+    ptdp_plan_rank r = ptdp_plan_rank_default_params();
+    r.layers = job->layers;
+    r.h = job->h;
+    r.a = job->a;
+    r.ffn = ffn;
+    r.s = job->s;
+    r.b = L->b;
+    r.vocab_padded = Vp;
+    r.max_positions = job->s;
+    r.t = L->t;
+    r.d = L->d;
+    r.pp_rank = rank;
+    r.sched = *sp;
+    r.zero = job->zero;
+    r.bucket_floats = job->bucket_floats;
+    r.recompute = L->recompute ? job->recompute_method : PTDP_RECOMPUTE_NONE;
+    r.recompute_num_layers = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    const int64_t al = job->a / L->t;
+    r.attn_saved_floats = job->attn_saved_floats ? job->attn_saved_floats(job->s, L->b, al)
+                                                 : L->b * al * job->s * job->s;
+    r.attn_scratch_floats = job->attn_scratch_floats;
+    size_t bytes[PTDP_MEM_NCAT];
+    int rc = ptdp_plan_rank_memory(&r, bytes);
+    if (rc) return rc;
+    mem[PTDP_PMEM_WEIGHTS] = (double)bytes[PTDP_MEM_WEIGHTS];
+    mem[PTDP_PMEM_GRADIENTS] = (double)bytes[PTDP_MEM_GRADIENTS];
+    mem[PTDP_PMEM_OPTIMIZER] = (double)bytes[PTDP_MEM_OPTIMIZER];
+    mem[PTDP_PMEM_ACTIVATIONS] = (double)bytes[PTDP_MEM_ACTIVATIONS];
+    mem[PTDP_PMEM_BUFFERS] = (double)(bytes[PTDP_MEM_WORKSPACE] + bytes[PTDP_MEM_PIPELINE] +
+                                      bytes[PTDP_MEM_GRAD_SHARD] + bytes[PTDP_MEM_EVAL]);
+    *params = (double)bytes[PTDP_MEM_WEIGHTS] / 4.0;
+    return PTDP_OK;
+}
+
+/* time_if_oom 0: stop after the memory model when the layout does not fit
+ * (the search needs no time for a rejected layout). */
+int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const ptdp_plan_layout *L,
+                        ptdp_plan_estimate *est, int time_if_oom) {
+    memset(est, 0, sizeof *est);
+    const int64_t ffn = job->ffn ? job->ffn : 4 * job->h;
+    int m = 0;
+    int rc = check_layout(c, job, L, ffn, &m);
+    if (rc) return rc;
+    const int t = L->t, p = L->p, d = L->d, v = L->v, dpn = c->devices_per_node;
+    const int64_t mult = job->vocab_divisible_by * t;
+    const int64_t Vp = (job->vocab + mult - 1) / mult * mult;
+    const double w = ptdp_plan_precision_bytes(job->precision),
+                 wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
+    /* Processes sharing a node's C cores (shared_node = C): k ranks on the
+     * node, each with max(1, C/k) threads, run at the node's rate times
+     * min(1/k, 1/C) while they run; when k > C they also take turns (below). */
+    const int64_t n_all = (int64_t)t * p * d, k_node = n_all < dpn ? n_all : dpn;
+    const int cores = c->shared_node;
+    const double share = cores ? 1.0 / (double)(k_node > cores ? cores : k_node) : 1.0;
+    const double peak = c->peak_flops[job->precision] * share;
+    const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency * share;
+    const double h = (double)job->h, s = (double)job->s, b = (double)L->b, a = (double)job->a;
+    const double N = s * b, hl = h / t, fl = (double)ffn / t, al = a / t, hd = h / a;
+    /* links: the tensor group lives in a node; the data group spans nodes
+     * once t*d exceeds one; adjacent pipeline stages sit t*d ranks apart */
+    const double tp_bw = c->intra_bandwidth, tp_lat = c->intra_latency;
+    const int dp_inter = (int64_t)t * d > dpn, pp_inter = (int64_t)t * d >= dpn;
+    const double dp_bw = dp_inter ? c->inter_bandwidth : c->intra_bandwidth,
+                 dp_lat = dp_inter ? c->inter_latency : c->intra_latency;
+    const double pp_bw = pp_inter ? c->inter_bandwidth : c->intra_bandwidth,
+                 pp_lat = pp_inter ? c->inter_latency : c->intra_latency;
+
+    /* one layer, one micro-batch, one device: forward */
+    const double gemm_f = gemm_s(c, peak, 1, N, 3 * hl, h) +  /* QKV, column-parallel */
+                          gemm_s(c, peak, b * al, s, s, hd) + /* scores Q K^T */
+                          gemm_s(c, peak, b * al, s, hd, s) + /* context P V */
+                          gemm_s(c, peak, 1, N, h, hl) +      /* attention out, row-parallel */
+                          gemm_s(c, peak, 1, N, fl, h) +      /* MLP in */
+                          gemm_s(c, peak, 1, N, h, fl);       /* MLP out */
+    const double S = b * al * s * s;                          /* attention scores on this device */
+    const double ew_bytes = w * (10 * N * h + 4 * S + 2 * N * fl) + (S + 2 * N * h);
+    const double ew_f = ew_bytes / ew_bw;
+    const double ar_act = allreduce_s(N * h * w, t, tp_bw, tp_lat);
+    const double tp_f = 2 * ar_act;
+    est->layer_gemm_fwd_s = gemm_f;
+    est->layer_elementwise_fwd_s = ew_f;
+    est->layer_tp_fwd_s = tp_f;
+    est->gemm_efficiency = gemm_eff(c, N, fl, h);
+    const double fwd = gemm_f + ew_f + tp_f;
+    const double bwd = 2 * gemm_f + 2 * ew_f + tp_f; /* input and weight gradients */
+    est->layer_fwd_s = fwd;
+    est->layer_bwd_s = bwd + (L->recompute ? fwd : 0);
+
+    /* loss head (last stage; ptdp runs its backward inside the forward) and
+     * embedding (first stage) */
+    const double Vl = (double)Vp / t;
+    const double head = 3 * gemm_s(c, peak, 1, N, Vl, h) + 6 * 4 * N * Vl / ew_bw +
+                        3 * allreduce_s(N * 4, t, tp_bw, tp_lat) + ar_act + 8 * N * h * w / ew_bw;
+    const double emb_f = 4 * N * h * w / ew_bw + ar_act, emb_b = 4 * N * h * w / ew_bw;
+    est->head_s = head;
+    est->embedding_s = emb_f + emb_b;
+
+    /* one transfer between stages: [s, b, h] (1/t of it with scatter/gather,
+     * then an all-gather in the tensor group) */
+    const int sg = job->scatter_gather && t > 1;
+    double p2p = 0;
+    if (p > 1) {
+        p2p = pp_lat + N * h * w / (sg ? t : 1) / pp_bw;
+        if (sg) p2p += half_ring_s(N * h * w, t, tp_bw, tp_lat);
+    }
+    est->p2p_s = p2p;
+
+    ptdp_schedule_params sp = ptdp_schedule_default_params();
+    sp.p = p;
+    sp.m = m;
+    sp.v = v;
+    sp.kind = job->schedule;
+    sp.kind = ptdp_schedule_resolve_kind(&sp);
+    est->schedule = sp.kind;
+    est->m = m;
+    est->vocab_padded = Vp;
+    /* memory: the most loaded pipeline rank (the first holds the most
+     * micro-batches, the last the loss head) */
+    double best_total = -1;
+    for (int r = 0; r < p; r += (p > 2 ? p - 1 : 1)) {
+        double mem[PTDP_PMEM_COUNT], P = 0, total = 0;
+        if (job->precision == PTDP_PREC_FP32) {
+            rc = memory_fp32(job, L, &sp, r, ffn, Vp, mem, &P);
+            if (rc) return rc;
+        } else {
+            memory_16bit(job, L, &sp, r, ffn, Vp, mem, &P);
+        }
+        for (int i = 0; i < PTDP_PMEM_COUNT; i++) total += mem[i];
+        if (total > best_total) {
+            best_total = total;
+            memcpy(est->memory, mem, sizeof mem);
+            est->params_per_device = P;
+        }
+        if (p == 1) break;
+    }
+    est->memory_bytes = best_total;
+
+    if (!time_if_oom && est->memory_bytes > c->memory_bytes) return PTDP_OK;
+
+    /* the pipeline: every virtual stage's forward and backward in the simulator */
+    const int stages = p * v;
+    const int64_t Lc = job->layers / stages;
+    const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    const int64_t rc_layers = !L->recompute                                   ? 0
+                              : job->recompute_method == PTDP_RECOMPUTE_BLOCK ? (k < Lc ? k : Lc)
+                                                                              : Lc;
+    double *sf = malloc(sizeof(double) * 2 * (size_t)stages);
+    if (!sf) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
+    double *sb = sf + stages;
+    /* A stage's forward receives its input and sends its output (a backward
+     * the gradients, the other way): in steady state each is a blocking
+     * exchange with a neighbour that is itself computing, so both transfers
+     * sit on the rank's timeline; the first and last stage have one. */
+    for (int st = 0; st < stages; st++) {
+        const double xfers = p > 1 ? (st > 0) + (st < stages - 1) : 0;
+        sf[st] =
+            (double)Lc * fwd + (st == 0 ? emb_f : 0) + (st == stages - 1 ? head : 0) + xfers * p2p;
+        sb[st] = (double)Lc * bwd + (double)rc_layers * fwd + (st == 0 ? emb_b : 0) + xfers * p2p;
+    }
+    ptdp_schedule sched;
+    rc = ptdp_schedule_init(&sched, &sp);
+    ptdp_sim_result res;
+    if (rc == PTDP_OK) {
+        const ptdp_sim_costs costs = {
+            .forward = 0, .backward = 0, .comm = 0, .stage_forward = sf, .stage_backward = sb};
+        rc = ptdp_sim_run(&sched, &costs, &res);
+        ptdp_schedule_free(&sched);
+    }
+    if (rc) {
+        free(sf);
+        return rc;
+    }
+    est->pipeline_s = res.makespan;
+    est->bubble_fraction = res.bubble_fraction;
+    if (cores && k_node > cores) {
+        /* more ranks than cores: a waiting rank yields its core, so the node
+         * finishes no sooner than all its ranks' work spread over C cores */
+        double work = 0;
+        for (int r = 0; r < p; r++) work += res.busy[r];
+        work *= (double)k_node / (double)p / (double)cores;
+        if (work > est->pipeline_s) est->pipeline_s = work;
+    }
+    ptdp_sim_result_free(&res);
+    /* the last micro-batch's backward on the first rank: what an overlapped
+     * reduction can hide behind */
+    double last_bwd = 0;
+    for (int c2 = 0; c2 < v; c2++) last_bwd += sb[c2 * p];
+    free(sf);
+
+    /* data parallelism: all-reduce (or reduce-scatter + all-gather of the
+     * weights under ZeRO-1) of the rank's gradients */
+    const double P = est->params_per_device;
+    double reduce =
+        job->zero ? half_ring_s(P * wg, d, dp_bw, dp_lat) : allreduce_s(P * wg, d, dp_bw, dp_lat);
+    const double gather = job->zero ? half_ring_s(P * w, d, dp_bw, dp_lat) : 0;
+    est->dp_allreduce_s = reduce + gather;
+    if (job->overlap_grad_reduce && d > 1) {
+        const double buckets = ceil(P / (double)job->bucket_floats);
+        const double hidden = reduce - last_bwd, last = reduce / (buckets < 1 ? 1 : buckets);
+        reduce = hidden > last ? hidden : last;
+    }
+    est->comm_s[PTDP_COMM_DATA] = reduce + gather;
+    /* tied embedding: first and last stage sum their copies' gradients */
+    est->comm_s[PTDP_COMM_EMBEDDING] =
+        p > 1 ? allreduce_s(Vl * h * wg, 2, c->inter_bandwidth, c->inter_latency) : 0;
+    /* optimizer: read gradient, weight, m, v; write weight, m, v (and the
+     * 16-bit copy); the gradient norm reads the gradients, zeroing writes them */
+    const double opt_bytes = (job->precision == PTDP_PREC_FP32 ? 28.0 : 24.0 + wg + w) + 2 * wg;
+    est->optimizer_s = P / (job->zero ? d : 1) * opt_bytes / ew_bw;
+    est->overhead_s = c->overhead_s;
+    /* what the rank spends communicating inside the pipeline passes */
+    const double per_mb = (double)(job->layers / p) * (tp_f * (L->recompute ? 3 : 2) * 1.0);
+    est->comm_s[PTDP_COMM_TENSOR] = m * per_mb;
+    est->comm_s[PTDP_COMM_PIPELINE] = p > 1 ? 4.0 * m * v * p2p : 0;
+    est->iteration_s = est->pipeline_s + est->comm_s[PTDP_COMM_DATA] +
+                       est->comm_s[PTDP_COMM_EMBEDDING] + est->optimizer_s + est->overhead_s;
+    est->model_flops = ptdp_plan_model_flops(job, Vp, L->recompute);
+    est->tflops_per_device = est->model_flops / (est->iteration_s * (double)t * p * d) / 1e12;
+    return PTDP_OK;
+}
+
+int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
+                              const ptdp_plan_layout *L, ptdp_plan_estimate *est) {
+    return ptdp__plan_estimate(c, job, L, est, 1);
+}

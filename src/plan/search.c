@@ -1,0 +1,117 @@
+/* search.c - the planner's search: every layout (t, p, d, v, b,
+ * recomputation) of n devices that the pins allow, each predicted by
+ * perf.c, ranked by predicted iteration time (the same global batch, so the
+ * fastest iteration is the highest throughput), rejected ones with their
+ * reason.
+ *
+ * What is searched: t and p over the divisors of n (d = n / (t p)), v over
+ * the divisors of l/p (interleaving needs p > 1), b over the divisors of
+ * B/d up to 64, recomputation off and on. Deliberately not searched: the
+ * recomputation method and group size, scatter/gather, ZeRO-1 and the
+ * schedule (the job's flags fix them), non-uniform stages. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+static int cmp_candidate(const void *x, const void *y) {
+    const ptdp_plan_candidate *a = x, *b = y;
+    if (a->fits != b->fits) return b->fits - a->fits;
+    if (a->fits)
+        return (a->est.iteration_s > b->est.iteration_s) -
+               (a->est.iteration_s < b->est.iteration_s);
+    return 0;
+}
+
+static int check_job(const ptdp_plan_job *job, int n) {
+    if (n < 1) return ptdp_errorf(PTDP_EINVAL, "--num-devices must be at least 1");
+    const struct {
+        int64_t v;
+        const char *flag;
+    } req[] = {{job->layers, "--num-layers"},     {job->h, "--hidden-size"},
+               {job->a, "--num-attention-heads"}, {job->s, "--seq-length"},
+               {job->vocab, "--vocab-size"},      {job->global_batch, "--global-batch-size"}};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (req[i].v < 1) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s", req[i].flag);
+    if (job->h % job->a)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--hidden-size %lld is not divisible by --num-attention-heads %lld "
+                           "(every head needs h/a channels)",
+                           (long long)job->h, (long long)job->a);
+    return PTDP_OK;
+}
+
+int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
+                     const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit) {
+    *out = NULL;
+    *count = *nfit = 0;
+    int rc = check_job(job, n);
+    if (rc) return rc;
+    int cap = 256, len = 0;
+    ptdp_plan_candidate *cand = malloc(sizeof *cand * (size_t)cap);
+    if (!cand) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
+    for (int t = 1; t <= n; t++) {
+        if (n % t || (pins->t && t != pins->t)) continue;
+        for (int p = 1; p <= n / t; p++) {
+            if ((n / t) % p || (pins->p && p != pins->p)) continue;
+            const int d = n / (t * p);
+            for (int v = 1; v <= job->layers; v++) {
+                if (pins->v ? v != pins->v : (v > 1 && (p == 1 || (job->layers / p) % v))) continue;
+                if (!pins->v && v > 1 && job->layers % p) continue;
+                for (int b = 1; b <= (pins->b ? pins->b : 64); b++) {
+                    if (pins->b ? b != pins->b : (job->global_batch / d) % b != 0) continue;
+                    for (int r = 0; r <= 1; r++) {
+                        if (pins->recompute >= 0 && r != pins->recompute) continue;
+                        if (len == cap) {
+                            ptdp_plan_candidate *g = realloc(cand, sizeof *cand * (size_t)cap * 2);
+                            if (!g) {
+                                free(cand);
+                                return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
+                            }
+                            cand = g;
+                            cap *= 2;
+                        }
+                        ptdp_plan_candidate *k = &cand[len++];
+                        memset(k, 0, sizeof *k);
+                        k->layout = (ptdp_plan_layout){
+                            .t = t, .p = p, .d = d, .v = v, .b = b, .recompute = r};
+                        rc = ptdp__plan_estimate(c, job, &k->layout, &k->est, 0);
+                        if (rc == PTDP_ENOMEM) {
+                            free(cand);
+                            return rc;
+                        }
+                        if (rc) {
+                            snprintf(k->reason, sizeof k->reason, "%s", ptdp_last_error());
+                        } else if (k->est.memory_bytes > c->memory_bytes) {
+                            snprintf(k->reason, sizeof k->reason,
+                                     "does not fit: needs %.1f GiB of %.1f GiB per device",
+                                     k->est.memory_bytes / 1073741824.0,
+                                     c->memory_bytes / 1073741824.0);
+                        } else {
+                            k->fits = 1;
+                            (*nfit)++;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    qsort(cand, (size_t)len, sizeof *cand, cmp_candidate);
+    if (*nfit == 0) {
+        const char *why = len ? cand[0].reason : "no (t, p) divides the device count";
+        /* prefer a memory reason: the layouts that could run but do not fit */
+        for (int i = 0; i < len; i++)
+            if (!strncmp(cand[i].reason, "does not fit", 12)) {
+                why = cand[i].reason;
+                break;
+            }
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "no layout of %d devices can run this job (%d tried; e.g. %s)", n, len,
+                         why);
+        free(cand);
+        return rc;
+    }
+    *out = cand;
+    *count = len;
+    return PTDP_OK;
+}

@@ -1,0 +1,347 @@
+/* test_plan.c - the planner's formulas against hand-computed values (bubble,
+ * per-stage simulator costs, the paper's communication volumes per
+ * micro-batch for t, p and d, memory per category at 16 bits, the model
+ * FLOPs), the search (memory limits respected, rejection reasons, pins),
+ * bad input (cluster file with a missing key, heads that do not divide, a
+ * device count no layout can use), and the paper's Table 1 on the shipped
+ * A100 description: the three rows of the issue within 5%, all ten rows with
+ * a mean absolute error of at most 5% and none off by more than 10%. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "plan/plan.h"
+#include "test.h"
+
+/* A cluster with round numbers: the GEMM and memory-bound terms are exact
+ * when gemm_half_dim is 0 and the efficiencies 1. */
+static ptdp_cluster round_cluster(void) {
+    ptdp_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "round");
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) c.peak_flops[p] = 1e12;
+    c.memory_bytes = 1e15;
+    c.devices_per_node = 8;
+    c.mem_bandwidth = 1e11;
+    c.intra_bandwidth = 1e10;
+    c.intra_latency = 0;
+    c.inter_bandwidth = 1e9;
+    c.inter_latency = 0;
+    c.gemm_efficiency = 1;
+    c.gemm_half_dim = 0;
+    c.elementwise_efficiency = 1;
+    c.overhead_s = 0;
+    return c;
+}
+
+static ptdp_plan_job small_job(void) {
+    ptdp_plan_job j = ptdp_plan_job_default_params();
+    j.layers = 8;
+    j.h = 256;
+    j.a = 8;
+    j.s = 128;
+    j.vocab = 1024;
+    j.global_batch = 64;
+    j.precision = PTDP_PREC_FP16;
+    j.overlap_grad_reduce = 0;
+    return j;
+}
+
+static void test_bubble(void) {
+    /* uniform costs: the paper's (p-1)/m and (p-1)/(v m) */
+    const int cases[][3] = {{4, 8, 1}, {4, 8, 2}, {2, 4, 1}, {8, 16, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ptdp_schedule_params sp = ptdp_schedule_default_params();
+        sp.p = cases[i][0];
+        sp.m = cases[i][1];
+        sp.v = cases[i][2];
+        ptdp_schedule s;
+        CHECK_OK(ptdp_schedule_init(&s, &sp));
+        ptdp_sim_costs c = ptdp_sim_default_costs();
+        c.forward /= sp.v;
+        c.backward /= sp.v;
+        ptdp_sim_result r;
+        CHECK_OK(ptdp_sim_run(&s, &c, &r));
+        CHECK_CLOSE(r.bubble_fraction, (double)(sp.p - 1) / (sp.v * sp.m), 1e-9, 1e-12);
+        ptdp_sim_result_free(&r);
+        ptdp_schedule_free(&s);
+    }
+    /* per-stage costs, p=2, m=1 (1F1B): F on stage 0 (1), F on stage 1 (2),
+     * B on stage 1 (3), B on stage 0 (4) run one after another: 10 */
+    ptdp_schedule_params sp = ptdp_schedule_default_params();
+    sp.p = 2;
+    sp.m = 1;
+    ptdp_schedule s;
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    const double f[2] = {1, 2}, b[2] = {4, 3};
+    ptdp_sim_costs c = {
+        .forward = 0, .backward = 0, .comm = 0, .stage_forward = f, .stage_backward = b};
+    ptdp_sim_result r;
+    CHECK_OK(ptdp_sim_run(&s, &c, &r));
+    CHECK_CLOSE(r.makespan, 10.0, 1e-12, 0);
+    CHECK_CLOSE(r.ideal, 5.0, 1e-12, 0); /* stage 0: 1 + 4 */
+    ptdp_sim_result_free(&r);
+    const double neg[2] = {1, -1};
+    c.stage_forward = neg;
+    CHECK(ptdp_sim_run(&s, &c, &r) == PTDP_EINVAL);
+    ptdp_schedule_free(&s);
+}
+
+static void test_volumes(void) {
+    const ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job();
+    const double w = 2, N = 128.0 * 2, h = 256; /* fp16, s b tokens with b = 2 */
+    /* t: 2 all-reduces of s b h per layer forward (the paper's 4 per layer
+     * forward and backward), ring: 2 (t-1)/t bytes / bw */
+    ptdp_plan_layout L = {.t = 4, .p = 1, .d = 2, .v = 1, .b = 2, .recompute = 0};
+    ptdp_plan_estimate e;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.layer_tp_fwd_s, 2 * (2.0 * 3 / 4 * N * h * w / 1e10), 1e-12, 0);
+    CHECK_CLOSE(e.p2p_s, 0.0, 0, 0);
+    /* GEMMs forward: 2 N (3h^2 + h^2 + 8h^2)/t + 2 x 2 b s^2 h / t FLOPs at 1e12 */
+    const double gemm = (2 * N * 12 * h * h + 4 * 2 * 128.0 * 128 * h) / 4 / 1e12;
+    CHECK_CLOSE(e.layer_gemm_fwd_s, gemm, 1e-9, 0);
+    /* memory-bound: w (10 N h + 4 S + 2 N 4h/t) + S + 2 N h bytes, S = b a/t s^2 */
+    const double S = 2.0 * 2 * 128 * 128;
+    CHECK_CLOSE(e.layer_elementwise_fwd_s,
+                (w * (10 * N * h + 4 * S + 2 * N * 4 * h / 4) + S + 2 * N * h) / 1e11, 1e-12, 0);
+    /* d: all-reduce of the rank's gradients, 2 (d-1)/d P wg / bw; t d = 8
+     * fills the node: intra-node */
+    CHECK_CLOSE(e.dp_allreduce_s, 2.0 * 1 / 2 * e.params_per_device * 2 / 1e10, 1e-12, 0);
+    CHECK_CLOSE(e.comm_s[PTDP_COMM_DATA], e.dp_allreduce_s, 1e-12, 0);
+    /* p: s b h per micro-batch between stages (s b h / t with scatter/gather,
+     * then an all-gather of (t-1)/t s b h in the tensor group); t d = 16
+     * crosses nodes */
+    L = (ptdp_plan_layout){.t = 4, .p = 2, .d = 4, .v = 1, .b = 2, .recompute = 0};
+    j.global_batch = 64;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9 + 3.0 / 4 * N * h * w / 1e10, 1e-12, 0);
+    j.scatter_gather = 0;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.p2p_s, N * h * w / 1e9, 1e-12, 0);
+    /* recomputation adds a forward to every backward */
+    L.recompute = 1;
+    ptdp_plan_estimate e2;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e2));
+    CHECK_CLOSE(e2.layer_bwd_s, e.layer_bwd_s + e.layer_fwd_s, 1e-12, 0);
+    CHECK(e2.iteration_s > e.iteration_s);
+}
+
+static void test_memory(void) {
+    const ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job();
+    const double l = 8, h = 256, s = 128, b = 2, a = 8, V = 1024;
+    const double P = l * (12 * h * h + 13 * h) + V * h + s * h + 2 * h;
+    ptdp_plan_layout L = {.t = 1, .p = 1, .d = 1, .v = 1, .b = 2, .recompute = 0};
+    ptdp_plan_estimate e;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.params_per_device, P, 1e-12, 0);
+    /* fp16: 2 + 2 + 12 = the paper's 16 bytes per parameter */
+    CHECK_CLOSE(e.memory[PTDP_PMEM_WEIGHTS], 2 * P, 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_GRADIENTS], 2 * P, 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_OPTIMIZER], 12 * P, 1e-12, 0);
+    /* activations: one micro-batch in flight (p = 1), s b h (34 + 5 a s / h) per layer */
+    CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h * (34 + 5 * a * s / h), 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6, 1e-12, 0); /* logits 2 + 4 bytes */
+    /* full recomputation: only each layer's 16-bit input, plus one layer rerun */
+    L.recompute = 1;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * 2 * s * b * h, 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6 + s * b * h * (34 + 5 * a * s / h),
+                1e-12, 0);
+    /* bf16: fp32 gradients, 18 bytes per parameter; ZeRO-1 shards the 12 over d */
+    j.precision = PTDP_PREC_BF16;
+    j.zero = 1;
+    j.global_batch = 64;
+    L = (ptdp_plan_layout){.t = 2, .p = 1, .d = 4, .v = 1, .b = 2, .recompute = 1};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    const double P2 = l * (6 * h * h + 9.5 * h) + V / 2 * h + s * h + 2 * h; /* t = 2 */
+    CHECK_CLOSE(e.params_per_device, P2, 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_GRADIENTS], 4 * P2, 1e-12, 0);
+    CHECK_CLOSE(e.memory[PTDP_PMEM_OPTIMIZER], 12 * P2 / 4, 1e-12, 0);
+    /* fp32 is memory.c's exact plan: weights are 4 bytes per (aligned) parameter */
+    j = small_job();
+    j.precision = PTDP_PREC_FP32;
+    L = (ptdp_plan_layout){.t = 1, .p = 2, .d = 1, .v = 1, .b = 2, .recompute = 1};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK(e.memory[PTDP_PMEM_WEIGHTS] >= 4 * (4 * (12 * h * h + 13 * h) + V * h));
+    CHECK(e.memory[PTDP_PMEM_OPTIMIZER] > 1.9 * e.memory[PTDP_PMEM_WEIGHTS] &&
+          e.memory[PTDP_PMEM_OPTIMIZER] <= 2 * e.memory[PTDP_PMEM_WEIGHTS]);
+    /* the paper's eq. (3) */
+    j = small_job();
+    CHECK_CLOSE(ptdp_plan_model_flops(&j, 1024, 1),
+                96.0 * 64 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)), 1e-12, 0);
+    CHECK_CLOSE(ptdp_plan_model_flops(&j, 1024, 0), 0.75 * ptdp_plan_model_flops(&j, 1024, 1),
+                1e-12, 0);
+}
+
+static void test_search(void) {
+    ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job();
+    ptdp_plan_pins pins = {.t = 0, .p = 0, .v = 0, .b = 0, .recompute = -1};
+    ptdp_plan_candidate *cand;
+    int count, nfit;
+    CHECK_OK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit));
+    CHECK(nfit > 0 && count >= nfit);
+    for (int i = 1; i < nfit; i++) CHECK(cand[i].est.iteration_s >= cand[i - 1].est.iteration_s);
+    const double mem0 = cand[0].est.memory_bytes;
+    free(cand);
+    /* a memory limit below the best layout's need: every ranked layout fits it */
+    c.memory_bytes = mem0 * 0.9;
+    CHECK_OK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit));
+    int oom = 0;
+    for (int i = 0; i < count; i++) {
+        if (i < nfit) CHECK(cand[i].fits && cand[i].est.memory_bytes <= c.memory_bytes);
+        if (i >= nfit) CHECK(!cand[i].fits && cand[i].reason[0]);
+        oom += !strncmp(cand[i].reason, "does not fit", 12);
+    }
+    CHECK(oom > 0);
+    free(cand);
+    /* pins: every layout has them; t above a node is a reason */
+    c = round_cluster();
+    c.devices_per_node = 2;
+    pins.t = 4;
+    CHECK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "exceeds a node") != NULL);
+    c = round_cluster();
+    pins = (ptdp_plan_pins){.t = 2, .p = 2, .v = 0, .b = 0, .recompute = 1};
+    CHECK_OK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit));
+    for (int i = 0; i < nfit; i++)
+        CHECK(cand[i].layout.t == 2 && cand[i].layout.p == 2 && cand[i].layout.d == 2 &&
+              cand[i].layout.recompute == 1);
+    free(cand);
+    /* bad input: heads that do not divide the hidden size, a device count no
+     * layout can use (7: not t (heads 8), not p (8 layers), not d (B 64)) */
+    pins = (ptdp_plan_pins){.t = 0, .p = 0, .v = 0, .b = 0, .recompute = -1};
+    j.a = 6;
+    CHECK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit) == PTDP_EINVAL);
+    CHECK(strstr(ptdp_last_error(), "--num-attention-heads") != NULL);
+    j = small_job();
+    CHECK(ptdp_plan_search(&c, &j, 7, &pins, &cand, &count, &nfit) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "no layout of 7 devices") != NULL);
+}
+
+/* Ranks sharing a node's cores (local): k ranks on C cores run at 1/min(k,
+ * C) of the node; with k > C the pipeline lasts at least the busy time of
+ * every rank over C. */
+static void test_shared_node(void) {
+    ptdp_cluster c = round_cluster();
+    c.shared_node = 2;
+    ptdp_plan_job j = small_job();
+    j.precision = PTDP_PREC_FP32;
+    ptdp_plan_layout one = {.t = 1, .p = 1, .d = 1, .v = 1, .b = 8, .recompute = 0};
+    ptdp_plan_estimate e1, e4;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &one, &e1));
+    /* four data-parallel replicas on two cores: each does a quarter of the
+     * work at half the node's rate, two at a time: the same compute time */
+    ptdp_plan_layout four = {.t = 1, .p = 1, .d = 4, .v = 1, .b = 2, .recompute = 0};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &four, &e4));
+    CHECK_CLOSE(e4.pipeline_s, e1.pipeline_s, 0.02, 0);
+    CHECK_CLOSE(e4.layer_gemm_fwd_s, e1.layer_gemm_fwd_s / 2, 0.05, 0); /* b/4 at rate/2 */
+    c.shared_node = 0; /* own devices: four times faster */
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &four, &e4));
+    CHECK(e4.pipeline_s < 0.3 * e1.pipeline_s);
+}
+
+static void test_cluster_file(void) {
+    ptdp_cluster c;
+    const char *good =
+        "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1, \"fp16\": 2, \"bf16\": 2},"
+        " \"memory_bytes\": 1e9, \"devices_per_node\": 4, \"shared_node\": 0, \"mem_bandwidth\": 1e9,"
+        " \"intra_bandwidth\": 1e9, \"intra_latency\": 0, \"inter_bandwidth\": 1e8,"
+        " \"inter_latency\": 1e-5, \"gemm_efficiency\": 0.5, \"gemm_half_dim\": 8,"
+        " \"elementwise_efficiency\": 0.5, \"overhead_s\": 0}";
+    CHECK_OK(ptdp_cluster_parse(good, "good", &c));
+    CHECK(c.devices_per_node == 4 && c.peak_flops[PTDP_PREC_FP16] == 2);
+    /* every key is required; the message names it */
+    char bad[2048];
+    snprintf(bad, sizeof bad, "%s", good);
+    char *k = strstr(bad, " \"mem_bandwidth\": 1e9,");
+    memmove(k, k + strlen(" \"mem_bandwidth\": 1e9,"),
+            strlen(k + strlen(" \"mem_bandwidth\": 1e9,")) + 1);
+    CHECK(ptdp_cluster_parse(bad, "bad.json", &c) == PTDP_EFORMAT);
+    CHECK(strstr(ptdp_last_error(), "mem_bandwidth") && strstr(ptdp_last_error(), "bad.json"));
+    CHECK(ptdp_cluster_parse("{\"name\": \"x\"}", "bad.json", &c) == PTDP_EFORMAT);
+    CHECK(ptdp_cluster_parse("[1]", "bad.json", &c) == PTDP_EFORMAT);
+    snprintf(bad, sizeof bad, "%s", good);
+    bad[strlen(bad) - 1] = 0;
+    strcat(bad, ", \"gemm_eficiency\": 1}");
+    CHECK(ptdp_cluster_parse(bad, "bad.json", &c) == PTDP_EFORMAT);
+    CHECK(strstr(ptdp_last_error(), "gemm_eficiency") != NULL);
+    /* write and read back */
+    CHECK_OK(ptdp_cluster_parse(good, "good", &c));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_OK(ptdp_cluster_write(f, &c));
+    fclose(f);
+    ptdp_cluster c2;
+    CHECK_OK(ptdp_cluster_parse(buf, "written", &c2));
+    CHECK(c2.inter_latency == c.inter_latency && c2.devices_per_node == 4);
+    free(buf);
+}
+
+/* The paper's Table 1: heads, hidden, layers, t, p, GPUs, batch, TFLOP/s. */
+static const struct {
+    double params;
+    int a, h, l, t, p, n, B;
+    double tflops;
+    int named; /* one of the three rows the issue names (within 5%) */
+} table1[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 1},
+    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 0},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 0},
+    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 0},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 0},
+    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 0},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 1},
+    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 0},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 0},
+    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1},
+};
+
+static void test_table1(void) {
+    ptdp_cluster c;
+    CHECK_OK(ptdp_cluster_load(PTDP_SOURCE_DIR "/clusters/a100-superpod.json", &c));
+    double sum = 0, worst = 0;
+    for (size_t i = 0; i < sizeof table1 / sizeof table1[0]; i++) {
+        /* the paper's settings: fp16, full recomputation, interleaved
+         * schedule (v searched) with scatter/gather, s 2048, V 51,200, the
+         * data-parallel reduction after the backward */
+        ptdp_plan_job j = ptdp_plan_job_default_params();
+        j.layers = table1[i].l;
+        j.h = table1[i].h;
+        j.a = table1[i].a;
+        j.s = 2048;
+        j.vocab = 51200;
+        j.global_batch = table1[i].B;
+        j.precision = PTDP_PREC_FP16;
+        j.overlap_grad_reduce = 0;
+        ptdp_plan_pins pins = {.t = table1[i].t, .p = table1[i].p, .v = 0, .b = 0, .recompute = 1};
+        ptdp_plan_candidate *cand;
+        int count, nfit;
+        CHECK_OK(ptdp_plan_search(&c, &j, table1[i].n, &pins, &cand, &count, &nfit));
+        if (nfit == 0) continue;
+        const double got = cand[0].est.tflops_per_device, err = got / table1[i].tflops - 1;
+        printf("%7.1fB t=%d p=%d: predicted %.1f, paper %.0f TFLOP/s (%+.1f%%)\n", table1[i].params,
+               table1[i].t, table1[i].p, got, table1[i].tflops, 100 * err);
+        if (table1[i].named) CHECK_CLOSE(got, table1[i].tflops, 0.05, 0);
+        CHECK_CLOSE(got, table1[i].tflops, 0.10, 0);
+        sum += fabs(err);
+        worst = fabs(err) > worst ? fabs(err) : worst;
+        free(cand);
+    }
+    const double mae = sum / (sizeof table1 / sizeof table1[0]);
+    printf("mean absolute error %.2f%%, worst %.2f%%\n", 100 * mae, 100 * worst);
+    CHECK(mae <= 0.05);
+}
+
+int main(void) {
+    test_bubble();
+    test_volumes();
+    test_memory();
+    test_search();
+    test_shared_node();
+    test_cluster_file();
+    test_table1();
+    return test_done("test_plan");
+}

@@ -1,0 +1,80 @@
+# test_plan_cli.sh - `ptdp plan`: the table, --json (one object, a layouts
+# array best first with the documented fields), pins, --explain, and every
+# documented bad input (exit status 2, one "ptdp: error:" line).
+source "$PTDP_SRC/tests/script_lib.sh"
+
+model=(--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048
+    --vocab-size 51200 --global-batch-size 512 --fp16)
+
+# expect_error "text of the message" args...
+expect_error() {
+    local want=$1
+    shift
+    "$PTDP" plan "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" -eq 2 ] && ok || bad "ptdp plan $* exited $rc, want 2"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "ptdp plan $*: want one stderr line, got: $(cat "$tmp/err")"
+    grep -q "ptdp: error: .*$want" "$tmp/err" && ok || bad "ptdp plan $*: message lacks '$want': $(cat "$tmp/err")"
+    [ ! -s "$tmp/out" ] && ok || bad "ptdp plan $*: printed to stdout on error"
+}
+
+expect_error --cluster --num-devices 32 "${model[@]}"
+expect_error --num-devices --cluster a100-superpod "${model[@]}"
+expect_error "cannot open cluster file" --cluster no-such-cluster --num-devices 32 "${model[@]}"
+sed '/"mem_bandwidth"/d' "$PTDP_SRC/clusters/a100-superpod.json" >"$tmp/missing.json"
+expect_error 'missing key "mem_bandwidth"' --cluster "$tmp/missing.json" --num-devices 32 "${model[@]}"
+expect_error "not divisible by --num-attention-heads" --cluster a100-superpod --num-devices 32 \
+    --num-layers 24 --hidden-size 2304 --num-attention-heads 25 --seq-length 2048 --global-batch-size 512
+expect_error "no layout of 7 devices" --cluster a100-superpod --num-devices 7 "${model[@]}"
+expect_error "exceeds a node" --cluster a100-superpod --num-devices 32 "${model[@]}" --tensor-model-parallel-size 16
+expect_error "exclude each other" --cluster a100-superpod --num-devices 32 "${model[@]}" --bf16
+expect_error --explain --cluster a100-superpod --num-devices 32 "${model[@]}" --explain
+expect_error --recompute-method --cluster a100-superpod --num-devices 32 "${model[@]}" --recompute-method sideways
+
+# The table and the best layout's flags.
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" >"$tmp/table" 2>&1
+[ $? -eq 0 ] && ok || bad "plan failed: $(cat "$tmp/table")"
+grep -q "^   1 " "$tmp/table" && ok || bad "no ranked row: $(cat "$tmp/table")"
+grep -q "mpirun -np 32 ptdp train .*--tensor-model-parallel-size" "$tmp/table" && ok || bad "no train flags: $(cat "$tmp/table")"
+grep -q "layouts rejected: .*does not fit in memory" "$tmp/table" && ok || bad "no rejection summary: $(cat "$tmp/table")"
+
+# --json: one object, layouts best first with the documented fields.
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --json --show-rejected >"$tmp/json"
+[ $? -eq 0 ] && ok || bad "plan --json failed"
+python3 - "$tmp/json" <<'PY' && ok || bad "--json output: $(head -c 2000 "$tmp/json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+L = o["layouts"]
+assert len(L) > 1
+for k in ("t", "p", "d", "v", "b", "recompute", "iteration_s", "tflops_per_device",
+          "memory_bytes_per_device", "bubble_fraction", "comm_s", "memory"):
+    assert k in L[0], k
+assert all(L[i]["iteration_s"] <= L[i + 1]["iteration_s"] for i in range(len(L) - 1))
+assert all(x["t"] * x["p"] * x["d"] == 32 for x in L)
+assert all(x["memory_bytes_per_device"] <= 80e9 for x in L)
+assert any("does not fit" in r["reason"] for r in o["rejected"])
+assert o["best_flags"].startswith("ptdp train")
+PY
+
+# Pins: only the rest is searched.
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --json \
+    --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --recompute-granularity full >"$tmp/pinned"
+python3 - "$tmp/pinned" <<'PY' && ok || bad "pinned --json: $(head -c 2000 "$tmp/pinned")"
+import json, sys
+L = json.load(open(sys.argv[1]))["layouts"]
+assert L and all(x["t"] == 2 and x["p"] == 2 and x["d"] == 8 and x["recompute"] == "full" for x in L)
+PY
+
+# --explain prints the equations' terms for the pinned layout.
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --explain \
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 >"$tmp/explain"
+[ $? -eq 0 ] && ok || bad "--explain failed"
+for term in T_gemm T_ew T_tp T_iter "bubble fraction" "memory per device"; do
+    grep -q "$term" "$tmp/explain" && ok || bad "--explain lacks $term: $(cat "$tmp/explain")"
+done
+
+# The local description plans ptdp's own fp32 runs.
+"$PTDP" plan --cluster local --num-devices 4 --num-layers 4 --hidden-size 256 --num-attention-heads 4 \
+    --seq-length 128 --vocab-size 8192 --global-batch-size 16 --json >"$tmp/local"
+[ $? -eq 0 ] && ok || bad "plan --cluster local failed"
+finish
