@@ -160,6 +160,41 @@ expect_error 2 "--init-from and --load exclude each other" train $M --mock-data 
 expect_error 2 "export --load takes the model from the checkpoint; drop --num-layers" \
     export --load "$tmp/rs.ck" --num-layers 8 --out "$tmp/x.safetensors"
 
+# ---- --exit-signal-handler: SIGTERM (a preemption notice) finishes the iteration in flight,
+# saves and exits 0, on every rank even when only some got the signal; the resumed run is
+# bitwise the uninterrupted one
+S="$MODEL --mock-data --lr 1e-3 --lr-decay-iters 400 --log-interval 1"
+lines() { grep -c lm_loss "$1" 2>/dev/null || true; }
+"$PTDP" train $S --train-iters 400 --exit-signal-handler --save "$tmp/sig" --log-jsonl "$tmp/sig.jsonl" \
+    >"$tmp/sig.out" 2>&1 &
+pid=$!
+for i in $(seq 1 1200); do [ "$(lines "$tmp/sig.jsonl")" -ge 3 ] 2>/dev/null && break; sleep 0.05; done
+kill -TERM $pid
+wait $pid
+rc=$?
+n=$(cat "$tmp/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
+[ $rc = 0 ] && grep -q "exiting after iteration $n (SIGTERM received: --exit-signal-handler)" "$tmp/sig.out" &&
+    [ "$n" -ge 3 ] && [ "$n" -lt 400 ] && ok || bad "SIGTERM: status $rc, checkpoint '$n': $(tail -2 "$tmp/sig.out")"
+"$PTDP" train $S --train-iters $((n + 3)) --load "$tmp/sig" --log-jsonl "$tmp/sigr.jsonl" >/dev/null 2>&1
+"$PTDP" train $S --train-iters $((n + 3)) --log-jsonl "$tmp/sigf.jsonl" >/dev/null 2>&1
+[ "$(grep -o '"lm_loss":[^,]*,"grad_norm":[^,]*' "$tmp/sigf.jsonl" | tail -3)" = \
+  "$(grep -o '"lm_loss":[^,]*,"grad_norm":[^,]*' "$tmp/sigr.jsonl")" ] && ok ||
+    bad "the run resumed after SIGTERM differs from the uninterrupted one"
+# two ranks (d = 2), SIGTERM to rank 1 only: both stop after the same iteration and save
+"$MPIRUN" --oversubscribe -np 2 "$PTDP" train $S --train-iters 400 --exit-signal-handler --save "$tmp/sig2" \
+    --log-jsonl "$tmp/sig2.jsonl" >"$tmp/sig2.out" 2>&1 &
+mpid=$!
+for i in $(seq 1 1200); do [ "$(lines "$tmp/sig2.jsonl")" -ge 3 ] 2>/dev/null && break; sleep 0.05; done
+rank1=$(pgrep -f -- "--log-jsonl $tmp/sig2.jsonl" | while read -r q; do
+    [ "$q" != "$mpid" ] && tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$q"
+done)
+[ -n "$rank1" ] && kill -TERM $rank1
+wait $mpid
+rc=$?
+n=$(cat "$tmp/sig2/latest_checkpointed_iteration.txt" 2>/dev/null)
+[ -n "$rank1" ] && [ $rc = 0 ] && grep -q "exiting after iteration $n (SIGTERM received" "$tmp/sig2.out" && ok ||
+    bad "SIGTERM to rank 1 of 2: status $rc, pid '$rank1', checkpoint '$n': $(tail -2 "$tmp/sig2.out")"
+
 # ---- commands and help ------------------------------------------------------
 "$PTDP" >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "ptdp with no arguments should exit 2"

@@ -123,6 +123,8 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           BIG),
         F("exit-duration-in-mins", exit_duration_in_mins,
           "stop once training has run this many minutes (saving with --save; 0: off)", 0, 1e9),
+        B("exit-signal-handler", exit_signal_handler,
+          "on SIGTERM (a preemption notice), finish the iteration, save with --save and exit 0"),
         S("recompute-granularity", recompute_granularity,
           "activation recomputation (rerun each layer group's "
           "forward before its backward)",

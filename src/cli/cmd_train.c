@@ -213,6 +213,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.save_interval = a.save_interval;
     rp.exit_interval = a.exit_interval;
     rp.exit_duration_mins = a.exit_duration_in_mins;
+    rp.exit_signal_handler = a.exit_signal_handler;
     rp.finetune = a.finetune;
     rp.no_load_optim = a.no_load_optim;
     rp.override_scheduler = a.override_scheduler;

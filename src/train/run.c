@@ -8,6 +8,7 @@
 #include "train/train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -236,6 +237,14 @@ static int save(ptdp_run *r) {
     return 0;
 }
 
+/* --exit-signal-handler: SIGTERM (a scheduler's preemption notice) only
+ * raises this flag; the loop stops after the iteration in flight. */
+volatile sig_atomic_t ptdp__sigterm_received = 0;
+static void on_sigterm(int sig) {
+    (void)sig;
+    ptdp__sigterm_received = 1;
+}
+
 int ptdp_run_loop(ptdp_run *r) {
     const ptdp_run_params *p = &r->p;
     ptdp_comm *comm = r->comm;
@@ -248,6 +257,17 @@ int ptdp_run_loop(ptdp_run *r) {
     if (r->loaded.found && !p->finetune && p->save && !strcmp(p->save, p->load))
         r->last_saved = start_iter;
     r->eval_round = p->eval_interval ? start_iter / p->eval_interval : 0;
+    if (p->exit_signal_handler) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigterm;
+        sa.sa_flags = SA_RESTART; /* interrupted system calls resume */
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        if (!p->save)
+            ptdp_log0("warning: --exit-signal-handler without --save: a SIGTERM stops the run "
+                      "after the iteration, with nothing saved");
+    }
     r->st.iteration = start_iter;
     const double t_start = ptdp_now();
     for (int64_t it = start_iter; it < p->train_iters; it++) {
@@ -287,17 +307,22 @@ int ptdp_run_loop(ptdp_run *r) {
             ptdp__log_validation(r, evaluate(r, &r->valid, r->eval_round++), NULL);
         if (p->save && p->save_interval && r->st.iteration % p->save_interval == 0 && save(r))
             return 1;
-        /* Megatron's --exit-interval / --exit-duration-in-mins: stop here (the finish
-         * saves a checkpoint with --save). The clock is agreed over the world so that
-         * every rank stops after the same iteration. */
-        int32_t stop[2] = {p->exit_interval > 0 && r->st.iteration % p->exit_interval == 0, 0};
-        if (p->exit_duration_mins > 0) {
-            stop[1] = (ptdp_now() - t_start) / 60.0 > p->exit_duration_mins;
-            ptdp_allreduce_max_i32(&comm->world, &stop[1], 1);
+        /* Megatron's --exit-interval / --exit-duration-in-mins / --exit-signal-handler:
+         * stop here (the finish saves a checkpoint with --save). The clock and the
+         * signals are agreed over the world, so every rank stops after the same
+         * iteration even when only some got SIGTERM. */
+        int32_t stop[3] = {p->exit_interval > 0 && r->st.iteration % p->exit_interval == 0, 0, 0};
+        if (p->exit_duration_mins > 0 || p->exit_signal_handler) {
+            stop[1] = p->exit_duration_mins > 0 &&
+                      (ptdp_now() - t_start) / 60.0 > p->exit_duration_mins;
+            stop[2] = ptdp__sigterm_received != 0;
+            ptdp_allreduce_max_i32(&comm->world, &stop[1], 2);
         }
-        if ((stop[0] || stop[1]) && it + 1 < p->train_iters) {
+        if ((stop[0] || stop[1] || stop[2]) && it + 1 < p->train_iters) {
             ptdp_log0("exiting after iteration %lld (%s)", (long long)r->st.iteration,
-                      stop[0] ? "--exit-interval" : "--exit-duration-in-mins");
+                      stop[2]   ? "SIGTERM received: --exit-signal-handler"
+                      : stop[0] ? "--exit-interval"
+                                : "--exit-duration-in-mins");
             r->exited = 1;
             break;
         }

@@ -199,6 +199,7 @@ typedef struct {
      * once the loop has run exit_duration_mins minutes (0: off) */
     int64_t exit_interval;
     double exit_duration_mins;
+    int exit_signal_handler; /* SIGTERM: finish the iteration, save (--save), exit 0 */
     /* a resumed run whose LR schedule differs from the checkpoint's: Megatron
      * refuses unless one of these says which schedule wins */
     int override_scheduler;       /* the flags' schedule */
