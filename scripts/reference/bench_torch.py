@@ -6,7 +6,9 @@ tanh-GeLU, causal softmax attention, tied output layer, fp32), timed on this
 machine in the same session as ptdp so the ratio is fair. Prints one JSON
 line per config. A developer tool: needs Debian's python3-torch, never run by
 CI.
-    /usr/bin/python3 scripts/reference/bench_torch.py --config b c d --threads 2
+    /usr/bin/python3 scripts/reference/bench_torch.py --config b c d --threads 2 [--bf16]
+--bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16),
+PyTorch's CPU mixed precision.
 """
 import argparse
 import json
@@ -66,6 +68,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true",
+                    help="PyTorch's CPU mixed precision: torch.autocast('cpu', dtype=torch.bfloat16)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.config:
@@ -78,7 +82,8 @@ def main():
         for it in range(args.warmup + args.iters):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = model(idx[:, :s], idx[:, 1:])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = model(idx[:, :s], idx[:, 1:])
             loss.backward()
             opt.step()
             dt = time.perf_counter() - t0
@@ -88,7 +93,8 @@ def main():
         ms = times[len(times) // 2] * 1e3
         flops = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + V / (16.0 * l * h))
         print(json.dumps({"bench": "torch_train", "config": name, "torch": torch.__version__,
-                          "threads": args.threads, "ms_median": round(ms, 2),
+                          "threads": args.threads, "precision": "bf16-autocast" if args.bf16 else "fp32",
+                          "ms_median": round(ms, 2),
                           "ms_all": [round(t * 1e3, 2) for t in times],
                           "tokens_per_s": round(b * s / (ms / 1e3), 1),
                           "model_tflops": round(flops / (ms / 1e3) / 1e12, 4),
