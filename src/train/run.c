@@ -313,8 +313,8 @@ int ptdp_run_loop(ptdp_run *r) {
          * iteration even when only some got SIGTERM. */
         int32_t stop[3] = {p->exit_interval > 0 && r->st.iteration % p->exit_interval == 0, 0, 0};
         if (p->exit_duration_mins > 0 || p->exit_signal_handler) {
-            stop[1] = p->exit_duration_mins > 0 &&
-                      (ptdp_now() - t_start) / 60.0 > p->exit_duration_mins;
+            stop[1] =
+                p->exit_duration_mins > 0 && (ptdp_now() - t_start) / 60.0 > p->exit_duration_mins;
             stop[2] = ptdp__sigterm_received != 0;
             ptdp_allreduce_max_i32(&comm->world, &stop[1], 2);
         }
