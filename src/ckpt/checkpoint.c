@@ -1,6 +1,7 @@
 /* checkpoint.c - layout-independent training checkpoints: saving one shard
  * file per rank plus a manifest, loading (with resharding) into any
- * (t, p, d, v, ZeRO-1) layout, and the info/verify tools. The format is in
+ * (t, p, d, v, ZeRO-1) layout, and the info/verify tools. Reading the
+ * manifest is manifest.c's. The format is in
  * ckpt.h and docs/checkpoint-format.md. Not here: the trainer's loop
  * (cli/cmd_train.c decides when to save). */
 #define _POSIX_C_SOURCE 200809L
@@ -16,12 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define LATEST "latest_checkpointed_iteration.txt"
-#define MANIFEST "manifest.json"
-
-enum { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_COUNT };
-static const char *const kind_names[K_COUNT] = {"param", "exp_avg", "exp_avg_sq"};
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -47,228 +42,6 @@ static int agree(ptdp_comm *comm, int rc) {
     int code = -buf[0];
     free(buf);
     return ptdp_errorf(code ? code : PTDP_EIO, "%s", msg);
-}
-
-/* ---- the manifest in memory --------------------------------------------------- */
-
-typedef struct {
-    char name[96];
-    int kind, file;
-    char key[160];
-    int64_t r0, r1, c0, c1, e0, e1;
-} shard_rec;
-
-typedef struct {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-} tensor_rec;
-
-typedef struct {
-    char name[64];
-    int rank;
-    int64_t bytes;
-    uint32_t crc;
-} file_rec;
-
-typedef struct {
-    char dir[4096], path[4200]; /* iteration directory, manifest path */
-    int version, has_optim;
-    int64_t iteration, consumed, step;
-    int64_t l, h, a, ffn, s, maxpos, V, Vp, seed;
-    double init_std;
-    int64_t t, p, d, v, zero, world;
-    cJSON *root;
-    file_rec *files;
-    int nfiles;
-    tensor_rec *tensors;
-    int ntensors;
-    shard_rec *shards;
-    int nshards;
-} manifest;
-
-static void manifest_free(manifest *M) {
-    cJSON_Delete(M->root);
-    free(M->files);
-    free(M->tensors);
-    free(M->shards);
-    memset(M, 0, sizeof *M);
-}
-
-/* DIR -> iteration directory: via the latest file, or DIR itself. Returns
- * 1 when found, 0 when DIR holds neither, or an error. */
-static int resolve(const char *dir, char *out, size_t cap) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/%s", dir, LATEST);
-    FILE *f = fopen(p, "r");
-    if (f) {
-        char line[64] = "";
-        char *ok = fgets(line, sizeof line, f);
-        fclose(f);
-        char *end;
-        long long it = ok ? strtoll(line, &end, 10) : -1;
-        if (!ok || end == line || it < 0 || (*end && *end != '\n'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number, found '%.20s'", p,
-                               line);
-        snprintf(out, cap, "%s/iter_%07lld", dir, it);
-        return 1;
-    }
-    snprintf(p, sizeof p, "%s/%s", dir, MANIFEST);
-    if (access(p, F_OK) == 0) {
-        snprintf(out, cap, "%s", dir);
-        return 1;
-    }
-    return 0;
-}
-
-static int64_t jint(const cJSON *o, const char *key, int *bad) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x)) {
-        *bad = 1;
-        return 0;
-    }
-    return (int64_t)x->valuedouble;
-}
-
-static int get_range(const cJSON *o, const char *key, int64_t *a, int64_t *b) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != 2) return 0;
-    *a = (int64_t)cJSON_GetArrayItem(x, 0)->valuedouble;
-    *b = (int64_t)cJSON_GetArrayItem(x, 1)->valuedouble;
-    return *a <= *b;
-}
-
-/* Reads and checks the manifest of the checkpoint DIR points to. Returns 1
- * found, 0 none, or an error naming the file. */
-static int manifest_read(manifest *M, const char *dir) {
-    memset(M, 0, sizeof *M);
-    int rc = resolve(dir, M->dir, sizeof M->dir);
-    if (rc <= 0) return rc;
-    snprintf(M->path, sizeof M->path, "%s/%s", M->dir, MANIFEST);
-    char *text = NULL;
-    size_t len = 0;
-    rc = ptdp_read_file(M->path, "the checkpoint manifest", &text, &len);
-    if (rc) return rc;
-    M->root = cJSON_Parse(text);
-    free(text);
-    const cJSON *r = M->root;
-    if (!cJSON_IsObject(r))
-        return ptdp_errorf(PTDP_EFORMAT, "%s: not a JSON object (corrupted manifest)", M->path);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ptdp-checkpoint"))
-        return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: not a ptdp checkpoint manifest (no \"format\":\"ptdp-checkpoint\")",
-                           M->path);
-    int bad = 0;
-    M->version = (int)jint(r, "version", &bad);
-    if (bad) return ptdp_errorf(PTDP_EFORMAT, "%s: no format version", M->path);
-    if (M->version > PTDP_CKPT_VERSION || M->version < 1)
-        return ptdp_errorf(
-            PTDP_EFORMAT,
-            "%s: format version %d is newer than this ptdp reads (version %d); use a newer ptdp",
-            M->path, M->version, PTDP_CKPT_VERSION);
-    M->iteration = jint(r, "iteration", &bad);
-    M->consumed = jint(r, "consumed_samples", &bad);
-    M->step = jint(r, "optimizer_step", &bad);
-    M->has_optim = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "has_optimizer"));
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "model"),
-                *lay = cJSON_GetObjectItemCaseSensitive(r, "layout");
-    M->l = jint(m, "num_layers", &bad);
-    M->h = jint(m, "hidden_size", &bad);
-    M->a = jint(m, "num_attention_heads", &bad);
-    M->ffn = jint(m, "ffn_hidden_size", &bad);
-    M->s = jint(m, "seq_length", &bad);
-    M->maxpos = jint(m, "max_position_embeddings", &bad);
-    M->V = jint(m, "vocab_size", &bad);
-    M->Vp = jint(m, "padded_vocab_size", &bad);
-    const cJSON *std = cJSON_GetObjectItemCaseSensitive(m, "init_method_std");
-    M->init_std = cJSON_IsNumber(std) ? std->valuedouble : 0.02;
-    M->seed = jint(cJSON_GetObjectItemCaseSensitive(r, "training"), "seed", &bad);
-    M->t = jint(lay, "tensor_model_parallel_size", &bad);
-    M->p = jint(lay, "pipeline_model_parallel_size", &bad);
-    M->d = jint(lay, "data_parallel_size", &bad);
-    M->v = jint(lay, "virtual_pipeline_model_parallel_size", &bad);
-    M->world = jint(lay, "world_size", &bad);
-    M->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
-    if (bad)
-        return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: a required field of iteration/model/training/layout is missing",
-                           M->path);
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "files"),
-                *tens = cJSON_GetObjectItemCaseSensitive(r, "tensors"),
-                *sh = cJSON_GetObjectItemCaseSensitive(r, "shards");
-    if (!cJSON_IsArray(files) || !cJSON_IsArray(tens) || !cJSON_IsArray(sh))
-        return ptdp_errorf(PTDP_EFORMAT, "%s: missing files/tensors/shards arrays", M->path);
-    M->nfiles = cJSON_GetArraySize(files);
-    M->ntensors = cJSON_GetArraySize(tens);
-    M->nshards = cJSON_GetArraySize(sh);
-    M->files = calloc((size_t)M->nfiles + 1, sizeof *M->files);
-    M->tensors = calloc((size_t)M->ntensors + 1, sizeof *M->tensors);
-    M->shards = calloc((size_t)M->nshards + 1, sizeof *M->shards);
-    if (!M->files || !M->tensors || !M->shards)
-        return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", M->path);
-    int i = 0;
-    for (const cJSON *x = files->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
-                    *cr = cJSON_GetObjectItemCaseSensitive(x, "crc32");
-        if (!cJSON_IsString(nm) || !cJSON_IsString(cr) || strchr(nm->valuestring, '/'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: files[%d] needs a plain name and a crc32",
-                               M->path, i);
-        snprintf(M->files[i].name, sizeof M->files[i].name, "%s", nm->valuestring);
-        M->files[i].crc = (uint32_t)strtoul(cr->valuestring, NULL, 16);
-        M->files[i].bytes = jint(x, "bytes", &bad);
-        M->files[i].rank = (int)jint(x, "rank", &bad);
-    }
-    i = 0;
-    for (const cJSON *x = tens->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
-                    *shp = cJSON_GetObjectItemCaseSensitive(x, "shape");
-        int nd = cJSON_GetArraySize(shp);
-        if (!cJSON_IsString(nm) || !cJSON_IsArray(shp) || nd < 1 || nd > 2)
-            return ptdp_errorf(PTDP_EFORMAT,
-                               "%s: tensors[%d] needs a name and a shape of 1 or 2 dims", M->path,
-                               i);
-        snprintf(M->tensors[i].name, sizeof M->tensors[i].name, "%s", nm->valuestring);
-        M->tensors[i].ndim = nd;
-        M->tensors[i].shape[0] = (int64_t)cJSON_GetArrayItem(shp, 0)->valuedouble;
-        M->tensors[i].shape[1] = nd == 2 ? (int64_t)cJSON_GetArrayItem(shp, 1)->valuedouble : 1;
-    }
-    i = 0;
-    for (const cJSON *x = sh->child; x; x = x->next, i++) {
-        shard_rec *s = &M->shards[i];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "tensor"),
-                    *k = cJSON_GetObjectItemCaseSensitive(x, "kind"),
-                    *key = cJSON_GetObjectItemCaseSensitive(x, "key");
-        s->kind = -1;
-        for (int j = 0; cJSON_IsString(k) && j < K_COUNT; j++)
-            if (!strcmp(k->valuestring, kind_names[j])) s->kind = j;
-        s->file = (int)jint(x, "file", &bad);
-        if (!cJSON_IsString(nm) || !cJSON_IsString(key) || s->kind < 0 || bad || s->file < 0 ||
-            s->file >= M->nfiles || !get_range(x, "rows", &s->r0, &s->r1) ||
-            !get_range(x, "cols", &s->c0, &s->c1) || !get_range(x, "elements", &s->e0, &s->e1) ||
-            s->e1 > (s->r1 - s->r0) * (s->c1 - s->c0))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] is malformed", M->path, i);
-        snprintf(s->name, sizeof s->name, "%s", nm->valuestring);
-        snprintf(s->key, sizeof s->key, "%s", key->valuestring);
-        int found = 0;
-        for (int j = 0; j < M->ntensors && !found; j++)
-            if (!strcmp(M->tensors[j].name, s->name)) {
-                found = 1;
-                if (s->r1 > M->tensors[j].shape[0] || s->c1 > M->tensors[j].shape[1])
-                    return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] lies outside tensor %s",
-                                       M->path, i, s->name);
-            }
-        if (!found)
-            return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] names unknown tensor %s", M->path, i,
-                               s->name);
-    }
-    return 1;
-}
-
-static const tensor_rec *find_tensor(const manifest *M, const char *name) {
-    for (int j = 0; j < M->ntensors; j++)
-        if (!strcmp(M->tensors[j].name, name)) return &M->tensors[j];
-    return NULL;
 }
 
 /* Shard files, opened and checksummed on first use. */
@@ -371,7 +144,7 @@ static cJSON *shard_json(const ptdp_param_spec *sp, int tp, int kind, const char
     shard_rect(sp, tp, &r0, &c0);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "tensor", sp->name);
-    cJSON_AddStringToObject(o, "kind", kind_names[kind]);
+    cJSON_AddStringToObject(o, "kind", ptdp__ckpt_kind_names[kind]);
     cJSON_AddStringToObject(o, "key", key);
     cJSON *shp = cJSON_AddArrayToObject(o, "shape");
     cJSON_AddItemToArray(shp, cJSON_CreateNumber((double)sp->gshape[0]));
@@ -425,7 +198,7 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
                 if (run->off < sp[i].offset || run->off >= sp[i].offset + sp[i].numel) continue;
                 int64_t e0 = run->off - sp[i].offset, e1 = e0 + run->len;
                 for (int kind = K_EXP_AVG; rc == PTDP_OK && kind <= K_EXP_AVG_SQ; kind++) {
-                    snprintf(key, sizeof key, "%s/%s/%lld", kind_names[kind], sp[i].name,
+                    snprintf(key, sizeof key, "%s/%s/%lld", ptdp__ckpt_kind_names[kind], sp[i].name,
                              (long long)e0);
                     int64_t len = run->len;
                     const float *src = MV + (kind == K_EXP_AVG ? 0 : o->state_len) + run->state;
@@ -686,7 +459,7 @@ static int check_config(const manifest *M, const ptdp_gpt_config *cfg) {
  * have[] for every element found in the checkpoint. */
 static int fill_shard(const manifest *M, file_cache *fc, const ptdp_param_spec *sp, int tp,
                       const ptdp_gpt_config *cfg, int kind, float *local, uint8_t *have) {
-    const tensor_rec *T = find_tensor(M, sp->name);
+    const tensor_rec *T = ptdp__ckpt_find_tensor(M, sp->name);
     if (!T)
         return ptdp_errorf(PTDP_EFORMAT, "%s: the checkpoint has no tensor '%s'", M->path,
                            sp->name);
@@ -743,7 +516,7 @@ static int missing(const manifest *M, const ptdp_param_spec *sp, int kind, const
                 PTDP_EFORMAT,
                 "%s: the checkpoint does not cover %s of tensor '%s' (local element %lld of this "
                 "rank's shard is in no shard file)",
-                M->path, kind_names[kind], sp->name, (long long)e);
+                M->path, ptdp__ckpt_kind_names[kind], sp->name, (long long)e);
     return PTDP_OK;
 }
 
@@ -805,10 +578,10 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
                    ptdp_comm *comm, ptdp_ckpt_loaded *out) {
     memset(out, 0, sizeof *out);
     manifest M;
-    int found = manifest_read(&M, dir);
+    int found = ptdp__ckpt_manifest_read(&M, dir);
     int rc = agree(comm, found < 0 ? found : PTDP_OK);
     if (rc || !found) {
-        manifest_free(&M);
+        ptdp__ckpt_manifest_free(&M);
         return rc;
     }
     float *P[PTDP_MAX_CHUNKS] = {0}, *MV[PTDP_MAX_CHUNKS] = {0};
@@ -834,8 +607,8 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
         out->loss_scale = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(tr, "loss_scale"))
                               ? cJSON_GetObjectItemCaseSensitive(tr, "loss_scale")->valuedouble
                               : 0.0;
-        out->growth_tracker = jint(tr, "loss_scale_growth_tracker", &nos);
-        out->hysteresis_tracker = jint(tr, "loss_scale_hysteresis_tracker", &nos);
+        out->growth_tracker = ptdp__ckpt_jint(tr, "loss_scale_growth_tracker", &nos);
+        out->hysteresis_tracker = ptdp__ckpt_jint(tr, "loss_scale_hysteresis_tracker", &nos);
         out->has_scaler = !nos && out->loss_scale > 0;
         snprintf(out->path, sizeof out->path, "%s", M.dir);
     }
@@ -843,66 +616,7 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
         free(P[c]);
         free(MV[c]);
     }
-    manifest_free(&M);
-    return rc;
-}
-
-static int open_manifest(manifest *M, const char *dir) {
-    int rc = manifest_read(M, dir);
-    if (rc == 0)
-        rc = ptdp_errorf(PTDP_ENOTFOUND, "%s: no checkpoint (no %s and no %s)", dir, LATEST,
-                         MANIFEST);
-    return rc < 0 ? rc : PTDP_OK;
-}
-
-int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
-    manifest M;
-    int rc = open_manifest(&M, dir);
-    if (rc == PTDP_OK) {
-        memset(cfg, 0, sizeof *cfg);
-        cfg->num_layers = M.l;
-        cfg->hidden = M.h;
-        cfg->heads = M.a;
-        cfg->ffn_hidden = M.ffn;
-        cfg->seq_length = M.s;
-        cfg->max_positions = M.maxpos;
-        cfg->vocab = M.V;
-        cfg->init_std = (float)M.init_std;
-        cfg->seed = (uint64_t)M.seed;
-    }
-    manifest_free(&M);
-    return rc;
-}
-
-int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
-    manifest M;
-    *found = 0;
-    int rc = open_manifest(&M, dir);
-    if (rc == PTDP_OK) {
-        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(M.root, "training");
-        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(tr, "lr"),
-                    *mn = cJSON_GetObjectItemCaseSensitive(tr, "min_lr"),
-                    *st = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_style");
-        const cJSON *ws = cJSON_GetObjectItemCaseSensitive(tr, "lr_warmup_samples"),
-                    *ds = cJSON_GetObjectItemCaseSensitive(tr, "lr_decay_samples");
-        int bad = 0;
-        lr->samples_per_step = jint(tr, "global_batch_size", &bad);
-        if (cJSON_IsNumber(ws) && cJSON_IsNumber(ds)) {
-            lr->warmup_samples = ws->valuedouble;
-            lr->decay_samples = ds->valuedouble;
-        } else { /* checkpoints before sample-based schedules counted iterations */
-            lr->warmup_samples = (double)(jint(tr, "lr_warmup_iters", &bad) * lr->samples_per_step);
-            lr->decay_samples = (double)(jint(tr, "lr_decay_iters", &bad) * lr->samples_per_step);
-        }
-        if (!bad && cJSON_IsNumber(mx) && cJSON_IsNumber(mn) && cJSON_IsString(st) &&
-            ptdp_lr_style_parse(st->valuestring, &lr->style) == PTDP_OK) {
-            lr->max_lr = mx->valuedouble;
-            lr->min_lr = mn->valuedouble;
-            *found = 1;
-        }
-        rc = PTDP_OK;
-    }
-    manifest_free(&M);
+    ptdp__ckpt_manifest_free(&M);
     return rc;
 }
 
@@ -910,9 +624,9 @@ int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
 
 int ptdp_ckpt_info(const char *dir, FILE *f) {
     manifest M;
-    int rc = open_manifest(&M, dir);
+    int rc = ptdp__ckpt_open_manifest(&M, dir);
     if (rc) {
-        manifest_free(&M);
+        ptdp__ckpt_manifest_free(&M);
         return rc;
     }
     int64_t total = 0, bytes = 0;
@@ -947,13 +661,13 @@ int ptdp_ckpt_info(const char *dir, FILE *f) {
             fprintf(f, "  %-48s [%lld]  F32  %d shard records\n", M.tensors[i].name,
                     (long long)M.tensors[i].shape[0], ns);
     }
-    manifest_free(&M);
+    ptdp__ckpt_manifest_free(&M);
     return PTDP_OK;
 }
 
 int ptdp_ckpt_verify(const char *dir, FILE *f) {
     manifest M;
-    int rc = open_manifest(&M, dir);
+    int rc = ptdp__ckpt_open_manifest(&M, dir);
     file_cache fc = {&M, calloc((size_t)M.nfiles + 1, sizeof(ptdp_st_file *))};
     if (rc == PTDP_OK && !fc.open) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
     for (int i = 0; rc == PTDP_OK && i < M.nfiles; i++) {
@@ -984,7 +698,7 @@ int ptdp_ckpt_verify(const char *dir, FILE *f) {
                         PTDP_EFORMAT,
                         "%s: %s of tensor '%s' is not fully covered (element %lld is in no "
                         "shard)",
-                        M.path, kind_names[kind], T->name, (long long)e);
+                        M.path, ptdp__ckpt_kind_names[kind], T->name, (long long)e);
             checked++;
         }
         free(have);
@@ -1009,6 +723,6 @@ int ptdp_ckpt_verify(const char *dir, FILE *f) {
     }
     if (dd) closedir(dd);
     if (fc.open) cache_close(&fc);
-    manifest_free(&M);
+    ptdp__ckpt_manifest_free(&M);
     return rc;
 }
