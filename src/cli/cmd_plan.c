@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cli/cli.h"
@@ -45,11 +46,26 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
     ptdp_opts_help(f, opts, nopts);
 }
 
+/* A shipped description by name: next to an installed binary
+ * (PREFIX/bin/ptdp -> PREFIX/share/ptdp/clusters), else in the source tree
+ * the build came from. A path (with / or .json) is taken as it is. */
 static void cluster_path(const char *name, char *buf, size_t cap) {
-    if (strchr(name, '/') || strstr(name, ".json"))
+    if (strchr(name, '/') || strstr(name, ".json")) {
         snprintf(buf, cap, "%s", name);
-    else
-        snprintf(buf, cap, "%s/%s.json", PTDP_CLUSTER_DIR, name);
+        return;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            int k = snprintf(buf, cap, "%s/../share/ptdp/clusters/%s.json", exe, name);
+            if (k > 0 && (size_t)k < cap && access(buf, R_OK) == 0) return;
+        }
+    }
+    snprintf(buf, cap, "%s/%s.json", PTDP_CLUSTER_DIR, name);
 }
 
 /* Megatron's --recompute-granularity ("full": the method is in the flags;

@@ -190,6 +190,10 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
+    if (!c->p.tp) { /* no tensor group given: a group of one (its collectives are no-ops) */
+        ptdp_comm_init_single(&c->solo);
+        c->p.tp = &c->solo.tensor;
+    }
     c->training = !p->inference;
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
