@@ -110,6 +110,7 @@ typedef struct {
     int pre, post; /* first / last pipeline stage */
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
+    int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
     /* the compute backend's numbers (the plan does not know the kernels):
      * floats attention saves per layer and micro-batch, ops->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
@@ -137,7 +138,9 @@ typedef struct {
     int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
-    int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
+    int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
+    int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
+                              between stages carry s/t positions) */
 } ptdp_plan_rank;
 /* No model (the caller sets the shape and the two attention numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
