@@ -210,6 +210,8 @@ typedef struct {
     int precision;                       /* ptdp_plan_precision */
     int schedule;                        /* ptdp_schedule_kind, or -1: interleaved if v > 1 */
     int scatter_gather;                  /* 1 on (when t > 1), 0 off */
+    int sequence_parallel;               /* --sequence-parallel (layouts with t > 1; needs
+                                            s % t == 0): replaces scatter/gather */
     int zero;                            /* distributed optimizer (ZeRO-1) */
     int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
     int recompute_method;                /* ptdp_recompute_method when recomputing */
@@ -224,7 +226,7 @@ typedef struct {
     int64_t attn_scratch_floats;
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
- * scatter/gather on, no ZeRO-1, overlap on, uniform recomputation of 1
+ * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1
  * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
 ptdp_plan_job ptdp_plan_job_default_params(void);
 
