@@ -3,7 +3,7 @@
 # layers, h=48, 12 heads, V=300 padded per t, s=16), seed, data and global
 # batch B=16, dropout 0.1 (the masks are keyed by global coordinates, so
 # every layout draws the single process's), trained for 20 iterations under many (t, p, d, v, schedule, b,
-# recomputation, scatter/gather, ZeRO-1, overlap) layouts with up to 8 ranks:
+# recomputation, scatter/gather, ZeRO-1, overlap, sequence parallelism) layouts with up to 8 ranks:
 # each must give the single process's loss and grad norm at every iteration
 # (1e-5 relative) and its final weights (1e-5 absolute), and data-parallel
 # replicas must hold bitwise identical weights after every iteration
@@ -28,6 +28,7 @@ RCB="--recompute-granularity full --recompute-method block --recompute-num-layer
 RCS="--recompute-granularity selective"
 ZERO=--use-distributed-optimizer
 V2=--virtual-pipeline-model-parallel-size
+SP=--sequence-parallel # t = 3 does not divide s = 16: its rejection is in test_train_cli.sh
 # name : t p d : extra flags
 MATRIX_FAST=(
     "t2p2d2_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO"
@@ -47,6 +48,9 @@ MATRIX_FAST=(
     "t3p1d1:3 1 1:--micro-batch-size 1"
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
     "t4p1d2_zero_selective:4 1 2:--micro-batch-size 1 $ZERO $RCS"
+    "t2p2d2_sp_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO $SP"
+    "t4p1d2_sp_rcu_b2:4 1 2:--micro-batch-size 2 $RCU $SP"
+    "t2p2d1_sp_rcb_b2:2 2 1:--micro-batch-size 2 $RCB $SP"
 )
 MATRIX_FULL=(
     "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
@@ -58,6 +62,12 @@ MATRIX_FULL=(
     "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
     "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
     "t2p2d2_interleaved_selective_zero:2 2 2:--micro-batch-size 1 $V2 2 $RCS $ZERO"
+    "t4p2d1_sp_interleaved:4 2 1:--micro-batch-size 1 $V2 2 $SP"
+    "t2p1d4_sp_zero_buckets:2 1 4:--micro-batch-size 1 $ZERO --ddp-bucket-size 3000 $SP"
+    "t2p2d2_sp_gpipe_rcu_nooverlap:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCU --no-overlap-grad-reduce $SP"
+    "t4p1d1_sp:4 1 1:--micro-batch-size 1 $SP"
+    "t2p4d1_sp_1f1b_sg:2 4 1:--micro-batch-size 1 --scatter-gather-tensors-in-pipeline $SP"
+    "t2p2d1_sp_selective_b2:2 2 1:--micro-batch-size 2 $RCS $SP"
 )
 entries=("${MATRIX_FAST[@]}")
 [ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")

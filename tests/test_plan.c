@@ -115,6 +115,16 @@ static void test_volumes(void) {
     j.global_batch = 64;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9 + 3.0 / 4 * N * h * w / 1e10, 1e-12, 0);
+    /* sequence parallelism: the message is the s/t shard, nothing gathered;
+     * the tensor group's all-reduces become reduce-scatter + all-gather pairs
+     * of the same ring time; the residual stream's element-wise work shrinks */
+    const double tp_fwd = e.layer_tp_fwd_s, ew_fwd = e.layer_elementwise_fwd_s;
+    j.sequence_parallel = 1;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9, 1e-12, 0);
+    CHECK_CLOSE(e.layer_tp_fwd_s, tp_fwd, 1e-12, 0);
+    CHECK_CLOSE(e.layer_elementwise_fwd_s, ew_fwd - (w * 10 + 2) * N * h * 3 / 4 / 1e11, 1e-12, 0);
+    j.sequence_parallel = 0;
     j.scatter_gather = 0;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 1e9, 1e-12, 0);
@@ -142,6 +152,17 @@ static void test_memory(void) {
     /* activations: one micro-batch in flight (p = 1), s b h (34 + 5 a s / h) per layer */
     CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h * (34 + 5 * a * s / h), 1e-12, 0);
     CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6, 1e-12, 0); /* logits 2 + 4 bytes */
+    /* sequence parallelism with t = 4: Korthikanti et al.'s (s b h / t)(34 + 5 a s / h) */
+    j.sequence_parallel = 1;
+    L.t = 4;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h / 4 * (34 + 5 * a * s / h), 1e-12,
+                0);
+    j.s = 126; /* not divisible by t: rejected */
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &e) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "not divisible by t=4"));
+    j = small_job();
+    L.t = 1;
     /* full recomputation: only each layer's 16-bit input, plus one layer rerun */
     L.recompute = 1;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));

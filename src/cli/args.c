@@ -188,6 +188,11 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather,
           "send whole activations between stages"),
+        B("sequence-parallel", sequence_parallel,
+          "split LayerNorms, dropouts and the residual stream along the sequence across the "
+          "tensor-parallel group (all-gather / reduce-scatter instead of all-reduce; pipeline "
+          "messages carry s/t positions, which subsumes scatter/gather); needs --seq-length "
+          "divisible by t"),
         B("use-distributed-optimizer", use_distributed_optimizer,
           "ZeRO-1: shard AdamW state and the update "
           "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
@@ -674,6 +679,13 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--recompute-granularity full needs --recompute-method uniform|block");
+        if (a->sequence_parallel && t > 1 && a->seq_length % t)
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--sequence-parallel splits the sequence across the tensor-parallel group: "
+                "--seq-length %lld is not divisible by --tensor-model-parallel-size %lld; choose "
+                "a sequence length that is a multiple of t",
+                (long long)a->seq_length, (long long)t);
         if (a->scatter_gather && a->no_scatter_gather)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--scatter-gather-tensors-in-pipeline and "

@@ -81,6 +81,7 @@ typedef struct {
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     int scatter_gather, no_scatter_gather;
+    int sequence_parallel;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */

@@ -26,6 +26,7 @@ typedef struct {
     const char *cluster, *recompute_granularity, *recompute_method, *schedule, *out;
     int64_t n, l, h, a, ffn, s, V, div, B, b, t, p, v, rc_layers, bucket, top, threads;
     int fp16, bf16, no_recompute, sg, no_sg, zero, overlap, json, explain, rejected, calibrate;
+    int seqpar;
 } plan_flags;
 
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
@@ -101,7 +102,9 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
                 " --recompute-granularity full --recompute-method %s --recompute-num-layers %lld",
                 ptdp_recompute_method_name(job->recompute_method),
                 (long long)(job->recompute_num_layers > 0 ? job->recompute_num_layers : 1));
-    if (L->t > 1 && !job->scatter_gather) fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
+    if (L->t > 1 && job->sequence_parallel) fprintf(f, " --sequence-parallel");
+    if (L->t > 1 && !job->scatter_gather && !job->sequence_parallel)
+        fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
     if (job->zero) fprintf(f, " --use-distributed-optimizer");
     if (!job->overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
 }
@@ -248,7 +251,12 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
     const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
-    printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s = %.6g s\n",
+    const int seqp = job->sequence_parallel && L->t > 1;
+    if (seqp)
+        printf("  sequence parallelism: each all-reduce is a reduce-scatter + all-gather (same "
+               "ring time); T_ew's 10 N h and 2 N h terms on N/t rows; the backward gathers both "
+               "LayerNorm outputs again: T_tp,b = T_tp + 2 x (t-1)/t N h w / bw + ...\n");
+    printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s%s = %.6g s\n", seqp ? ",b" : "",
            selective      ? " + core attention's forward (selective recomputation)"
            : L->recompute ? " + T_f (recomputed forward)"
                           : "",
@@ -258,8 +266,11 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            (long long)(job->layers / ((int64_t)L->p * L->v)), L->v, e->head_s, e->embedding_s);
     printf("  one transfer between stages T_p2p = lat + N h w%s / bw%s = %.6g s (two per action "
            "inside the pipeline)\n",
-           L->t > 1 && job->scatter_gather ? " / t" : "",
-           L->t > 1 && job->scatter_gather ? " + all-gather in the tensor group" : "", e->p2p_s);
+           L->t > 1 && (job->scatter_gather || job->sequence_parallel) ? " / t" : "",
+           L->t > 1 && job->sequence_parallel ? " (the sequence shard)"
+           : L->t > 1 && job->scatter_gather  ? " + all-gather in the tensor group"
+                                              : "",
+           e->p2p_s);
     printf("  pipeline (simulated, per-stage costs): makespan %.6g s, bubble fraction %.4f "
            "((p-1)/(v m) = %.4f)\n",
            e->pipeline_s, e->bubble_fraction, (double)(L->p - 1) / ((double)L->v * e->m));
@@ -342,6 +353,10 @@ int ptdp_cmd_plan(int argc, char **argv) {
          "send 1/t of each activation between stages (the default)", NULL, 0, 1, 0},
         {"no-scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.no_sg,
          "send whole activations between stages", NULL, 0, 1, 0},
+        {"sequence-parallel", PTDP_OPT_BOOL, &F.seqpar,
+         "sequence parallelism in every layout with t > 1 (layouts whose t does not divide "
+         "--seq-length are rejected)",
+         NULL, 0, 1, 0},
         {"use-distributed-optimizer", PTDP_OPT_BOOL, &F.zero,
          "ZeRO-1: optimizer state sharded over the data-parallel group", NULL, 0, 1, 0},
         {"overlap-grad-reduce", PTDP_OPT_BOOL, &F.overlap,
@@ -393,8 +408,7 @@ int ptdp_cmd_plan(int argc, char **argv) {
         ptdp_log_error("%s exclude each other; give one", excl);
         return 2;
     }
-    const int selective =
-        F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
+    const int selective = F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
     if (selective && (F.recompute_method || F.rc_layers)) {
         ptdp_log_error("--recompute-method and --recompute-num-layers go with "
                        "--recompute-granularity full; selective reruns core attention in every "
@@ -425,9 +439,10 @@ int ptdp_cmd_plan(int argc, char **argv) {
     job.precision = F.fp16 ? PTDP_PREC_FP16 : F.bf16 ? PTDP_PREC_BF16 : PTDP_PREC_FP32;
     job.schedule = F.schedule ? ptdp_schedule_parse_kind(F.schedule) : -1;
     job.scatter_gather = !F.no_sg;
+    job.sequence_parallel = F.seqpar;
     job.zero = F.zero;
     job.overlap_grad_reduce = F.overlap;
-    job.recompute_method = selective          ? PTDP_RECOMPUTE_SELECTIVE
+    job.recompute_method = selective            ? PTDP_RECOMPUTE_SELECTIVE
                            : F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
                                                 : PTDP_RECOMPUTE_UNIFORM;
     job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;

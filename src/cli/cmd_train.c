@@ -178,6 +178,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
     tp.scatter_gather =
         a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
+    tp.sequence_parallel = a.sequence_parallel;
     tp.ddp_bucket_floats = a.ddp_bucket_size;
     tp.overlap_grad_reduce = a.overlap_grad_reduce;
     tp.distributed_optimizer = a.use_distributed_optimizer;

@@ -21,11 +21,16 @@
  * plus the layer's input x (N h), i.e. on the CPU 4 bytes x (N (4h + 12h/t) +
  * 4N + b (a/t) s). Dropout masks are regenerated from the counter-based RNG, so
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
- * stored. With full recomputation a stashed micro-batch keeps only the
- * inputs of its recompute groups; one group's internals live in a workspace
- * shared by all micro-batches. Selective recomputation stores every layer
- * but what attention saves for its backward, which one workspace copy holds
- * for the layer whose backward reruns core attention. */
+ * stored. With sequence parallelism (Korthikanti et al.) x, ln1, ln2, xm and
+ * the LayerNorm statistics hold s/t positions (the LayerNorm outputs are
+ * gathered again for the backward instead of being kept whole), so a layer
+ * stashes 4 bytes x (N (4h/t + 12h/t) + 4N/t + b (a/t) s): every term of the
+ * t = 1 count divided by t, as in the paper's (s b h / t)(34 + 5 a s / h).
+ * With full recomputation a stashed micro-batch keeps only the inputs of its
+ * recompute groups; one group's internals live in a workspace shared by all
+ * micro-batches. Selective recomputation stores every layer but what
+ * attention saves for its backward, which one workspace copy holds for the
+ * layer whose backward reruns core attention. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,17 +39,24 @@
 static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
 
 /* One layer's stored activations, piece by piece as the model carves them. */
+static int64_t rows_of_stream(const ptdp_plan_mem *m) { /* Ns: the residual stream's rows */
+    const int64_t N = m->s * m->b;
+    return m->sequence_parallel && m->t > 1 ? N / m->t : N;
+}
+
 static size_t layer_bytes(const ptdp_plan_mem *m) {
-    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
+    const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
+                  fl = m->ffn / m->t;
     const int selective = m->recompute == PTDP_RECOMPUTE_SELECTIVE;
-    return 3 * nf((double)(N * h)) + 4 * nf((double)N) + nf((double)(N * 3 * hl)) +
+    return 3 * nf((double)(Ns * h)) + 4 * nf((double)Ns) + nf((double)(N * 3 * hl)) +
            (selective ? 0 : nf((double)m->attn_saved_floats)) + nf((double)(N * hl)) +
            2 * nf((double)(N * fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
-    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
-    const size_t L = layer_bytes(m), X = nf((double)(N * h));
+    const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
+                  fl = m->ffn / m->t;
+    const size_t L = layer_bytes(m), X = nf((double)(Ns * h)), XN = nf((double)(N * h));
     const int64_t n = m->recompute_num_layers < 1 ? 1 : m->recompute_num_layers, l = m->layers;
     size_t slot =
         (m->pre || m->post) ? ptdp_arena_need(4 * (size_t)(m->b * (m->s + 1))) : 0; /* tokens */
@@ -62,13 +74,16 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
-    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
-          nf((double)(N * fl));               /* backward buffers */
+    /* the row-parallel output, the residual gradients, the gathered sequence
+     * (sequence parallelism), the backward's tensor-parallel buffers */
+    sh += XN + 2 * X + (Ns < N ? XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+          nf((double)(N * fl));
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
         sh += nf((double)m->attn_saved_floats); /* the one layer being recomputed */
-    if (m->post)
-        sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
+    if (m->post) /* final LayerNorm (rows of the stream), logits and the loss's [s, b] */
+        sh +=
+            X + 2 * nf((double)Ns) + 4 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t)));
     *per_slot = (double)slot;
     *shared = (double)sh;
 }
@@ -92,7 +107,9 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
                             .recompute = PTDP_RECOMPUTE_NONE,
                             .recompute_num_layers = 0,
                             .attn_saved_floats = 0,
-                            .attn_scratch_floats = 0};
+                            .attn_scratch_floats = 0,
+                            .master_weights = 0,
+                            .sequence_parallel = 0};
 }
 
 /* A chunk's parameter tensors in buffer order: local element counts. */
@@ -167,6 +184,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .post = post,
                                  .recompute = r->recompute,
                                  .recompute_num_layers = r->recompute_num_layers,
+                                 .sequence_parallel = r->sequence_parallel,
                                  .attn_saved_floats = r->attn_saved_floats,
                                  .attn_scratch_floats = r->attn_scratch_floats};
         double slot, shared;
@@ -176,7 +194,9 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         bytes[PTDP_MEM_WORKSPACE] += (size_t)shared;
     }
     if (sp->p > 1) {
-        const size_t msg = (size_t)(r->s * r->b * r->h); /* one activation [s, b, h] */
+        /* one activation [s, b, h], or its sequence shard */
+        const size_t msg =
+            (size_t)(r->s * r->b * r->h / (r->sequence_parallel && r->t > 1 ? r->t : 1));
         ptdp_schedule all;
         int rc = ptdp_schedule_init(&all, sp);
         if (rc != PTDP_OK) return rc;

@@ -110,6 +110,7 @@ typedef struct {
     int pre, post; /* first / last pipeline stage */
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
+    int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
     /* the compute backend's numbers (the plan does not know the kernels):
      * floats attention saves per layer and micro-batch, ops->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
@@ -137,7 +138,9 @@ typedef struct {
     int recompute;         /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
-    int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
+    int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
+    int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
+                              between stages carry s/t positions) */
 } ptdp_plan_rank;
 /* No model (the caller sets the shape and the two attention numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
@@ -207,6 +210,8 @@ typedef struct {
     int precision;                       /* ptdp_plan_precision */
     int schedule;                        /* ptdp_schedule_kind, or -1: interleaved if v > 1 */
     int scatter_gather;                  /* 1 on (when t > 1), 0 off */
+    int sequence_parallel;               /* --sequence-parallel (layouts with t > 1; needs
+                                            s % t == 0): replaces scatter/gather */
     int zero;                            /* distributed optimizer (ZeRO-1) */
     int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
     int recompute_method;                /* ptdp_recompute_method when recomputing */
@@ -221,7 +226,7 @@ typedef struct {
     int64_t attn_scratch_floats;
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
- * scatter/gather on, no ZeRO-1, overlap on, uniform recomputation of 1
+ * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1
  * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
 ptdp_plan_job ptdp_plan_job_default_params(void);
 

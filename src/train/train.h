@@ -67,6 +67,9 @@ typedef struct {
     int recompute_method;       /* PTDP_RECOMPUTE_* */
     int64_t recompute_num_layers;
     int scatter_gather;        /* send 1/t slices between stages (t > 1) */
+    int sequence_parallel;     /* --sequence-parallel (t > 1; s % t == 0): residual stream,
+                                  LayerNorms, dropouts and pipeline messages on 1/t of the
+                                  sequence; subsumes scatter_gather, which is then unused */
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */

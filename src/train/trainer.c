@@ -58,10 +58,20 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
     };
 }
 
-/* Evaluation's two stage-to-stage buffers [2, b*s*h] (p > 1). */
+/* Sequence parallelism in effect: Megatron turns it off when t = 1. */
+static int seq_par(const ptdp_trainer_params *p) { return p->sequence_parallel && p->comm->t > 1; }
+
+/* Floats of one stage-to-stage message: [s, b, h], or this rank's [s/t, b,
+ * h] with sequence parallelism. */
+static int64_t msg_floats(const ptdp_trainer_params *p) {
+    const int64_t n = p->micro_batch * p->cfg.seq_length * p->cfg.hidden;
+    return seq_par(p) ? n / p->comm->t : n;
+}
+
+/* Evaluation's two stage-to-stage buffers [2, msg] (p > 1). */
 static void carve_eval(ptdp_trainer *tr) {
     const ptdp_trainer_params *p = &tr->p;
-    const size_t n = 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden);
+    const size_t n = 2 * (size_t)msg_floats(p);
     tr->eval_buf =
         p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
@@ -91,6 +101,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
     r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
     r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
+    r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -145,6 +156,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .numel_multiple = 16 * (int64_t)comm->d,
             .eod_mask_loss = p->eod_mask_loss,
             .eod_token = p->eod_token,
+            .sequence_parallel = seq_par(p),
             .inference = 0,
             .mem = &tr->mem,
         };
@@ -184,11 +196,13 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.ops = p->ops;
         ep.mem = &tr->mem;
         ep.chunks = tr->chunks;
-        ep.tokens_per_mb = p->cfg.seq_length * p->micro_batch;
+        ep.tokens_per_mb = msg_floats(p) / p->cfg.hidden;
         ep.hidden = p->cfg.hidden;
         ep.max_events = p->trace_events;
         ep.tensor = &comm->tensor;
-        ep.scatter_gather = p->scatter_gather;
+        /* a sequence-parallel message is already this rank's 1/t: nothing
+         * left to scatter */
+        ep.scatter_gather = p->scatter_gather && !seq_par(p);
         ep.last_bwd_hook = p->overlap_grad_reduce && comm->d > 1 ? ptdp_ddp_grads_ready : NULL;
         ep.hook_ctx = (void **)tr->ddp;
         rc = ptdp_executor_init(&tr->ex, &ep);
@@ -255,6 +269,35 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     ptdp_allreduce_sum_f32(&comm->embedding, ptdp_gpt_chunk_grads(c) + wte->offset, wte->numel);
 }
 
+/* Sequence parallelism: a parameter replicated across the tensor group
+ * (LayerNorms, the row-parallel biases, the position embeddings) saw only
+ * this rank's sequence shard, so its gradient is a partial sum; Megatron
+ * all-reduces those over the tensor group after the data-parallel reduction
+ * (finalize_model_grads). Sums commute, so doing it after the data-parallel
+ * sum gives the same total; under ZeRO-1 it runs on the summed shard this
+ * rank owns, which lies at the same flat offsets on every tensor rank. */
+static void reduce_sequence_parallel(ptdp_trainer *tr) {
+    if (!seq_par(&tr->p)) return;
+    ptdp_group *tg = &tr->p.comm->tensor;
+    for (int c = 0; c < tr->v; c++) {
+        int n;
+        const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
+        for (int k = 0; k < ptdp_ddp_num_owned(tr->ddp[c]); k++) {
+            int64_t off, len;
+            ptdp_ddp_owned(tr->ddp[c], k, &off, &len);
+            for (int i = 0; i < n; i++) {
+                if (sp[i].split != PTDP_SPLIT_NONE) continue;
+                const int64_t lo = sp[i].offset > off ? sp[i].offset : off,
+                              hi = sp[i].offset + sp[i].numel < off + len
+                                       ? sp[i].offset + sp[i].numel
+                                       : off + len;
+                if (lo < hi)
+                    ptdp_allreduce_sum_f32(tg, ptdp_ddp_grad_at(tr->ddp[c], lo, hi - lo), hi - lo);
+            }
+        }
+    }
+}
+
 /* Tokens of micro-batch `mb` (of [m, b, s+1] batch) that take part in the
  * loss: those whose input is not the EOD token (--eod-mask-loss). */
 static int64_t counted_tokens(const ptdp_trainer_params *p, const int32_t *batch, int64_t mb) {
@@ -305,6 +348,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
     for (int c = 0; c < tr->v; c++) ptdp_ddp_finish(tr->ddp[c]);
+    reduce_sequence_parallel(tr);
     /* the loss and its token count live on the last stage (both t times over:
      * every tensor rank there holds them), the norm's pieces on every
      * stage (and with ZeRO-1 on every data-parallel shard) */
@@ -351,7 +395,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m, P = comm->p;
-    const int64_t n = b * s * p->cfg.hidden, stages = P * tr->v;
+    const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
@@ -473,6 +517,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                                   .post = stage == stages - 1,
                                   .recompute = p->recompute_method,
                                   .recompute_num_layers = p->recompute_num_layers,
+                                  .sequence_parallel = seq_par(p),
                                   .attn_saved_floats = p->ops->attention_saved_floats(
                                       p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
                                   .attn_scratch_floats = ptdp_attention_scratch_floats(
