@@ -224,6 +224,11 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
  * ptdp_ckpt_read_config. Any rank may call it. */
 int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found);
 
+/* Whether the checkpoint holds AdamW state (*has = 0 for weights-only
+ * checkpoints, such as `ptdp checkpoint import-megatron` writes). Errors as
+ * ptdp_ckpt_read_config. Any rank may call it. */
+int ptdp_ckpt_read_has_optimizer(const char *dir, int *has);
+
 /* `ptdp checkpoint info/verify`: print a summary to f / check every file's
  * size and checksum, every shard record against its file, and that every
  * global tensor is fully covered. One process; PTDP_OK or an error whose
