@@ -5,8 +5,9 @@
 # GPT's known weights, and the same weights as Hugging Face safetensors):
 # - each fixture (Megatron-Core names t=1 p=1 with optimizer and RNG states,
 #   Megatron-Core t=2 p=2 in bf16, Transformer Engine names, legacy nested
-#   names t=2 as a release checkpoint) imports to exactly the known weights
-#   (exported back to safetensors: bitwise equal);
+#   names t=2 as a release checkpoint, and a 4-layer t=1 p=2 interleaved one
+#   with 2 virtual chunks) imports to exactly the known weights (exported
+#   back to safetensors: bitwise equal);
 # - `ptdp train` from the import (--finetune) logs bitwise the losses and
 #   gradient norms of the same run started from the safetensors weights
 #   (--init-from), and without --no-load-optim/--finetune says why it stops;
@@ -20,15 +21,16 @@
 source "$PTDP_SRC/tests/script_lib.sh"
 FIX=$PTDP_SRC/tests/fixtures/megatron
 W=$FIX/weights.safetensors
-MODEL="--num-layers 2 --hidden-size 16 --num-attention-heads 4 --ffn-hidden-size 64 --seq-length 16
+MODEL="--num-layers 2 --hidden-size 8 --num-attention-heads 2 --ffn-hidden-size 32 --seq-length 16
  --max-position-embeddings 16 --vocab-size 50"
 RUN="--mock-data $MODEL --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 3
  --hidden-dropout 0 --attention-dropout 0 --log-interval 100"
 
-# same_weights CKPT NAME: the ptdp checkpoint's weights, exported, equal the known ones bitwise
+# same_weights CKPT NAME [REF]: the ptdp checkpoint's weights, exported, equal the known ones
+# (REF, by default weights.safetensors) bitwise
 same_weights() {
     "$PTDP" export --load "$1" --out "$TMP/$2.safetensors" >"$TMP/$2.exp.out" 2>&1 &&
-        "$PTDP_TOOLS/st_compare" --bitwise "$TMP/$2.safetensors" "$W" >"$TMP/$2.cmp" 2>&1 ||
+        "$PTDP_TOOLS/st_compare" --bitwise "$TMP/$2.safetensors" "${3:-$W}" >"$TMP/$2.cmp" 2>&1 ||
         { cat "$TMP/$2.exp.out" "$TMP/$2.cmp" >&2; return 1; }
 }
 
@@ -40,6 +42,12 @@ for f in core_t1p1 core_t2p2 te_t1p1 legacy_t2p1; do
         cat "$TMP/$f.out" >&2
     fi
 done
+# a 4-layer model of its own, t=1 p=2 with 2 virtual chunks per rank (model0, model1)
+if "$PTDP" checkpoint import-megatron "$FIX/core_t1p2v2" "$TMP/imp_v2" >"$TMP/v2.out" 2>&1 &&
+    grep -q "t=1 p=2 v=2" "$TMP/v2.out" && same_weights "$TMP/imp_v2" imp_v2 "$FIX/weights_l4.safetensors"; then ok; else
+    fail "import-megatron of an interleaved (virtual pipeline) checkpoint"
+    cat "$TMP/v2.out" >&2
+fi
 grep -q "t=2 p=2 v=1" "$TMP/core_t2p2.out" && grep -q "iteration 20" "$TMP/core_t2p2.out" &&
     grep -q "release" "$TMP/legacy_t2p1.out" && ok || fail "import summary (layout, iteration, release)"
 "$PTDP" checkpoint verify "$TMP/imp_core_t2p2" >"$TMP/verify.out" 2>&1 && ok ||
@@ -113,7 +121,7 @@ expect_fail missing_rank "some are missing" "$TMP/o3" "$PTDP" checkpoint import-
 mkdir -p "$bad.dist/iter_0000005" && echo 5 >"$bad.dist/latest_checkpointed_iteration.txt"
 touch "$bad.dist/iter_0000005/__0_0.distcp" "$bad.dist/iter_0000005/metadata.json"
 expect_fail torch_dist "torch_dist checkpoint.*--ckpt-format torch" "$TMP/o4" "$PTDP" checkpoint import-megatron "$bad.dist" "$TMP/o4"
-expect_fail wrong_shape "word_embeddings.weight. has shape \[32, 16\] but the model .* needs \[32, 32\]" "$TMP/o5" \
+expect_fail wrong_shape "word_embeddings.weight. has shape \[32, 8\] but the model .* needs \[32, 32\]" "$TMP/o5" \
     "$PTDP" checkpoint import-megatron "$FIX/core_t2p2" "$TMP/o5" --hidden-size 32
 expect_fail wrong_layers "hold 2 layers but the model has 3" "$TMP/o6" \
     "$PTDP" checkpoint import-megatron "$FIX/core_t1p1" "$TMP/o6" --num-layers 3

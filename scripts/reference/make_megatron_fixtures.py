@@ -2,7 +2,7 @@
 """make_megatron_fixtures.py - the Megatron-LM checkpoints of tests/test_megatron_ckpt.sh,
 built with Debian's python3-torch (1.13) from known weights, so CI needs no PyTorch.
 
-A tiny GPT (l=2, h=16, a=4, ffn=64, max positions 16, vocabulary 50 padded by Megatron
+A tiny GPT (l=2, h=8, a=2, ffn=32, max positions 16, vocabulary 50 padded by Megatron
 to a multiple of 8 x t) is drawn once; every weight is a bf16 value, so the bf16 copy
 is exact. Written under tests/fixtures/megatron/ (run from the repository root):
 
@@ -15,6 +15,9 @@ is exact. Written under tests/fixtures/megatron/ (run from the repository root):
                        _extra_state entries), t=1 p=1
   legacy_t2p1/         legacy Megatron (nested language_model/embedding/encoder dicts,
                        query_key_value, dense_h_to_4h ...), t=2 p=1, release checkpoint
+  core_t1p2v2/         a 4-layer model of its own (weights_l4.safetensors), t=1 p=2 with
+                       2 virtual chunks per rank ('model0', 'model1'): chunk c of pipeline
+                       rank r is virtual stage c*2 + r, one layer each
 
 The layout follows Megatron-LM's megatron/training/checkpointing.py (iter_%07d or
 release, mp_rank_%02d[_%03d]/model_optim_rng.pt) and the names its GPT models and
@@ -32,15 +35,15 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-L, H, A, FFN, POS, V, DIV = 2, 16, 4, 64, 16, 50, 8
+L, H, A, FFN, POS, V, DIV = 2, 8, 2, 32, 16, 50, 8
 HD = H // A
 OUT = "tests/fixtures/megatron"
 
 
-def weights():
+def weights(L=L):
     """Global weights in Megatron's [out, in] layout; the word embedding has 64 rows
     (Megatron's padding for t=2; t=1 uses its first 56), padding rows non-zero."""
-    g = torch.Generator().manual_seed(18)
+    g = torch.Generator().manual_seed(18 if L == 2 else 18 + L)
 
     def r(*shape, scale=0.02, base=0.0):
         w = base + scale * torch.randn(*shape, generator=g)
@@ -57,7 +60,7 @@ def weights():
     return w
 
 
-def args_for(t, p, padded, extra=None):
+def args_for(t, p, padded, extra=None, L=L):
     a = argparse.Namespace(
         num_layers=L, hidden_size=H, ffn_hidden_size=FFN, num_attention_heads=A, kv_channels=HD,
         group_query_attention=False, num_query_groups=1, seq_length=POS,
@@ -102,17 +105,18 @@ def split(x, dim, t, tp):
     return x.narrow(dim, tp * n, n).clone()
 
 
-def stage_dict(w, t, tp, p, pp, style, dtype):
-    """One file's model state dict (Megatron-Core flat names, or legacy nested dicts)."""
+def stage_dict(w, t, tp, p, pp, style, dtype, L=L, v=1, c=0):
+    """One model chunk's state dict (Megatron-Core flat names, or legacy nested dicts):
+    chunk c of pipeline rank pp is virtual stage c*p + pp."""
     padded = (V + DIV * t - 1) // (DIV * t) * (DIV * t)
     wte = split(w["wte"][:padded], 0, t, tp)
-    per = L // p
+    per, stage, last = L // (p * v), c * p + pp, p * v - 1
     sd = OrderedDict()
-    if pp == 0:
+    if stage == 0:
         sd["embedding.word_embeddings.weight"] = wte
         sd["embedding.position_embeddings.weight"] = w["wpe"].clone()
     for j in range(per):
-        i = pp * per + j
+        i = stage * per + j
         for name, x, dim in core_names(w, i):
             if style == "te":
                 name = TE.get(name, name)
@@ -120,7 +124,7 @@ def stage_dict(w, t, tp, p, pp, style, dtype):
         if style == "te":
             sd[f"decoder.layers.{j}.self_attention.core_attention._extra_state"] = io.BytesIO()
             sd[f"decoder.layers.{j}.self_attention.linear_qkv._extra_state"] = io.BytesIO()
-    if pp == p - 1:
+    if stage == last:
         sd["decoder.final_layernorm.weight"] = w["lnf_w"].clone()
         sd["decoder.final_layernorm.bias"] = w["lnf_b"].clone()
         if p > 1:  # Megatron-Core's last stage holds the tied output layer's copy
@@ -145,7 +149,7 @@ def stage_dict(w, t, tp, p, pp, style, dtype):
     return OrderedDict(language_model=lm)
 
 
-def save_megatron(w, name, t, p, style, dtype=torch.float32, release=False, real=False):
+def save_megatron(w, name, t, p, style, dtype=torch.float32, release=False, real=False, L=L, v=1):
     padded = (V + DIV * t - 1) // (DIV * t) * (DIV * t)
     it = 20
     top = os.path.join(OUT, name)
@@ -154,8 +158,13 @@ def save_megatron(w, name, t, p, style, dtype=torch.float32, release=False, real
         for tp in range(t):
             sub = f"mp_rank_{tp:02d}" if p == 1 else f"mp_rank_{tp:02d}_{pp:03d}"
             os.makedirs(os.path.join(d, sub), exist_ok=True)
-            sd = {"args": args_for(t, p, padded), "checkpoint_version": 3.0, "iteration": it,
-                  "model": stage_dict(w, t, tp, p, pp, style, dtype)}
+            extra = {"virtual_pipeline_model_parallel_size": v} if v > 1 else None
+            sd = {"args": args_for(t, p, padded, extra, L=L), "checkpoint_version": 3.0,
+                  "iteration": it}
+            if v == 1:
+                sd["model"] = stage_dict(w, t, tp, p, pp, style, dtype, L=L)
+            for c in range(v if v > 1 else 0):
+                sd[f"model{c}"] = stage_dict(w, t, tp, p, pp, style, dtype, L=L, v=v, c=c)
             if real:  # what a real save holds beside the model: opaque objects to skip
                 sd["optimizer"] = {"optimizer": {"state": {0: {"step": torch.tensor(20.0),
                                                                "exp_avg": torch.zeros(3)}},
@@ -164,6 +173,7 @@ def save_megatron(w, name, t, p, style, dtype=torch.float32, release=False, real
                 sd["opt_param_scheduler"] = {"max_lr": 1e-3, "num_steps": 160}
                 random.seed(1)
                 np.random.seed(1)
+                torch.manual_seed(1)
                 sd["rng_state"] = [{"random_rng_state": random.getstate(),
                                     "np_rng_state": np.random.get_state(),
                                     "torch_rng_state": torch.get_rng_state(),
@@ -176,7 +186,7 @@ def save_megatron(w, name, t, p, style, dtype=torch.float32, release=False, real
         f.write("release" if release else str(it))
 
 
-def save_hf(w, path):
+def save_hf(w, path, L=L):
     """Hugging Face GPT-2 names, [in, out] weights, c_attn columns [q|k|v][a][hd]."""
     def qkv_cols(x):  # rows [a][3][hd] -> [3][a][hd]
         return x.reshape(A, 3, HD, *x.shape[1:]).transpose(0, 1).reshape(3 * H, *x.shape[1:])
@@ -213,6 +223,9 @@ def main():
     save_megatron(w, "core_t2p2", 2, 2, "core", dtype=torch.bfloat16)
     save_megatron(w, "te_t1p1", 1, 1, "te")
     save_megatron(w, "legacy_t2p1", 2, 1, "legacy", release=True)
+    w4 = weights(L=4)
+    save_hf(w4, os.path.join(OUT, "weights_l4.safetensors"), L=4)
+    save_megatron(w4, "core_t1p2v2", 1, 2, "core", L=4, v=2)
 
 
 if __name__ == "__main__":
