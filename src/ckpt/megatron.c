@@ -720,7 +720,8 @@ int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_i
                                              path, (long long)(im.Vl * g.T), (long long)cfg.vocab);
                         if (rc) break;
                     }
-                    if (k == N_HEAD && (g.P == 1 || pp != g.P - 1)) {
+                    /* only a last stage that is not also the first holds the tied copy */
+                    if (k == N_HEAD && !(stage == S - 1 && stage != 0)) {
                         rc = ptdp_errorf(PTDP_EUNSUPPORTED,
                                          "%s: '%s' is a separate output layer (untied "
                                          "embeddings); ptdp ties it to the word embedding",
@@ -760,17 +761,21 @@ int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_i
         if (rc == PTDP_OK) rc = ptdp_ckpt_save(dst, &meta, &im.full, &none, 1, &comm);
         ptdp_comm_finalize(&comm);
     }
+    char pad[96] = "no padding rows";
+    if (im.Vl * g.T > cfg.vocab)
+        snprintf(pad, sizeof pad, "Megatron's padding rows %lld-%lld dropped", (long long)cfg.vocab,
+                 (long long)(im.Vl * g.T - 1));
     if (rc == PTDP_OK && log)
         fprintf(log,
-                "imported %s (Megatron %s, t=%d p=%d v=%d, checkpoint_version %g): l=%lld h=%lld "
-                "a=%lld ffn=%lld V=%lld (rows %lld..%lld of Megatron's padding dropped)\n"
+                "imported %s (Megatron-LM %s, t=%d p=%d v=%d, checkpoint_version %g): l=%lld "
+                "h=%lld a=%lld ffn=%lld V=%lld (%s)\n"
                 "wrote %s (iteration %lld, consumed samples %lld); model weights only: the "
                 "optimizer state and RNG states were not converted, so train from it with "
                 "--load %s --no-load-optim (or --finetune)\n",
-                itdir, release ? "release" : "iteration", g.T, g.P, v, version,
+                itdir, release ? "release checkpoint" : "checkpoint", g.T, g.P, v, version,
                 (long long)cfg.num_layers, (long long)cfg.hidden, (long long)cfg.heads,
-                (long long)cfg.ffn_hidden, (long long)cfg.vocab, (long long)cfg.vocab,
-                (long long)(im.Vl * g.T), dst, (long long)iteration, (long long)consumed, dst);
+                (long long)cfg.ffn_hidden, (long long)cfg.vocab, pad, dst, (long long)iteration,
+                (long long)consumed, dst);
     free(im.have);
     free(im.tmp);
     free(nl);
