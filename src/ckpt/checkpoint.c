@@ -248,7 +248,7 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(r, "iteration", (double)meta->iteration);
     cJSON_AddNumberToObject(r, "consumed_samples", (double)meta->consumed_samples);
     cJSON_AddNumberToObject(r, "optimizer_step", (double)meta->optimizer_step);
-    cJSON_AddBoolToObject(r, "has_optimizer", 1);
+    cJSON_AddBoolToObject(r, "has_optimizer", !meta->no_optimizer);
     cJSON_AddStringToObject(r, "checksum",
                             "crc32 (IEEE 802.3 / zlib) of each whole file, 8 hex digits");
     cJSON *m = cJSON_AddObjectToObject(r, "model");

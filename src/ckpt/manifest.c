@@ -226,6 +226,14 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
     return rc;
 }
 
+int ptdp_ckpt_read_has_optimizer(const char *dir, int *has) {
+    manifest M;
+    int rc = ptdp__ckpt_open_manifest(&M, dir);
+    *has = rc == PTDP_OK && M.has_optim;
+    ptdp__ckpt_manifest_free(&M);
+    return rc;
+}
+
 int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found) {
     manifest M;
     *found = 0;
