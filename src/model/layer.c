@@ -10,6 +10,8 @@
  * copy_to_tensor_model_parallel_region / reduce_from_...): g all-reduces in
  * the forward, f in the backward, after the input-gradient GEMMs of the
  * column-parallel layers. The dropout streams of every site live here too.
+ * The backward comes in two halves (zero-bubble schedules run them apart):
+ * B, the input gradient, and W, the four weight GEMMs.
  * Not here: recomputation (gpt.c decides what to rerun), memory (chunk.c). */
 #include "model/model.h"
 #include "model/model_internal.h"
@@ -85,7 +87,10 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
 }
 
-void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
+/* B: input gradient only. The weight GEMMs' output gradients go to wg, not
+ * to a scratch buffer, because W reads them later. */
+void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
+                       const ptdp__layer_wgrad *wg) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
@@ -97,29 +102,40 @@ void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
 
     /* MLP: dres holds d(out) */
     o->bias_dropout_add_bwd(
-        dres, dtmp, G->fc2_b, N, h,
+        dres, wg->dmlp_out, G->fc2_b, N, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
-    o->gemm(1, 0, h, fl, N, 1.0f, dtmp, h, A->gl, fl, 1.0f, G->fc2_w, fl);
-    o->gemm(0, 0, N, fl, h, 1.0f, dtmp, h, W->fc2_w, fl, 0.0f, c->dfc, fl);
-    o->bias_gelu_bwd(c->dfc, A->fc, W->fc1_b, c->dfc, G->fc1_b, N, fl);
-    o->gemm(1, 0, fl, h, N, 1.0f, c->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
-    o->gemm(0, 0, N, h, fl, 1.0f, c->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
+    o->gemm(0, 0, N, fl, h, 1.0f, wg->dmlp_out, h, W->fc2_w, fl, 0.0f, wg->dfc, fl);
+    o->bias_gelu_bwd(wg->dfc, A->fc, W->fc1_b, wg->dfc, G->fc1_b, N, fl);
+    o->gemm(0, 0, N, h, fl, 1.0f, wg->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
     ptdp__tp_f_bwd(c, dtmp, N * h);
     o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N,
                      h);
 
     /* attention: dres holds d(xm) */
     o->bias_dropout_add_bwd(
-        dres, dtmp, G->proj_b, N, h,
+        dres, wg->dattn_out, G->proj_b, N, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
-    o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
-    o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
-    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, c->dqkv, c->attn_scratch, s, b, c->al,
+    o->gemm(0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
+    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
                      c->hd,
                      ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
-    o->bias_bwd(c->dqkv, G->qkv_b, N, 3 * hl);
-    o->gemm(1, 0, 3 * hl, h, N, 1.0f, c->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
-    o->gemm(0, 0, N, h, 3 * hl, 1.0f, c->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
+    o->bias_bwd(wg->dqkv, G->qkv_b, N, 3 * hl);
+    o->gemm(0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
     ptdp__tp_f_bwd(c, dtmp, N * h);
     o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, N, h);
+}
+
+/* W: the weight gradients, from the GEMM inputs stashed in the slot and the
+ * output gradients B left in wg. No communication: under tensor parallelism
+ * each rank's weight shard's gradient is local. */
+void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
+                       const ptdp__layer_wgrad *wg) {
+    const ptdp_ops *o = c->ops;
+    const ptdp_layer_ptrs *G = &c->G.layers[i];
+    const ptdp__layer_act *A = &sa->layer[i];
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl;
+    o->gemm(1, 0, h, fl, N, 1.0f, wg->dmlp_out, h, A->gl, fl, 1.0f, G->fc2_w, fl);
+    o->gemm(1, 0, fl, h, N, 1.0f, wg->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
+    o->gemm(1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
+    o->gemm(1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
 }

@@ -23,7 +23,9 @@
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
  * stored. With full recomputation a stashed micro-batch keeps only the
  * inputs of its recompute groups; one group's internals live in a workspace
- * shared by all micro-batches. */
+ * shared by all micro-batches. Zero-bubble schedules (split backward) keep,
+ * per layer and stashed micro-batch, the output gradients of the four weight
+ * GEMMs from B to W: 2 N h + N fl + 3 N hl more floats (= N (2h + 7h/t)). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,10 +57,12 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         }
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
+        if (i < l && g < 0 && m->split_backward) /* kept from B to W */
+            slot += 2 * X + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
-    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+    sh += 4 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
           nf((double)(N * fl));               /* backward buffers */
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->post)
@@ -161,6 +165,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .post = post,
                                  .recompute = r->recompute,
                                  .recompute_num_layers = r->recompute_num_layers,
+                                 .split_backward = ptdp_schedule_splits_backward(sp),
                                  .attn_saved_floats = r->attn_saved_floats,
                                  .attn_scratch_floats = r->attn_scratch_floats};
         double slot, shared;
