@@ -69,22 +69,25 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
 int ptdp_sim_run(const ptdp_schedule *s, const ptdp_sim_costs *costs, ptdp_sim_result *res) {
     memset(res, 0, sizeof *res);
     const int stages = s->params.p * s->params.v;
-    for (int k = 0; k < stages; k++)
-        if ((costs->stage_forward && !(costs->stage_forward[k] >= 0)) ||
-            (costs->stage_backward && !(costs->stage_backward[k] >= 0)) ||
-            (costs->stage_weight &&
-             !(costs->stage_weight[k] >= 0 &&
-               costs->stage_weight[k] <=
-                   (costs->stage_backward ? costs->stage_backward[k] : costs->backward))))
+    /* W's cost is the part of the backward it takes, so only schedules that
+     * split the backward look at it */
+    const int split = ptdp_schedule_splits_backward(&s->params);
+    for (int k = 0; k < stages; k++) {
+        const double b = costs->stage_backward ? costs->stage_backward[k] : costs->backward;
+        const double w = costs->stage_weight ? costs->stage_weight[k] : costs->weight;
+        if ((costs->stage_forward && !(costs->stage_forward[k] >= 0)) || !(b >= 0) ||
+            (split && !(w >= 0 && w <= b)))
             return ptdp_errorf(PTDP_EINVAL,
-                               "simulator: stage %d has a negative cost (or weight > backward)", k);
-    if (!(costs->forward >= 0 && costs->backward >= 0 && costs->comm >= 0 && costs->weight >= 0 &&
-          (costs->stage_backward || costs->weight <= costs->backward)))
+                               "simulator: stage %d has a negative cost%s (forward %g, backward "
+                               "%g, weight %g)",
+                               k, split ? " or weight > backward" : "",
+                               costs->stage_forward ? costs->stage_forward[k] : costs->forward, b,
+                               w);
+    }
+    if (!(costs->forward >= 0 && costs->backward >= 0 && costs->comm >= 0))
         return ptdp_errorf(
-            PTDP_EINVAL,
-            "simulator costs must be non-negative, weight at most backward (forward %g, backward "
-            "%g, weight %g, comm %g)",
-            costs->forward, costs->backward, costs->weight, costs->comm);
+            PTDP_EINVAL, "simulator costs must be non-negative (forward %g, backward %g, comm %g)",
+            costs->forward, costs->backward, costs->comm);
     const ptdp_schedule_params *sp = &s->params;
     int p = sp->p;
     /* Validation first: the replay below assumes complete, deadlock-free lists. */
