@@ -46,6 +46,7 @@ MATRIX_FAST=(
     "t3p1d1:3 1 1:--micro-batch-size 1"
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
     "t4p1d2_zero:4 1 2:--micro-batch-size 1 $ZERO"
+    "t1p4d2_zbh1_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO"
 )
 MATRIX_FULL=(
     "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
@@ -56,6 +57,8 @@ MATRIX_FULL=(
     "t1p8d1_1f1b:1 8 1:--micro-batch-size 1"
     "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
     "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
+    "t2p2d2_zbh1_b2_nosg:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF"
+    "t1p2d4_zbh1_zero_buckets:1 2 4:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO --ddp-bucket-size 3000"
 )
 entries=("${MATRIX_FAST[@]}")
 [ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")
