@@ -6,6 +6,7 @@
  * (plan/sim.c); this file only parses flags and formats results. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -13,17 +14,50 @@
 #include "pipeline/pipeline.h"
 #include "plan/plan.h"
 
+/* "F:B[:W],..." -> [n] arrays; W defaults to B/2. Returns 0, or -1 with a
+ * message naming the flag. */
+static int parse_stage_times(const char *str, int n, double *f, double *b, double *w) {
+    const char *q = str;
+    for (int k = 0; k < n; k++) {
+        char *end;
+        f[k] = strtod(q, &end);
+        if (end == q || *end != ':') goto bad;
+        q = end + 1;
+        b[k] = strtod(q, &end);
+        if (end == q) goto bad;
+        w[k] = b[k] / 2;
+        if (*end == ':') {
+            q = end + 1;
+            w[k] = strtod(q, &end);
+            if (end == q) goto bad;
+        }
+        if (!(f[k] >= 0 && b[k] >= 0 && w[k] >= 0 && w[k] <= b[k])) goto bad;
+        if (k + 1 < n && *end != ',') goto bad;
+        if (k + 1 == n && *end != 0) goto bad;
+        q = end + 1;
+    }
+    return 0;
+bad:
+    ptdp_log_error("--stage-times must list %d virtual stages as F:B[:W] (times >= 0, W <= B), "
+                   "separated by commas; got '%s'",
+                   n, str);
+    return -1;
+}
+
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
     fprintf(
         f,
         "usage: ptdp schedule --pipeline-model-parallel-size P --num-microbatches M\n"
         "                     [--virtual-pipeline-model-parallel-size V] [--pipeline-schedule S]\n"
         "                     [--simulate] [--draw FILE.svg]\n"
-        "                     [--forward-time X --backward-time Y --weight-time W --comm-time Z]\n\n"
+        "                     [--forward-time X --backward-time Y --weight-time W --comm-time Z]\n"
+        "                     [--stage-times F:B[:W],F:B[:W],...]\n\n"
         "Prints each pipeline rank's ordered actions, one line per rank: 'rank R: F0 F1 B0 ...'.\n"
         "F3 is the forward of micro-batch 3, B3 its backward; with V > 1, F3.1 is micro-batch 3 on\n"
         "the rank's model chunk 1. zb-h1 splits the backward: B3 is the input gradient only and W3\n"
         "the weight gradients (--weight-time of the --backward-time; default half of it).\n"
+        "--stage-times gives each virtual stage 0..P*V-1 its own times for one micro-batch through\n"
+        "that stage (forward, whole backward, its weight part), e.g. measured from a --trace.\n"
         "(chunk c is virtual stage c*P + R). The default schedule is interleaved when\n"
         "V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
         "each of its V chunks takes 1/V of it. --comm-time is the latency of one transfer.\n\n"
@@ -33,7 +67,7 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
 
 int ptdp_cmd_schedule(int argc, char **argv) {
     int64_t p = 1, m = 0, v = 1;
-    const char *sched = NULL, *draw = NULL;
+    const char *sched = NULL, *draw = NULL, *stage_times = NULL;
     int simulate = 0;
     double tf = 1.0, tb = 2.0, tw = -1.0, tc = 0.0;
     ptdp_opt opts[] = {
@@ -57,6 +91,8 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         {"weight-time", PTDP_OPT_FLOAT, &tw,
          "weight-gradient part W of the backward time (zb-h1; default: half of it)", NULL, 0, 1e12,
          0},
+        {"stage-times", PTDP_OPT_STR, &stage_times,
+         "per virtual stage times F:B[:W],... (overrides the three above)", NULL, 0, 0, 0},
         {"comm-time", PTDP_OPT_FLOAT, &tc, "time of one point-to-point transfer", NULL, 0, 1e12, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -85,6 +121,14 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         return 2;
     }
     int status = 0;
+    const int stages = sp.p * sp.v;
+    double *st = stage_times ? malloc(sizeof(double) * 3 * (size_t)stages) : NULL;
+    if (stage_times &&
+        (!st || parse_stage_times(stage_times, stages, st, st + stages, st + 2 * stages))) {
+        free(st);
+        ptdp_schedule_free(&s);
+        return 2;
+    }
     for (int r = 0; r < sp.p; r++) {
         ptdp_schedule_print_rank(stdout, &s, r);
         fputc('\n', stdout);
@@ -93,14 +137,24 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         ptdp_sim_costs c = {
             .forward = tf / sp.v, .backward = tb / sp.v, .weight = tw / sp.v, .comm = tc};
         const int split = ptdp_schedule_splits_backward(&s.params);
+        if (st) {
+            c.stage_forward = st;
+            c.stage_backward = st + stages;
+            c.stage_weight = st + 2 * stages;
+        }
         ptdp_sim_result res;
         if (ptdp_sim_run(&s, &c, &res)) {
             ptdp_log_error("%s", ptdp_last_error());
             ptdp_schedule_free(&s);
+            free(st);
             return 1;
         }
         if (simulate) {
-            if (split)
+            if (st)
+                printf("schedule %s: p=%d m=%d v=%d; per virtual stage times from --stage-times; "
+                       "comm %g\n",
+                       ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.comm);
+            else if (split)
                 printf("schedule %s: p=%d m=%d v=%d; per chunk: forward %g backward %g (B %g, W "
                        "%g); comm %g\n",
                        ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.forward,
@@ -141,6 +195,7 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         }
         ptdp_sim_result_free(&res);
     }
+    free(st);
     ptdp_schedule_free(&s);
     return status;
 }
