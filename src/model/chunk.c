@@ -82,7 +82,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
             ptdp__layer_wgrad *wg = &sa->wg[i];
             wg->dmlp_out = CARVE_F(act, N * h);
             wg->dfc = CARVE_F(act, N * fl);
-            wg->dattn_out = CARVE_F(act, N * h);
+            wg->dattn_out = sa->layer[i].xm; /* dead by then (model_internal.h) */
             wg->dqkv = CARVE_F(act, N * 3 * hl);
         }
         if (k == 0) c->slot_bytes = act->used - before;
@@ -99,9 +99,8 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     c->dctx = CARVE_F(ws, N * hl);
     c->dqkv = CARVE_F(ws, N * 3 * hl);
     c->dfc = CARVE_F(ws, N * fl);
-    c->dattn = CARVE_F(ws, N * h);
-    c->wg_ws = (ptdp__layer_wgrad){
-        .dmlp_out = c->tmp, .dfc = c->dfc, .dattn_out = c->dattn, .dqkv = c->dqkv};
+    c->wg_ws =
+        (ptdp__layer_wgrad){.dmlp_out = c->tmp, .dfc = c->dfc, .dattn_out = NULL, .dqkv = c->dqkv};
     c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     if (p->post) {
         c->lnf_out = CARVE_F(ws, N * h);

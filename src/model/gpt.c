@@ -59,9 +59,9 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
 }
 
 /* The chunk's backward. split = 0: each layer's B and W back to back, the
- * GEMMs' output gradients in the workspace, and the gradient hook after each
- * layer. split = 1: B only, into the slot's per-layer buffers; W and the hook
- * come with ptdp_gpt_chunk_bwd_weight. */
+ * GEMMs' output gradients in the workspace (and the layer's dead xm), and the gradient hook after
+ * each layer. split = 1: B only, into the slot's per-layer buffers; W and the hook come with
+ * ptdp_gpt_chunk_bwd_weight. */
 static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, int split) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     PTDP_ASSERT_MSG(c->grads, "backward on an inference chunk");
@@ -75,9 +75,14 @@ static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, i
         if (c->group[i] >= 0 && i == c->group_end[i] - 1)
             for (int64_t j = c->group[i]; j <= i; j++)
                 ptdp__layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
-        ptdp__layer_bwd_b(c, sa, i, split ? &sa->wg[i] : &c->wg_ws);
-        if (split) continue;
-        ptdp__layer_bwd_w(c, sa, i, &c->wg_ws);
+        if (split) {
+            ptdp__layer_bwd_b(c, sa, i, &sa->wg[i]);
+            continue;
+        }
+        ptdp__layer_wgrad wg = c->wg_ws;
+        wg.dattn_out = sa->layer[i].xm; /* dead once B has read it (model_internal.h) */
+        ptdp__layer_bwd_b(c, sa, i, &wg);
+        ptdp__layer_bwd_w(c, sa, i, &wg);
         if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->p.pre) {

@@ -68,11 +68,14 @@ typedef struct {
 
 /* The output gradients of one layer's four weight GEMMs for one micro-batch:
  * with the stashed inputs of those GEMMs (ln1, ctx, ln2, gl), all the weight
- * gradients W needs. */
+ * gradients W needs. dattn_out is always the layer's own stashed xm: B's
+ * last reader of xm (the MLP LayerNorm's backward) runs before B writes the
+ * attention projection's output gradient, and W never reads xm, so the
+ * buffer costs no memory. */
 typedef struct {
     float *dmlp_out;  /* [s, b, h] gradient of the MLP's output GEMM (fc2) */
     float *dfc;       /* [s, b, 4h/t] gradient of fc (the GeLU's input) */
-    float *dattn_out; /* [s, b, h] gradient of the attention projection's output */
+    float *dattn_out; /* [s, b, h] gradient of the attention projection's output (= xm) */
     float *dqkv;      /* [s, b, 3h/t] gradient of qkv */
 } ptdp__layer_wgrad;
 
@@ -118,9 +121,8 @@ struct ptdp_gpt_chunk {
     float *dctx;             /* [s, b, h/t] */
     float *dqkv;             /* [s, b, 3h/t] */
     float *dfc;              /* [s, b, 4h/t] */
-    float *dattn;            /* [s, b, h] the attention projection's output gradient */
-    ptdp__layer_wgrad wg_ws; /* {tmp, dfc, dattn, dqkv}: one layer's wgrad, when B and W
-                                run back to back */
+    ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
+                                back to back (dattn_out: that layer's xm) */
     float *attn_scratch;     /* [ptdp_attention_scratch_floats(s, threads)] */
     /* loss head (last stage) */
     float *lnf_out;             /* [s, b, h] */

@@ -25,7 +25,8 @@
  * inputs of its recompute groups; one group's internals live in a workspace
  * shared by all micro-batches. Zero-bubble schedules (split backward) keep,
  * per layer and stashed micro-batch, the output gradients of the four weight
- * GEMMs from B to W: 2 N h + N fl + 3 N hl more floats (= N (2h + 7h/t)). */
+ * GEMMs from B to W: N h + N fl + 3 N hl more floats (= N (h + 7h/t)); the
+ * fourth, N h, reuses the layer's stashed xm, dead by then. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,11 +59,11 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
         if (i < l && g < 0 && m->split_backward) /* kept from B to W */
-            slot += 2 * X + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
+            slot += X + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
-    sh += 4 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
           nf((double)(N * fl));               /* backward buffers */
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->post)
