@@ -51,6 +51,7 @@ MATRIX_FAST=(
     "t2p2d2_sp_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO $SP"
     "t4p1d2_sp_rcu_b2:4 1 2:--micro-batch-size 2 $RCU $SP"
     "t2p2d1_sp_rcb_b2:2 2 1:--micro-batch-size 2 $RCB $SP"
+    "t1p4d2_zbh1_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO"
 )
 MATRIX_FULL=(
     "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
@@ -68,6 +69,8 @@ MATRIX_FULL=(
     "t4p1d1_sp:4 1 1:--micro-batch-size 1 $SP"
     "t2p4d1_sp_1f1b_sg:2 4 1:--micro-batch-size 1 --scatter-gather-tensors-in-pipeline $SP"
     "t2p2d1_sp_selective_b2:2 2 1:--micro-batch-size 2 $RCS $SP"
+    "t2p2d2_zbh1_b2_nosg_selective:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF $RCS"
+    "t1p2d4_zbh1_zero_buckets:1 2 4:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO --ddp-bucket-size 3000"
 )
 entries=("${MATRIX_FAST[@]}")
 [ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")

@@ -2,6 +2,7 @@
  * validator over a sweep of (p, m, v) and on deliberately broken lists, the
  * communication each action implies, and the simulator's bubble fractions,
  * makespans and stash counts against the paper's formulas. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +392,138 @@ static void test_send_buffers(void) {
     }
 }
 
+/* ZB-H1 (zero bubble, 1F1B's memory): hand-derived lists, the published
+ * shape, the bubble (p-1)(F+B-W)/(m(F+B+W)) with equal F, B, W (a third of
+ * 1F1B's), the validator on W mistakes. */
+static void test_zbh1(void) {
+    /* p=2 m=4. Rank 0 keeps no W pending (W right after its B), rank 1 one. */
+    CHECK(list_is(2, 4, 1, PTDP_SCHED_ZBH1, 0, "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3"));
+    CHECK(list_is(2, 4, 1, PTDP_SCHED_ZBH1, 1, "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3"));
+    /* p=4 m=8, first and last rank; m=2 < p: warm-up capped, W's at the end. */
+    CHECK(list_is(4, 8, 1, PTDP_SCHED_ZBH1, 0,
+                  "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7"));
+    CHECK(list_is(4, 8, 1, PTDP_SCHED_ZBH1, 3,
+                  "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7"));
+    CHECK(list_is(4, 2, 1, PTDP_SCHED_ZBH1, 3, "F0 B0 F1 B1 W0 W1"));
+    CHECK(list_is(4, 2, 1, PTDP_SCHED_ZBH1, 0, "F0 F1 B0 W0 B1 W1"));
+    /* v > 1 is refused, naming the flag */
+    ptdp_schedule_params bad = {2, 4, 2, PTDP_SCHED_ZBH1};
+    CHECK(ptdp_schedule_check(&bad) == PTDP_EINVAL &&
+          strstr(ptdp_last_error(), "--virtual-pipeline-model-parallel-size"));
+    CHECK(ptdp_schedule_parse_kind("zb-h1") == PTDP_SCHED_ZBH1);
+
+    /* The published shape, for every p <= 5, m <= 12: leaving W's out gives
+     * exactly 1F1B's list (same warm-up p-r-1, same steady state, same
+     * cool-down); W's run in micro-batch order, each after its own B; rank r
+     * keeps at most r W's pending, so after its last B it runs r+1 W's (the
+     * cool-down filled), and in the steady state (from the first W on)
+     * every B is followed by its W's turn; live activations peak at min(p, m)
+     * on every rank; with F = B = W the bubble is a third of 1F1B's. */
+    int shape_fail = 0, bubble_fail = 0, mem_fail = 0;
+    for (int p = 1; p <= 5; p++)
+        for (int m = 1; m <= 12; m++) {
+            ptdp_schedule_params zp = {p, m, 1, PTDP_SCHED_ZBH1}, op = {p, m, 1, PTDP_SCHED_1F1B};
+            ptdp_schedule z, o;
+            if (ptdp_schedule_init(&z, &zp) || ptdp_schedule_init(&o, &op)) {
+                shape_fail++;
+                continue;
+            }
+            if (z.len != 3 * m) shape_fail++;
+            int peak[5];
+            if (ptdp_schedule_validate(&z, peak)) shape_fail++;
+            for (int r = 0; r < p; r++) {
+                const ptdp_action *za = ptdp_schedule_rank(&z, r), *oa = ptdp_schedule_rank(&o, r);
+                int j = 0, nw = 0, last_b = -1, pending = 0, most_pending = 0;
+                for (int i = 0; i < z.len; i++) {
+                    if (za[i].kind == PTDP_ACT_WGT) {
+                        if (za[i].microbatch != nw++) shape_fail++;
+                        pending--;
+                        continue;
+                    }
+                    if (za[i].kind == PTDP_ACT_BWD) {
+                        last_b = i;
+                        if (++pending > most_pending) most_pending = pending;
+                    }
+                    if (j >= o.len || za[i].kind != oa[j].kind ||
+                        za[i].microbatch != oa[j].microbatch)
+                        shape_fail++;
+                    j++;
+                }
+                const int defer = r < m ? r : m - 1; /* W's held back beyond the current B */
+                if (most_pending != defer + 1 || z.len - 1 - last_b != defer + 1) shape_fail++;
+                if (peak[r] != (p < m ? p : m) ||
+                    ptdp_schedule_chunk_inflight(&zp, r, 0) != peak[r])
+                    mem_fail++;
+            }
+            if (m >= p) { /* F = B = W = 1: backward 2 of which weight 1 */
+                ptdp_sim_costs c = {.forward = 1, .backward = 2, .weight = 1, .comm = 0};
+                ptdp_sim_result rz, ro;
+                if (ptdp_sim_run(&z, &c, &rz) || ptdp_sim_run(&o, &c, &ro)) {
+                    bubble_fail++;
+                } else {
+                    const double want = (double)(p - 1) / (3.0 * m);
+                    if (fabs(rz.bubble_fraction - want) > 1e-12 ||
+                        fabs(rz.bubble_fraction * 3 - ro.bubble_fraction) > 1e-12 ||
+                        fabs(rz.makespan - (3.0 * m + p - 1)) > 1e-12) {
+                        bubble_fail++;
+                        fprintf(stderr, "zb-h1 p=%d m=%d: bubble %.12g want %.12g, makespan %g\n",
+                                p, m, rz.bubble_fraction, want, rz.makespan);
+                    }
+                    ptdp_sim_result_free(&rz);
+                    ptdp_sim_result_free(&ro);
+                }
+            }
+            ptdp_schedule_free(&z);
+            ptdp_schedule_free(&o);
+        }
+    CHECK(shape_fail == 0);
+    CHECK(bubble_fail == 0);
+    CHECK(mem_fail == 0);
+
+    /* Separate costs: p=2 m=2, F=1, B=2, W=1 (backward 3): rank 0 F0 [0,1]
+     * F1 [1,2]; rank 1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7] W0 [7,8] W1
+     * [8,9]; rank 0 B0 [4,6] W0 [6,7] B1 [7,9] W1 [9,10]. */
+    ptdp_schedule_params two = {2, 2, 1, PTDP_SCHED_ZBH1};
+    ptdp_schedule s2;
+    CHECK_OK(ptdp_schedule_init(&s2, &two));
+    ptdp_sim_costs c3 = {.forward = 1, .backward = 3, .weight = 1, .comm = 0};
+    ptdp_sim_result r2;
+    CHECK_OK(ptdp_sim_run(&s2, &c3, &r2));
+    CHECK_CLOSE(r2.makespan, 10, 0, 1e-12);
+    CHECK_CLOSE(r2.spans[2].start, 4, 0, 1e-12);          /* rank 0's B0 */
+    CHECK_CLOSE(r2.spans[s2.len + 4].start, 7, 0, 1e-12); /* rank 1's W0 */
+    ptdp_sim_result_free(&r2);
+    ptdp_sim_costs heavy = {.forward = 1, .backward = 1, .weight = 2, .comm = 0};
+    CHECK(ptdp_sim_run(&s2, &heavy, &r2) == PTDP_EINVAL &&
+          strstr(ptdp_last_error(), "weight > backward"));
+
+    /* Broken lists: W before its B, W twice (so one missing), a W in a
+     * schedule that does not split the backward. */
+    ptdp_action *a = (ptdp_action *)ptdp_schedule_rank(&s2, 0); /* F0 F1 B0 W0 B1 W1 */
+    swap(a, 2, 3);
+    CHECK(ptdp_schedule_validate(&s2, NULL) == PTDP_EINVAL &&
+          strstr(ptdp_last_error(), "before the backward B"));
+    swap(a, 2, 3);
+    a[5].microbatch = 0;
+    CHECK(ptdp_schedule_validate(&s2, NULL) == PTDP_EINVAL &&
+          strstr(ptdp_last_error(), "runs W0 twice"));
+    a[5].microbatch = 1;
+    CHECK_OK(ptdp_schedule_validate(&s2, NULL));
+    ptdp_schedule_free(&s2);
+    ptdp_schedule_params of = {2, 2, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule s3;
+    CHECK_OK(ptdp_schedule_init(&s3, &of));
+    ((ptdp_action *)ptdp_schedule_rank(&s3, 1))[3].kind = PTDP_ACT_WGT;
+    CHECK(ptdp_schedule_validate(&s3, NULL) == PTDP_EINVAL &&
+          strstr(ptdp_last_error(), "out of range"));
+    ptdp_schedule_free(&s3);
+    /* A W moves nothing. */
+    ptdp_action w = {PTDP_ACT_WGT, 0, 0};
+    ptdp_p2p in, out;
+    ptdp_action_p2p(&two, 1, &w, &in, &out);
+    CHECK(in.peer_rank == -1 && out.peer_rank == -1);
+}
+
 int main(void) {
     test_send_buffers();
     test_hand_lists();
@@ -399,5 +532,6 @@ int main(void) {
     test_sweep();
     test_sim_exact();
     test_broken();
+    test_zbh1();
     return test_done("test_schedule");
 }

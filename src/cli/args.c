@@ -182,7 +182,8 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
           "layers per model chunk (sets v = l / (p x this))", 0, 100000),
         S("pipeline-schedule", pipeline_schedule,
-          "pipeline schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved"),
+          "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1: zero bubble)",
+          "gpipe|1f1b|interleaved|zb-h1"),
         B("scatter-gather-tensors-in-pipeline", scatter_gather,
           "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
@@ -662,6 +663,17 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
+        if (!strcmp(sched, "zb-h1") && a->recompute_granularity &&
+            strcmp(a->recompute_granularity, "selective"))
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-schedule zb-h1 keeps activations until the weight "
+                               "gradients (W) run; it cannot be combined with "
+                               "--recompute-granularity full (selective is fine)");
+        if (!strcmp(sched, "zb-h1") && a->sequence_parallel && a->tensor_model_parallel_size > 1)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-schedule zb-h1 with --sequence-parallel is not "
+                               "supported yet (W would gather the LayerNorm outputs again); "
+                               "use 1f1b or interleaved with --sequence-parallel");
         if (a->recompute_method && !a->recompute_granularity)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--recompute-method needs --recompute-granularity full");

@@ -82,6 +82,13 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
             carve_layer(act, &sa->layer[i], N, Ns, h, hl, fl, selective ? 0 : saved);
+            if (!p->split_backward) continue;
+            /* kept from B to W: the weight GEMMs' output gradients */
+            ptdp__layer_wgrad *wg = &sa->wg[i];
+            wg->dmlp_out = CARVE_F(act, N * h);
+            wg->dfc = CARVE_F(act, N * fl);
+            wg->dattn_out = sa->layer[i].xm; /* dead by then (model_internal.h) */
+            wg->dqkv = CARVE_F(act, N * 3 * hl);
         }
         if (k == 0) c->slot_bytes = act->used - before;
     }
@@ -98,6 +105,12 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     c->dctx = CARVE_F(ws, N * hl);
     c->dqkv = CARVE_F(ws, N * 3 * hl);
     c->dfc = CARVE_F(ws, N * fl);
+    /* with sp a layer's xm is a shard: the attention output's gradient, kept
+     * from B to W, needs [s, b, h] of its own */
+    c->wg_ws = (ptdp__layer_wgrad){.dmlp_out = c->tmp,
+                                   .dfc = c->dfc,
+                                   .dattn_out = c->sp ? CARVE_F(ws, N * h) : NULL,
+                                   .dqkv = c->dqkv};
     c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     /* selective: the attention state of the one layer whose backward runs */
     float *ws_saved = selective ? CARVE_F(ws, saved) : NULL;
@@ -192,6 +205,7 @@ ptdp_chunk_params ptdp_chunk_default_params(void) {
                            .numel_multiple = 0,
                            .inference = 0,
                            .sequence_parallel = 0,
+                           .split_backward = 0,
                            .mem = NULL};
     return p;
 }
@@ -206,6 +220,14 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         c->p.tp = &c->solo.tensor;
     }
     c->training = !p->inference;
+    /* W reads the layer's stashed activations after B; a recomputed layer's
+     * live in the workspace, which the next micro-batch reuses */
+    PTDP_ASSERT_MSG(!p->split_backward ||
+                        ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
+                          p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
+                         !p->inference && !p->sequence_parallel),
+                    "a split backward needs stored activations and gradients, and no sequence "
+                    "parallelism");
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
@@ -213,7 +235,8 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     for (int k = 0; c->slots && k < p->slots; k++) {
         c->slots[k].layer = calloc((size_t)c->nl + 1, sizeof(ptdp__layer_act));
         c->slots[k].x = calloc((size_t)c->nl + 1, sizeof(float *));
-        if (!c->slots[k].layer || !c->slots[k].x) {
+        c->slots[k].wg = calloc((size_t)c->nl + 1, sizeof(ptdp__layer_wgrad));
+        if (!c->slots[k].layer || !c->slots[k].x || !c->slots[k].wg) {
             free(c->slots);
             c->slots = NULL;
             break;
@@ -270,6 +293,7 @@ void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     for (int k = 0; c->slots && k < c->p.slots; k++) {
         free(c->slots[k].layer);
         free(c->slots[k].x);
+        free(c->slots[k].wg);
     }
     free(c->slots);
     free(c->group);

@@ -9,6 +9,9 @@
  * instead of [s, b, V/t] logits. With sequence parallelism everything
  * between the embedding and the loss head's logits is this rank's sequence
  * shard (layer.c).
+ * The backward also runs as two halves for zero-bubble schedules: B (input
+ * gradients, the pipeline's critical path) and W (weight gradients), W
+ * reading the GEMM output gradients B kept in the slot.
  * Not here: the layer (layer.c), the embedding and loss head (head.c), the
  * memory plan (chunk.c), pipeline communication (pipeline/). */
 #include "model/model.h"
@@ -57,7 +60,11 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
         o->copy(x_out, sa->x[c->nl], Ns * h);
 }
 
-void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx) {
+/* The chunk's backward. split = 0: each layer's B and W back to back, the
+ * GEMMs' output gradients in the workspace (and the layer's dead xm), and the gradient hook after
+ * each layer. split = 1: B only, into the slot's per-layer buffers; W and the hook come with
+ * ptdp_gpt_chunk_bwd_weight. */
+static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, int split) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     PTDP_ASSERT_MSG(c->grads, "backward on an inference chunk");
     const ptdp_ops *o = c->ops;
@@ -70,7 +77,14 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
         if (c->group[i] >= 0 && i == c->group_end[i] - 1)
             for (int64_t j = c->group[i]; j <= i; j++)
                 ptdp__layer_fwd(c, sa, j, j == i ? c->ws_out : sa->x[j + 1]);
-        ptdp__layer_bwd(c, sa, i);
+        if (split) {
+            ptdp__layer_bwd_b(c, sa, i, &sa->wg[i]);
+            continue;
+        }
+        ptdp__layer_wgrad wg = c->wg_ws;
+        if (!c->sp) wg.dattn_out = sa->layer[i].xm; /* dead once B has read it */
+        ptdp__layer_bwd_b(c, sa, i, &wg);
+        ptdp__layer_bwd_w(c, sa, i, &wg);
         if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->p.pre) {
@@ -81,6 +95,29 @@ void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx)
         ptdp__gpt_embed_bwd(c, sa);
     } else {
         o->copy(dx, c->dres, Ns * h);
+    }
+    if (c->hook && !split) c->hook(c->hook_ctx, 0);
+}
+
+void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx) {
+    chunk_bwd(c, slot, dy, dx, 0);
+}
+
+void ptdp_gpt_chunk_bwd_input(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx) {
+    PTDP_ASSERT_MSG(c->p.split_backward, "split backward on a chunk built without it");
+    chunk_bwd(c, slot, dy, dx, 1);
+}
+
+/* The embedding's gradient came with B (a scatter-add with nothing after it
+ * on the critical path), so after the last layer's W every gradient of the
+ * micro-batch is in place and the hook may release the whole buffer. */
+void ptdp_gpt_chunk_bwd_weight(ptdp_gpt_chunk *c, int slot) {
+    PTDP_ASSERT_MSG(c->p.split_backward, "split backward on a chunk built without it");
+    PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
+    ptdp__slot_act *sa = &c->slots[slot];
+    for (int64_t i = c->nl - 1; i >= 0; i--) {
+        ptdp__layer_bwd_w(c, sa, i, &sa->wg[i]);
+        if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
     }
     if (c->hook) c->hook(c->hook_ctx, 0);
 }

@@ -88,6 +88,11 @@ typedef struct {
                                      [s/t, b, h] too */
     int inference;                /* no gradient buffer (generation, export): forward only,
                                      call ptdp_gpt_chunk_set_training(c, 0) */
+    int split_backward;           /* zero-bubble schedules: every slot also keeps the
+                                     output gradients of its layers' weight GEMMs, so
+                                     the weight gradients (ptdp_gpt_chunk_bwd_weight)
+                                     can run after the input gradient
+                                     (ptdp_gpt_chunk_bwd_input); needs no recompute */
     ptdp_mem *mem;                /* NULL: the chunk allocates its own blocks; else
                                      init carves from these arenas (a plan pass) and
                                      ptdp_gpt_chunk_bind carves again once allocated */
@@ -182,6 +187,16 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
  * gradient of its input when !pre. Weight gradients accumulate into the
  * gradient buffer. */
 void ptdp_gpt_chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx);
+/* The same backward in two halves, for chunks built with split_backward
+ * (asserts): _input is B, everything ptdp_gpt_chunk_bwd does except the four
+ * weight GEMMs of each layer (their output gradients stay in the slot; bias,
+ * LayerNorm and embedding gradients are accumulated here, fused in their
+ * kernels); _weight is W, those GEMMs, accumulating into the gradient buffer,
+ * and the gradient hook (gradients of the micro-batch final). B then W on
+ * the same slot gives bitwise the gradients of ptdp_gpt_chunk_bwd; the slot
+ * is free after W. */
+void ptdp_gpt_chunk_bwd_input(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx);
+void ptdp_gpt_chunk_bwd_weight(ptdp_gpt_chunk *c, int slot);
 
 /* Forward only, on a chunk holding the whole model (pre and post): logits of
  * this rank's vocabulary slice for tokens [b, ld] (positions 0..s-1), into

@@ -68,12 +68,27 @@ typedef struct {
     float *gl;                  /* [s, b, 4h/t] gelu(fc + b1) */
 } ptdp__layer_act;
 
+/* The output gradients of one layer's four weight GEMMs for one micro-batch:
+ * with the stashed inputs of those GEMMs (ln1, ctx, ln2, gl), all the weight
+ * gradients W needs. dattn_out is always the layer's own stashed xm: B's
+ * last reader of xm (the MLP LayerNorm's backward) runs before B writes the
+ * attention projection's output gradient, and W never reads xm, so the
+ * buffer costs no memory. */
+typedef struct {
+    float *dmlp_out;  /* [s, b, h] gradient of the MLP's output GEMM (fc2) */
+    float *dfc;       /* [s, b, 4h/t] gradient of fc (the GeLU's input) */
+    float *dattn_out; /* [s, b, h] gradient of the attention projection's output (= xm) */
+    float *dqkv;      /* [s, b, 3h/t] gradient of qkv */
+} ptdp__layer_wgrad;
+
 typedef struct {
     float **x;              /* [nl+1] -> [s', b, h]: input of each layer, then the chunk
                                output (on the last stage: the gradient of the output
                                after fwd). Inner inputs of a recompute group point
                                into the shared recompute workspace. */
     ptdp__layer_act *layer; /* [nl]; recomputed layers point into the workspace */
+    ptdp__layer_wgrad *wg;  /* [nl] with split_backward (kept from B to W), else the
+                               chunk's workspace wg for every layer */
     int32_t *tokens;        /* [b, s+1] (first and last stage) */
     int64_t iteration, microbatch;
 } ptdp__slot_act;
@@ -107,15 +122,18 @@ struct ptdp_gpt_chunk {
     ptdp__slot_act *slots; /* [slots] */
     /* workspace shared by all slots */
     float *tmp;          /* [s, b, h] row-parallel GEMM output before the all-reduce (or
-                            reduce-scatter); with sp also the input gradient of a
-                            column-parallel GEMM before its reduce-scatter */
+                            reduce-scatter) */
     float *dres, *dtmp;  /* [s', b, h] residual-stream gradient, its branch's gradient */
     float *gath;         /* [s, b, h] (sp only): a gathered sequence (the LayerNorm output
-                            entering a column-parallel GEMM, a branch's output gradient),
-                            and the reduce-scatter's [s', b, h] result in the forward */
+                            entering a column-parallel GEMM), the reduce-scatter's
+                            [s', b, h] result in the forward, and the input gradient of
+                            a column-parallel GEMM before its reduce-scatter */
     float *dctx;         /* [s, b, h/t] */
     float *dqkv;         /* [s, b, 3h/t] */
     float *dfc;          /* [s, b, 4h/t] */
+    ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
+                                back to back (dattn_out: that layer's xm; with sp, whose
+                                xm is a shard, a workspace buffer of its own) */
     float *attn_scratch; /* [ptdp_attention_scratch_floats(s, threads)] */
     /* loss head (last stage) */
     float *lnf_out;             /* [s', b, h] */
@@ -161,12 +179,20 @@ void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n);
  * full [s, b, h] -> their sum's shard out [s/t, b, h] (g's forward, f's
  * backward; out must not overlap full). Collective over the tensor group. */
 float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs);
+/* the same gather into out [s, b, h] (which must not be xs) */
+void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out);
 void ptdp__sp_scatter(const ptdp_gpt_chunk *c, const float *full, float *out);
 /* layer.c: layer i of the chunk on slot sa; forward writes its output to y
- * (normally sa->x[i+1]); backward takes d(out) in c->dres and leaves d(x)
- * there, accumulating weight gradients. */
+ * (normally sa->x[i+1]). The backward in two halves: _b takes d(out) in
+ * c->dres and leaves d(x) there, accumulating the bias and LayerNorm
+ * gradients and writing the output gradients of the four weight GEMMs to wg;
+ * _w runs those GEMMs (weight gradients, accumulated). _b then _w is the
+ * layer's whole backward. */
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y);
-void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i);
+void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
+                       const ptdp__layer_wgrad *wg);
+void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
+                       const ptdp__layer_wgrad *wg);
 /* head.c: the first stage's embedding into sa->x[0] without its dropout
  * (and its backward from c->dres, after the dropout's), the last stage's loss head with its
  * backward (leaves d(loss)/d(x_L) in sa->x[nl]). */

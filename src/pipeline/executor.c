@@ -1,7 +1,9 @@
 /* executor.c - one pipeline rank's iteration: walk the schedule, move
  * activations and gradients between stages with non-blocking sends from a
  * ring of buffers per direction (sized by replaying the schedule), run the
- * chunks' forward and backward, record trace events (written by trace.c). */
+ * chunks' forward and backward (under zb-h1 as B, input gradient, and W,
+ * weight gradients, where the list says), record trace events (written by
+ * trace.c). */
 #include "pipeline/pipeline.h"
 
 #include <stdlib.h>
@@ -21,7 +23,8 @@ struct ptdp_executor {
     int *slot_used;           /* [v][slots] */
     int slots;                /* per chunk (the largest of any chunk) */
     int inflight[PTDP_MAX_CHUNKS], peak[PTDP_MAX_CHUNKS]; /* per chunk: now, most so far */
-    int last_bwd[PTDP_MAX_CHUNKS]; /* index in acts of chunk c's last backward */
+    int last_bwd[PTDP_MAX_CHUNKS]; /* index in acts of chunk c's last backward (split: W) */
+    int split;                     /* the schedule splits the backward into B and W */
     double epoch;
     ptdp_event *events;
     int64_t nevents;
@@ -77,8 +80,10 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
     for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = PTDP_COMM_REQ_NULL;
+    ex->split = ptdp_schedule_splits_backward(&p->sched);
     for (int i = 0; i < ex->nacts; i++)
-        if (ex->acts[i].kind == PTDP_ACT_BWD) ex->last_bwd[ex->acts[i].chunk] = i;
+        if (ex->acts[i].kind == (ex->split ? PTDP_ACT_WGT : PTDP_ACT_BWD))
+            ex->last_bwd[ex->acts[i].chunk] = i;
     ex->epoch = ptdp_now();
     *out = ex;
     return PTDP_OK;
@@ -180,7 +185,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         if (a->kind == PTDP_ACT_FWD) {
             if (in.peer_rank >= 0)
                 recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
-            int slot = take_slot(ex, a->chunk);
+            const int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk])
                 ex->peak[a->chunk] = ex->inflight[a->chunk];
             ex->slot_of[a->chunk * m + a->microbatch] = slot;
@@ -192,6 +197,17 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
             if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);
+        } else if (a->kind == PTDP_ACT_WGT) { /* weight gradients: no transfer */
+            const int slot = ex->slot_of[a->chunk * m + a->microbatch];
+            double t0 = ptdp_executor_now(ex);
+            const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
+            if (hooked)
+                ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
+            ptdp_gpt_chunk_bwd_weight(ch, slot);
+            if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, NULL, NULL);
+            record(ex, PTDP_EV_WGT, t0, a, iteration);
+            ex->slot_used[a->chunk * ex->slots + slot] = 0;
+            ex->inflight[a->chunk]--;
         } else {
             if (in.peer_rank >= 0)
                 recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
@@ -202,11 +218,16 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             const int hooked = ex->p.last_bwd_hook && i == ex->last_bwd[a->chunk];
             if (hooked)
                 ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
-            ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
+            if (ex->split) /* B: the input gradient; the slot stays for W */
+                ptdp_gpt_chunk_bwd_input(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
+            else
+                ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
             if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, NULL, NULL);
             record(ex, PTDP_EV_BWD, t0, a, iteration);
-            ex->slot_used[a->chunk * ex->slots + slot] = 0;
-            ex->inflight[a->chunk]--;
+            if (!ex->split) {
+                ex->slot_used[a->chunk * ex->slots + slot] = 0;
+                ex->inflight[a->chunk]--;
+            }
             if (dx) send_to(ex, dx, &out, PTDP_ACT_BWD, a->microbatch, req);
         }
     }

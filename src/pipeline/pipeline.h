@@ -21,13 +21,15 @@
  * last carried is waited for; every send is completed at the end of the
  * iteration. A receive is posted right before the action that needs it and
  * waited for. Activation slots are
- * taken at a forward and given back at the matching backward.
+ * taken at a forward and given back at the matching backward (with a split
+ * backward, zb-h1: at the matching W, which runs the weight gradients).
  * Not here: the tied-embedding and data-parallel reductions (the trainer
  * does them after the flush). */
 /* Timed events of the trace (--trace): X(enum, name in the trace). */
 #define PTDP_EVENT_KINDS(X)           \
     X(PTDP_EV_FWD, "forward")         \
     X(PTDP_EV_BWD, "backward")        \
+    X(PTDP_EV_WGT, "weight")          \
     X(PTDP_EV_RECV, "recv wait")      \
     X(PTDP_EV_SEND_WAIT, "send wait") \
     X(PTDP_EV_OPTIM, "optimizer")     \
@@ -60,8 +62,9 @@ typedef struct {
     ptdp_group *tensor;           /* the stage's tensor-parallel group */
     int scatter_gather;           /* the paper's section 4.1: each TP rank sends 1/t of
                                      an activation, the receiving group all-gathers */
-    ptdp_grad_hook last_bwd_hook; /* set on chunk c for its last backward of the
-                                     iteration (gradients final), or NULL */
+    ptdp_grad_hook last_bwd_hook; /* set on chunk c for its last backward (with a
+                                     split backward: its last W) of the iteration
+                                     (gradients final), or NULL */
     void **hook_ctx;              /* [v] */
 } ptdp_executor_params;
 

@@ -19,9 +19,9 @@ static size_t ev_idx(const ptdp_schedule_params *sp, int kind, int mb, int stage
 
 typedef struct {
     const ptdp_schedule *s;
-    int K; /* send ring size, 0: unbounded */
-    int *
-        pos; /* [2*m*p*v]: rank*len + index of the action that ran (kind, mb, stage), -1: not yet */
+    int K;         /* send ring size, 0: unbounded */
+    int *pos;      /* [kinds*m*p*v]: rank*len + index of the action that ran (kind, mb, stage),
+                      -1: not yet */
     int *next;     /* [p] */
     int *sent;     /* [p][2] messages sent per direction */
     int64_t *ring; /* [p][2][K] ev_idx of the action that receives the slot's message, -1: free */
@@ -34,7 +34,9 @@ static int ready(replay *rp, int r, const ptdp_action *a, ptdp_replay_step *st) 
     ptdp_action_p2p(sp, r, a, &st->from, &to);
     const int k = ptdp_schedule_stage(sp, r, a->chunk);
     int prod;
-    if (st->from.peer_rank < 0) /* first stage's forward, or last stage's backward */
+    if (a->kind == PTDP_ACT_WGT) /* its own backward */
+        prod = rp->pos[ev_idx(sp, PTDP_ACT_BWD, a->microbatch, k)];
+    else if (st->from.peer_rank < 0) /* first stage's forward, or last stage's backward */
         prod = a->kind == PTDP_ACT_FWD ? -2 : rp->pos[ev_idx(sp, PTDP_ACT_FWD, a->microbatch, k)];
     else
         prod = rp->pos[ev_idx(sp, a->kind, a->microbatch, st->from.peer_stage)];
@@ -68,7 +70,7 @@ int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_f
                          int *stuck) {
     const ptdp_schedule_params *sp = &s->params;
     const int p = sp->p;
-    const size_t nev = 2 * (size_t)sp->m * (size_t)p * (size_t)sp->v;
+    const size_t nev = PTDP_ACT_COUNT * (size_t)sp->m * (size_t)p * (size_t)sp->v;
     replay rp = {
         .s = s,
         .K = send_buffers,

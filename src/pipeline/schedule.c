@@ -1,6 +1,7 @@
 /* schedule.c - generators of per-rank action lists for GPipe, 1F1B
- * (PipeDream-Flush) and interleaved 1F1B, the name tables, and the
- * point-to-point transfers each action implies.
+ * (PipeDream-Flush), interleaved 1F1B and ZB-H1 (zero bubble with 1F1B's
+ * peak memory), the name tables, and the point-to-point transfers each
+ * action implies.
  *
  * Deliberately not here: validation (validate.c), timing (plan/sim.c), and
  * anything that touches MPI or tensors. Generators allocate nothing except
@@ -49,13 +50,17 @@ int ptdp_schedule_parse_kind(const char *name) {
     for (int k = 0; k < PTDP_SCHED_COUNT; k++)
         if (name && !strcmp(name, sched_names[k])) return k;
     return ptdp_errorf(PTDP_EINVAL,
-                       "--pipeline-schedule must be one of gpipe|1f1b|interleaved, got '%s'",
+                       "--pipeline-schedule must be one of gpipe|1f1b|interleaved|zb-h1, got '%s'",
                        name ? name : "(null)");
 }
 
 int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp) {
     if (sp->kind >= 0) return sp->kind;
     return sp->v > 1 ? PTDP_SCHED_INTERLEAVED : PTDP_SCHED_1F1B;
+}
+
+int ptdp_schedule_splits_backward(const ptdp_schedule_params *sp) {
+    return ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBH1;
 }
 
 int ptdp_schedule_check(const ptdp_schedule_params *sp) {
@@ -105,7 +110,9 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
     return PTDP_OK;
 }
 
-int ptdp_schedule_len(const ptdp_schedule_params *sp) { return 2 * sp->m * sp->v; }
+int ptdp_schedule_len(const ptdp_schedule_params *sp) {
+    return (ptdp_schedule_splits_backward(sp) ? 3 : 2) * sp->m * sp->v;
+}
 
 int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank) {
     int kind = ptdp_schedule_resolve_kind(sp), w;
@@ -113,6 +120,7 @@ int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank) {
     case PTDP_SCHED_GPIPE:
         return sp->m * sp->v;
     case PTDP_SCHED_1F1B:
+    case PTDP_SCHED_ZBH1:
         w = sp->p - rank - 1;
         return w < sp->m ? w : sp->m;
     default:
@@ -124,6 +132,7 @@ int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank) {
 int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank) {
     int total = sp->m * sp->v;
     if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_GPIPE) return total;
+    if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBH1) return sp->p < total ? sp->p : total;
     int w = ptdp_schedule_warmup(sp, rank) + 1;
     return w < total ? w : total;
 }
@@ -149,6 +158,28 @@ static ptdp_action kth(const ptdp_schedule_params *sp, int kind, int k, int sche
     return a;
 }
 
+/* ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B's
+ * order of forwards and input-gradient backwards, with each micro-batch's W
+ * (weight gradients) run after its B. Rank r keeps up to r W's pending: in
+ * the cool-down rank r waits for the input gradients of later ranks, and the
+ * later the rank the longer it waits (rank p-1 finishes its last B
+ * (p-1) B-times before rank 0), so the deferred W's fill exactly that wait.
+ * Live activations (forward done, W not yet) peak at (p-r-1) + 1 + r = p on
+ * every rank, 1F1B's peak on rank 0. W's run oldest first, so the weight
+ * gradients of a chunk add up in micro-batch order, as in every schedule. */
+static void zbh1_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out) {
+    const int m = sp->m, warm = ptdp_schedule_warmup(sp, rank);
+    int i = 0, nf = 0, nb = 0, nw = 0;
+    for (; nf < warm; nf++) out[i++] = (ptdp_action){PTDP_ACT_FWD, nf, 0};
+    while (nb < m) {
+        if (nf < m) out[i++] = (ptdp_action){PTDP_ACT_FWD, nf++, 0};
+        out[i++] = (ptdp_action){PTDP_ACT_BWD, nb++, 0};
+        if (nb - nw > rank) out[i++] = (ptdp_action){PTDP_ACT_WGT, nw++, 0};
+    }
+    while (nw < m) out[i++] = (ptdp_action){PTDP_ACT_WGT, nw++, 0};
+    PTDP_ASSERT(i == 3 * m);
+}
+
 int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap,
                         int *n) {
     int rc = ptdp_schedule_check(sp);
@@ -159,6 +190,11 @@ int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *o
     if (cap < len)
         return ptdp_errorf(PTDP_EINVAL, "schedule needs %d actions, buffer holds %d", len, cap);
     int sched = ptdp_schedule_resolve_kind(sp);
+    if (sched == PTDP_SCHED_ZBH1) {
+        zbh1_build(sp, rank, out);
+        *n = len;
+        return PTDP_OK;
+    }
     int total = sp->m * sp->v, warm = ptdp_schedule_warmup(sp, rank);
     int i = 0, nf = 0, nb = 0;
     /* Warm-up forwards, then steady state (one forward, one backward), then
@@ -225,7 +261,13 @@ static ptdp_p2p stage_peer(const ptdp_schedule_params *sp, int stage) {
 void ptdp_action_p2p(const ptdp_schedule_params *sp, int rank, const ptdp_action *a, ptdp_p2p *recv,
                      ptdp_p2p *send) {
     PTDP_ASSERT(rank >= 0 && rank < sp->p && a->chunk >= 0 && a->chunk < sp->v);
-    PTDP_ASSERT(a->kind == PTDP_ACT_FWD || a->kind == PTDP_ACT_BWD);
+    PTDP_ASSERT(a->kind >= 0 && a->kind < PTDP_ACT_COUNT);
+    if (a->kind == PTDP_ACT_WGT) { /* weight gradients: nothing moves */
+        const ptdp_p2p none = {-1, -1, -1};
+        if (recv) *recv = none;
+        if (send) *send = none;
+        return;
+    }
     int k = ptdp_schedule_stage(sp, rank, a->chunk);
     int up = a->kind == PTDP_ACT_FWD ? k - 1 : k + 1;   /* where the input comes from */
     int down = a->kind == PTDP_ACT_FWD ? k + 1 : k - 1; /* where the output goes */
@@ -254,13 +296,16 @@ void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank) {
 
 int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk) {
     int n = ptdp_schedule_len(sp), got = 0, now = 0, most = 0;
+    /* a slot is given back at the action that last reads it */
+    const int release_kind = ptdp_schedule_splits_backward(sp) ? PTDP_ACT_WGT : PTDP_ACT_BWD;
     ptdp_action *acts = malloc(sizeof(ptdp_action) * (size_t)n);
     PTDP_ASSERT(acts && ptdp_schedule_build(sp, rank, acts, n, &got) == PTDP_OK);
-    for (int i = 0; i < got; i++)
-        if (acts[i].chunk == chunk) {
-            now += acts[i].kind == PTDP_ACT_FWD ? 1 : -1;
-            most = now > most ? now : most;
-        }
+    for (int i = 0; i < got; i++) {
+        if (acts[i].chunk != chunk) continue;
+        if (acts[i].kind == PTDP_ACT_FWD) now++;
+        if (acts[i].kind == release_kind) now--;
+        most = now > most ? now : most;
+    }
     free(acts);
     return most;
 }

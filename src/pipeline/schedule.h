@@ -23,10 +23,15 @@
 
 #include <stdio.h>
 
-/* Action kinds: X(enum, short name used in printed lists, long name). */
-#define PTDP_ACTION_KINDS(X)        \
-    X(PTDP_ACT_FWD, "F", "forward") \
-    X(PTDP_ACT_BWD, "B", "backward")
+/* Action kinds: X(enum, short name used in printed lists, long name).
+ * Backward B is the whole backward of the chunk for the schedules that do not
+ * split it; under a zero-bubble schedule (ptdp_schedule_splits_backward) B
+ * computes only the input gradient (what the previous stage waits for) and
+ * W, later on the same rank, the weight gradients of the same micro-batch. */
+#define PTDP_ACTION_KINDS(X)         \
+    X(PTDP_ACT_FWD, "F", "forward")  \
+    X(PTDP_ACT_BWD, "B", "backward") \
+    X(PTDP_ACT_WGT, "W", "weight")
 
 typedef enum {
 #define PTDP__ACT_ENUM(e, s, l) e,
@@ -36,10 +41,11 @@ typedef enum {
 } ptdp_action_kind;
 
 /* Schedules: X(enum, name accepted by --pipeline-schedule). */
-#define PTDP_SCHEDULE_KINDS(X)   \
-    X(PTDP_SCHED_GPIPE, "gpipe") \
-    X(PTDP_SCHED_1F1B, "1f1b")   \
-    X(PTDP_SCHED_INTERLEAVED, "interleaved")
+#define PTDP_SCHEDULE_KINDS(X)               \
+    X(PTDP_SCHED_GPIPE, "gpipe")             \
+    X(PTDP_SCHED_1F1B, "1f1b")               \
+    X(PTDP_SCHED_INTERLEAVED, "interleaved") \
+    X(PTDP_SCHED_ZBH1, "zb-h1")
 
 typedef enum {
 #define PTDP__SCHED_ENUM(e, s) e,
@@ -78,6 +84,10 @@ int ptdp_schedule_parse_kind(const char *name);
 /* Resolves kind -1 to the default (interleaved if v > 1, else 1f1b). */
 int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp);
 
+/* 1 when the schedule's lists carry W actions (zero-bubble: zb-h1), so the
+ * backward runs as B (input gradient) and W (weight gradients). */
+int ptdp_schedule_splits_backward(const ptdp_schedule_params *sp);
+
 /* Checks the parameters. Returns PTDP_OK or PTDP_EINVAL with a message that
  * names the offending flag (--pipeline-model-parallel-size,
  * --num-microbatches, --virtual-pipeline-model-parallel-size,
@@ -86,16 +96,19 @@ int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp);
 int ptdp_schedule_check(const ptdp_schedule_params *sp);
 
 /* Actions per rank: 2*m*v (one forward and one backward per micro-batch and
- * chunk). Assumes checked params. */
+ * chunk), 3*m*v when the backward is split (one W each too). Assumes checked
+ * params. */
 int ptdp_schedule_len(const ptdp_schedule_params *sp);
 
-/* Forwards rank `rank` runs before its first backward. GPipe: m; 1F1B:
- * min(p-r-1, m); interleaved: min((p-r-1)*2 + (v-1)*p, m*v). */
+/* Forwards rank `rank` runs before its first backward. GPipe: m; 1F1B and
+ * ZB-H1: min(p-r-1, m); interleaved: min((p-r-1)*2 + (v-1)*p, m*v). */
 int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank);
 
 /* The most (micro-batch, chunk) activations rank `rank` may hold stashed at
- * once (forward done, backward not yet): GPipe m; otherwise
- * min(warmup + 1, m*v), i.e. min(p-r, m) for 1F1B. */
+ * once (forward done, backward not yet; with a split backward: W not yet):
+ * GPipe m; ZB-H1 min(p, m) on every rank (1F1B's peak, the first rank's: rank
+ * r defers up to r W's); otherwise min(warmup + 1, m*v), i.e. min(p-r, m) for
+ * 1F1B. */
 int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank);
 
 /* Writes rank `rank`'s ordered actions into the caller's out[0..cap) and
@@ -157,8 +170,10 @@ void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank);
 /* ---- validation ----------------------------------------------------------- */
 /* Proves the lists in s (any content, e.g. edited by hand) well formed:
  *  1. every action is in range, and each (micro-batch, chunk) has exactly one
- *     forward and one backward on every rank;
- *  2. every backward comes after its own forward on the same rank;
+ *     forward and one backward on every rank (and one W when the schedule
+ *     splits the backward, none otherwise);
+ *  2. every backward comes after its own forward on the same rank, every W
+ *     after its own backward;
  *  3. the number of stashed activations never exceeds
  *     ptdp_schedule_max_inflight for the rank (GPipe m, 1F1B p-r, ...);
  *  4. the set of lists is free of deadlock under the executor's model:
@@ -173,7 +188,8 @@ void ptdp_schedule_print_rank(FILE *f, const ptdp_schedule *s, int rank);
 int ptdp_schedule_validate(const ptdp_schedule *s, int *peak);
 
 /* Slots chunk `chunk` needs on `rank` for a schedule: the most forwards of
- * that chunk whose backward has not run yet, walking the rank's list. */
+ * that chunk whose backward (with a split backward: W) has not run yet,
+ * walking the rank's list. */
 int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int chunk);
 
 /* ---- replay ---------------------------------------------------------------- */
@@ -182,7 +198,8 @@ int ptdp_schedule_chunk_inflight(const ptdp_schedule_params *sp, int rank, int c
  * does each action start?) and the executor's buffer sizing. Ranks take
  * their next action whenever its input exists: the forward of virtual stage
  * k needs stage k-1's forward of the same micro-batch, a backward needs the
- * next stage's backward (the last stage's: its own forward).
+ * next stage's backward (the last stage's: its own forward), a W its own
+ * backward (W moves no data).
  * send_buffers = 0: eager sends, each from its own buffer (never blocks).
  * send_buffers = K > 0: each rank sends each direction (activations,
  * gradients) from a ring of K buffers, and an action that sends can start

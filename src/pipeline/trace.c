@@ -62,6 +62,7 @@ int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_ra
                     "\"args\":{\"iteration\":%d,\"microbatch\":%d,\"chunk\":%d}}",
                     ev.kind == PTDP_EV_FWD   ? "F"
                     : ev.kind == PTDP_EV_BWD ? "B"
+                    : ev.kind == PTDP_EV_WGT ? "W"
                                              : ptdp_event_kind_name(ev.kind),
                     ev.microbatch, ev.chunk, ptdp_event_kind_name(ev.kind), h[0], ev.start * 1e6,
                     ev.dur * 1e6, ev.iteration, ev.microbatch, ev.chunk);

@@ -12,16 +12,20 @@
 #include "base/base.h"
 #include "pipeline/pipeline.h"
 
-static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *peak_out) {
+/* fpos, bpos, wpos: [m*v] scratch. With a split backward a stashed
+ * activation lives until its W (which reads it), otherwise until its B. */
+static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *wpos,
+                      int *peak_out) {
     const ptdp_schedule_params *sp = &s->params;
     const ptdp_action *acts = ptdp_schedule_rank(s, r);
     int total = sp->m * sp->v, inflight = 0, peak = 0, limit = ptdp_schedule_max_inflight(sp, r);
+    const int split = ptdp_schedule_splits_backward(sp);
     char buf[32];
-    for (int i = 0; i < total; i++) fpos[i] = bpos[i] = -1;
+    for (int i = 0; i < total; i++) fpos[i] = bpos[i] = wpos[i] = -1;
     for (int i = 0; i < s->len; i++) {
         const ptdp_action *a = &acts[i];
-        if ((a->kind != PTDP_ACT_FWD && a->kind != PTDP_ACT_BWD) || a->microbatch < 0 ||
-            a->microbatch >= sp->m || a->chunk < 0 || a->chunk >= sp->v)
+        if (a->kind < 0 || a->kind >= (split ? PTDP_ACT_COUNT : PTDP_ACT_WGT) ||
+            a->microbatch < 0 || a->microbatch >= sp->m || a->chunk < 0 || a->chunk >= sp->v)
             return ptdp_errorf(
                 PTDP_EINVAL,
                 "rank %d action %d (kind %d, micro-batch %d, chunk %d) is out of range", r, i,
@@ -40,6 +44,17 @@ static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *
                     "rank %d holds %d stashed activations at action %d (%s); the %s schedule "
                     "allows %d",
                     r, inflight, i, buf, ptdp_schedule_kind_name(sp->kind), limit);
+        } else if (a->kind == PTDP_ACT_WGT) {
+            if (wpos[id] >= 0)
+                return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf,
+                                   wpos[id], i);
+            if (bpos[id] < 0)
+                return ptdp_errorf(PTDP_EINVAL,
+                                   "rank %d runs weight gradients %s (action %d) before the "
+                                   "backward B of the same micro-batch",
+                                   r, buf, i);
+            wpos[id] = i;
+            inflight--;
         } else {
             if (bpos[id] >= 0)
                 return ptdp_errorf(PTDP_EINVAL, "rank %d runs %s twice (actions %d and %d)", r, buf,
@@ -49,12 +64,15 @@ static int check_rank(const ptdp_schedule *s, int r, int *fpos, int *bpos, int *
                                    "rank %d runs backward %s (action %d) before its forward", r,
                                    buf, i);
             bpos[id] = i;
-            inflight--;
+            if (!split) inflight--;
         }
     }
     for (int id = 0; id < total; id++) {
-        ptdp_action a = {fpos[id] < 0 ? PTDP_ACT_FWD : PTDP_ACT_BWD, id / sp->v, id % sp->v};
-        if (fpos[id] < 0 || bpos[id] < 0)
+        ptdp_action a = {fpos[id] < 0   ? PTDP_ACT_FWD
+                         : bpos[id] < 0 ? PTDP_ACT_BWD
+                                        : PTDP_ACT_WGT,
+                         id / sp->v, id % sp->v};
+        if (fpos[id] < 0 || bpos[id] < 0 || (split && wpos[id] < 0))
             return ptdp_errorf(PTDP_EINVAL, "rank %d never runs %s", r,
                                ptdp_action_str(sp, &a, buf));
     }
@@ -93,13 +111,13 @@ int ptdp_schedule_validate(const ptdp_schedule *s, int *peak) {
     int rc = ptdp_schedule_check(sp);
     if (rc) return rc;
     if (s->len != ptdp_schedule_len(sp))
-        return ptdp_errorf(PTDP_EINVAL, "schedule has %d actions per rank, expected 2*m*v = %d",
-                           s->len, ptdp_schedule_len(sp));
+        return ptdp_errorf(PTDP_EINVAL, "schedule has %d actions per rank, expected %d", s->len,
+                           ptdp_schedule_len(sp));
     int total = sp->m * sp->v;
-    int *pos = malloc(sizeof(int) * 2 * (size_t)total);
+    int *pos = malloc(sizeof(int) * 3 * (size_t)total);
     if (!pos) return ptdp_errorf(PTDP_ENOMEM, "schedule validation: out of memory");
     for (int r = 0; r < sp->p && !rc; r++)
-        rc = check_rank(s, r, pos, pos + total, peak ? &peak[r] : NULL);
+        rc = check_rank(s, r, pos, pos + total, pos + 2 * total, peak ? &peak[r] : NULL);
     free(pos);
     if (rc) return rc;
     return check_deadlock(s);

@@ -30,7 +30,12 @@
  * recompute groups; one group's internals live in a workspace shared by all
  * micro-batches. Selective recomputation stores every layer but what
  * attention saves for its backward, which one workspace copy holds for the
- * layer whose backward reruns core attention. */
+ * layer whose backward reruns core attention.
+ * Zero-bubble schedules (split backward) keep, per layer and stashed
+ * micro-batch, the output gradients of the four weight GEMMs from B to W:
+ * N h + N fl + 3 N hl more floats (= N (h + 7h/t)); the fourth, N h, reuses
+ * the layer's stashed xm, dead by then. With sequence parallelism and B, W
+ * back to back the workspace holds that fourth one ([s, b, h]) instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,12 +76,15 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         }
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
+        if (i < l && g < 0 && m->split_backward) /* kept from B to W */
+            slot += XN + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
     /* the row-parallel output, the residual gradients, the gathered sequence
-     * (sequence parallelism), the backward's tensor-parallel buffers */
-    sh += XN + 2 * X + (Ns < N ? XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+     * (sequence parallelism), the backward's tensor-parallel buffers, and with
+     * sequence parallelism the attention output's gradient from B to W */
+    sh += XN + 2 * X + (Ns < N ? 2 * XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
           nf((double)(N * fl));
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
@@ -185,6 +193,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .recompute = r->recompute,
                                  .recompute_num_layers = r->recompute_num_layers,
                                  .sequence_parallel = r->sequence_parallel,
+                                 .split_backward = ptdp_schedule_splits_backward(sp),
                                  .attn_saved_floats = r->attn_saved_floats,
                                  .attn_scratch_floats = r->attn_scratch_floats};
         double slot, shared;

@@ -126,6 +126,9 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int kind = job->schedule >= 0 ? job->schedule
                      : v > 1            ? PTDP_SCHED_INTERLEAVED
                                         : PTDP_SCHED_1F1B;
+    if (kind == PTDP_SCHED_ZBH1) /* its split backward is not in the cost model yet */
+        return ptdp_errorf(PTDP_ECONFIG, "the planner does not model --pipeline-schedule zb-h1 "
+                                         "yet; use ptdp schedule --simulate for its timeline");
     if (v > 1 && p == 1) return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs p > 1", (long long)v);
     if (v > 1 && kind != PTDP_SCHED_INTERLEAVED)
         return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs the interleaved schedule", (long long)v);

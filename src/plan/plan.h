@@ -21,15 +21,18 @@
 typedef struct {
     double forward;  /* one forward of one micro-batch through one chunk */
     double backward; /* one backward of one micro-batch through one chunk */
+    double weight;   /* the part of `backward` that is weight gradients: under a
+                        schedule that splits the backward (zb-h1) B costs
+                        backward - weight and W costs weight; ignored otherwise */
     double comm;     /* latency of one point-to-point transfer between ranks;
                         it delays the receiver but occupies no compute time */
     /* Optional per virtual stage costs ([p*v], borrowed; NULL: every stage
      * costs forward/backward), e.g. the embedding on stage 0 and the loss
-     * head on the last stage. */
-    const double *stage_forward, *stage_backward;
+     * head on the last stage. stage_weight: the W part of stage_backward. */
+    const double *stage_forward, *stage_backward, *stage_weight;
 } ptdp_sim_costs;
 
-/* forward 1, backward 2, comm 0. */
+/* forward 1, backward 2 (of which weight 1), comm 0. */
 ptdp_sim_costs ptdp_sim_default_costs(void);
 
 typedef struct {
@@ -111,6 +114,8 @@ typedef struct {
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
+    int split_backward; /* zero-bubble schedule: each slot also keeps its layers'
+                           weight-GEMM output gradients until W */
     /* the compute backend's numbers (the plan does not know the kernels):
      * floats attention saves per layer and micro-batch, ops->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,

@@ -15,9 +15,11 @@
 ptdp_sim_costs ptdp_sim_default_costs(void) {
     ptdp_sim_costs c = {.forward = 1.0,
                         .backward = 2.0,
+                        .weight = 1.0,
                         .comm = 0.0,
                         .stage_forward = NULL,
-                        .stage_backward = NULL};
+                        .stage_backward = NULL,
+                        .stage_weight = NULL};
     return c;
 }
 
@@ -47,10 +49,15 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
         if (st->from.peer_rank >= 0 && st->from.peer_rank != st->rank) in += c->costs->comm;
     }
     const ptdp_sim_costs *k = c->costs;
-    const int fwd = st->action->kind == PTDP_ACT_FWD;
-    double dur = fwd ? k->forward : k->backward;
-    const double *per_stage = fwd ? k->stage_forward : k->stage_backward;
-    if (per_stage) dur = per_stage[ptdp_schedule_stage(&c->s->params, st->rank, st->action->chunk)];
+    const int kind = st->action->kind;
+    const int stage = ptdp_schedule_stage(&c->s->params, st->rank, st->action->chunk);
+    double dur = kind == PTDP_ACT_FWD
+                     ? (k->stage_forward ? k->stage_forward[stage] : k->forward)
+                     : (k->stage_backward ? k->stage_backward[stage] : k->backward);
+    if (ptdp_schedule_splits_backward(&c->s->params) && kind != PTDP_ACT_FWD) {
+        const double w = k->stage_weight ? k->stage_weight[stage] : k->weight;
+        dur = kind == PTDP_ACT_WGT ? w : dur - w; /* B is the backward without W */
+    }
     double t0 = c->free_at[st->rank] > in ? c->free_at[st->rank] : in;
     ptdp_sim_span *span = &c->res->spans[(size_t)st->rank * len + st->index];
     span->start = t0;
@@ -62,10 +69,21 @@ static void sim_step(void *ctx, const ptdp_replay_step *st) {
 int ptdp_sim_run(const ptdp_schedule *s, const ptdp_sim_costs *costs, ptdp_sim_result *res) {
     memset(res, 0, sizeof *res);
     const int stages = s->params.p * s->params.v;
-    for (int k = 0; k < stages; k++)
-        if ((costs->stage_forward && !(costs->stage_forward[k] >= 0)) ||
-            (costs->stage_backward && !(costs->stage_backward[k] >= 0)))
-            return ptdp_errorf(PTDP_EINVAL, "simulator: stage %d has a negative cost", k);
+    /* W's cost is the part of the backward it takes, so only schedules that
+     * split the backward look at it */
+    const int split = ptdp_schedule_splits_backward(&s->params);
+    for (int k = 0; k < stages; k++) {
+        const double b = costs->stage_backward ? costs->stage_backward[k] : costs->backward;
+        const double w = costs->stage_weight ? costs->stage_weight[k] : costs->weight;
+        if ((costs->stage_forward && !(costs->stage_forward[k] >= 0)) || !(b >= 0) ||
+            (split && !(w >= 0 && w <= b)))
+            return ptdp_errorf(PTDP_EINVAL,
+                               "simulator: stage %d has a negative cost%s (forward %g, backward "
+                               "%g, weight %g)",
+                               k, split ? " or weight > backward" : "",
+                               costs->stage_forward ? costs->stage_forward[k] : costs->forward, b,
+                               w);
+    }
     if (!(costs->forward >= 0 && costs->backward >= 0 && costs->comm >= 0))
         return ptdp_errorf(
             PTDP_EINVAL, "simulator costs must be non-negative (forward %g, backward %g, comm %g)",

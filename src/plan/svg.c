@@ -1,6 +1,7 @@
 /* svg.c - draws a simulated pipeline schedule as an SVG timeline, in the
  * manner of the paper's Figures 3 and 4: one row per pipeline rank, a box per
- * action at its simulated time, forwards blue and backwards green, lighter
+ * action at its simulated time, forwards blue, backwards green and weight
+ * gradients (W, zero-bubble schedules) orange, lighter
  * shades for later chunks, the micro-batch number inside each box, and a
  * time axis. Idle time (the pipeline bubble) is left empty.
  *
@@ -13,11 +14,11 @@
 
 enum { LEFT = 70, RIGHT = 20, TOP = 40, ROW = 34, BOX = 26, AXIS = 40, LEGEND = 24 };
 
-/* Base colours (forward blue, backward green) blended towards white by the
+/* Base colours (forward blue, backward green, weight gradients orange) blended towards white by the
  * chunk index, so chunk 0 is darkest. */
 static void box_colour(int kind, int chunk, int v, char *buf) {
-    static const int base[2][3] = {{45, 105, 190}, {40, 150, 70}};
-    const int *c = base[kind == PTDP_ACT_BWD];
+    static const int base[PTDP_ACT_COUNT][3] = {{45, 105, 190}, {40, 150, 70}, {225, 130, 30}};
+    const int *c = base[kind >= 0 && kind < PTDP_ACT_COUNT ? kind : 0];
     double t = v > 1 ? 0.55 * chunk / (v - 1) : 0.0;
     snprintf(buf, 16, "#%02x%02x%02x", (int)(c[0] + (255 - c[0]) * t),
              (int)(c[1] + (255 - c[1]) * t), (int)(c[2] + (255 - c[2]) * t));
@@ -89,7 +90,8 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
             ay + 30);
     /* Legend. */
     int ly = ay + AXIS - 6, lx = LEFT;
-    for (int kind = 0; kind < PTDP_ACT_COUNT; kind++)
+    const int kinds = ptdp_schedule_splits_backward(sp) ? PTDP_ACT_COUNT : PTDP_ACT_WGT;
+    for (int kind = 0; kind < kinds; kind++)
         for (int c = 0; c < sp->v; c++) {
             box_colour(kind, c, sp->v, col);
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx, ly,

@@ -136,6 +136,17 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
             "(every stage needs the same number of layers)",
             (long long)p->cfg.num_layers, sp.p, sp.v);
+    if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) &&
+        p->recompute_method != PTDP_RECOMPUTE_NONE &&
+        p->recompute_method != PTDP_RECOMPUTE_SELECTIVE)
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--pipeline-schedule %s keeps activations until the weight gradients "
+                         "(W) run; it cannot be combined with --recompute-granularity full",
+                         ptdp_schedule_kind_name(sp.kind));
+    if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) && seq_par(p))
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--pipeline-schedule %s with --sequence-parallel is not supported yet",
+                         ptdp_schedule_kind_name(sp.kind));
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
@@ -158,6 +169,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .eod_token = p->eod_token,
             .sequence_parallel = seq_par(p),
             .inference = 0,
+            .split_backward = ptdp_schedule_splits_backward(&sp),
             .mem = &tr->mem,
         };
         rc = ptdp_gpt_chunk_init(&tr->chunks[c], &cp);
@@ -518,6 +530,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                                   .recompute = p->recompute_method,
                                   .recompute_num_layers = p->recompute_num_layers,
                                   .sequence_parallel = seq_par(p),
+                                  .split_backward = ptdp_schedule_splits_backward(&p->sched),
                                   .attn_saved_floats = p->ops->attention_saved_floats(
                                       p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
                                   .attn_scratch_floats = ptdp_attention_scratch_floats(
