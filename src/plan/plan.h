@@ -132,9 +132,10 @@ typedef struct {
     int64_t t, d; /* tensor- and data-parallel sizes (p, v: sched) */
     int pp_rank, dp_rank;
     ptdp_schedule_params sched;
-    int zero;              /* --use-distributed-optimizer */
-    int64_t bucket_floats; /* --ddp-bucket-size */
-    int recompute;         /* ptdp_recompute_method (base.h) */
+    ptdp_stage_layout layout; /* layers per virtual stage (zeroed: even) */
+    int zero;                 /* --use-distributed-optimizer */
+    int64_t bucket_floats;    /* --ddp-bucket-size */
+    int recompute;            /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
     int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
