@@ -195,12 +195,17 @@ static int check_first_last(const ptdp_stage_layout *L, int64_t l, int p, int v)
                                "rank's layers are split into v model chunks)",
                                names[i], (long long)n[i], v);
     const int64_t rest = l - L->first - L->last, mid = p - (L->first > 0) - (L->last > 0);
-    if (rest < 0 || (rest > 0) != (mid > 0))
+    if (rest < 0)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--decoder-first/last-pipeline-num-layers (%lld, %lld) add up to more "
+                           "than --num-layers %lld",
+                           (long long)L->first, (long long)L->last, (long long)l);
+    if ((rest > 0) != (mid > 0))
         return ptdp_errorf(PTDP_ECONFIG,
                            "--decoder-first/last-pipeline-num-layers (%lld, %lld) leave %lld of "
-                           "--num-layers %lld for %lld middle pipeline ranks; they must leave "
-                           "at least one layer per middle rank, and none when there is no "
-                           "middle rank",
+                           "--num-layers %lld for %lld middle pipeline ranks; with no middle "
+                           "rank they must add up to --num-layers, with middle ranks leave "
+                           "layers for them",
                            (long long)L->first, (long long)L->last, (long long)rest, (long long)l,
                            (long long)mid);
     if (mid && (rest % mid || (rest / mid) % v))
