@@ -210,9 +210,10 @@ typedef struct {
     int scatter_gather;                  /* 1 on (when t > 1), 0 off */
     int zero;                            /* distributed optimizer (ZeRO-1) */
     int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
-    int recompute_method;                /* ptdp_recompute_method when recomputing */
-    int64_t recompute_num_layers;        /* 0: 1 */
-    int64_t bucket_floats;               /* --ddp-bucket-size (fp32 memory plan) */
+    int uneven_splits;            /* the search also tries Megatron's uneven stage splits (p > 1) */
+    int recompute_method;         /* ptdp_recompute_method when recomputing */
+    int64_t recompute_num_layers; /* 0: 1 */
+    int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
      * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
@@ -229,7 +230,8 @@ ptdp_plan_job ptdp_plan_job_default_params(void);
 /* One layout: what the search varies. */
 typedef struct {
     int t, p, d, v, b;
-    int recompute; /* 0 none, 1 full (the job's method and group size) */
+    int recompute;            /* 0 none, 1 full (the job's method and group size) */
+    ptdp_stage_layout stages; /* layers per virtual stage (zeroed: the even split) */
 } ptdp_plan_layout;
 
 /* Communication kinds the estimate times. */
@@ -304,6 +306,8 @@ double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int
 typedef struct {
     int t, p, v, b; /* 0: searched */
     int recompute;  /* -1: searched (none and full), else fixed */
+    /* a stage split given by the flags (pinned: only this one), or NULL */
+    const ptdp_stage_layout *stages;
 } ptdp_plan_pins;
 
 typedef struct {
