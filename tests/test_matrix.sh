@@ -28,6 +28,7 @@ run_np 1 train $ARGS --micro-batch-size 1 --log-jsonl "$TMP/ref.jsonl" --save-sa
 SG_OFF=--no-scatter-gather-tensors-in-pipeline
 RCU="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
 RCB="--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+RCS="--recompute-granularity selective"
 ZERO=--use-distributed-optimizer
 V2=--virtual-pipeline-model-parallel-size
 # name : t p d : extra flags
@@ -48,7 +49,7 @@ MATRIX_FAST=(
     "t1p2d1_1f1b_b2:1 2 1:--micro-batch-size 2"
     "t3p1d1:3 1 1:--micro-batch-size 1"
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
-    "t4p1d2_zero:4 1 2:--micro-batch-size 1 $ZERO"
+    "t4p1d2_zero_selective:4 1 2:--micro-batch-size 1 $ZERO $RCS"
     "t1p2d2_last3_zero:1 2 2:--micro-batch-size 1 --decoder-last-pipeline-num-layers 3 $ZERO"
     "t1p3d1_account_emb:1 3 1:--micro-batch-size 1 --account-for-embedding-in-pipeline-split"
     "t1p2d1_layout_v2:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Et|ttt|ttt|tL"
@@ -68,6 +69,7 @@ MATRIX_FULL=(
     "t1p4d1_layout_emb_alone:1 4 1:--micro-batch-size 1 --pipeline-model-parallel-layout E|ttt|ttt|ttL $RCU"
     "t1p2d1_layout_loss_alone:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Etttttttt|L"
     "t1p3d2_account_emb_zero:1 3 2:--micro-batch-size 1 --account-for-embedding-in-pipeline-split $ZERO"
+    "t2p2d2_interleaved_selective_zero:2 2 2:--micro-batch-size 1 $V2 2 $RCS $ZERO"
 )
 entries=("${MATRIX_FAST[@]}")
 [ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")

@@ -10,7 +10,8 @@
  * copy_to_tensor_model_parallel_region / reduce_from_...): g all-reduces in
  * the forward, f in the backward, after the input-gradient GEMMs of the
  * column-parallel layers. The dropout streams of every site live here too.
- * Not here: recomputation (gpt.c decides what to rerun), memory (chunk.c). */
+ * Not here: full recomputation (gpt.c decides what to rerun; selective
+ * recomputation of core attention is in the backward below), memory (chunk.c). */
 #include "model/model.h"
 #include "model/model_internal.h"
 
@@ -114,9 +115,18 @@ void ptdp__layer_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i) {
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     o->gemm(1, 0, h, hl, N, 1.0f, dtmp, h, A->ctx, hl, 1.0f, G->proj_w, hl);
     o->gemm(0, 0, N, hl, h, 1.0f, dtmp, h, W->proj_w, hl, 0.0f, c->dctx, hl);
-    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, c->dqkv, c->attn_scratch, s, b, c->al,
-                     c->hd,
-                     ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    const ptdp_dropout pd =
+        ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa);
+    const float *ctx = A->ctx;
+    if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE) {
+        /* selective recomputation: core attention reruns from the stored QKV
+         * (same masks, same kernel: the same ctx) to rebuild its saved state
+         * in the shared workspace; c->tmp is free during the backward */
+        o->attention_fwd(A->qkv, c->tmp, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd, pd);
+        ctx = c->tmp;
+    }
+    o->attention_bwd(c->dctx, A->qkv, ctx, A->attn_saved, c->dqkv, c->attn_scratch, s, b, c->al,
+                     c->hd, pd);
     o->bias_bwd(c->dqkv, G->qkv_b, N, 3 * hl);
     o->gemm(1, 0, 3 * hl, h, N, 1.0f, c->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
     o->gemm(0, 0, N, h, 3 * hl, 1.0f, c->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
