@@ -11,6 +11,9 @@
 # 1e-8; the K third of each c_attn.bias within lr x iterations = 2e-2 (see
 # test_pp.sh and compare_weights in parallel_lib.sh). Every run's memory plan
 # must equal the planner's prediction, category by category (check_plan).
+# Uneven stage splits (--decoder-first/last-pipeline-num-layers,
+# --account-for-embedding-in-pipeline-split, --pipeline-model-parallel-layout,
+# interleaved and with ZeRO-1) are layouts like any other.
 # MATRIX=full (test_full_matrix.sh) adds more layouts.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
@@ -49,11 +52,14 @@ MATRIX_FAST=(
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
     "t4p1d2_zero_selective:4 1 2:--micro-batch-size 1 $ZERO $RCS"
     "t2p2d2_sp_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO $SP"
-    "t4p1d2_sp_rcu_b2:4 1 2:--micro-batch-size 2 $RCU $SP"
-    "t2p2d1_sp_rcb_b2:2 2 1:--micro-batch-size 2 $RCB $SP"
     "t1p4d2_zbh1_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO"
+    "t1p2d2_last3_zero:1 2 2:--micro-batch-size 1 --decoder-last-pipeline-num-layers 3 $ZERO"
+    "t1p2d1_layout_v2:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Et|ttt|ttt|tL"
 )
 MATRIX_FULL=(
+    "t4p1d2_sp_rcu_b2:4 1 2:--micro-batch-size 2 $RCU $SP"
+    "t2p2d1_sp_rcb_b2:2 2 1:--micro-batch-size 2 $RCB $SP"
+    "t1p3d1_account_emb:1 3 1:--micro-batch-size 1 --account-for-embedding-in-pipeline-split"
     "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
     "t1p4d2_interleaved_zero:1 4 2:--micro-batch-size 1 $V2 2 $ZERO"
     "t2p2d2_1f1b_nosg_nooverlap:2 2 2:--micro-batch-size 2 $SG_OFF --no-overlap-grad-reduce"
@@ -62,6 +68,12 @@ MATRIX_FULL=(
     "t1p8d1_1f1b:1 8 1:--micro-batch-size 1"
     "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
     "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
+    "t2p2d1_first3:2 2 1:--micro-batch-size 1 --decoder-first-pipeline-num-layers 3"
+    "t1p3d2_first2_last2_zero:1 3 2:--micro-batch-size 1 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2 $ZERO"
+    "t1p2d2_interleaved_first2_last6:1 2 2:--micro-batch-size 2 $V2 2 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6"
+    "t1p4d1_layout_emb_alone:1 4 1:--micro-batch-size 1 --pipeline-model-parallel-layout E|ttt|ttt|ttL $RCU"
+    "t1p2d1_layout_loss_alone:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Etttttttt|L"
+    "t1p3d2_account_emb_zero:1 3 2:--micro-batch-size 1 --account-for-embedding-in-pipeline-split $ZERO"
     "t2p2d2_interleaved_selective_zero:2 2 2:--micro-batch-size 1 $V2 2 $RCS $ZERO"
     "t4p2d1_sp_interleaved:4 2 1:--micro-batch-size 1 $V2 2 $SP"
     "t2p1d4_sp_zero_buckets:2 1 4:--micro-batch-size 1 $ZERO --ddp-bucket-size 3000 $SP"

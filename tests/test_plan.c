@@ -356,7 +356,57 @@ static void test_table1(void) {
     CHECK(mae <= 0.05);
 }
 
+/* Uneven stages: with a vocabulary large against the layers (config (c)'s
+ * shape) the loss head makes the last stage the slowest, so for p = 2 the
+ * search ranks a split with fewer layers on the last rank above the even
+ * one; a pinned split is the only one searched; the estimate's memory is the
+ * heavier rank's; an invalid split is a reason, not a crash. */
+static void test_uneven(void) {
+    ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job();
+    j.layers = 6, j.h = 384, j.a = 6, j.s = 256, j.vocab = 50304, j.global_batch = 16;
+    j.precision = PTDP_PREC_FP32;
+    ptdp_plan_pins pins = {.t = 1, .p = 2, .v = 1, .b = 4, .recompute = 0};
+    ptdp_plan_candidate *cand;
+    int count, nfit;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    int even = -1;
+    for (int i = 0; i < nfit; i++)
+        if (ptdp_stage_layout_is_even(&cand[i].layout.stages)) even = i;
+    CHECK(nfit >= 2 && even > 0); /* an uneven split ranks first */
+    int64_t b, e;
+    ptdp_stage_layout_range(&cand[0].layout.stages, 6, 2, 1, 1, &b, &e);
+    CHECK(e - b < 3); /* the last rank holds fewer layers */
+    if (even > 0) CHECK(cand[0].est.iteration_s < cand[even].est.iteration_s);
+    free(cand);
+    /* the even split only */
+    j.uneven_splits = 0;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    CHECK(nfit == 1 && ptdp_stage_layout_is_even(&cand[0].layout.stages));
+    free(cand);
+    /* pinned: all six layers on the first rank, the loss head alone */
+    ptdp_stage_layout L;
+    CHECK_OK(ptdp_stage_layout_parse("Etttttt|L", &L));
+    pins.stages = &L;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    CHECK(nfit == 1 && cand[0].layout.stages.nstages == 2);
+    ptdp_plan_estimate one;
+    ptdp_plan_layout lay = cand[0].layout;
+    free(cand);
+    lay.stages = (ptdp_stage_layout){.first = 0};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &lay, &one));
+    /* rank 0 with six layers' weights outweighs the even split's heavier rank */
+    ptdp_plan_estimate six;
+    lay.stages = L;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &lay, &six));
+    CHECK(six.memory[PTDP_PMEM_ACTIVATIONS] > one.memory[PTDP_PMEM_ACTIVATIONS]);
+    L.stage_layers[0] = 5; /* 5 t for 6 layers */
+    lay.stages = L;
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &lay, &one) == PTDP_ECONFIG);
+}
+
 int main(void) {
+    test_uneven();
     test_bubble();
     test_volumes();
     test_memory();

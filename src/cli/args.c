@@ -181,6 +181,18 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "current Megatron's name for --virtual-pipeline-model-parallel-size", 0, 4096),
         I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
           "layers per model chunk (sets v = l / (p x this))", 0, 100000),
+        I("decoder-first-pipeline-num-layers", decoder_first_pipeline_num_layers,
+          "transformer layers on the first pipeline rank (the rest split evenly)", 1, 100000),
+        I("decoder-last-pipeline-num-layers", decoder_last_pipeline_num_layers,
+          "transformer layers on the last pipeline rank (the rest split evenly)", 1, 100000),
+        B("account-for-embedding-in-pipeline-split", account_for_embedding_in_pipeline_split,
+          "count the embedding as a layer when splitting (first stage: one layer fewer)"),
+        B("account-for-loss-in-pipeline-split", account_for_loss_in_pipeline_split,
+          "count the loss head as a layer when splitting (last stage: one layer fewer)"),
+        S("pipeline-model-parallel-layout", pipeline_model_parallel_layout,
+          "stages by hand, e.g. \"E|t*3|t*3|t*2,L\" (E embedding, t layer, L loss; p x v "
+          "stages separated by |, in virtual stage order)",
+          NULL),
         S("pipeline-schedule", pipeline_schedule,
           "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1: zero bubble)",
           "gpipe|1f1b|interleaved|zb-h1"),
@@ -549,6 +561,68 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     return PTDP_OK;
 }
 
+int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
+                              ptdp_stage_layout *L) {
+    memset(L, 0, sizeof *L);
+    int64_t v = 1;
+    const int64_t nlv = a->num_layers_per_virtual_pipeline_stage;
+    if (a->virtual_pipeline_model_parallel_size && nlv)
+        return ptdp_errorf(PTDP_ECONFIG, "give --virtual-pipeline-model-parallel-size or "
+                                         "--num-layers-per-virtual-pipeline-stage, not both");
+    if (a->pipeline_model_parallel_layout) {
+        int rc = ptdp_stage_layout_parse(a->pipeline_model_parallel_layout, L);
+        if (rc != PTDP_OK) return rc;
+        if (nlv)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-model-parallel-layout sets the virtual stages itself; "
+                               "drop --num-layers-per-virtual-pipeline-stage");
+        if (L->nstages % pp)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-model-parallel-layout has %d stages, not a multiple of "
+                               "--pipeline-model-parallel-size %lld (it lists p x v stages)",
+                               L->nstages, (long long)pp);
+        v = L->nstages / pp;
+        if (a->virtual_pipeline_model_parallel_size && a->virtual_pipeline_model_parallel_size != v)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--virtual-pipeline-model-parallel-size %lld conflicts with "
+                               "--pipeline-model-parallel-layout, whose %d stages give v = %lld",
+                               (long long)a->virtual_pipeline_model_parallel_size, L->nstages,
+                               (long long)v);
+    }
+    L->first = a->decoder_first_pipeline_num_layers;
+    L->last = a->decoder_last_pipeline_num_layers;
+    L->embedding = a->account_for_embedding_in_pipeline_split;
+    L->loss = a->account_for_loss_in_pipeline_split;
+    if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
+    if (nlv) {
+        if (L->first || L->last)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--decoder-first/last-pipeline-num-layers need the virtual "
+                               "stages as --virtual-pipeline-model-parallel-size, not "
+                               "--num-layers-per-virtual-pipeline-stage");
+        /* Megatron: the embedding and loss count as layers here too */
+        const int64_t l = a->num_layers + L->embedding + L->loss;
+        if (l % (pp * nlv))
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--num-layers %lld%s is not divisible by --pipeline-model-parallel-size %lld x "
+                "--num-layers-per-virtual-pipeline-stage %lld",
+                (long long)l, L->embedding || L->loss ? " (with the embedding/loss counted)" : "",
+                (long long)pp, (long long)nlv);
+        v = l / (pp * nlv);
+    }
+    if (v > 1 && pp == 1)
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
+            (long long)v);
+    if (v > PTDP_LAYOUT_MAX_STAGES || pp * v > PTDP_LAYOUT_MAX_STAGES * 32)
+        return ptdp_errorf(PTDP_ECONFIG, "too many virtual pipeline stages (v = %lld)",
+                           (long long)v);
+    *v_out = v;
+    return ptdp_stage_layout_check(L, a->num_layers, (int)pp, (int)v);
+}
+
 int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
                            int *d_out) {
     const struct {
@@ -627,31 +701,9 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (d_out) *d_out = (int)d;
     if (which == PTDP_ARGS_TRAIN) {
         int64_t v = 1;
-        if (a->virtual_pipeline_model_parallel_size && a->num_layers_per_virtual_pipeline_stage)
-            return ptdp_errorf(PTDP_ECONFIG, "give --virtual-pipeline-model-parallel-size or "
-                                             "--num-layers-per-virtual-pipeline-stage, not both");
-        if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
-        if (a->num_layers_per_virtual_pipeline_stage) {
-            if (a->num_layers % (pp * a->num_layers_per_virtual_pipeline_stage))
-                return ptdp_errorf(
-                    PTDP_ECONFIG,
-                    "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                    "--num-layers-per-virtual-pipeline-stage %lld",
-                    (long long)a->num_layers, (long long)pp,
-                    (long long)a->num_layers_per_virtual_pipeline_stage);
-            v = a->num_layers / (pp * a->num_layers_per_virtual_pipeline_stage);
-        }
-        if (v > 1 && pp == 1)
-            return ptdp_errorf(
-                PTDP_ECONFIG,
-                "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
-                (long long)v);
-        if (a->num_layers % (pp * v))
-            return ptdp_errorf(
-                PTDP_ECONFIG,
-                "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                "virtual stages %lld (every stage needs the same number of layers)",
-                (long long)a->num_layers, (long long)pp, (long long)v);
+        ptdp_stage_layout layout;
+        int lrc = ptdp_args_pipeline_layout(a, pp, &v, &layout);
+        if (lrc != PTDP_OK) return lrc;
         const char *sched =
             a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
         if (v > 1 && strcmp(sched, "interleaved"))

@@ -163,12 +163,12 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;
-    tp.sched.v =
-        a.virtual_pipeline_model_parallel_size ? (int)a.virtual_pipeline_model_parallel_size
-        : a.num_layers_per_virtual_pipeline_stage
-            ? (int)(a.num_layers /
-                    (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
-            : 1;
+    {
+        /* checked by ptdp_args_model_config: cannot fail here */
+        int64_t v = 1;
+        ptdp_args_pipeline_layout(&a, a.pipeline_model_parallel_size, &v, &tp.layout);
+        tp.sched.v = (int)v;
+    }
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
     /* the flags' choices (full|selective, uniform|block) were checked by the parser */
     tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method)

@@ -160,9 +160,14 @@ static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const in
 int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) {
     memset(bytes, 0, sizeof(size_t) * PTDP_MEM_NCAT);
     const ptdp_schedule_params *sp = &r->sched;
-    const int64_t stages = (int64_t)sp->p * sp->v, per = r->layers / stages;
+    const int64_t stages = (int64_t)sp->p * sp->v;
+    int rc = ptdp_stage_layout_check(&r->layout, r->layers, sp->p, sp->v);
+    if (rc != PTDP_OK) return rc;
     for (int c = 0; c < sp->v; c++) {
         const int64_t stage = (int64_t)c * sp->p + r->pp_rank;
+        int64_t begin, end;
+        ptdp_stage_layout_range(&r->layout, r->layers, sp->p, sp->v, (int)stage, &begin, &end);
+        const int64_t per = end - begin;
         const int pre = stage == 0, post = stage == stages - 1;
         int64_t *numel = malloc(sizeof(int64_t) * (size_t)(12 * per + 4) * 2);
         if (!numel) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the memory plan");
@@ -207,7 +212,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         const size_t msg =
             (size_t)(r->s * r->b * r->h / (r->sequence_parallel && r->t > 1 ? r->t : 1));
         ptdp_schedule all;
-        int rc = ptdp_schedule_init(&all, sp);
+        rc = ptdp_schedule_init(&all, sp);
         if (rc != PTDP_OK) return rc;
         const int K = ptdp_schedule_send_buffers(&all); /* ring slots per direction */
         ptdp_schedule_free(&all);

@@ -46,6 +46,7 @@ ptdp_plan_job ptdp_plan_job_default_params(void) {
                            .sequence_parallel = 0,
                            .zero = 0,
                            .overlap_grad_reduce = 1,
+                           .uneven_splits = 1,
                            .recompute_method = PTDP_RECOMPUTE_UNIFORM,
                            .recompute_num_layers = 1,
                            .bucket_floats = 40000000,
@@ -114,9 +115,11 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     if (job->sequence_parallel && t > 1 && job->s % t)
         return ptdp_errorf(PTDP_ECONFIG, "sequence parallelism: s=%lld not divisible by t=%lld",
                            (long long)job->s, (long long)t);
-    if (job->layers % (p * v))
+    if (ptdp_stage_layout_is_even(&L->stages) && job->layers % (p * v))
         return ptdp_errorf(PTDP_ECONFIG, "layers %lld not divisible by p x v = %lld",
                            (long long)job->layers, (long long)(p * v));
+    const int lrc = ptdp_stage_layout_check(&L->stages, job->layers, (int)p, (int)v);
+    if (lrc != PTDP_OK) return lrc;
     if (job->global_batch % (b * d))
         return ptdp_errorf(PTDP_ECONFIG, "batch %lld not divisible by b x d = %lld",
                            (long long)job->global_batch, (long long)(b * d));
@@ -149,8 +152,8 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     const double w = ptdp_plan_precision_bytes(job->precision),
                  wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
     const int64_t t = L->t, h = job->h, s = job->s, b = L->b, stages = (int64_t)L->p * L->v;
-    const int64_t Lc = job->layers / stages,
-                  k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    int64_t Lmax = 0;
     const double N = (double)(s * b), sq = job->sequence_parallel && t > 1 ? (double)t : 1.0;
     /* the paper's activation bytes of one layer without recomputation; with
      * sequence parallelism the 10 s b h of the residual stream's tensors
@@ -162,6 +165,10 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     for (int c = 0; c < L->v; c++) {
         const int64_t stage = (int64_t)c * L->p + rank;
         const int pre = stage == 0, post = stage == stages - 1;
+        int64_t begin, end;
+        ptdp_stage_layout_range(&L->stages, job->layers, L->p, L->v, (int)stage, &begin, &end);
+        const int64_t Lc = end - begin;
+        if (Lc > Lmax) Lmax = Lc;
         P += (double)Lc * layer_params(h, ffn, t);
         if (pre || post) P += (double)(Vp / t * h);
         if (pre) P += (double)(s * h);
@@ -183,7 +190,7 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     if (L->recompute) /* one group rerun (selective: one layer's attention) */
         work += job->recompute_method == PTDP_RECOMPUTE_SELECTIVE
                     ? attn
-                    : (double)(k < Lc ? k : Lc) * full;
+                    : (double)(k < Lmax ? k : Lmax) * full;
     if (L->p > 1) work += 4.0 * input; /* send and receive buffers */
     mem[PTDP_PMEM_WEIGHTS] = P * w;
     mem[PTDP_PMEM_GRADIENTS] = P * wg;
@@ -210,6 +217,7 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     r.d = L->d;
     r.pp_rank = rank;
     r.sched = *sp;
+    r.layout = L->stages;
     r.zero = job->zero;
     r.bucket_floats = job->bucket_floats;
     r.recompute = L->recompute ? job->recompute_method : PTDP_RECOMPUTE_NONE;
@@ -329,9 +337,11 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->m = m;
     est->vocab_padded = Vp;
     /* memory: the most loaded pipeline rank (the first holds the most
-     * micro-batches, the last the loss head) */
+     * micro-batches, the last the loss head; with an uneven split any rank
+     * may be the largest) */
     double best_total = -1;
-    for (int r = 0; r < p; r += (p > 2 ? p - 1 : 1)) {
+    const int even = ptdp_stage_layout_is_even(&L->stages);
+    for (int r = 0; r < p; r += (p > 2 && even ? p - 1 : 1)) {
         double mem[PTDP_PMEM_COUNT], P = 0, total = 0;
         if (job->precision == PTDP_PREC_FP32) {
             rc = memory_fp32(job, L, &sp, r, ffn, Vp, mem, &P);
@@ -353,11 +363,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
 
     /* the pipeline: every virtual stage's forward and backward in the simulator */
     const int stages = p * v;
-    const int64_t Lc = job->layers / stages;
     const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
-    const int64_t rc_layers = !L->recompute                                   ? 0
-                              : job->recompute_method == PTDP_RECOMPUTE_BLOCK ? (k < Lc ? k : Lc)
-                                                                              : Lc;
     double *sf = malloc(sizeof(double) * 2 * (size_t)stages);
     if (!sf) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
     double *sb = sf + stages;
@@ -365,7 +371,24 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
      * the gradients, the other way): in steady state each is a blocking
      * exchange with a neighbour that is itself computing, so both transfers
      * sit on the rank's timeline; the first and last stage have one. */
+    int64_t rank_layers_max = 0;
+    for (int r = 0; r < p; r++) {
+        int64_t n = 0;
+        for (int c2 = 0; c2 < v; c2++) {
+            int64_t b0, e0;
+            ptdp_stage_layout_range(&L->stages, job->layers, p, v, c2 * p + r, &b0, &e0);
+            n += e0 - b0;
+        }
+        if (n > rank_layers_max) rank_layers_max = n;
+    }
     for (int st = 0; st < stages; st++) {
+        int64_t b0, e0; /* this stage's layers: the split may be uneven */
+        ptdp_stage_layout_range(&L->stages, job->layers, p, v, st, &b0, &e0);
+        const int64_t Lc = e0 - b0;
+        const int64_t rc_layers = !L->recompute ? 0
+                                  : job->recompute_method == PTDP_RECOMPUTE_BLOCK
+                                      ? (k < Lc ? k : Lc)
+                                      : Lc;
         const double xfers = p > 1 ? (st > 0) + (st < stages - 1) : 0;
         sf[st] =
             (double)Lc * fwd + (st == 0 ? emb_f : 0) + (st == stages - 1 ? head : 0) + xfers * p2p;
@@ -424,7 +447,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->overhead_s = c->overhead_s;
     /* what the rank spends communicating inside the pipeline passes */
     const double per_mb =
-        (double)(job->layers / p) * (tp_f * (L->recompute && !selective ? 2 : 1) + tp_b);
+        (double)rank_layers_max * (tp_f * (L->recompute && !selective ? 2 : 1) + tp_b);
     est->comm_s[PTDP_COMM_TENSOR] = m * per_mb;
     est->comm_s[PTDP_COMM_PIPELINE] = p > 1 ? 4.0 * m * v * p2p : 0;
     est->iteration_s = est->pipeline_s + est->comm_s[PTDP_COMM_DATA] +

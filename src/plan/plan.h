@@ -138,9 +138,10 @@ typedef struct {
     int64_t t, d; /* tensor- and data-parallel sizes (p, v: sched) */
     int pp_rank, dp_rank;
     ptdp_schedule_params sched;
-    int zero;              /* --use-distributed-optimizer */
-    int64_t bucket_floats; /* --ddp-bucket-size */
-    int recompute;         /* ptdp_recompute_method (base.h) */
+    ptdp_stage_layout layout; /* layers per virtual stage (zeroed: even) */
+    int zero;                 /* --use-distributed-optimizer */
+    int64_t bucket_floats;    /* --ddp-bucket-size */
+    int recompute;            /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
     int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
@@ -219,9 +220,10 @@ typedef struct {
                                             s % t == 0): replaces scatter/gather */
     int zero;                            /* distributed optimizer (ZeRO-1) */
     int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
-    int recompute_method;                /* ptdp_recompute_method when recomputing */
-    int64_t recompute_num_layers;        /* 0: 1 */
-    int64_t bucket_floats;               /* --ddp-bucket-size (fp32 memory plan) */
+    int uneven_splits;            /* the search also tries Megatron's uneven stage splits (p > 1) */
+    int recompute_method;         /* ptdp_recompute_method when recomputing */
+    int64_t recompute_num_layers; /* 0: 1 */
+    int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
      * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
@@ -238,8 +240,9 @@ ptdp_plan_job ptdp_plan_job_default_params(void);
 /* One layout: what the search varies. */
 typedef struct {
     int t, p, d, v, b;
-    int recompute; /* 0 none, 1 the job's recompute_method (full with its group size, or
-                      selective) */
+    int recompute;            /* 0 none, 1 the job's recompute_method (full with its group size, or
+                                 selective) */
+    ptdp_stage_layout stages; /* layers per virtual stage (zeroed: the even split) */
 } ptdp_plan_layout;
 
 /* Communication kinds the estimate times. */
@@ -315,6 +318,8 @@ double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int
 typedef struct {
     int t, p, v, b; /* 0: searched */
     int recompute;  /* -1: searched (none and full), else fixed */
+    /* a stage split given by the flags (pinned: only this one), or NULL */
+    const ptdp_stage_layout *stages;
 } ptdp_plan_pins;
 
 typedef struct {

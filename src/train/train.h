@@ -63,6 +63,7 @@ typedef struct {
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
+    ptdp_stage_layout layout;   /* layers per virtual stage (zeroed: the even split) */
     int64_t trace_events;       /* capacity of the --trace event log (0: off) */
     int recompute_method;       /* PTDP_RECOMPUTE_* */
     int64_t recompute_num_layers;

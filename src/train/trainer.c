@@ -94,6 +94,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.pp_rank = comm->pp;
     r.dp_rank = comm->dp;
     r.sched = p->sched;
+    r.layout = p->layout;
     r.zero = p->distributed_optimizer;
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
@@ -129,13 +130,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                                               (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
-    const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
-    if (rc == PTDP_OK && (p->cfg.num_layers % stages))
-        rc = ptdp_errorf(
-            PTDP_ECONFIG,
-            "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
-            "(every stage needs the same number of layers)",
-            (long long)p->cfg.num_layers, sp.p, sp.v);
+    const int64_t stages = (int64_t)sp.p * sp.v;
+    if (rc == PTDP_OK) rc = ptdp_stage_layout_check(&p->layout, p->cfg.num_layers, sp.p, sp.v);
     if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) &&
         p->recompute_method != PTDP_RECOMPUTE_NONE &&
         p->recompute_method != PTDP_RECOMPUTE_SELECTIVE)
@@ -151,11 +147,13 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
         const int slots = ptdp_schedule_chunk_inflight(&sp, comm->pp, c);
-        int64_t stage = (int64_t)c * sp.p + comm->pp;
+        int64_t stage = (int64_t)c * sp.p + comm->pp, begin, end;
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, sp.p, sp.v, (int)stage, &begin,
+                                &end);
         ptdp_chunk_params cp = {
             .cfg = &tr->p.cfg,
-            .layer_begin = stage * per,
-            .layer_end = (stage + 1) * per,
+            .layer_begin = begin,
+            .layer_end = end,
             .pre = stage == 0,
             .post = stage == stages - 1,
             .micro_batch = p->micro_batch,
@@ -508,7 +506,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
     const ptdp_trainer_params *p = &tr->p;
     const ptdp_comm *comm = p->comm;
     memset(am, 0, sizeof *am);
-    const int64_t stages = (int64_t)p->sched.p * tr->v, per = p->cfg.num_layers / stages;
+    const int64_t stages = (int64_t)p->sched.p * tr->v;
     for (int c = 0; c < tr->v; c++) {
         size_t slot, sh;
         ptdp_gpt_chunk_activation_split(tr->chunks[c], &slot, &sh);
@@ -516,8 +514,10 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         am->measured += (double)peak * (double)slot + (double)sh;
         am->stash += (double)peak * (double)slot;
         am->stashed_microbatches += peak;
-        int64_t stage = (int64_t)c * p->sched.p + comm->pp;
-        const ptdp_plan_mem pm = {.layers = per,
+        int64_t stage = (int64_t)c * p->sched.p + comm->pp, begin, end;
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
+                                &begin, &end);
+        const ptdp_plan_mem pm = {.layers = end - begin,
                                   .h = p->cfg.hidden,
                                   .a = p->cfg.heads,
                                   .ffn = p->cfg.ffn_hidden,
