@@ -101,11 +101,14 @@ int ptdp__ckpt_manifest_parse(manifest *M, const char *text, size_t len) {
     int bad = 0;
     int64_t version = ptdp__ckpt_jint(r, "version", &bad);
     if (bad) return ptdp_errorf(PTDP_EFORMAT, "%s: no format version", M->path);
-    if (version > PTDP_CKPT_VERSION || version < 1)
+    if (version > PTDP_CKPT_VERSION)
         return ptdp_errorf(
             PTDP_EFORMAT,
-            "%s: format version %lld is not one this ptdp reads (1 to %d); use a newer ptdp",
+            "%s: format version %lld is newer than this ptdp reads (version %d); use a newer ptdp",
             M->path, (long long)version, PTDP_CKPT_VERSION);
+    if (version < 1)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: format version %lld does not exist (corrupted?)",
+                           M->path, (long long)version);
     M->version = (int)version;
     M->iteration = ptdp__ckpt_jint(r, "iteration", &bad);
     M->consumed = ptdp__ckpt_jint(r, "consumed_samples", &bad);
