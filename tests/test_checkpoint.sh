@@ -191,7 +191,8 @@ rc=$?
 "$PTDP" checkpoint verify "$TMP/fault.ck" >/dev/null 2>&1 && ok || fail "previous checkpoint no longer verifies"
 
 # Bad input: message naming the file on each of 2 ranks, non-zero status, no training.
-bad() { # bad NAME "message part" [flags]
+# (bad_load, not bad: script_lib's fail calls bad)
+bad_load() { # bad_load NAME "message part" [flags]
     local name=$1 msg=$2
     shift 2
     run_np 2 train $ARGS --train-iters 20 --load "$TMP/$name" "$@" >"$TMP/bad.out" 2>"$TMP/bad.err"
@@ -208,17 +209,21 @@ bad() { # bad NAME "message part" [flags]
 }
 F=iter_0000010/rank_00001.safetensors
 cp -r "$TMP/t2p2.ck" "$TMP/trunc" && truncate -s -100 "$TMP/trunc/$F"
-bad trunc "rank_00001.safetensors: the file is .* bytes but manifest.json says"
+bad_load trunc "rank_00001.safetensors: the file is .* bytes but manifest.json says"
 cp -r "$TMP/t2p2.ck" "$TMP/corrupt" && printf 'X' | dd of="$TMP/corrupt/$F" bs=1 seek=5000 conv=notrunc status=none
-bad corrupt "rank_00001.safetensors: checksum mismatch"
+bad_load corrupt "rank_00001.safetensors: checksum mismatch"
 cp -r "$TMP/t2p2.ck" "$TMP/missing" && rm "$TMP/missing/$F"
-bad missing "rank_00001.safetensors: cannot open"
+bad_load missing "rank_00001.safetensors: cannot open"
+# a shard that is a symbolic link out of the checkpoint directory (here to an
+# identical file, so only the link itself is wrong) is refused by name
+cp -r "$TMP/t2p2.ck" "$TMP/escape" && rm "$TMP/escape/$F" && ln -s "$TMP/t2p2.ck/$F" "$TMP/escape/$F"
+bad_load escape "rank_00001.safetensors: a symbolic link to .* outside the checkpoint directory: refused"
 cp -r "$TMP/t2p2.ck" "$TMP/newer" && sed -i 's/"version":[[:space:]]*1,/"version": 2,/' "$TMP/newer/iter_0000010/manifest.json"
-bad newer "manifest.json: format version 2 is newer"
+bad_load newer "manifest.json: format version 2 is newer"
 cp -r "$TMP/t2p2.ck" "$TMP/nomanifest" && rm "$TMP/nomanifest/iter_0000010/manifest.json"
-bad nomanifest "cannot open the checkpoint manifest .*/manifest.json': No such file"
-NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
-NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
+bad_load nomanifest "cannot open the checkpoint manifest .*/manifest.json': No such file"
+NOVERIFY=1 bad_load t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
+NOVERIFY=1 bad_load t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
 "$PTDP" checkpoint verify "$TMP/empty" >/dev/null 2>&1
 [ $? -eq 1 ] && ok || fail "verify of an empty directory should exit 1"
 "$PTDP" checkpoint frobnicate "$TMP/empty" >/dev/null 2>&1

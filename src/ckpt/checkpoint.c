@@ -57,10 +57,11 @@ static int cache_get(file_cache *fc, int i, ptdp_st_file **out) {
     }
     const file_rec *fr = &fc->M->files[i];
     char path[4400];
-    snprintf(path, sizeof path, "%s/%s", fc->M->dir, fr->name);
+    int rc = ptdp__ckpt_shard_path(fc->M->dir, fr->name, path, sizeof path);
+    if (rc) return rc;
     uint32_t crc;
     int64_t size;
-    int rc = ptdp__ckpt_file_crc(path, &crc, &size);
+    rc = ptdp__ckpt_file_crc(path, &crc, &size);
     if (rc) return rc;
     if (size != fr->bytes)
         return ptdp_errorf(PTDP_EFORMAT,

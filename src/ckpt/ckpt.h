@@ -86,6 +86,10 @@ typedef struct ptdp_st_file ptdp_st_file;
  * the problem), PTDP_ENOMEM. On error *out is NULL. Blocks on file I/O; any
  * rank may call it. */
 int ptdp_st_open(ptdp_st_file **out, const char *path);
+/* The same validation on bytes already in memory (fuzzing, tests): data[size]
+ * must outlive *out, which does not copy it; `name` stands for the path in
+ * messages. Errors as ptdp_st_open without PTDP_EIO. */
+int ptdp_st_open_mem(ptdp_st_file **out, const char *name, const void *data, size_t size);
 /* Unmaps and frees; tensors and strings obtained from f die with it. NULL is a
  * no-op. */
 void ptdp_st_close(ptdp_st_file *f);

@@ -408,13 +408,13 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
     return text;
 }
 
-static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = ptdp_read_file(path, "--config file", &text, &len);
-    if (rc) return rc;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+/* Applies the JSON object text[len] (named `path` in messages) to opts. */
+static int apply_json_text(ptdp_opt *opts, int n, const char *text, size_t len, const char *path,
+                           void **json_keep) {
+    char what[300];
+    snprintf(what, sizeof what, "--config %s", path);
+    if (ptdp_json_check(text, len, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EINVAL;
+    cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ptdp_errorf(PTDP_EINVAL, "--config %s: not a JSON object of flag names to values",
@@ -435,7 +435,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
             v = cJSON_IsTrue(it) ? "true" : "false";
         else if (cJSON_IsNumber(it)) {
             double d = it->valuedouble;
-            if (d == (double)(long long)d)
+            /* integers print as integers; the range test keeps the cast defined */
+            if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
                 snprintf(val, sizeof val, "%lld", (long long)d);
             else
                 snprintf(val, sizeof val, "%.17g", d);
@@ -451,6 +452,24 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
         if (rc) return rc;
     }
     return PTDP_OK;
+}
+
+static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ptdp_read_file(path, "--config file", &text, &len);
+    if (rc) return rc;
+    rc = apply_json_text(opts, n, text, len, path, json_keep);
+    free(text);
+    return rc;
+}
+
+int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_t len,
+                                const char *name, void **json_keep) {
+    ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
+    *json_keep = NULL;
+    return apply_json_text(opts, n, text, len, name, json_keep);
 }
 
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,

@@ -153,6 +153,11 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch);
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
                     void **json_keep);
 void ptdp_args_free(void *json_keep);
+/* The --config part of ptdp_args_parse on text[len] already in memory
+ * (`name` stands for the file in messages): checks the nesting, the object
+ * and every key's type and value. Errors and *json_keep as ptdp_args_parse. */
+int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_t len,
+                                const char *name, void **json_keep);
 /* Checks required flags and cross-flag consistency for `which`, given the
  * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
  * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
