@@ -149,6 +149,15 @@ static void test_malformed(void) {
           "cpuK\x04tQK\x00K\x03K\x05\x86K"
           "\x05K\x01\x86\x89tR.",
           "past the end of its storage"),
+        /* size (2^40,) stride (2^40,): the extent overflows int64 */
+        B("\x80\x02"
+          "ctorch._utils\n_rebuild_tensor_v2\n("
+          "(X\x07\x00\x00\x00storagectorch\n"
+          "FloatStorage\nX\x01\x00\x00\x00"
+          "0X\x03\x00\x00\x00"
+          "cpuK\x04tQK\x00\x8a\x06\x00\x00\x00\x00\x00\x01\x85\x8a\x06\x00\x00\x00\x00\x00"
+          "\x01\x85\x89tR.",
+          "overflows 64 bits"),
         B("\x80\x02]K\x01K\x02s.", "SETITEM(S) on something that is not a dict"),
         B("\x80\x02"
           "cmod\n",

@@ -334,7 +334,12 @@ static ptdp__pk_node *rebuild_tensor(vm *m, const ptdp__pk_node *a) {
             return NULL;
         }
         numel *= t->shape[i];
-        if (t->shape[i]) last += (t->shape[i] - 1) * t->stride[i];
+        int64_t ext = 0;
+        if (t->shape[i] && (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &ext) ||
+                            __builtin_add_overflow(last, ext, &last))) {
+            BAD(m, "a tensor whose extent overflows 64 bits");
+            return NULL;
+        }
     }
     t->numel = numel;
     if (numel && last >= st->i) {

@@ -72,6 +72,10 @@ static int find_directory(ptdp__zip *z, uint64_t *cd_off, uint64_t *cd_size, uin
                            "%zu-byte file (truncated?)",
                            z->what, (unsigned long long)*cd_size, (unsigned long long)*cd_off,
                            z->size);
+    if (*count > *cd_size / 46) /* a central record takes at least 46 bytes */
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: %llu zip entries cannot fit a %llu-byte central directory", z->what,
+                           (unsigned long long)*count, (unsigned long long)*cd_size);
     if (*count > MAX_ENTRIES)
         return ptdp_errorf(PTDP_EFORMAT, "%s: %llu zip entries (more than %d)", z->what,
                            (unsigned long long)*count, MAX_ENTRIES);
