@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-full bench format clean
+.PHONY: all setup build demo test test-full bench install format clean
 
 all: build
 
@@ -23,6 +23,12 @@ test: build
 
 test-full: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
+
+# make install PREFIX=DIR (default /usr/local): the binary, the planner's
+# clusters, the core library, its public headers and a pkg-config file
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
 	bash scripts/bench.sh $(BUILD)

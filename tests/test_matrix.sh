@@ -25,6 +25,7 @@ run_np 1 train $ARGS --micro-batch-size 1 --log-jsonl "$TMP/ref.jsonl" --save-sa
 SG_OFF=--no-scatter-gather-tensors-in-pipeline
 RCU="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
 RCB="--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+RCS="--recompute-granularity selective"
 ZERO=--use-distributed-optimizer
 V2=--virtual-pipeline-model-parallel-size
 # name : t p d : extra flags
@@ -45,7 +46,7 @@ MATRIX_FAST=(
     "t1p2d1_1f1b_b2:1 2 1:--micro-batch-size 2"
     "t3p1d1:3 1 1:--micro-batch-size 1"
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
-    "t4p1d2_zero:4 1 2:--micro-batch-size 1 $ZERO"
+    "t4p1d2_zero_selective:4 1 2:--micro-batch-size 1 $ZERO $RCS"
     "t1p4d2_zbh1_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO"
 )
 MATRIX_FULL=(
@@ -57,7 +58,8 @@ MATRIX_FULL=(
     "t1p8d1_1f1b:1 8 1:--micro-batch-size 1"
     "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
     "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
-    "t2p2d2_zbh1_b2_nosg:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF"
+    "t2p2d2_interleaved_selective_zero:2 2 2:--micro-batch-size 1 $V2 2 $RCS $ZERO"
+    "t2p2d2_zbh1_b2_nosg_selective:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF $RCS"
     "t1p2d4_zbh1_zero_buckets:1 2 4:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO --ddp-bucket-size 3000"
 )
 entries=("${MATRIX_FAST[@]}")

@@ -29,12 +29,14 @@ check() { # check NP STAGES flags...
 check 1 1
 check 1 1 $RC_U
 check 1 1 $RC_B
+check 1 1 --recompute-granularity selective
 check 2 1 --tensor-model-parallel-size 2
 check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
 check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b
 check 2 2 --pipeline-model-parallel-size 2 $V2
 check 2 2 --pipeline-model-parallel-size 2 $V2 $RC_U
 check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b $RC_B
+check 2 2 --pipeline-model-parallel-size 2 $V2 --recompute-granularity selective
 check 2 1
 check 2 1 $ZERO
 # small buckets: ZeRO-1 shards cut tensors, so the optimizer state differs per data-parallel rank

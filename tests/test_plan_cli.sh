@@ -65,6 +65,27 @@ L = json.load(open(sys.argv[1]))["layouts"]
 assert L and all(x["t"] == 2 and x["p"] == 2 and x["d"] == 8 and x["recompute"] == "full" for x in L)
 PY
 
+# Selective recomputation (pinned): every layout says so, its flags are
+# Megatron's, and for one layout it needs less memory than none and more
+# than full, and more FLOPs than none (core attention rerun, s/(18h))
+expect_error "go with --recompute-granularity full" --cluster a100-superpod --num-devices 32 "${model[@]}" \
+    --recompute-granularity selective --recompute-method uniform
+pin="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --virtual-pipeline-model-parallel-size 1"
+for g in selective full; do
+    "$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --json $pin --recompute-granularity $g >"$tmp/rc_$g"
+done
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --json $pin --no-recompute >"$tmp/rc_none"
+python3 - "$tmp" <<'PY' && ok || bad "selective plan: $(head -c 1500 "$tmp/rc_selective")"
+import json, sys
+o = {g: json.load(open(f"{sys.argv[1]}/rc_{g}")) for g in ("selective", "full", "none")}
+L = {g: o[g]["layouts"][0] for g in o}
+assert all(x["recompute"] == "selective" for x in o["selective"]["layouts"])
+assert o["selective"]["best_flags"].endswith("--recompute-granularity selective") or \
+    "--recompute-granularity selective " in o["selective"]["best_flags"]
+m = {g: L[g]["memory_bytes_per_device"] for g in L}
+assert m["full"] < m["selective"] < m["none"], m
+PY
+
 # --explain prints the equations' terms for the pinned layout.
 "$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --explain \
     --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 >"$tmp/explain"

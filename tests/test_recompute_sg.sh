@@ -40,6 +40,8 @@ for entry in "${layouts[@]}"; do
 done
 same_losses g2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe $RC_B
 same_losses i4 4 --pipeline-model-parallel-size 4 $V2 $RC_B
+# selective recomputation reruns core attention with the same masks
+same_losses i4 4 --pipeline-model-parallel-size 4 $V2 --recompute-granularity selective
 # p = 3 needs a layer count divisible by 3 (and by 3 x 2 interleaved)
 ARGS3="${ARGS/--num-layers 8/--num-layers 6} --global-batch-size 12"
 for entry in "g3:--pipeline-schedule gpipe" "f3:--pipeline-schedule 1f1b" "i3:$V2"; do
@@ -60,6 +62,8 @@ for entry in "t2g:--pipeline-schedule gpipe" "t2f:--pipeline-schedule 1f1b" "t2i
     same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline
     same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline $RC_U
 done
+same_losses t2f 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b \
+    --scatter-gather-tensors-in-pipeline --recompute-granularity selective
 T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
 
 # Exact pipeline traffic on rank 0 over 6 iterations, m = 4 micro-batches of
@@ -88,6 +92,18 @@ for pair in "$meas0 $pred0" "$meas1 $pred1"; do
     awk -v a="${pair% *}" -v b="${pair#* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.05 * b) }' &&
         ok || fail "measured vs predicted activation bytes: $pair"
 done
+# selective: the same losses and grad norms to the last digit in one process,
+# and each stashed layer holds exactly attention's saved state (b*(a/t)*s
+# floats: 2*6*64*4 = 3072 bytes, 64-byte aligned) less; the workspace holds
+# one copy more: 6 layers -> 5 x 3072 bytes less at the peak
+run_np 1 train $MEM --train-iters 3 --hidden-dropout 0.1 --attention-dropout 0.1 --log-jsonl "$TMP/n.jsonl" >/dev/null 2>&1
+run_np 1 train $MEM --train-iters 3 --hidden-dropout 0.1 --attention-dropout 0.1 --log-jsonl "$TMP/s.jsonl" \
+    --recompute-granularity selective >"$TMP/ms.out" 2>&1
+[ "$(cut -d, -f3,4 "$TMP/n.jsonl")" = "$(cut -d, -f3,4 "$TMP/s.jsonl")" ] && [ -s "$TMP/n.jsonl" ] && ok ||
+    fail "selective recomputation changed the losses: $(cut -d, -f3,4 "$TMP/s.jsonl" | head -1)"
+read -r meas_s pred_s _ <<<"$(field "$TMP/ms.out" 0)"
+[ "$meas_s" = "$pred_s" ] && [ $((${meas0:-0} - meas_s)) = $((5 * 3072)) ] && ok ||
+    fail "selective: measured $meas_s, predicted $pred_s, none $meas0 (want 15360 bytes less)"
 # about 2.8x for this shape since the CPU attention saves a logsumexp per row
 # instead of the b*a*s^2 probabilities (3.0x when it stored them): the stored
 # layer shrank, the shared workspace did not

@@ -48,6 +48,9 @@ expect_error 2 "--num-query-groups is not supported: ptdp's GPT is GPT-2's" trai
 expect_error 2 "--swiglu is not supported" train $M --mock-data --swiglu
 expect_error 2 "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl" train $M --mock-data --wandb-project x
 expect_error 2 "--sequence-parallel is not supported yet" train $M --mock-data --sequence-parallel
+expect_error 2 "--recompute-method and --recompute-num-layers go with --recompute-granularity full" \
+    train $M --mock-data --recompute-granularity selective --recompute-method uniform
+expect_error 2 "--recompute-granularity must be one of" train $M --mock-data --recompute-granularity some
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
 expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
     train $M --mock-data --ffn-hidden-size 255 --tensor-model-parallel-size 2

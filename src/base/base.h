@@ -185,11 +185,16 @@ int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
  * --recompute-granularity full): uniform reruns consecutive groups of
  * recompute_num_layers layers keeping only each group's input; block reruns
  * the first recompute_num_layers layers of the chunk one by one and stores
- * the rest. */
+ * the rest. selective (--recompute-granularity selective) stores every layer
+ * but not what core attention keeps for its backward (the backend's
+ * attention_saved_floats: the s x s probabilities on CUDA, a logsumexp per
+ * row on the CPU): the backward reruns the attention forward from the stored
+ * QKV into a workspace shared by all micro-batches. */
 #define PTDP_RECOMPUTE_METHODS(X)        \
     X(PTDP_RECOMPUTE_NONE, "none")       \
     X(PTDP_RECOMPUTE_UNIFORM, "uniform") \
-    X(PTDP_RECOMPUTE_BLOCK, "block")
+    X(PTDP_RECOMPUTE_BLOCK, "block")     \
+    X(PTDP_RECOMPUTE_SELECTIVE, "selective")
 typedef enum {
 #define PTDP__RC_ENUM(e, s) e,
     PTDP_RECOMPUTE_METHODS(PTDP__RC_ENUM)

@@ -126,9 +126,9 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         B("exit-signal-handler", exit_signal_handler,
           "on SIGTERM (a preemption notice), finish the iteration, save with --save and exit 0"),
         S("recompute-granularity", recompute_granularity,
-          "activation recomputation (rerun each layer group's "
-          "forward before its backward)",
-          "full"),
+          "activation recomputation: full reruns each layer group's forward before its "
+          "backward; selective reruns only core attention (the s x s part)",
+          "full|selective"),
         S("recompute-method", recompute_method,
           "uniform: groups of --recompute-num-layers; block: only the first "
           "--recompute-num-layers layers of each stage",
@@ -658,7 +658,8 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
-        if (!strcmp(sched, "zb-h1") && a->recompute_granularity)
+        if (!strcmp(sched, "zb-h1") && a->recompute_granularity &&
+            !strcmp(a->recompute_granularity, "full"))
             return ptdp_errorf(PTDP_ECONFIG,
                                "--pipeline-schedule zb-h1 keeps activations until the weight "
                                "gradients (W) run; it cannot be combined with "
@@ -669,7 +670,14 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (a->recompute_num_layers && !a->recompute_granularity)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--recompute-num-layers needs --recompute-granularity full");
-        if (a->recompute_granularity && !a->recompute_method)
+        const int selective =
+            a->recompute_granularity && !strcmp(a->recompute_granularity, "selective");
+        if (selective && (a->recompute_method || a->recompute_num_layers))
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--recompute-granularity selective recomputes core attention in "
+                               "every layer; --recompute-method and --recompute-num-layers go "
+                               "with --recompute-granularity full (as in Megatron-LM)");
+        if (a->recompute_granularity && !selective && !a->recompute_method)
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--recompute-granularity full needs --recompute-method uniform|block");

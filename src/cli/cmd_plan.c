@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "cli/cli.h"
@@ -45,17 +46,32 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
     ptdp_opts_help(f, opts, nopts);
 }
 
+/* A shipped description by name: next to an installed binary
+ * (PREFIX/bin/ptdp -> PREFIX/share/ptdp/clusters), else in the source tree
+ * the build came from. A path (with / or .json) is taken as it is. */
 static void cluster_path(const char *name, char *buf, size_t cap) {
-    if (strchr(name, '/') || strstr(name, ".json"))
+    if (strchr(name, '/') || strstr(name, ".json")) {
         snprintf(buf, cap, "%s", name);
-    else
-        snprintf(buf, cap, "%s/%s.json", PTDP_CLUSTER_DIR, name);
+        return;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            int k = snprintf(buf, cap, "%s/../share/ptdp/clusters/%s.json", exe, name);
+            if (k > 0 && (size_t)k < cap && access(buf, R_OK) == 0) return;
+        }
+    }
+    snprintf(buf, cap, "%s/%s.json", PTDP_CLUSTER_DIR, name);
 }
 
-/* "full" (Megatron's --recompute-granularity; the method is in the flags) or "none". */
+/* Megatron's --recompute-granularity ("full": the method is in the flags;
+ * "selective") or "none". */
 static const char *recompute_name(const ptdp_plan_job *job, int on) {
-    (void)job;
-    return on ? "full" : "none";
+    return !on ? "none" : job->recompute_method == PTDP_RECOMPUTE_SELECTIVE ? "selective" : "full";
 }
 
 /* The classes of rejection, for the summary line. */
@@ -78,7 +94,9 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
     if (L->v > 1) fprintf(f, " --virtual-pipeline-model-parallel-size %d", L->v);
     if (job->schedule >= 0)
         fprintf(f, " --pipeline-schedule %s", ptdp_schedule_kind_name(job->schedule));
-    if (L->recompute)
+    if (L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE)
+        fprintf(f, " --recompute-granularity selective");
+    else if (L->recompute)
         fprintf(f,
                 " --recompute-granularity full --recompute-method %s --recompute-num-layers %lld",
                 ptdp_recompute_method_name(job->recompute_method),
@@ -229,8 +247,12 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w / %.4g + 2 (t-1) %.3g] = %.6g s\n",
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
+    const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s = %.6g s\n",
-           L->recompute ? " + T_f (recomputed forward)" : "", e->layer_bwd_s);
+           selective      ? " + core attention's forward (selective recomputation)"
+           : L->recompute ? " + T_f (recomputed forward)"
+                          : "",
+           e->layer_bwd_s);
     printf("\nstages: %lld layers per chunk, %d chunk(s) per rank; loss head %.6g s, embedding "
            "%.6g s per micro-batch\n",
            (long long)(job->layers / ((int64_t)L->p * L->v)), L->v, e->head_s, e->embedding_s);
@@ -251,9 +273,10 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);
     printf("  T_iter = pipeline + data + embedding + optimizer + overhead = %.6g s\n",
            e->iteration_s);
-    printf("  F = %d B s l h^2 (1 + s/(6h) + V/(16 l h)) = %.6g FLOP; F / (n T_iter) = %.4g "
+    printf("  F = %d B s l h^2 (1 + s/(6h)%s + V/(16 l h)) = %.6g FLOP; F / (n T_iter) = %.4g "
            "TFLOP/s per device\n",
-           L->recompute ? 96 : 72, e->model_flops, e->model_flops / (n * e->iteration_s) / 1e12);
+           L->recompute && !selective ? 96 : 72, selective ? " + s/(18h)" : "", e->model_flops,
+           e->model_flops / (n * e->iteration_s) / 1e12);
     printf("  communication on the critical path per iteration:");
     for (int i = 0; i < PTDP_COMM_COUNT; i++)
         printf(" %s %.4g s", ptdp_plan_comm_name(i), e->comm_s[i]);
@@ -308,7 +331,8 @@ int ptdp_cmd_plan(int argc, char **argv) {
         {"bf16", PTDP_OPT_BOOL, &F.bf16, "plan for bf16 (fp32 gradients, master weights, Adam)",
          NULL, 0, 1, 0},
         {"recompute-granularity", PTDP_OPT_STR, &F.recompute_granularity,
-         "pin full activation recomputation (default: search with and without)", "full", 0, 0, 0},
+         "pin full or selective activation recomputation (default: search none and full)",
+         "full|selective", 0, 0, 0},
         {"recompute-method", PTDP_OPT_STR, &F.recompute_method,
          "uniform (default) or block, when recomputing", "uniform|block", 0, 0, 0},
         {"recompute-num-layers", PTDP_OPT_INT, &F.rc_layers,
@@ -369,6 +393,14 @@ int ptdp_cmd_plan(int argc, char **argv) {
         ptdp_log_error("%s exclude each other; give one", excl);
         return 2;
     }
+    const int selective =
+        F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
+    if (selective && (F.recompute_method || F.rc_layers)) {
+        ptdp_log_error("--recompute-method and --recompute-num-layers go with "
+                       "--recompute-granularity full; selective reruns core attention in every "
+                       "layer");
+        return 2;
+    }
     if (F.no_recompute && (F.recompute_method || F.rc_layers)) {
         ptdp_log_error("--recompute-method and --recompute-num-layers need recomputation; drop "
                        "--no-recompute");
@@ -395,8 +427,9 @@ int ptdp_cmd_plan(int argc, char **argv) {
     job.scatter_gather = !F.no_sg;
     job.zero = F.zero;
     job.overlap_grad_reduce = F.overlap;
-    job.recompute_method = F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
-                                              : PTDP_RECOMPUTE_UNIFORM;
+    job.recompute_method = selective          ? PTDP_RECOMPUTE_SELECTIVE
+                           : F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
+                                                : PTDP_RECOMPUTE_UNIFORM;
     job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
     job.bucket_floats = F.bucket;
     /* ptdp's CPU backend's attention numbers for its own memory plan */

@@ -170,9 +170,11 @@ int ptdp_cmd_train(int argc, char **argv) {
                     (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
             : 1;
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
-    /* the flag's choices (uniform|block) were checked by the parser */
-    tp.recompute_method =
-        a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method) : PTDP_RECOMPUTE_NONE;
+    /* the flags' choices (full|selective, uniform|block) were checked by the parser */
+    tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method)
+                          : a.recompute_granularity && !strcmp(a.recompute_granularity, "selective")
+                              ? PTDP_RECOMPUTE_SELECTIVE
+                              : PTDP_RECOMPUTE_NONE;
     tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
     tp.scatter_gather =
         a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);

@@ -27,7 +27,7 @@ static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t 
     la->ln1_mean = CARVE_F(cv, N);
     la->ln1_rstd = CARVE_F(cv, N);
     la->qkv = CARVE_F(cv, N * 3 * hl);
-    la->attn_saved = CARVE_F(cv, saved);
+    la->attn_saved = saved ? CARVE_F(cv, saved) : NULL; /* 0: selective, set from ws */
     la->ctx = CARVE_F(cv, N * hl);
     la->xm = CARVE_F(cv, N * h);
     la->ln2 = CARVE_F(cv, N * h);
@@ -39,7 +39,8 @@ static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t 
 
 /* Which layers are recomputed, in which groups (Megatron's semantics):
  * uniform: consecutive groups of n layers, all recomputed; block: the first n
- * layers of the chunk, each on its own; none: every layer stored. */
+ * layers of the chunk, each on its own; none and selective: every layer stored
+ * (selective drops only core attention's saved state, carve_activations). */
 static void plan_recompute(ptdp_gpt_chunk *c) {
     const int method = c->p.recompute_method;
     const int64_t n = c->p.recompute_num_layers < 1 ? 1 : c->p.recompute_num_layers;
@@ -67,6 +68,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = p->micro_batch;
     const int64_t saved = c->ops->attention_saved_floats(s, b, c->al);
+    const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
         ptdp__slot_act *sa = &c->slots[k];
@@ -76,7 +78,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
         for (int64_t i = 0; i <= c->nl; i++) sa->x[i] = x_stored(c, i) ? CARVE_F(act, N * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            carve_layer(act, &sa->layer[i], N, h, hl, fl, saved);
+            carve_layer(act, &sa->layer[i], N, h, hl, fl, selective ? 0 : saved);
             if (!p->split_backward) continue;
             /* kept from B to W: the weight GEMMs' output gradients */
             ptdp__layer_wgrad *wg = &sa->wg[i];
@@ -102,6 +104,8 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     c->wg_ws =
         (ptdp__layer_wgrad){.dmlp_out = c->tmp, .dfc = c->dfc, .dattn_out = NULL, .dqkv = c->dqkv};
     c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    /* selective: the attention state of the one layer whose backward runs */
+    float *ws_saved = selective ? CARVE_F(ws, saved) : NULL;
     if (p->post) {
         c->lnf_out = CARVE_F(ws, N * h);
         c->lnf_mean = CARVE_F(ws, N);
@@ -116,7 +120,9 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     /* slots point their recomputed layers and inner inputs at the workspace */
     for (int k = 0; k < p->slots; k++)
         for (int64_t i = 0; i < c->nl; i++)
-            if (c->group[i] >= 0) {
+            if (selective) {
+                c->slots[k].layer[i].attn_saved = ws_saved;
+            } else if (c->group[i] >= 0) {
                 c->slots[k].layer[i] = c->ws_layer[i - c->group[i]];
                 if (!x_stored(c, i)) c->slots[k].x[i] = c->ws_x[i - c->group[i]];
             }
@@ -194,11 +200,17 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
+    if (!c->p.tp) { /* no tensor group given: a group of one (its collectives are no-ops) */
+        ptdp_comm_init_single(&c->solo);
+        c->p.tp = &c->solo.tensor;
+    }
     c->training = !p->inference;
-    /* W reads the layer's stashed activations after B; a recomputed layer's
-     * live in the workspace, which the next micro-batch reuses */
-    PTDP_ASSERT_MSG(!p->split_backward ||
-                        (p->recompute_method == PTDP_RECOMPUTE_NONE && !p->inference),
+    /* W reads the layer's stashed activations after B; a fully recomputed
+     * layer's live in the workspace, which the next micro-batch reuses
+     * (selective recomputation stores every GEMM input W reads) */
+    PTDP_ASSERT_MSG(!p->split_backward || ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
+                                            p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
+                                           !p->inference),
                     "a split backward needs stored activations and gradients");
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);

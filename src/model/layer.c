@@ -12,7 +12,8 @@
  * column-parallel layers. The dropout streams of every site live here too.
  * The backward comes in two halves (zero-bubble schedules run them apart):
  * B, the input gradient, and W, the four weight GEMMs.
- * Not here: recomputation (gpt.c decides what to rerun), memory (chunk.c). */
+ * Not here: full recomputation (gpt.c decides what to rerun; selective
+ * recomputation of core attention is in B below), memory (chunk.c). */
 #include "model/model.h"
 #include "model/model_internal.h"
 
@@ -116,9 +117,20 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
         dres, wg->dattn_out, G->proj_b, N, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     o->gemm(0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
-    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
-                     c->hd,
-                     ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    const ptdp_dropout pd =
+        ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa);
+    const float *ctx = A->ctx;
+    if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE) {
+        /* selective recomputation: core attention reruns from the stored QKV
+         * (same masks, same kernel: the same ctx) to rebuild its saved state
+         * in the shared workspace. The rerun ctx goes to dtmp, free until the
+         * QKV input-gradient GEMM below (c->tmp may hold the MLP's output
+         * gradient until W). */
+        o->attention_fwd(A->qkv, dtmp, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd, pd);
+        ctx = dtmp;
+    }
+    o->attention_bwd(c->dctx, A->qkv, ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
+                     c->hd, pd);
     o->bias_bwd(wg->dqkv, G->qkv_b, N, 3 * hl);
     o->gemm(0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
     ptdp__tp_f_bwd(c, dtmp, N * h);

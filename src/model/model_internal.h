@@ -93,6 +93,7 @@ typedef struct {
 
 struct ptdp_gpt_chunk {
     ptdp_chunk_params p;
+    ptdp_comm solo; /* p.tp points at its tensor group when the caller gave none */
     const ptdp_gpt_config *cfg;
     const ptdp_ops *ops;
     int t, tp;

@@ -23,10 +23,13 @@
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
  * stored. With full recomputation a stashed micro-batch keeps only the
  * inputs of its recompute groups; one group's internals live in a workspace
- * shared by all micro-batches. Zero-bubble schedules (split backward) keep,
- * per layer and stashed micro-batch, the output gradients of the four weight
- * GEMMs from B to W: N h + N fl + 3 N hl more floats (= N (h + 7h/t)); the
- * fourth, N h, reuses the layer's stashed xm, dead by then. */
+ * shared by all micro-batches. Selective recomputation stores every layer
+ * but what attention saves for its backward, which one workspace copy holds
+ * for the layer whose backward reruns core attention. Zero-bubble schedules
+ * (split backward) keep, per layer and stashed micro-batch, the output
+ * gradients of the four weight GEMMs from B to W: N h + N fl + 3 N hl more
+ * floats (= N (h + 7h/t)); the fourth, N h, reuses the layer's stashed xm,
+ * dead by then. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +40,10 @@ static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
 /* One layer's stored activations, piece by piece as the model carves them. */
 static size_t layer_bytes(const ptdp_plan_mem *m) {
     const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
+    const int selective = m->recompute == PTDP_RECOMPUTE_SELECTIVE;
     return 3 * nf((double)(N * h)) + 4 * nf((double)N) + nf((double)(N * 3 * hl)) +
-           nf((double)m->attn_saved_floats) + nf((double)(N * hl)) + 2 * nf((double)(N * fl));
+           (selective ? 0 : nf((double)m->attn_saved_floats)) + nf((double)(N * hl)) +
+           2 * nf((double)(N * fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
@@ -66,6 +71,8 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
     sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
           nf((double)(N * fl));               /* backward buffers */
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
+    if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
+        sh += nf((double)m->attn_saved_floats); /* the one layer being recomputed */
     if (m->post)
         sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
     *per_slot = (double)slot;

@@ -50,8 +50,10 @@ ptdp_plan_job ptdp_plan_job_default_params(void) {
 double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute) {
     const double B = (double)job->global_batch, s = (double)job->s, l = (double)job->layers,
                  h = (double)job->h, V = (double)vocab_padded;
-    return (recompute ? 96.0 : 72.0) * B * s * l * h * h *
-           (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+    const int selective = recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
+    /* selective reruns core attention's two s x s GEMMs: 4 B s^2 h l */
+    return (recompute && !selective ? 96.0 : 72.0) * B * s * l * h * h *
+           (1.0 + s / (6.0 * h) + (selective ? s / (18.0 * h) : 0.0) + V / (16.0 * l * h));
 }
 
 /* Ring all-reduce of `bytes` over n devices joined by a link of bus
@@ -142,8 +144,8 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
                   k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
     const double N = (double)(s * b);
     /* the paper's activation bytes of one layer without recomputation */
-    const double full =
-        N * (double)h * (10.0 + 24.0 / (double)t + 5.0 * (double)(job->a * s) / (double)(h * t));
+    const double attn = N * (double)h * 5.0 * (double)(job->a * s) / (double)(h * t);
+    const double full = N * (double)h * (10.0 + 24.0 / (double)t) + attn;
     const double input = N * (double)h * w;
     double P = 0, act = 0, work = 0;
     for (int c = 0; c < L->v; c++) {
@@ -156,6 +158,8 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
         double slot = 0;
         if (!L->recompute) {
             slot = (double)Lc * full;
+        } else if (job->recompute_method == PTDP_RECOMPUTE_SELECTIVE) {
+            slot = (double)Lc * (full - attn); /* Korthikanti et al.: 34 s b h / t */
         } else if (job->recompute_method == PTDP_RECOMPUTE_BLOCK) {
             const int64_t rc = k < Lc ? k : Lc;
             slot = (double)rc * input + (double)(Lc - rc) * full;
@@ -165,7 +169,9 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
         act += slot * ptdp_schedule_chunk_inflight(sp, rank, c);
         if (post) work += N * (double)(Vp / t) * (w + 4.0); /* logits and their fp32 softmax */
     }
-    if (L->recompute) work += (double)(k < Lc ? k : Lc) * full; /* one group rerun */
+    if (L->recompute) /* one group rerun (selective: one layer's attention) */
+        work += job->recompute_method == PTDP_RECOMPUTE_SELECTIVE ? attn
+                                                                  : (double)(k < Lc ? k : Lc) * full;
     if (L->p > 1) work += 4.0 * input;                          /* send and receive buffers */
     mem[PTDP_PMEM_WEIGHTS] = P * w;
     mem[PTDP_PMEM_GRADIENTS] = P * wg;
@@ -265,7 +271,13 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const double fwd = gemm_f + ew_f + tp_f;
     const double bwd = 2 * gemm_f + 2 * ew_f + tp_f; /* input and weight gradients */
     est->layer_fwd_s = fwd;
-    est->layer_bwd_s = bwd + (L->recompute ? fwd : 0);
+    /* selective recomputation reruns core attention only: its two s x s
+     * GEMMs and the softmax/dropout over the scores */
+    const double attn_f = gemm_s(c, peak, b * al, s, s, hd) + gemm_s(c, peak, b * al, s, hd, s) +
+                          (w * 4 * S + S) / ew_bw;
+    const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
+    const double rerun = selective ? attn_f : fwd;
+    est->layer_bwd_s = bwd + (L->recompute ? rerun : 0);
 
     /* loss head (last stage; ptdp runs its backward inside the forward) and
      * embedding (first stage) */
@@ -336,7 +348,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
         const double xfers = p > 1 ? (st > 0) + (st < stages - 1) : 0;
         sf[st] =
             (double)Lc * fwd + (st == 0 ? emb_f : 0) + (st == stages - 1 ? head : 0) + xfers * p2p;
-        sb[st] = (double)Lc * bwd + (double)rc_layers * fwd + (st == 0 ? emb_b : 0) + xfers * p2p;
+        sb[st] = (double)Lc * bwd + (double)rc_layers * rerun + (st == 0 ? emb_b : 0) + xfers * p2p;
     }
     ptdp_schedule sched;
     rc = ptdp_schedule_init(&sched, &sp);
@@ -390,7 +402,8 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->optimizer_s = P / (job->zero ? d : 1) * opt_bytes / ew_bw;
     est->overhead_s = c->overhead_s;
     /* what the rank spends communicating inside the pipeline passes */
-    const double per_mb = (double)(job->layers / p) * (tp_f * (L->recompute ? 3 : 2) * 1.0);
+    const double per_mb =
+        (double)(job->layers / p) * (tp_f * (L->recompute && !selective ? 3 : 2) * 1.0);
     est->comm_s[PTDP_COMM_TENSOR] = m * per_mb;
     est->comm_s[PTDP_COMM_PIPELINE] = p > 1 ? 4.0 * m * v * p2p : 0;
     est->iteration_s = est->pipeline_s + est->comm_s[PTDP_COMM_DATA] +

@@ -233,7 +233,8 @@ ptdp_plan_job ptdp_plan_job_default_params(void);
 /* One layout: what the search varies. */
 typedef struct {
     int t, p, d, v, b;
-    int recompute; /* 0 none, 1 full (the job's method and group size) */
+    int recompute; /* 0 none, 1 the job's recompute_method (full with its group size, or
+                      selective) */
 } ptdp_plan_layout;
 
 /* Communication kinds the estimate times. */
@@ -300,7 +301,8 @@ int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
                               const ptdp_plan_layout *L, ptdp_plan_estimate *est);
 
 /* The paper's FLOPs of one iteration (eq. 3): 96 B s l h^2 (1 + s/(6h) +
- * V/(16 l h)) with recomputation, 72 without; V padded. */
+ * V/(16 l h)) with full recomputation, 72 without; V padded. Selective
+ * recomputation (job->recompute_method) adds 4 B s^2 h l. */
 double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute);
 
 /* ---- the search ------------------------------------------------------------------------ */

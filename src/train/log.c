@@ -98,8 +98,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const int64_t B = p->trainer.global_batch, s = p->trainer.cfg.seq_length;
     const int n = r->comm->world_size;
     /* the paper's 96 instead of 72: full recomputation reruns the forward */
-    const double flops = ptdp_gpt_flops_per_iter(
-        &p->trainer.cfg, B, p->trainer.recompute_method != PTDP_RECOMPUTE_NONE);
+    const double flops = ptdp_gpt_flops_per_iter(&p->trainer.cfg, B, p->trainer.recompute_method);
     r->t_interval += dt;
     r->t_total += dt;
     r->loss_interval += st->loss;

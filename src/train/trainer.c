@@ -126,7 +126,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             "(every stage needs the same number of layers)",
             (long long)p->cfg.num_layers, sp.p, sp.v);
     if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) &&
-        p->recompute_method != PTDP_RECOMPUTE_NONE)
+        (p->recompute_method == PTDP_RECOMPUTE_UNIFORM ||
+         p->recompute_method == PTDP_RECOMPUTE_BLOCK))
         rc = ptdp_errorf(PTDP_ECONFIG,
                          "--pipeline-schedule %s keeps activations until the weight gradients "
                          "(W) run; it cannot be combined with --recompute-granularity full",
