@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-full bench install format clean
+.PHONY: all setup build demo test test-full test-sanitize fuzz bench install format clean
 
 all: build
 
@@ -29,6 +29,24 @@ test-full: build
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The single-process tests (CTest label "unit": the C unit tests and the
+# corpus replays) built with -fsanitize=address,undefined in build-sanitize/,
+# LeakSanitizer on, Open MPI's own leaks suppressed (tests/lsan.supp).
+# SANITIZE_LABEL=fast runs the whole fast suite instead.
+SANITIZE_BUILD ?= build-sanitize
+SANITIZE_LABEL ?= unit
+test-sanitize: setup
+	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTDP_SANITIZE=ON -DPTDP_CUDA=OFF
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j 2 -L fast -L '$(SANITIZE_LABEL)'
+
+# libFuzzer (clang) over every parser, FUZZ_SECONDS each (default 60):
+# fuzz/run.sh, docs/reliability.md.
+fuzz:
+	bash fuzz/run.sh
 
 bench: build
 	bash scripts/bench.sh $(BUILD)

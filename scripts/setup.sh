@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ptdp builds against, when any is missing.
-# Called by `make demo`, `make test` and `make bench`; safe to run again.
+# Called by `make demo`, `make test`, `make bench` and `make fuzz`; safe to run again.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev libcjson-dev)
+# `setup.sh fuzz` (make fuzz): clang with libFuzzer and the OpenMP runtime
+# clang links against. The sanitizer build and the corpus replay need only
+# gcc's libasan and libubsan, which build-essential brings.
+if [ "${1:-}" = fuzz ]; then pkgs+=(clang libclang-rt-dev libomp-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,6 +10,7 @@
 #   matches the uninterrupted run's loss and grad norm within 1e-5 relative and
 #   its final weights within 1e-5 absolute (the K third of c_attn.bias within
 #   lr x 10 iterations = 1e-2, see compare_weights in parallel_lib.sh);
+#   uneven stage splits included (layer numbering is global);
 # - --finetune / --no-load-optim, a failed save leaving the previous
 #   checkpoint loadable, and bad input (truncated, corrupted or missing shard,
 #   newer format, wrong model shape): a message naming the file on every rank,
@@ -68,7 +69,7 @@ exact() {
         fail "$name: expected iter_0000005, iter_0000010 and latest = 10"
 }
 # exports only where used: the resharding sources' final weights, t2p2's at iteration 10
-exact plain 1
+EXPORT_FULL=1 exact plain 1
 EXPORT_FULL=1 EXPORT_10=1 exact t2p2 4 $T2P2
 EXPORT_FULL=1 exact d2zero 2 $ZERO
 EXPORT_FULL=1 exact p2v2 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
@@ -100,6 +101,15 @@ reshard t2p2 t2p2_to_plain 1
 reshard d2zero d2zero_to_t2p2 4 $T2P2
 reshard d2zero d2zero_to_t2d2 4 --tensor-model-parallel-size 2
 reshard p2v2 p2v2_to_t2zero 4 --tensor-model-parallel-size 2 $ZERO
+# Uneven stages keep global layer numbers: a checkpoint of a 3+1 split resumes
+# under the even p=2 split, and t2p2's even checkpoint under a 1+3 split. The
+# uneven run's own references are the one process's (the same iteration).
+run_np 2 train $ARGS --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "Et*3|t,L" --train-iters 10 \
+    --save "$TMP/uneven.ck" >"$TMP/uneven.out" 2>&1 && ok || { fail "uneven split: run failed"; tail -5 "$TMP/uneven.out" >&2; }
+cp "$TMP/plain.full.jsonl" "$TMP/uneven.full.jsonl"
+cp "$TMP/plain.full.safetensors" "$TMP/uneven.full.safetensors"
+reshard uneven uneven_to_p2 2 --pipeline-model-parallel-size 2
+reshard t2p2 t2p2_to_first1 2 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1
 
 # info and verify
 "$PTDP" checkpoint info "$TMP/t2p2.ck" >"$TMP/info.txt" 2>&1 && ok || fail "checkpoint info failed"
@@ -181,7 +191,8 @@ rc=$?
 "$PTDP" checkpoint verify "$TMP/fault.ck" >/dev/null 2>&1 && ok || fail "previous checkpoint no longer verifies"
 
 # Bad input: message naming the file on each of 2 ranks, non-zero status, no training.
-bad() { # bad NAME "message part" [flags]
+# (bad_load, not bad: script_lib's fail calls bad)
+bad_load() { # bad_load NAME "message part" [flags]
     local name=$1 msg=$2
     shift 2
     run_np 2 train $ARGS --train-iters 20 --load "$TMP/$name" "$@" >"$TMP/bad.out" 2>"$TMP/bad.err"
@@ -198,17 +209,21 @@ bad() { # bad NAME "message part" [flags]
 }
 F=iter_0000010/rank_00001.safetensors
 cp -r "$TMP/t2p2.ck" "$TMP/trunc" && truncate -s -100 "$TMP/trunc/$F"
-bad trunc "rank_00001.safetensors: the file is .* bytes but manifest.json says"
+bad_load trunc "rank_00001.safetensors: the file is .* bytes but manifest.json says"
 cp -r "$TMP/t2p2.ck" "$TMP/corrupt" && printf 'X' | dd of="$TMP/corrupt/$F" bs=1 seek=5000 conv=notrunc status=none
-bad corrupt "rank_00001.safetensors: checksum mismatch"
+bad_load corrupt "rank_00001.safetensors: checksum mismatch"
 cp -r "$TMP/t2p2.ck" "$TMP/missing" && rm "$TMP/missing/$F"
-bad missing "rank_00001.safetensors: cannot open"
+bad_load missing "rank_00001.safetensors: cannot open"
+# a shard that is a symbolic link out of the checkpoint directory (here to an
+# identical file, so only the link itself is wrong) is refused by name
+cp -r "$TMP/t2p2.ck" "$TMP/escape" && rm "$TMP/escape/$F" && ln -s "$TMP/t2p2.ck/$F" "$TMP/escape/$F"
+bad_load escape "rank_00001.safetensors: a symbolic link to .* outside the checkpoint directory: refused"
 cp -r "$TMP/t2p2.ck" "$TMP/newer" && sed -i 's/"version":[[:space:]]*1,/"version": 2,/' "$TMP/newer/iter_0000010/manifest.json"
-bad newer "manifest.json: format version 2 is newer"
+bad_load newer "manifest.json: format version 2 is newer"
 cp -r "$TMP/t2p2.ck" "$TMP/nomanifest" && rm "$TMP/nomanifest/iter_0000010/manifest.json"
-bad nomanifest "cannot open the checkpoint manifest .*/manifest.json': No such file"
-NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
-NOVERIFY=1 bad t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
+bad_load nomanifest "cannot open the checkpoint manifest .*/manifest.json': No such file"
+NOVERIFY=1 bad_load t2p2.ck "the checkpoint's model has --hidden-size 48 but the flags give 64" --hidden-size 64
+NOVERIFY=1 bad_load t2p2.ck "the checkpoint's model has --num-layers 4 but the flags give 8" --num-layers 8
 "$PTDP" checkpoint verify "$TMP/empty" >/dev/null 2>&1
 [ $? -eq 1 ] && ok || fail "verify of an empty directory should exit 1"
 "$PTDP" checkpoint frobnicate "$TMP/empty" >/dev/null 2>&1

@@ -3,7 +3,8 @@
 # test_recompute_sg.sh do not check: the data-parallel bucket all-reduces,
 # ZeRO-1's reduce-scatter and all-gather (--use-distributed-optimizer), the
 # embedding group's tied-embedding all-reduce (p > 1), and the model group's
-# gradient-norm all-reduce. Every expected number is derived below from the
+# gradient-norm all-reduce, and sequence parallelism's all-gathers and
+# reduce-scatters in the tensor group. Every expected number is derived below from the
 # configuration alone (parameter shapes, 16-float alignment, padding of the
 # flat buffer to 16*d, bucket cuts of --ddp-bucket-size); rank 0's whole
 # `--log-comm` report must equal it line for line.
@@ -80,4 +81,31 @@ embedding all-reduce $iters $((iters * 4 * V * h))"
 expect "p=2 d=2 ZeRO-1" "$got" "$want"
 # the padding and the bucket cut must both matter in these cases
 [ "$numel" -ne $((wte + wpe + layer)) ] && ok || fail "case 3 does not exercise the 16*d padding"
+
+# 4. --sequence-parallel, t=2, p=2, d=1 (m=2): rank 0 holds the embeddings and
+# layer 0 on positions [0, s/t). Per micro-batch, with N = s*b rows and the
+# shard's Ns = N/t: the embedding's reduce-scatter, the layer's two forward
+# reduce-scatters (after the row-parallel GEMMs) and two backward ones (the
+# column-parallel input gradients), each counted as the N*h floats it sums,
+# the bytes of the all-reduce it replaces; all-gathers of Ns*h floats: the
+# two LayerNorm outputs forward, in the backward the two branch output
+# gradients and the two LayerNorm outputs again (the layer keeps only its
+# shard), and the embedding's output gradient. Per iteration the replicated
+# parameters' gradients (position embedding [s, h]; ln1 w, b, attention-out
+# bias, ln2 w, b, MLP-out bias: 6 of [h]) are all-reduced over the tensor
+# group, 7 calls; pipeline messages carry the shard [s/t, b, h]; the tied
+# embedding is V/t rows (V padded to 256 = 128*t).
+t=2 m=2
+N=$((s * b)) Ns=$((s * b / 2))
+got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
+    --sequence-parallel)
+want="$WORLD
+tensor all-reduce $((iters * 7)) $((iters * 4 * (s * h + 6 * h)))
+tensor all-gather $((iters * m * 7)) $((iters * m * 7 * 4 * Ns * h))
+tensor reduce-scatter $((iters * m * 5)) $((iters * m * 5 * 4 * N * h))
+pipeline send $((iters * m)) $((iters * m * 4 * Ns * h))
+pipeline recv $((iters * m)) $((iters * m * 4 * Ns * h))
+model all-reduce $iters $((iters * 16))
+embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
+expect "t=2 p=2 --sequence-parallel" "$got" "$want"
 finish

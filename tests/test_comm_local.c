@@ -65,6 +65,9 @@ static void test_local(void) {
     ptdp_wait(&req);
     ptdp_wait(&req); /* twice is harmless */
     CHECK(req.ops == NULL && !memcmp(shard, f0, sizeof shard));
+    float rs[6] = {0};
+    ptdp_reduce_scatter_sum_f32(&c.tensor, f, rs, 6);
+    CHECK(!memcmp(rs, f0, sizeof rs));
 
     /* a group of one moves no bytes: nothing counted */
     for (int i = 0; i < 6; i++) CHECK(counters_zero(gs[i]));
@@ -80,7 +83,7 @@ static void test_local(void) {
 /* ---- a recording backend posing as rank 1 of a group of 3 ---- */
 typedef struct {
     int calls, allreduce, allgather, gather, gatherv, barrier, iallreduce, ireduce_scatter, isend,
-        irecv;
+        irecv, reduce_scatter;
     int waits, tests;
     int64_t last_n;
     ptdp_comm_dtype last_dt;
@@ -127,6 +130,10 @@ static void rec_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *r
         for (int r = 0; r < g->size; r++)
             memcpy((char *)recv + r * nbytes, send, (size_t)counts[r]);
 }
+static void rec_reduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                               ptdp_comm_dtype dt) {
+    rec(&R.reduce_scatter, n, dt);
+}
 static void rec_barrier(ptdp_group *g) { rec(&R.barrier, 0, PTDP_COMM_BYTE); }
 static void rec_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                            ptdp_comm_reduce op, ptdp_comm_req *req) {
@@ -169,6 +176,7 @@ static const ptdp_comm_ops rec_ops = {
     .allgather = rec_allgather,
     .gather = rec_gather,
     .gatherv = rec_gatherv,
+    .reduce_scatter = rec_reduce_scatter,
     .barrier = rec_barrier,
     .iallreduce = rec_iallreduce,
     .ireduce_scatter = rec_ireduce_scatter,
@@ -212,6 +220,8 @@ static void test_dispatch_and_counters(void) {
 
     ptdp_allgather_f32(&g, f, 2);
     CHECK(R.allgather == 1 && R.last_n == 2);
+    ptdp_reduce_scatter_sum_f32(&g, f, f + 30, 5); /* blocking: 3 blocks of 5 in, 5 out */
+    CHECK(R.reduce_scatter == 1 && R.last_n == 5 && R.last_dt == PTDP_COMM_F32);
     float recv[9];
     ptdp_gather_f32(&g, f, 3, recv, 1);
     CHECK(R.gather == 1 && R.last_root == 1);
@@ -233,13 +243,14 @@ static void test_dispatch_and_counters(void) {
     CHECK(R.waits == 3);
 
     /* every ptdp_* call reached the table once (gatherv: counts + data) */
-    CHECK(R.calls == 5 + 1 + 1 + 1 + 1 + 2 + 1 + 2);
+    CHECK(R.calls == 5 + 1 + 1 + 1 + 1 + 1 + 2 + 1 + 2);
     /* exact counters: payload bytes handed to each call; barrier and the
      * gatherv's counts are not payload */
     const ptdp_comm_counters *k = &g.counters;
     CHECK(k->calls[PTDP_OP_ALLREDUCE] == 6 &&
           k->bytes[PTDP_OP_ALLREDUCE] == 20 + 16 + 24 + 8 + 8 + 40);
-    CHECK(k->calls[PTDP_OP_REDUCE_SCATTER] == 1 && k->bytes[PTDP_OP_REDUCE_SCATTER] == 4 * 3 * 4);
+    CHECK(k->calls[PTDP_OP_REDUCE_SCATTER] == 2 &&
+          k->bytes[PTDP_OP_REDUCE_SCATTER] == 4 * 3 * 4 + 5 * 3 * 4);
     CHECK(k->calls[PTDP_OP_ALLGATHER] == 1 && k->bytes[PTDP_OP_ALLGATHER] == 8);
     CHECK(k->calls[PTDP_OP_GATHER] == 2 && k->bytes[PTDP_OP_GATHER] == 12 + 7);
     CHECK(k->calls[PTDP_OP_SEND] == 1 && k->bytes[PTDP_OP_SEND] == 24);

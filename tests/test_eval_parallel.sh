@@ -4,7 +4,9 @@
 # p=2) and (p=2, d=2, interleaved) equal the single process's (1e-5 relative),
 # so evaluation through the pipeline is the same forward as one process's;
 # the same with --eod-mask-loss (Moby Dick's paragraphs are documents, so
-# every sample holds EOD tokens), whose losses differ from the unmasked ones.
+# every sample holds EOD tokens), whose losses differ from the unmasked ones;
+# its (t=2, p=2) run is sequence parallel (evaluation's messages are then the
+# s/t shard).
 source "$PTDP_SRC/tests/parallel_lib.sh"
 bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
 D="$PTDP_SRC/data"
@@ -39,7 +41,8 @@ run_np 1 train $X --split 95,5,0 --train-iters 2 --log-jsonl "$TMP/nt.jsonl" >"$
 run_np 1 train $X --eod-mask-loss --log-jsonl "$TMP/m1.jsonl" >"$TMP/m1.out" 2>&1 && ok ||
     { fail "--eod-mask-loss, one process"; cat "$TMP/m1.out" >&2; }
 run_np 4 train $X --eod-mask-loss --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-    --log-jsonl "$TMP/mtp.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss t2p2 run"
+    --sequence-parallel --log-jsonl "$TMP/mtp.jsonl" >/dev/null 2>&1 && ok ||
+    fail "--eod-mask-loss t2p2 --sequence-parallel run"
 run_np 4 train $X --eod-mask-loss --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
     --log-jsonl "$TMP/mpd.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss p2d2 interleaved run"
 for r in mtp mpd; do

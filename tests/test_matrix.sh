@@ -3,7 +3,7 @@
 # layers, h=48, 12 heads, V=300 padded per t, s=16), seed, data and global
 # batch B=16, dropout 0.1 (the masks are keyed by global coordinates, so
 # every layout draws the single process's), trained for 20 iterations under many (t, p, d, v, schedule, b,
-# recomputation, scatter/gather, ZeRO-1, overlap) layouts with up to 8 ranks:
+# recomputation, scatter/gather, ZeRO-1, overlap, sequence parallelism) layouts with up to 8 ranks:
 # each must give the single process's loss and grad norm at every iteration
 # (1e-5 relative) and its final weights (1e-5 absolute), and data-parallel
 # replicas must hold bitwise identical weights after every iteration
@@ -11,6 +11,9 @@
 # 1e-8; the K third of each c_attn.bias within lr x iterations = 2e-2 (see
 # test_pp.sh and compare_weights in parallel_lib.sh). Every run's memory plan
 # must equal the planner's prediction, category by category (check_plan).
+# Uneven stage splits (--decoder-first/last-pipeline-num-layers,
+# --account-for-embedding-in-pipeline-split, --pipeline-model-parallel-layout,
+# interleaved and with ZeRO-1) are layouts like any other.
 # MATRIX=full (test_full_matrix.sh) adds more layouts.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
@@ -28,6 +31,7 @@ RCB="--recompute-granularity full --recompute-method block --recompute-num-layer
 RCS="--recompute-granularity selective"
 ZERO=--use-distributed-optimizer
 V2=--virtual-pipeline-model-parallel-size
+SP=--sequence-parallel # t = 3 does not divide s = 16: its rejection is in test_train_cli.sh
 # name : t p d : extra flags
 MATRIX_FAST=(
     "t2p2d2_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO"
@@ -47,9 +51,15 @@ MATRIX_FAST=(
     "t3p1d1:3 1 1:--micro-batch-size 1"
     "t1p1d8_b2:1 1 8:--micro-batch-size 2"
     "t4p1d2_zero_selective:4 1 2:--micro-batch-size 1 $ZERO $RCS"
+    "t2p2d2_sp_interleaved_zero:2 2 2:--micro-batch-size 1 $V2 2 $ZERO $SP"
     "t1p4d2_zbh1_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO"
+    "t1p2d2_last3_zero:1 2 2:--micro-batch-size 1 --decoder-last-pipeline-num-layers 3 $ZERO"
+    "t1p2d1_layout_v2:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Et|ttt|ttt|tL"
 )
 MATRIX_FULL=(
+    "t4p1d2_sp_rcu_b2:4 1 2:--micro-batch-size 2 $RCU $SP"
+    "t2p2d1_sp_rcb_b2:2 2 1:--micro-batch-size 2 $RCB $SP"
+    "t1p3d1_account_emb:1 3 1:--micro-batch-size 1 --account-for-embedding-in-pipeline-split"
     "t2p2d2_gpipe_rcb:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCB"
     "t1p4d2_interleaved_zero:1 4 2:--micro-batch-size 1 $V2 2 $ZERO"
     "t2p2d2_1f1b_nosg_nooverlap:2 2 2:--micro-batch-size 2 $SG_OFF --no-overlap-grad-reduce"
@@ -58,7 +68,19 @@ MATRIX_FULL=(
     "t1p8d1_1f1b:1 8 1:--micro-batch-size 1"
     "t4p2d1_zero_b2:4 2 1:--micro-batch-size 2"
     "t2p1d4_b2_rcb:2 1 4:--micro-batch-size 2 $RCB"
+    "t2p2d1_first3:2 2 1:--micro-batch-size 1 --decoder-first-pipeline-num-layers 3"
+    "t1p3d2_first2_last2_zero:1 3 2:--micro-batch-size 1 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2 $ZERO"
+    "t1p2d2_interleaved_first2_last6:1 2 2:--micro-batch-size 2 $V2 2 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6"
+    "t1p4d1_layout_emb_alone:1 4 1:--micro-batch-size 1 --pipeline-model-parallel-layout E|ttt|ttt|ttL $RCU"
+    "t1p2d1_layout_loss_alone:1 2 1:--micro-batch-size 1 --pipeline-model-parallel-layout Etttttttt|L"
+    "t1p3d2_account_emb_zero:1 3 2:--micro-batch-size 1 --account-for-embedding-in-pipeline-split $ZERO"
     "t2p2d2_interleaved_selective_zero:2 2 2:--micro-batch-size 1 $V2 2 $RCS $ZERO"
+    "t4p2d1_sp_interleaved:4 2 1:--micro-batch-size 1 $V2 2 $SP"
+    "t2p1d4_sp_zero_buckets:2 1 4:--micro-batch-size 1 $ZERO --ddp-bucket-size 3000 $SP"
+    "t2p2d2_sp_gpipe_rcu_nooverlap:2 2 2:--micro-batch-size 1 --pipeline-schedule gpipe $RCU --no-overlap-grad-reduce $SP"
+    "t4p1d1_sp:4 1 1:--micro-batch-size 1 $SP"
+    "t2p4d1_sp_1f1b_sg:2 4 1:--micro-batch-size 1 --scatter-gather-tensors-in-pipeline $SP"
+    "t2p2d1_sp_selective_b2:2 2 1:--micro-batch-size 2 $RCS $SP"
     "t2p2d2_zbh1_b2_nosg_selective:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF $RCS"
     "t1p2d4_zbh1_zero_buckets:1 2 4:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO --ddp-bucket-size 3000"
 )

@@ -31,6 +31,19 @@ check 1 1 $RC_U
 check 1 1 $RC_B
 check 1 1 --recompute-granularity selective
 check 2 1 --tensor-model-parallel-size 2
+act() { awk '$1 == "activations" { print $2; exit }' "$TMP/m.out"; }
+act_tp=$(act)
+check 2 1 --tensor-model-parallel-size 2 --sequence-parallel
+# Sequence parallelism keeps the residual stream's tensors on s/t positions:
+# per layer ln1, xm, ln2 ([N, h] -> [N/t, h]) and the four LayerNorm
+# statistics ([N] -> [N/t]), per chunk the l + 1 layer inputs/outputs x. Here
+# N = s*b = 32, h = 48, l = 4, t = 2, one micro-batch in flight (p = 1); every
+# piece is a multiple of 16 floats, so no alignment enters the difference.
+N=32 h=48 l=4
+want=$(( (l + 1) * 4 * N * h / 2 + l * (3 * 4 * N * h / 2 + 4 * 4 * N / 2) ))
+[ "$((act_tp - $(act)))" = "$want" ] && ok ||
+    fail "--sequence-parallel saves $((act_tp - $(act))) activation bytes, want $want"
+check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel $RC_U
 check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
 check 2 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b
 check 2 2 --pipeline-model-parallel-size 2 $V2

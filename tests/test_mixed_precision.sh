@@ -45,7 +45,7 @@ L=("2:--tensor-model-parallel-size 2"
    "2:--use-distributed-optimizer"
    "2:--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
    "4:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
-   "4:--tensor-model-parallel-size 2 --use-distributed-optimizer")
+   "4:--tensor-model-parallel-size 2 --use-distributed-optimizer --sequence-parallel")
 i=0
 for l in "${L[@]}"; do
     i=$((i + 1))

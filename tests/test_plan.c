@@ -115,6 +115,16 @@ static void test_volumes(void) {
     j.global_batch = 64;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9 + 3.0 / 4 * N * h * w / 1e10, 1e-12, 0);
+    /* sequence parallelism: the message is the s/t shard, nothing gathered;
+     * the tensor group's all-reduces become reduce-scatter + all-gather pairs
+     * of the same ring time; the residual stream's element-wise work shrinks */
+    const double tp_fwd = e.layer_tp_fwd_s, ew_fwd = e.layer_elementwise_fwd_s;
+    j.sequence_parallel = 1;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9, 1e-12, 0);
+    CHECK_CLOSE(e.layer_tp_fwd_s, tp_fwd, 1e-12, 0);
+    CHECK_CLOSE(e.layer_elementwise_fwd_s, ew_fwd - (w * 10 + 2) * N * h * 3 / 4 / 1e11, 1e-12, 0);
+    j.sequence_parallel = 0;
     j.scatter_gather = 0;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 1e9, 1e-12, 0);
@@ -142,6 +152,17 @@ static void test_memory(void) {
     /* activations: one micro-batch in flight (p = 1), s b h (34 + 5 a s / h) per layer */
     CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h * (34 + 5 * a * s / h), 1e-12, 0);
     CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6, 1e-12, 0); /* logits 2 + 4 bytes */
+    /* sequence parallelism with t = 4: Korthikanti et al.'s (s b h / t)(34 + 5 a s / h) */
+    j.sequence_parallel = 1;
+    L.t = 4;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
+    CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h / 4 * (34 + 5 * a * s / h), 1e-12,
+                0);
+    j.s = 126; /* not divisible by t: rejected */
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &e) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "not divisible by t=4"));
+    j = small_job();
+    L.t = 1;
     /* full recomputation: only each layer's 16-bit input, plus one layer rerun */
     L.recompute = 1;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
@@ -335,7 +356,57 @@ static void test_table1(void) {
     CHECK(mae <= 0.05);
 }
 
+/* Uneven stages: with a vocabulary large against the layers (config (c)'s
+ * shape) the loss head makes the last stage the slowest, so for p = 2 the
+ * search ranks a split with fewer layers on the last rank above the even
+ * one; a pinned split is the only one searched; the estimate's memory is the
+ * heavier rank's; an invalid split is a reason, not a crash. */
+static void test_uneven(void) {
+    ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job();
+    j.layers = 6, j.h = 384, j.a = 6, j.s = 256, j.vocab = 50304, j.global_batch = 16;
+    j.precision = PTDP_PREC_FP32;
+    ptdp_plan_pins pins = {.t = 1, .p = 2, .v = 1, .b = 4, .recompute = 0};
+    ptdp_plan_candidate *cand;
+    int count, nfit;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    int even = -1;
+    for (int i = 0; i < nfit; i++)
+        if (ptdp_stage_layout_is_even(&cand[i].layout.stages)) even = i;
+    CHECK(nfit >= 2 && even > 0); /* an uneven split ranks first */
+    int64_t b, e;
+    ptdp_stage_layout_range(&cand[0].layout.stages, 6, 2, 1, 1, &b, &e);
+    CHECK(e - b < 3); /* the last rank holds fewer layers */
+    if (even > 0) CHECK(cand[0].est.iteration_s < cand[even].est.iteration_s);
+    free(cand);
+    /* the even split only */
+    j.uneven_splits = 0;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    CHECK(nfit == 1 && ptdp_stage_layout_is_even(&cand[0].layout.stages));
+    free(cand);
+    /* pinned: all six layers on the first rank, the loss head alone */
+    ptdp_stage_layout L;
+    CHECK_OK(ptdp_stage_layout_parse("Etttttt|L", &L));
+    pins.stages = &L;
+    CHECK_OK(ptdp_plan_search(&c, &j, 2, &pins, &cand, &count, &nfit));
+    CHECK(nfit == 1 && cand[0].layout.stages.nstages == 2);
+    ptdp_plan_estimate one;
+    ptdp_plan_layout lay = cand[0].layout;
+    free(cand);
+    lay.stages = (ptdp_stage_layout){.first = 0};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &lay, &one));
+    /* rank 0 with six layers' weights outweighs the even split's heavier rank */
+    ptdp_plan_estimate six;
+    lay.stages = L;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &lay, &six));
+    CHECK(six.memory[PTDP_PMEM_ACTIVATIONS] > one.memory[PTDP_PMEM_ACTIVATIONS]);
+    L.stage_layers[0] = 5; /* 5 t for 6 layers */
+    lay.stages = L;
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &lay, &one) == PTDP_ECONFIG);
+}
+
 int main(void) {
+    test_uneven();
     test_bubble();
     test_volumes();
     test_memory();

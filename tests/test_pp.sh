@@ -6,7 +6,8 @@
 # the K third of each c_attn.bias has an analytically zero gradient (the
 # softmax cancels q.b_k), so AdamW may turn its fp32 rounding noise into steps
 # of up to about lr; it is held to lr x iterations = 2e-2 (compare_weights).
-# Also: the --trace file, invalid layouts (status 2 on every rank), and a
+# Also: the --trace file, invalid layouts and uneven stage splits (status 2
+# on every rank, Megatron's rules), and a
 # rank that dies bringing the job down instead of hanging.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 
@@ -68,6 +69,25 @@ expect_error 3 "num-layers 24 is not divisible by --pipeline-model-parallel-size
 expect_error 1 "need --pipeline-model-parallel-size > 1" --virtual-pipeline-model-parallel-size 2
 expect_error 2 "need the interleaved schedule" --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
     --pipeline-schedule 1f1b
+# Uneven stages (docs/schedules.md): Megatron's rules, each with its message.
+PP2="--pipeline-model-parallel-size 2"
+expect_error 2 "decoder-first-pipeline-num-layers 3 is not divisible by the virtual pipeline size 2" $PP2 \
+    --virtual-pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3
+expect_error 2 "decoder-first/last-pipeline-num-layers .20, 6. add up to more than --num-layers 24" $PP2 \
+    --decoder-first-pipeline-num-layers 20 --decoder-last-pipeline-num-layers 6
+expect_error 2 "num-layers 24 + 1 must be divisible by --pipeline-model-parallel-size 2" $PP2 \
+    --account-for-loss-in-pipeline-split
+expect_error 2 "cannot be combined with --account-for-embedding/loss-in-pipeline-split" $PP2 \
+    --decoder-last-pipeline-num-layers 10 --account-for-embedding-in-pipeline-split
+expect_error 2 "layout has 2 transformer layers t; --num-layers is 24" $PP2 --pipeline-model-parallel-layout "Et|tL"
+expect_error 2 "the embedding E must be the first entry" $PP2 --pipeline-model-parallel-layout "tE|t*23,L"
+expect_error 2 "the loss L must be the last entry" $PP2 --pipeline-model-parallel-layout "Et*12|Lt*12"
+expect_error 2 "layout has 3 stages, not a multiple of --pipeline-model-parallel-size 2" $PP2 \
+    --pipeline-model-parallel-layout "Et*8|t*8|t*8L"
+expect_error 2 "virtual-pipeline-model-parallel-size 3 conflicts with --pipeline-model-parallel-layout" $PP2 \
+    --virtual-pipeline-model-parallel-size 3 --pipeline-model-parallel-layout "Et*6|t*6|t*6|t*6L"
+expect_error 2 "stage 1 is empty" $PP2 --pipeline-model-parallel-layout "Et*12||t*6|t*6L"
+expect_error 1 "need --pipeline-model-parallel-size > 1" --decoder-first-pipeline-num-layers 4
 
 # A rank that dies takes the job down (non-zero status, a message), no hang.
 start=$(date +%s)

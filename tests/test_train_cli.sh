@@ -47,7 +47,16 @@ expect_error 2 "--fp8-format is not supported: ptdp trains in fp32, bf16 or fp16
 expect_error 2 "--num-query-groups is not supported: ptdp's GPT is GPT-2's" train $M --mock-data --num-query-groups 2
 expect_error 2 "--swiglu is not supported" train $M --mock-data --swiglu
 expect_error 2 "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl" train $M --mock-data --wandb-project x
-expect_error 2 "--sequence-parallel is not supported yet" train $M --mock-data --sequence-parallel
+# --sequence-parallel splits s across the tensor group: t = 3 does not divide s = 16, and every
+# rank says so (3 ranks, 3 identical lines, status 2, no training)
+"$MPIRUN" --oversubscribe -np 3 "$PTDP" train $M --mock-data --hidden-size 48 --num-attention-heads 6 \
+    --tensor-model-parallel-size 3 --sequence-parallel >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && [ "$(grep -c '^ptdp: error: --sequence-parallel splits the sequence across the tensor-parallel group: --seq-length 16 is not divisible by --tensor-model-parallel-size 3' "$tmp/err")" = 3 ] &&
+    ! grep -q iteration "$tmp/out" && ok || bad "--sequence-parallel with t=3, s=16: status $rc, $(head -3 "$tmp/err")"
+# with t = 1 there is nothing to split: Megatron turns it off, so does ptdp
+"$PTDP" train $M --mock-data --sequence-parallel >"$tmp/out" 2>"$tmp/err" && ok ||
+    bad "--sequence-parallel with t=1: $(cat "$tmp/err")"
 expect_error 2 "--recompute-method and --recompute-num-layers go with --recompute-granularity full" \
     train $M --mock-data --recompute-granularity selective --recompute-method uniform
 expect_error 2 "--recompute-granularity must be one of" train $M --mock-data --recompute-granularity some

@@ -178,6 +178,16 @@ size_t ptdp_mem_total(const ptdp_mem *m); /* sum of the sizes (plan: used) */
  * <reason>" or "error reading ...", PTDP_ENOMEM. */
 int ptdp_read_file(const char *path, const char *what, char **out, size_t *len);
 
+/* Nesting bound of ptdp's own JSON files (manifests, safetensors headers,
+ * --config, vocabularies, cluster files): they need 3 levels. */
+#define PTDP_JSON_MAX_DEPTH 32
+/* Refuses text[len] when its arrays and objects nest deeper than max_depth
+ * (brackets inside strings do not count). Returns PTDP_OK or PTDP_EFORMAT
+ * with "<what>: JSON nested deeper than N levels". Reads nothing else: the
+ * text may still be invalid JSON. Call it before cJSON_Parse on untrusted
+ * text. */
+int ptdp_json_check(const char *text, size_t len, int max_depth, const char *what);
+
 /* ---- activation recomputation --------------------------------------------- */
 /* Here because the model runs it and the planner (which must not include the
  * model) predicts its memory: one list for both. */

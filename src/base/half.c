@@ -84,6 +84,7 @@ static void store16(unsigned char *p, uint16_t v) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PTDP__HALF_X86 1
 
@@ -128,7 +129,12 @@ f32_to_bf16_avx512(void *dst, const float *src, int64_t n) {
 
 static int has_f16c(void) {
     __builtin_cpu_init();
+#ifdef __clang__ /* clang 14 knows no "f16c" feature name: CPUID leaf 1, ECX bit 29 */
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+#else
     return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+#endif
 }
 static int has_avx512bf16(void) {
     __builtin_cpu_init();

@@ -50,7 +50,6 @@ static const struct {
     {"wandb-project",
      "--wandb-project is not supported: see --tensorboard-dir or --log-jsonl (one JSON "
      "object per iteration)"},
-    {"sequence-parallel", "--sequence-parallel is not supported yet"},
     {"swiglu", "--swiglu is not supported: ptdp's MLP is GPT-2's (GeLU)"},
     {"untie-embeddings-and-output-weights",
      "--untie-embeddings-and-output-weights is not supported: the output "

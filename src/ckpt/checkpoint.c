@@ -57,10 +57,11 @@ static int cache_get(file_cache *fc, int i, ptdp_st_file **out) {
     }
     const file_rec *fr = &fc->M->files[i];
     char path[4400];
-    snprintf(path, sizeof path, "%s/%s", fc->M->dir, fr->name);
+    int rc = ptdp__ckpt_shard_path(fc->M->dir, fr->name, path, sizeof path);
+    if (rc) return rc;
     uint32_t crc;
     int64_t size;
-    int rc = ptdp__ckpt_file_crc(path, &crc, &size);
+    rc = ptdp__ckpt_file_crc(path, &crc, &size);
     if (rc) return rc;
     if (size != fr->bytes)
         return ptdp_errorf(PTDP_EFORMAT,
@@ -248,7 +249,7 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(r, "iteration", (double)meta->iteration);
     cJSON_AddNumberToObject(r, "consumed_samples", (double)meta->consumed_samples);
     cJSON_AddNumberToObject(r, "optimizer_step", (double)meta->optimizer_step);
-    cJSON_AddBoolToObject(r, "has_optimizer", 1);
+    cJSON_AddBoolToObject(r, "has_optimizer", !meta->no_optimizer);
     cJSON_AddStringToObject(r, "checksum",
                             "crc32 (IEEE 802.3 / zlib) of each whole file, 8 hex digits");
     cJSON *m = cJSON_AddObjectToObject(r, "model");

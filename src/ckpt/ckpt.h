@@ -86,6 +86,10 @@ typedef struct ptdp_st_file ptdp_st_file;
  * the problem), PTDP_ENOMEM. On error *out is NULL. Blocks on file I/O; any
  * rank may call it. */
 int ptdp_st_open(ptdp_st_file **out, const char *path);
+/* The same validation on bytes already in memory (fuzzing, tests): data[size]
+ * must outlive *out, which does not copy it; `name` stands for the path in
+ * messages. Errors as ptdp_st_open without PTDP_EIO. */
+int ptdp_st_open_mem(ptdp_st_file **out, const char *name, const void *data, size_t size);
 /* Unmaps and frees; tensors and strings obtained from f die with it. NULL is a
  * no-op. */
 void ptdp_st_close(ptdp_st_file *f);
@@ -171,6 +175,7 @@ typedef struct {
     const ptdp_adamw_params *adam;
     int v, zero;                    /* model chunks per rank, ZeRO-1 */
     const ptdp_loss_scaler *scaler; /* fp16's dynamic scaler, or NULL */
+    int no_optimizer;               /* weights only (an import): "has_optimizer": false */
 } ptdp_ckpt_meta;
 
 /* Writes DIR/iter_%07d/ (shards, then manifest) and then moves
@@ -222,6 +227,11 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg);
  * *found = 0 when the manifest lacks one of them. Errors as
  * ptdp_ckpt_read_config. Any rank may call it. */
 int ptdp_ckpt_read_lr(const char *dir, ptdp_lr_schedule *lr, int *found);
+
+/* Whether the checkpoint holds AdamW state (*has = 0 for weights-only
+ * checkpoints, such as `ptdp checkpoint import-megatron` writes). Errors as
+ * ptdp_ckpt_read_config. Any rank may call it. */
+int ptdp_ckpt_read_has_optimizer(const char *dir, int *has);
 
 /* `ptdp checkpoint info/verify`: print a summary to f / check every file's
  * size and checksum, every shard record against its file, and that every
@@ -291,5 +301,55 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
                    ptdp_group *model, int tp, int t, const char *path, const char *config_json,
                    ptdp_st_dtype dtype);
+
+/* ==== Megatron-LM checkpoints ============================================ */
+/* Megatron-LM's --ckpt-format torch checkpoints, in and out (docs/megatron.md):
+ *   DIR/latest_checkpointed_iteration.txt         "N" or "release"
+ *   DIR/iter_%07d/mp_rank_TT[_PPP]/model_optim_rng.pt
+ * each a torch.save file: a zip of a protocol-2 pickle (data.pkl) and the
+ * raw tensor storages (data/KEY), read by a pickle machine that builds data
+ * and never imports or runs anything. Model weights, args, iteration; not
+ * the optimizer or RNG states. One process, no MPI. */
+
+typedef struct {
+    /* > 0: override (or supply) the checkpoint's args; the tensor shapes are
+     * checked against the result */
+    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size;
+    int64_t max_position_embeddings, seq_length;
+    int64_t vocab_size; /* the real vocabulary; Megatron's padding rows are dropped */
+    int64_t make_vocab_size_divisible_by; /* the ptdp checkpoint's padding (128) */
+} ptdp_megatron_import_params;
+ptdp_megatron_import_params ptdp_megatron_import_default_params(void);
+
+/* Reads the Megatron checkpoint `src` (any tensor, pipeline and virtual
+ * pipeline sizes; Megatron-Core names, Transformer Engine's fused-norm
+ * names or legacy names) and writes a ptdp checkpoint (t=1, weights only,
+ * "has_optimizer": false) to `dst`, which any layout can --load. Prints a
+ * summary to log (may be NULL). Errors (each naming the file and the
+ * problem): PTDP_ENOTFOUND, PTDP_EFORMAT (malformed zip or pickle, missing
+ * or misshapen tensors), PTDP_EUNSUPPORTED (a model ptdp cannot represent:
+ * GQA, SwiGLU, rotary, RMSNorm, no biases, untied output layer, MoE),
+ * PTDP_ECONFIG, PTDP_EIO, PTDP_ENOMEM. */
+int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_import_params *p,
+                         FILE *log);
+
+typedef struct {
+    int t, p;                             /* Megatron's tensor and pipeline sizes to write */
+    int64_t make_vocab_size_divisible_by; /* Megatron's padding: a multiple of this x t */
+} ptdp_megatron_export_params;
+ptdp_megatron_export_params ptdp_megatron_export_default_params(void);
+
+/* Writes the weights of the ptdp checkpoint `src` (any layout) as a
+ * Megatron-LM checkpoint in `dst` with Megatron-Core's local-spec names,
+ * t x p files. Errors as above; PTDP_ECONFIG when t or p do not divide the
+ * model. */
+int ptdp_megatron_export(const char *src, const char *dst, const ptdp_megatron_export_params *p,
+                         FILE *log);
+
+/* Fuzzing entry points: parse data[n] as a pickle, or as a whole torch.save
+ * zip (checking every storage), and free everything. PTDP_OK, or an error
+ * with a message; never a crash, whatever the bytes. */
+int ptdp_pickle_check(const void *data, size_t n);
+int ptdp_torch_check(const void *data, size_t n);
 
 #endif

@@ -21,6 +21,12 @@ int ptdp__ckpt_file_crc(const char *path, uint32_t *crc, int64_t *size);
 int ptdp__ckpt_mkdir_p(const char *dir);
 /* fsync of a directory, so a rename in it is durable (errors ignored). */
 void ptdp__ckpt_fsync_dir(const char *dir);
+/* dir/name into path[cap] for a shard file named by a manifest, refusing
+ * (PTDP_EFORMAT, naming the path) a name that is not plain, a symbolic link
+ * that resolves outside dir, and anything but a regular file (a FIFO or a
+ * device would hang or never end the checksum). A missing file is left to
+ * the caller's open. */
+int ptdp__ckpt_shard_path(const char *dir, const char *name, char *path, size_t cap);
 /* Writes text to path through a temporary, fsync and rename. */
 int ptdp__ckpt_write_atomic(const char *path, const char *text);
 
@@ -62,6 +68,23 @@ typedef struct {
     int nshards;
 } manifest;
 
+/* Bounds on what a manifest may declare, checked before anything is
+ * allocated or multiplied: sums and products of them fit in int64. */
+#define PTDP__CKPT_MAX_FILES (1 << 20)
+#define PTDP__CKPT_MAX_TENSORS (1 << 20)
+#define PTDP__CKPT_MAX_NUMEL ((int64_t)1 << 40)      /* elements of one tensor */
+#define PTDP__CKPT_MAX_FILE_BYTES ((int64_t)1 << 42) /* bytes of one shard file */
+
+/* Parses and checks manifest text[len]; M->path (for messages) is set by the
+ * caller, the rest is filled. Returns 1, or PTDP_EFORMAT / PTDP_ENOMEM with a
+ * message naming M->path. Every record is checked: file names are plain names
+ * inside the checkpoint directory, shapes and ranges are non-negative, in
+ * bounds and small enough that no product overflows; a caller may index with
+ * them without further checks. Free with ptdp__ckpt_manifest_free. */
+int ptdp__ckpt_manifest_parse(manifest *M, const char *text, size_t len);
+/* Whether name is a plain file name: not empty, ".", "..", no '/' or '\\',
+ * no control characters. */
+int ptdp__ckpt_safe_name(const char *name);
 /* Reads DIR's manifest (through the latest file, or DIR itself): 1 when
  * found, 0 when DIR holds neither, or an error code. */
 int ptdp__ckpt_manifest_read(manifest *M, const char *dir);

@@ -1,7 +1,7 @@
 /* files.c - the file primitives checkpoints are made of: CRC-32 (IEEE 802.3,
  * zlib's), a file's CRC and size, mkdir -p, fsync of a directory and atomic
  * writes (temporary, fsync, rename). Not here: what is written (checkpoint.c). */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -77,6 +77,34 @@ void ptdp__ckpt_fsync_dir(const char *dir) {
         (void)fsync(fd);
         close(fd);
     }
+}
+
+int ptdp__ckpt_shard_path(const char *dir, const char *name, char *path, size_t cap) {
+    if (!ptdp__ckpt_safe_name(name))
+        return ptdp_errorf(PTDP_EFORMAT, "%s: shard file name '%s' is not a plain file name", dir,
+                           name);
+    snprintf(path, cap, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(path, &st) != 0) return PTDP_OK; /* missing: the caller's open says so */
+    if (S_ISLNK(st.st_mode)) {
+        char *real_dir = realpath(dir, NULL), *real = realpath(path, NULL);
+        const size_t n = real_dir ? strlen(real_dir) : 0;
+        const int inside = real_dir && real && strncmp(real, real_dir, n) == 0 && real[n] == '/';
+        int rc = PTDP_OK;
+        if (!inside)
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "%s: a symbolic link to %s, outside the checkpoint directory: "
+                             "refused (copy the file into the directory instead)",
+                             path, real ? real : "a missing file");
+        free(real_dir);
+        free(real);
+        if (rc) return rc;
+        if (stat(path, &st) != 0) return PTDP_OK;
+    }
+    if (!S_ISREG(st.st_mode))
+        return ptdp_errorf(PTDP_EFORMAT, "%s: not a regular file (a checkpoint shard must be one)",
+                           path);
+    return PTDP_OK;
 }
 
 /* Writes text to path atomically: path.tmp.PID, fsync, rename. */

@@ -49,36 +49,47 @@ static int resolve(const char *dir, char *out, size_t cap) {
     return 0;
 }
 
-int64_t ptdp__ckpt_jint(const cJSON *o, const char *key, int *bad) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x)) {
-        *bad = 1;
-        return 0;
-    }
-    return (int64_t)x->valuedouble;
+/* A JSON number that is an integer of at most 2^53 in magnitude (exact in a
+ * double), so the conversion below is defined for any file. */
+static int json_int(const cJSON *x, int64_t *v) {
+    if (!cJSON_IsNumber(x)) return 0;
+    const double d = x->valuedouble;
+    if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != (double)(int64_t)d) return 0;
+    *v = (int64_t)d;
+    return 1;
 }
 
+int64_t ptdp__ckpt_jint(const cJSON *o, const char *key, int *bad) {
+    int64_t v = 0;
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(o, key), &v)) *bad = 1;
+    return v;
+}
+
+/* [a, b] with 0 <= a <= b. */
 static int get_range(const cJSON *o, const char *key, int64_t *a, int64_t *b) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != 2) return 0;
-    *a = (int64_t)cJSON_GetArrayItem(x, 0)->valuedouble;
-    *b = (int64_t)cJSON_GetArrayItem(x, 1)->valuedouble;
-    return *a <= *b;
+    return json_int(x->child, a) && json_int(x->child->next, b) && *a >= 0 && *a <= *b;
 }
 
-/* Reads and checks the manifest of the checkpoint DIR points to. Returns 1
- * found, 0 none, or an error naming the file. */
-int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
-    memset(M, 0, sizeof *M);
-    int rc = resolve(dir, M->dir, sizeof M->dir);
-    if (rc <= 0) return rc;
-    snprintf(M->path, sizeof M->path, "%s/%s", M->dir, MANIFEST);
-    char *text = NULL;
-    size_t len = 0;
-    rc = ptdp_read_file(M->path, "the checkpoint manifest", &text, &len);
-    if (rc) return rc;
-    M->root = cJSON_Parse(text);
-    free(text);
+/* Copies a JSON string into dst[cap]; 0 when it is not a string or does not
+ * fit (a truncated name could name another tensor or file). */
+static int get_str(const cJSON *x, char *dst, size_t cap) {
+    if (!cJSON_IsString(x) || strlen(x->valuestring) >= cap) return 0;
+    memcpy(dst, x->valuestring, strlen(x->valuestring) + 1);
+    return 1;
+}
+
+int ptdp__ckpt_safe_name(const char *name) {
+    if (!name[0] || !strcmp(name, ".") || !strcmp(name, "..")) return 0;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        if (*c == '/' || *c == '\\' || *c < 0x20 || *c == 0x7f) return 0;
+    return 1;
+}
+
+int ptdp__ckpt_manifest_parse(manifest *M, const char *text, size_t len) {
+    if (ptdp_json_check(text, len, PTDP_JSON_MAX_DEPTH, M->path)) return PTDP_EFORMAT;
+    M->root = cJSON_ParseWithLength(text, len);
     const cJSON *r = M->root;
     if (!cJSON_IsObject(r))
         return ptdp_errorf(PTDP_EFORMAT, "%s: not a JSON object (corrupted manifest)", M->path);
@@ -88,13 +99,17 @@ int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
                            "%s: not a ptdp checkpoint manifest (no \"format\":\"ptdp-checkpoint\")",
                            M->path);
     int bad = 0;
-    M->version = (int)ptdp__ckpt_jint(r, "version", &bad);
+    int64_t version = ptdp__ckpt_jint(r, "version", &bad);
     if (bad) return ptdp_errorf(PTDP_EFORMAT, "%s: no format version", M->path);
-    if (M->version > PTDP_CKPT_VERSION || M->version < 1)
+    if (version > PTDP_CKPT_VERSION)
         return ptdp_errorf(
             PTDP_EFORMAT,
-            "%s: format version %d is newer than this ptdp reads (version %d); use a newer ptdp",
-            M->path, M->version, PTDP_CKPT_VERSION);
+            "%s: format version %lld is newer than this ptdp reads (version %d); use a newer ptdp",
+            M->path, (long long)version, PTDP_CKPT_VERSION);
+    if (version < 1)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: format version %lld does not exist (corrupted?)",
+                           M->path, (long long)version);
+    M->version = (int)version;
     M->iteration = ptdp__ckpt_jint(r, "iteration", &bad);
     M->consumed = ptdp__ckpt_jint(r, "consumed_samples", &bad);
     M->step = ptdp__ckpt_jint(r, "optimizer_step", &bad);
@@ -120,7 +135,8 @@ int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
     M->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
     if (bad)
         return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: a required field of iteration/model/training/layout is missing",
+                           "%s: a required field of iteration/model/training/layout is missing "
+                           "or not an integer",
                            M->path);
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "files"),
                 *tens = cJSON_GetObjectItemCaseSensitive(r, "tensors"),
@@ -130,6 +146,9 @@ int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
     M->nfiles = cJSON_GetArraySize(files);
     M->ntensors = cJSON_GetArraySize(tens);
     M->nshards = cJSON_GetArraySize(sh);
+    if (M->nfiles > PTDP__CKPT_MAX_FILES || M->ntensors > PTDP__CKPT_MAX_TENSORS)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: %d files and %d tensors: at most %d and %d", M->path,
+                           M->nfiles, M->ntensors, PTDP__CKPT_MAX_FILES, PTDP__CKPT_MAX_TENSORS);
     M->files = calloc((size_t)M->nfiles + 1, sizeof *M->files);
     M->tensors = calloc((size_t)M->ntensors + 1, sizeof *M->tensors);
     M->shards = calloc((size_t)M->nshards + 1, sizeof *M->shards);
@@ -137,60 +156,83 @@ int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
         return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", M->path);
     int i = 0;
     for (const cJSON *x = files->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
-                    *cr = cJSON_GetObjectItemCaseSensitive(x, "crc32");
-        if (!cJSON_IsString(nm) || !cJSON_IsString(cr) || strchr(nm->valuestring, '/'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: files[%d] needs a plain name and a crc32",
+        file_rec *f = &M->files[i];
+        const cJSON *cr = cJSON_GetObjectItemCaseSensitive(x, "crc32");
+        char *end = NULL;
+        const int crc_ok = cJSON_IsString(cr) && cr->valuestring[0] &&
+                           strlen(cr->valuestring) <= 8 &&
+                           (f->crc = (uint32_t)strtoul(cr->valuestring, &end, 16), !*end);
+        if (!get_str(cJSON_GetObjectItemCaseSensitive(x, "name"), f->name, sizeof f->name) ||
+            !ptdp__ckpt_safe_name(f->name) || !crc_ok)
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "%s: files[%d] needs a plain file name (no '/', not '..', under "
+                               "%zu bytes) and a crc32 of 8 hex digits",
+                               M->path, i, sizeof f->name);
+        f->bytes = ptdp__ckpt_jint(x, "bytes", &bad);
+        f->rank = (int)ptdp__ckpt_jint(x, "rank", &bad);
+        if (bad || f->bytes < 0 || f->bytes > PTDP__CKPT_MAX_FILE_BYTES)
+            return ptdp_errorf(PTDP_EFORMAT, "%s: files[%d] needs a rank and a size in bytes",
                                M->path, i);
-        snprintf(M->files[i].name, sizeof M->files[i].name, "%s", nm->valuestring);
-        M->files[i].crc = (uint32_t)strtoul(cr->valuestring, NULL, 16);
-        M->files[i].bytes = ptdp__ckpt_jint(x, "bytes", &bad);
-        M->files[i].rank = (int)ptdp__ckpt_jint(x, "rank", &bad);
     }
     i = 0;
     for (const cJSON *x = tens->child; x; x = x->next, i++) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "name"),
-                    *shp = cJSON_GetObjectItemCaseSensitive(x, "shape");
-        int nd = cJSON_GetArraySize(shp);
-        if (!cJSON_IsString(nm) || !cJSON_IsArray(shp) || nd < 1 || nd > 2)
+        tensor_rec *T = &M->tensors[i];
+        const cJSON *shp = cJSON_GetObjectItemCaseSensitive(x, "shape");
+        const int nd = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : 0;
+        T->ndim = nd;
+        T->shape[1] = 1;
+        int ok = get_str(cJSON_GetObjectItemCaseSensitive(x, "name"), T->name, sizeof T->name) &&
+                 nd >= 1 && nd <= 2 && json_int(shp->child, &T->shape[0]) &&
+                 (nd == 1 || json_int(shp->child->next, &T->shape[1]));
+        /* each dimension and their product at most 2^40: no product below overflows */
+        ok = ok && T->shape[0] >= 1 && T->shape[1] >= 1 && T->shape[0] <= PTDP__CKPT_MAX_NUMEL &&
+             T->shape[1] <= PTDP__CKPT_MAX_NUMEL / T->shape[0];
+        if (!ok)
             return ptdp_errorf(PTDP_EFORMAT,
-                               "%s: tensors[%d] needs a name and a shape of 1 or 2 dims", M->path,
-                               i);
-        snprintf(M->tensors[i].name, sizeof M->tensors[i].name, "%s", nm->valuestring);
-        M->tensors[i].ndim = nd;
-        M->tensors[i].shape[0] = (int64_t)cJSON_GetArrayItem(shp, 0)->valuedouble;
-        M->tensors[i].shape[1] = nd == 2 ? (int64_t)cJSON_GetArrayItem(shp, 1)->valuedouble : 1;
+                               "%s: tensors[%d] needs a name (under %zu bytes) and a shape of 1 "
+                               "or 2 positive dims of at most 2^40 elements in all",
+                               M->path, i, sizeof T->name);
     }
     i = 0;
     for (const cJSON *x = sh->child; x; x = x->next, i++) {
         shard_rec *s = &M->shards[i];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(x, "tensor"),
-                    *k = cJSON_GetObjectItemCaseSensitive(x, "kind"),
-                    *key = cJSON_GetObjectItemCaseSensitive(x, "key");
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "kind");
         s->kind = -1;
         for (int j = 0; cJSON_IsString(k) && j < K_COUNT; j++)
             if (!strcmp(k->valuestring, ptdp__ckpt_kind_names[j])) s->kind = j;
         s->file = (int)ptdp__ckpt_jint(x, "file", &bad);
-        if (!cJSON_IsString(nm) || !cJSON_IsString(key) || s->kind < 0 || bad || s->file < 0 ||
-            s->file >= M->nfiles || !get_range(x, "rows", &s->r0, &s->r1) ||
-            !get_range(x, "cols", &s->c0, &s->c1) || !get_range(x, "elements", &s->e0, &s->e1) ||
-            s->e1 > (s->r1 - s->r0) * (s->c1 - s->c0))
+        if (!get_str(cJSON_GetObjectItemCaseSensitive(x, "tensor"), s->name, sizeof s->name) ||
+            !get_str(cJSON_GetObjectItemCaseSensitive(x, "key"), s->key, sizeof s->key) ||
+            s->kind < 0 || bad || s->file < 0 || s->file >= M->nfiles ||
+            !get_range(x, "rows", &s->r0, &s->r1) || !get_range(x, "cols", &s->c0, &s->c1) ||
+            !get_range(x, "elements", &s->e0, &s->e1))
             return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] is malformed", M->path, i);
-        snprintf(s->name, sizeof s->name, "%s", nm->valuestring);
-        snprintf(s->key, sizeof s->key, "%s", key->valuestring);
-        int found = 0;
-        for (int j = 0; j < M->ntensors && !found; j++)
-            if (!strcmp(M->tensors[j].name, s->name)) {
-                found = 1;
-                if (s->r1 > M->tensors[j].shape[0] || s->c1 > M->tensors[j].shape[1])
-                    return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] lies outside tensor %s",
-                                       M->path, i, s->name);
-            }
-        if (!found)
+        const tensor_rec *T = ptdp__ckpt_find_tensor(M, s->name);
+        if (!T)
             return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] names unknown tensor %s", M->path, i,
+                               s->name);
+        /* inside the tensor, so the rectangle's area cannot overflow either */
+        if (s->r1 > T->shape[0] || s->c1 > T->shape[1] || s->e1 > (s->r1 - s->r0) * (s->c1 - s->c0))
+            return ptdp_errorf(PTDP_EFORMAT, "%s: shards[%d] lies outside tensor %s", M->path, i,
                                s->name);
     }
     return 1;
+}
+
+/* Reads and checks the manifest of the checkpoint DIR points to. Returns 1
+ * found, 0 none, or an error naming the file. */
+int ptdp__ckpt_manifest_read(manifest *M, const char *dir) {
+    memset(M, 0, sizeof *M);
+    int rc = resolve(dir, M->dir, sizeof M->dir);
+    if (rc <= 0) return rc;
+    snprintf(M->path, sizeof M->path, "%s/%s", M->dir, MANIFEST);
+    char *text = NULL;
+    size_t len = 0;
+    rc = ptdp_read_file(M->path, "the checkpoint manifest", &text, &len);
+    if (rc) return rc;
+    rc = ptdp__ckpt_manifest_parse(M, text, len);
+    free(text);
+    return rc;
 }
 
 const tensor_rec *ptdp__ckpt_find_tensor(const manifest *M, const char *name) {
@@ -222,6 +264,14 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
         cfg->init_std = (float)M.init_std;
         cfg->seed = (uint64_t)M.seed;
     }
+    ptdp__ckpt_manifest_free(&M);
+    return rc;
+}
+
+int ptdp_ckpt_read_has_optimizer(const char *dir, int *has) {
+    manifest M;
+    int rc = ptdp__ckpt_open_manifest(&M, dir);
+    *has = rc == PTDP_OK && M.has_optim;
     ptdp__ckpt_manifest_free(&M);
     return rc;
 }

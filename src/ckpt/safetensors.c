@@ -51,6 +51,7 @@ struct ptdp_st_file {
     char *path;
     unsigned char *map; /* whole file */
     size_t size;
+    int owns_map;      /* 1: mmap'ed by ptdp_st_open; 0: the caller's buffer (ptdp_st_open_mem) */
     ptdp_st_tensor *t; /* n, header order */
     int n;
     int *by_name; /* n indices into t, sorted by name */
@@ -62,7 +63,7 @@ void ptdp_st_close(ptdp_st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].name);
     for (int i = 0; i < 2 * f->nmeta; i++) free(f->meta[i]);
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && f->owns_map) munmap(f->map, f->size);
     free(f->t);
     free(f->by_name);
     free(f->meta);
@@ -172,6 +173,9 @@ static int parse_header(ptdp_st_file *f) {
         return ptdp_errorf(
             PTDP_EFORMAT,
             "file %s: header contains a NUL byte (invalid JSON; padding must be spaces)", path);
+    char what[300];
+    snprintf(what, sizeof what, "file %s: header", path);
+    if (ptdp_json_check(hdr, hlen, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EFORMAT;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
     if (!root) {
@@ -433,8 +437,27 @@ int ptdp_st_open(ptdp_st_file **out, const char *path) {
             return ptdp_errorf(PTDP_EIO, "file %s: cannot map: %s", path, strerror(e));
         }
         f->map = m;
+        f->owns_map = 1;
     }
     close(fd); /* the mapping stays valid */
+    int rc = parse_header(f);
+    if (rc < 0) {
+        ptdp_st_close(f);
+        return rc;
+    }
+    *out = f;
+    return PTDP_OK;
+}
+
+int ptdp_st_open_mem(ptdp_st_file **out, const char *name, const void *data, size_t size) {
+    *out = NULL;
+    ptdp_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = xstrdup(name))) {
+        free(f);
+        return ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory", name);
+    }
+    f->map = (unsigned char *)data; /* read only: the parser never writes through it */
+    f->size = data ? size : 0;
     int rc = parse_header(f);
     if (rc < 0) {
         ptdp_st_close(f);

@@ -181,6 +181,18 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "current Megatron's name for --virtual-pipeline-model-parallel-size", 0, 4096),
         I("num-layers-per-virtual-pipeline-stage", num_layers_per_virtual_pipeline_stage,
           "layers per model chunk (sets v = l / (p x this))", 0, 100000),
+        I("decoder-first-pipeline-num-layers", decoder_first_pipeline_num_layers,
+          "transformer layers on the first pipeline rank (the rest split evenly)", 1, 100000),
+        I("decoder-last-pipeline-num-layers", decoder_last_pipeline_num_layers,
+          "transformer layers on the last pipeline rank (the rest split evenly)", 1, 100000),
+        B("account-for-embedding-in-pipeline-split", account_for_embedding_in_pipeline_split,
+          "count the embedding as a layer when splitting (first stage: one layer fewer)"),
+        B("account-for-loss-in-pipeline-split", account_for_loss_in_pipeline_split,
+          "count the loss head as a layer when splitting (last stage: one layer fewer)"),
+        S("pipeline-model-parallel-layout", pipeline_model_parallel_layout,
+          "stages by hand, e.g. \"E|t*3|t*3|t*2,L\" (E embedding, t layer, L loss; p x v "
+          "stages separated by |, in virtual stage order)",
+          NULL),
         S("pipeline-schedule", pipeline_schedule,
           "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1: zero bubble)",
           "gpipe|1f1b|interleaved|zb-h1"),
@@ -189,6 +201,11 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "all-gather it in the tensor group (default on when t > 1)"),
         B("no-scatter-gather-tensors-in-pipeline", no_scatter_gather,
           "send whole activations between stages"),
+        B("sequence-parallel", sequence_parallel,
+          "split LayerNorms, dropouts and the residual stream along the sequence across the "
+          "tensor-parallel group (all-gather / reduce-scatter instead of all-reduce; pipeline "
+          "messages carry s/t positions, which subsumes scatter/gather); needs --seq-length "
+          "divisible by t"),
         B("use-distributed-optimizer", use_distributed_optimizer,
           "ZeRO-1: shard AdamW state and the update "
           "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
@@ -391,13 +408,13 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
     return text;
 }
 
-static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = ptdp_read_file(path, "--config file", &text, &len);
-    if (rc) return rc;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+/* Applies the JSON object text[len] (named `path` in messages) to opts. */
+static int apply_json_text(ptdp_opt *opts, int n, const char *text, size_t len, const char *path,
+                           void **json_keep) {
+    char what[300];
+    snprintf(what, sizeof what, "--config %s", path);
+    if (ptdp_json_check(text, len, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EINVAL;
+    cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ptdp_errorf(PTDP_EINVAL, "--config %s: not a JSON object of flag names to values",
@@ -418,7 +435,8 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
             v = cJSON_IsTrue(it) ? "true" : "false";
         else if (cJSON_IsNumber(it)) {
             double d = it->valuedouble;
-            if (d == (double)(long long)d)
+            /* integers print as integers; the range test keeps the cast defined */
+            if (d > -9.2e18 && d < 9.2e18 && d == (double)(long long)d)
                 snprintf(val, sizeof val, "%lld", (long long)d);
             else
                 snprintf(val, sizeof val, "%.17g", d);
@@ -434,6 +452,24 @@ static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep)
         if (rc) return rc;
     }
     return PTDP_OK;
+}
+
+static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ptdp_read_file(path, "--config file", &text, &len);
+    if (rc) return rc;
+    rc = apply_json_text(opts, n, text, len, path, json_keep);
+    free(text);
+    return rc;
+}
+
+int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_t len,
+                                const char *name, void **json_keep) {
+    ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
+    int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
+    *json_keep = NULL;
+    return apply_json_text(opts, n, text, len, name, json_keep);
 }
 
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
@@ -544,6 +580,68 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     return PTDP_OK;
 }
 
+int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
+                              ptdp_stage_layout *L) {
+    memset(L, 0, sizeof *L);
+    int64_t v = 1;
+    const int64_t nlv = a->num_layers_per_virtual_pipeline_stage;
+    if (a->virtual_pipeline_model_parallel_size && nlv)
+        return ptdp_errorf(PTDP_ECONFIG, "give --virtual-pipeline-model-parallel-size or "
+                                         "--num-layers-per-virtual-pipeline-stage, not both");
+    if (a->pipeline_model_parallel_layout) {
+        int rc = ptdp_stage_layout_parse(a->pipeline_model_parallel_layout, L);
+        if (rc != PTDP_OK) return rc;
+        if (nlv)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-model-parallel-layout sets the virtual stages itself; "
+                               "drop --num-layers-per-virtual-pipeline-stage");
+        if (L->nstages % pp)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-model-parallel-layout has %d stages, not a multiple of "
+                               "--pipeline-model-parallel-size %lld (it lists p x v stages)",
+                               L->nstages, (long long)pp);
+        v = L->nstages / pp;
+        if (a->virtual_pipeline_model_parallel_size && a->virtual_pipeline_model_parallel_size != v)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--virtual-pipeline-model-parallel-size %lld conflicts with "
+                               "--pipeline-model-parallel-layout, whose %d stages give v = %lld",
+                               (long long)a->virtual_pipeline_model_parallel_size, L->nstages,
+                               (long long)v);
+    }
+    L->first = a->decoder_first_pipeline_num_layers;
+    L->last = a->decoder_last_pipeline_num_layers;
+    L->embedding = a->account_for_embedding_in_pipeline_split;
+    L->loss = a->account_for_loss_in_pipeline_split;
+    if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
+    if (nlv) {
+        if (L->first || L->last)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--decoder-first/last-pipeline-num-layers need the virtual "
+                               "stages as --virtual-pipeline-model-parallel-size, not "
+                               "--num-layers-per-virtual-pipeline-stage");
+        /* Megatron: the embedding and loss count as layers here too */
+        const int64_t l = a->num_layers + L->embedding + L->loss;
+        if (l % (pp * nlv))
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--num-layers %lld%s is not divisible by --pipeline-model-parallel-size %lld x "
+                "--num-layers-per-virtual-pipeline-stage %lld",
+                (long long)l, L->embedding || L->loss ? " (with the embedding/loss counted)" : "",
+                (long long)pp, (long long)nlv);
+        v = l / (pp * nlv);
+    }
+    if (v > 1 && pp == 1)
+        return ptdp_errorf(
+            PTDP_ECONFIG,
+            "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
+            (long long)v);
+    if (v > PTDP_LAYOUT_MAX_STAGES || pp * v > PTDP_LAYOUT_MAX_STAGES * 32)
+        return ptdp_errorf(PTDP_ECONFIG, "too many virtual pipeline stages (v = %lld)",
+                           (long long)v);
+    *v_out = v;
+    return ptdp_stage_layout_check(L, a->num_layers, (int)pp, (int)v);
+}
+
 int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
                            int *d_out) {
     const struct {
@@ -622,31 +720,9 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (d_out) *d_out = (int)d;
     if (which == PTDP_ARGS_TRAIN) {
         int64_t v = 1;
-        if (a->virtual_pipeline_model_parallel_size && a->num_layers_per_virtual_pipeline_stage)
-            return ptdp_errorf(PTDP_ECONFIG, "give --virtual-pipeline-model-parallel-size or "
-                                             "--num-layers-per-virtual-pipeline-stage, not both");
-        if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
-        if (a->num_layers_per_virtual_pipeline_stage) {
-            if (a->num_layers % (pp * a->num_layers_per_virtual_pipeline_stage))
-                return ptdp_errorf(
-                    PTDP_ECONFIG,
-                    "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                    "--num-layers-per-virtual-pipeline-stage %lld",
-                    (long long)a->num_layers, (long long)pp,
-                    (long long)a->num_layers_per_virtual_pipeline_stage);
-            v = a->num_layers / (pp * a->num_layers_per_virtual_pipeline_stage);
-        }
-        if (v > 1 && pp == 1)
-            return ptdp_errorf(
-                PTDP_ECONFIG,
-                "virtual pipeline stages (v = %lld) need --pipeline-model-parallel-size > 1",
-                (long long)v);
-        if (a->num_layers % (pp * v))
-            return ptdp_errorf(
-                PTDP_ECONFIG,
-                "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld x "
-                "virtual stages %lld (every stage needs the same number of layers)",
-                (long long)a->num_layers, (long long)pp, (long long)v);
+        ptdp_stage_layout layout;
+        int lrc = ptdp_args_pipeline_layout(a, pp, &v, &layout);
+        if (lrc != PTDP_OK) return lrc;
         const char *sched =
             a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
         if (v > 1 && strcmp(sched, "interleaved"))
@@ -659,11 +735,16 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
         if (!strcmp(sched, "zb-h1") && a->recompute_granularity &&
-            !strcmp(a->recompute_granularity, "full"))
+            strcmp(a->recompute_granularity, "selective"))
             return ptdp_errorf(PTDP_ECONFIG,
                                "--pipeline-schedule zb-h1 keeps activations until the weight "
                                "gradients (W) run; it cannot be combined with "
-                               "--recompute-granularity full");
+                               "--recompute-granularity full (selective is fine)");
+        if (!strcmp(sched, "zb-h1") && a->sequence_parallel && a->tensor_model_parallel_size > 1)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-schedule zb-h1 with --sequence-parallel is not "
+                               "supported yet (W would gather the LayerNorm outputs again); "
+                               "use 1f1b or interleaved with --sequence-parallel");
         if (a->recompute_method && !a->recompute_granularity)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--recompute-method needs --recompute-granularity full");
@@ -681,6 +762,13 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--recompute-granularity full needs --recompute-method uniform|block");
+        if (a->sequence_parallel && t > 1 && a->seq_length % t)
+            return ptdp_errorf(
+                PTDP_ECONFIG,
+                "--sequence-parallel splits the sequence across the tensor-parallel group: "
+                "--seq-length %lld is not divisible by --tensor-model-parallel-size %lld; choose "
+                "a sequence length that is a multiple of t",
+                (long long)a->seq_length, (long long)t);
         if (a->scatter_gather && a->no_scatter_gather)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--scatter-gather-tensors-in-pipeline and "

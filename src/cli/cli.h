@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "pipeline/schedule.h"
 
 int ptdp_cmd_train(int argc, char **argv);
 int ptdp_cmd_export(int argc, char **argv);
@@ -77,10 +78,15 @@ typedef struct {
     /* parallelism */
     int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
     int64_t virtual_pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
+    /* uneven stages (Megatron's flags; docs/schedules.md) */
+    int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+    int account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split;
+    const char *pipeline_model_parallel_layout;
     const char *pipeline_schedule, *trace;
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     int scatter_gather, no_scatter_gather;
+    int sequence_parallel;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
     int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
@@ -147,11 +153,21 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch);
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
                     void **json_keep);
 void ptdp_args_free(void *json_keep);
+/* The --config part of ptdp_args_parse on text[len] already in memory
+ * (`name` stands for the file in messages): checks the nesting, the object
+ * and every key's type and value. Errors and *json_keep as ptdp_args_parse. */
+int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_t len,
+                                const char *name, void **json_keep);
 /* Checks required flags and cross-flag consistency for `which`, given the
  * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
  * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
 int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
                            int *d_out);
+/* The pipeline's shape from the flags: v (--virtual-pipeline-model-parallel-
+ * size, --num-layers-per-virtual-pipeline-stage or the layout string's stage
+ * count) and the stage layout, checked against --num-layers and p (Megatron's
+ * rules). PTDP_ECONFIG/PTDP_EINVAL naming the flags. */
+int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v, ptdp_stage_layout *L);
 /* Iterations to train: --train-iters, or --train-samples / B rounded down
  * (Megatron's conversion); B is the global batch. */
 int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);

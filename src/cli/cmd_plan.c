@@ -25,7 +25,11 @@
 typedef struct {
     const char *cluster, *recompute_granularity, *recompute_method, *schedule, *out;
     int64_t n, l, h, a, ffn, s, V, div, B, b, t, p, v, rc_layers, bucket, top, threads;
+    int64_t first, last; /* --decoder-first/last-pipeline-num-layers */
+    int account_embedding, account_loss, even_only;
+    const char *layout; /* --pipeline-model-parallel-layout */
     int fp16, bf16, no_recompute, sg, no_sg, zero, overlap, json, explain, rejected, calibrate;
+    int seqpar;
 } plan_flags;
 
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
@@ -91,7 +95,14 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
             " --seq-length %lld --vocab-size %lld --global-batch-size %lld --micro-batch-size %d",
             (long long)job->s, (long long)job->vocab, (long long)job->global_batch, L->b);
     fprintf(f, " --tensor-model-parallel-size %d --pipeline-model-parallel-size %d", L->t, L->p);
-    if (L->v > 1) fprintf(f, " --virtual-pipeline-model-parallel-size %d", L->v);
+    if (L->v > 1 && !F->layout) fprintf(f, " --virtual-pipeline-model-parallel-size %d", L->v);
+    if (F->layout) fprintf(f, " --pipeline-model-parallel-layout \"%s\"", F->layout);
+    if (L->stages.first)
+        fprintf(f, " --decoder-first-pipeline-num-layers %lld", (long long)L->stages.first);
+    if (L->stages.last)
+        fprintf(f, " --decoder-last-pipeline-num-layers %lld", (long long)L->stages.last);
+    if (L->stages.embedding) fprintf(f, " --account-for-embedding-in-pipeline-split");
+    if (L->stages.loss) fprintf(f, " --account-for-loss-in-pipeline-split");
     if (job->schedule >= 0)
         fprintf(f, " --pipeline-schedule %s", ptdp_schedule_kind_name(job->schedule));
     if (L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE)
@@ -101,23 +112,27 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
                 " --recompute-granularity full --recompute-method %s --recompute-num-layers %lld",
                 ptdp_recompute_method_name(job->recompute_method),
                 (long long)(job->recompute_num_layers > 0 ? job->recompute_num_layers : 1));
-    if (L->t > 1 && !job->scatter_gather) fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
+    if (L->t > 1 && job->sequence_parallel) fprintf(f, " --sequence-parallel");
+    if (L->t > 1 && !job->scatter_gather && !job->sequence_parallel)
+        fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
     if (job->zero) fprintf(f, " --use-distributed-optimizer");
     if (!job->overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
 }
 
 static void json_layout(FILE *f, const ptdp_plan_job *job, const ptdp_plan_candidate *k) {
     const ptdp_plan_layout *L = &k->layout;
+    char sbuf[512];
     const ptdp_plan_estimate *e = &k->est;
     fprintf(f,
             "{\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"b\": %d, \"m\": %d, "
             "\"recompute\": \"%s\", \"schedule\": \"%s\", \"iteration_s\": %.6g, "
             "\"tflops_per_device\": %.6g, \"memory_bytes_per_device\": %.0f, "
             "\"bubble_fraction\": %.6g, \"pipeline_s\": %.6g, \"optimizer_s\": %.6g, "
-            "\"memory\": {",
+            "\"stage_layers\": \"%s\", \"memory\": {",
             L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
             ptdp_schedule_kind_name(e->schedule), e->iteration_s, e->tflops_per_device,
-            e->memory_bytes, e->bubble_fraction, e->pipeline_s, e->optimizer_s);
+            e->memory_bytes, e->bubble_fraction, e->pipeline_s, e->optimizer_s,
+            ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf));
     for (int i = 0; i < PTDP_PMEM_COUNT; i++)
         fprintf(f, "%s\"%s\": %.0f", i ? ", " : "", ptdp_plan_mem_name(i), e->memory[i]);
     fprintf(f, "}, \"comm_s\": {");
@@ -177,18 +192,21 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
            (long long)job->vocab, (long long)job->global_batch,
            ptdp_plan_precision_name(job->precision), c->name, (long long)F->n,
            ptdp_fmt_bytes(c->memory_bytes, b1), c->devices_per_node);
-    printf("%4s %3s %4s %5s %3s %3s %5s %-9s %10s %9s %7s %11s %9s %9s %9s\n", "rank", "t", "p",
+    printf("%4s %3s %4s %5s %3s %3s %5s %-9s %10s %9s %7s %11s %9s %9s %9s  %s\n", "rank", "t", "p",
            "d", "v", "b", "m", "recompute", "iter (s)", "TFLOP/s", "bubble", "memory", "tensor",
-           "pipeline", "data");
+           "pipeline", "data", "layers per stage");
     const int shown = F->top > 0 && F->top < nfit ? (int)F->top : nfit;
     for (int i = 0; i < shown; i++) {
         const ptdp_plan_layout *L = &cand[i].layout;
         const ptdp_plan_estimate *e = &cand[i].est;
-        printf("%4d %3d %4d %5d %3d %3d %5d %-9s %10.4g %9.4g %7.3f %11s %9.3g %9.3g %9.3g\n",
+        char sbuf[512];
+        ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf);
+        if (strlen(sbuf) > 40) strcpy(sbuf + 36, " ..."); /* long pipelines: the start */
+        printf("%4d %3d %4d %5d %3d %3d %5d %-9s %10.4g %9.4g %7.3f %11s %9.3g %9.3g %9.3g  %s\n",
                i + 1, L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
                e->iteration_s, e->tflops_per_device, e->bubble_fraction,
                ptdp_fmt_bytes(e->memory_bytes, b2), e->comm_s[PTDP_COMM_TENSOR],
-               e->comm_s[PTDP_COMM_PIPELINE], e->comm_s[PTDP_COMM_DATA]);
+               e->comm_s[PTDP_COMM_PIPELINE], e->comm_s[PTDP_COMM_DATA], sbuf);
     }
     if (shown < nfit) printf("(%d more layouts fit; --top 0 shows all)\n", nfit - shown);
     const ptdp_plan_estimate *e = &cand[0].est;
@@ -248,18 +266,28 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
     const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
-    printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s = %.6g s\n",
+    const int seqp = job->sequence_parallel && L->t > 1;
+    if (seqp)
+        printf("  sequence parallelism: each all-reduce is a reduce-scatter + all-gather (same "
+               "ring time); T_ew's 10 N h and 2 N h terms on N/t rows; the backward gathers both "
+               "LayerNorm outputs again: T_tp,b = T_tp + 2 x (t-1)/t N h w / bw + ...\n");
+    printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s%s = %.6g s\n", seqp ? ",b" : "",
            selective      ? " + core attention's forward (selective recomputation)"
            : L->recompute ? " + T_f (recomputed forward)"
                           : "",
            e->layer_bwd_s);
-    printf("\nstages: %lld layers per chunk, %d chunk(s) per rank; loss head %.6g s, embedding "
-           "%.6g s per micro-batch\n",
-           (long long)(job->layers / ((int64_t)L->p * L->v)), L->v, e->head_s, e->embedding_s);
+    char sbuf[512];
+    printf("\nstages: layers per virtual stage %s (ranks, then ' | ' between chunks), %d "
+           "chunk(s) per rank; loss head %.6g s, embedding %.6g s per micro-batch\n",
+           ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf), L->v,
+           e->head_s, e->embedding_s);
     printf("  one transfer between stages T_p2p = lat + N h w%s / bw%s = %.6g s (two per action "
            "inside the pipeline)\n",
-           L->t > 1 && job->scatter_gather ? " / t" : "",
-           L->t > 1 && job->scatter_gather ? " + all-gather in the tensor group" : "", e->p2p_s);
+           L->t > 1 && (job->scatter_gather || job->sequence_parallel) ? " / t" : "",
+           L->t > 1 && job->sequence_parallel ? " (the sequence shard)"
+           : L->t > 1 && job->scatter_gather  ? " + all-gather in the tensor group"
+                                              : "",
+           e->p2p_s);
     printf("  pipeline (simulated, per-stage costs): makespan %.6g s, bubble fraction %.4f "
            "((p-1)/(v m) = %.4f)\n",
            e->pipeline_s, e->bubble_fraction, (double)(L->p - 1) / ((double)L->v * e->m));
@@ -324,6 +352,18 @@ int ptdp_cmd_plan(int argc, char **argv) {
         {"pipeline-model-parallel-size", PTDP_OPT_INT, &F.p, "pin p", NULL, 1, 1e6, 0},
         {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &F.v,
          "pin v (model chunks per pipeline rank)", NULL, 1, 1e5, 0},
+        {"decoder-first-pipeline-num-layers", PTDP_OPT_INT, &F.first,
+         "pin an uneven split: layers on the first pipeline rank", NULL, 1, 1e5, 0},
+        {"decoder-last-pipeline-num-layers", PTDP_OPT_INT, &F.last,
+         "pin an uneven split: layers on the last pipeline rank", NULL, 1, 1e5, 0},
+        {"account-for-embedding-in-pipeline-split", PTDP_OPT_BOOL, &F.account_embedding,
+         "pin a split counting the embedding as a layer", NULL, 0, 1, 0},
+        {"account-for-loss-in-pipeline-split", PTDP_OPT_BOOL, &F.account_loss,
+         "pin a split counting the loss as a layer", NULL, 0, 1, 0},
+        {"pipeline-model-parallel-layout", PTDP_OPT_STR, &F.layout,
+         "pin a layout string such as \"E|t*3|t*3|t*2,L\" (sets v)", NULL, 0, 0, 0},
+        {"even-stages-only", PTDP_OPT_BOOL, &F.even_only,
+         "search only the even split (default: Megatron's uneven splits too)", NULL, 0, 1, 0},
         {"pipeline-schedule", PTDP_OPT_STR, &F.schedule,
          "schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved", 0, 0, 0},
         {"fp16", PTDP_OPT_BOOL, &F.fp16,
@@ -342,6 +382,10 @@ int ptdp_cmd_plan(int argc, char **argv) {
          "send 1/t of each activation between stages (the default)", NULL, 0, 1, 0},
         {"no-scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.no_sg,
          "send whole activations between stages", NULL, 0, 1, 0},
+        {"sequence-parallel", PTDP_OPT_BOOL, &F.seqpar,
+         "sequence parallelism in every layout with t > 1 (layouts whose t does not divide "
+         "--seq-length are rejected)",
+         NULL, 0, 1, 0},
         {"use-distributed-optimizer", PTDP_OPT_BOOL, &F.zero,
          "ZeRO-1: optimizer state sharded over the data-parallel group", NULL, 0, 1, 0},
         {"overlap-grad-reduce", PTDP_OPT_BOOL, &F.overlap,
@@ -393,8 +437,7 @@ int ptdp_cmd_plan(int argc, char **argv) {
         ptdp_log_error("%s exclude each other; give one", excl);
         return 2;
     }
-    const int selective =
-        F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
+    const int selective = F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
     if (selective && (F.recompute_method || F.rc_layers)) {
         ptdp_log_error("--recompute-method and --recompute-num-layers go with "
                        "--recompute-granularity full; selective reruns core attention in every "
@@ -425,9 +468,10 @@ int ptdp_cmd_plan(int argc, char **argv) {
     job.precision = F.fp16 ? PTDP_PREC_FP16 : F.bf16 ? PTDP_PREC_BF16 : PTDP_PREC_FP32;
     job.schedule = F.schedule ? ptdp_schedule_parse_kind(F.schedule) : -1;
     job.scatter_gather = !F.no_sg;
+    job.sequence_parallel = F.seqpar;
     job.zero = F.zero;
     job.overlap_grad_reduce = F.overlap;
-    job.recompute_method = selective          ? PTDP_RECOMPUTE_SELECTIVE
+    job.recompute_method = selective            ? PTDP_RECOMPUTE_SELECTIVE
                            : F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
                                                 : PTDP_RECOMPUTE_UNIFORM;
     job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
@@ -436,7 +480,33 @@ int ptdp_cmd_plan(int argc, char **argv) {
     const ptdp_ops *cpu = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
     job.attn_saved_floats = cpu->attention_saved_floats;
     job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
-    ptdp_plan_pins pins = {.t = (int)F.t,
+    job.uneven_splits = !F.even_only;
+    ptdp_stage_layout split = {
+        .first = F.first, .last = F.last, .embedding = F.account_embedding, .loss = F.account_loss};
+    if (F.layout) {
+        int lrc = ptdp_stage_layout_parse(F.layout, &split);
+        if (lrc == PTDP_OK && (!F.p || split.nstages % F.p))
+            lrc = ptdp_errorf(PTDP_ECONFIG,
+                              "--pipeline-model-parallel-layout needs --pipeline-model-parallel-"
+                              "size P, a divisor of its %d stages",
+                              split.nstages);
+        if (lrc != PTDP_OK) {
+            ptdp_log_error("%s", ptdp_last_error());
+            return 2;
+        }
+        split.first = F.first, split.last = F.last;
+        split.embedding = F.account_embedding, split.loss = F.account_loss;
+        if (F.v && F.v != split.nstages / F.p) {
+            ptdp_log_error("--virtual-pipeline-model-parallel-size %lld conflicts with "
+                           "--pipeline-model-parallel-layout (v = %lld)",
+                           (long long)F.v, (long long)(split.nstages / F.p));
+            return 2;
+        }
+        F.v = split.nstages / F.p;
+    }
+    const int pinned_split = !ptdp_stage_layout_is_even(&split);
+    ptdp_plan_pins pins = {.stages = pinned_split ? &split : NULL,
+                           .t = (int)F.t,
                            .p = (int)F.p,
                            .v = (int)F.v,
                            .b = (int)F.b,
@@ -458,7 +528,8 @@ int ptdp_cmd_plan(int argc, char **argv) {
                                               .d = (int)(F.n / (F.t * F.p)),
                                               .v = F.v ? (int)F.v : 1,
                                               .b = F.b ? (int)F.b : 1,
-                                              .recompute = pins.recompute != 0}};
+                                              .recompute = pins.recompute != 0,
+                                              .stages = split}};
         if (ptdp_plan_estimate_layout(&c, &job, &one.layout, &one.est) == PTDP_OK) {
             print_explain(&c, &job, &one);
             return 0;

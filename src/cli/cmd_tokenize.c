@@ -72,32 +72,19 @@ static int decode_lines(const ptdp_tokenizer *tok) {
     ptdp_tokens t = {0};
     char *line = NULL, *buf = NULL;
     size_t cap = 0, blen = 0, bcap = 0, lineno = 0;
+    ssize_t n;
     int status = 0;
-    while (!status && getline(&line, &cap, stdin) >= 0) {
+    while (!status && (n = getline(&line, &cap, stdin)) >= 0) {
         lineno++;
         t.n = 0;
-        for (char *p = line;;) {
-            while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
-            if (!*p) break;
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') ||
-                v < 0 || v >= ptdp_tokenizer_vocab_size(tok)) {
-                ptdp_log_error("--decode: stdin line %zu: '%.*s' is not a token id (0..%d)", lineno,
-                               (int)strcspn(p, " \t\r\n"), p, ptdp_tokenizer_vocab_size(tok) - 1);
-                status = 2;
-                break;
-            }
-            if (ptdp_tokens_reserve(&t, 1)) {
-                status = 1;
-                break;
-            }
-            t.ids[t.n++] = (int32_t)v;
-            p = end;
+        int rc = ptdp_tokens_parse_ids(line, (size_t)n, ptdp_tokenizer_vocab_size(tok), &t);
+        if (rc) {
+            ptdp_log_error("--decode: stdin line %zu: %s", lineno, ptdp_last_error());
+            status = rc == PTDP_EINVAL ? 2 : 1;
+            break;
         }
-        if (status) break;
         blen = 0;
-        int rc = ptdp_tokenizer_decode(tok, t.ids, t.n, &buf, &blen, &bcap);
+        rc = ptdp_tokenizer_decode(tok, t.ids, t.n, &buf, &blen, &bcap);
         if (rc) {
             ptdp_log_error("--decode: stdin line %zu: %s", lineno, ptdp_last_error());
             status = rc == PTDP_EINVAL ? 2 : 1;

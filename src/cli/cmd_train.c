@@ -163,12 +163,12 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;
-    tp.sched.v =
-        a.virtual_pipeline_model_parallel_size ? (int)a.virtual_pipeline_model_parallel_size
-        : a.num_layers_per_virtual_pipeline_stage
-            ? (int)(a.num_layers /
-                    (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage))
-            : 1;
+    {
+        /* checked by ptdp_args_model_config: cannot fail here */
+        int64_t v = 1;
+        ptdp_args_pipeline_layout(&a, a.pipeline_model_parallel_size, &v, &tp.layout);
+        tp.sched.v = (int)v;
+    }
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
     /* the flags' choices (full|selective, uniform|block) were checked by the parser */
     tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method)
@@ -178,6 +178,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
     tp.scatter_gather =
         a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
+    tp.sequence_parallel = a.sequence_parallel;
     tp.ddp_bucket_floats = a.ddp_bucket_size;
     tp.overlap_grad_reduce = a.overlap_grad_reduce;
     tp.distributed_optimizer = a.use_distributed_optimizer;

@@ -169,6 +169,14 @@ void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
     ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32);
 }
 
+void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n) {
+    PTDP_ASSERT(n >= 0 && (int64_t)n * (g->size > 1 ? g->size : 1) <= INT32_MAX);
+    PTDP_ASSERT_MSG(send + n * (g->size > 1 ? g->size : 1) <= recv || recv + n <= send,
+                    "reduce-scatter: send and recv overlap");
+    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
+    ops_of(g)->reduce_scatter(g, send, recv, n, PTDP_COMM_F32);
+}
+
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX && root >= 0 && root < g->size);
     count(g, PTDP_OP_GATHER, n * 4);

@@ -143,6 +143,10 @@ struct ptdp_comm_ops {
      * counts[size] (root only; comm.c gathers the counts first) */
     void (*gatherv)(ptdp_group *g, const void *send, int64_t nbytes, void *recv,
                     const int64_t *counts, int root);
+    /* sums size blocks of n elements of send; this member's block into recv
+     * (send and recv do not overlap) */
+    void (*reduce_scatter)(ptdp_group *g, const void *send, void *recv, int64_t n,
+                           ptdp_comm_dtype dt);
     void (*barrier)(ptdp_group *g);
 
     /* non-blocking */
@@ -199,6 +203,12 @@ void ptdp_barrier(ptdp_group *g); /* not counted */
 /* In place: buf holds size blocks of n floats; block `rank` is this member's
  * contribution, every block is filled from its owner. Counts n floats. */
 void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n);
+/* Sums size blocks of n floats of `send` [size, n] over the group and
+ * leaves this member's block (block `rank`) in recv [n]; send and recv must
+ * not overlap. The conjugate of ptdp_allgather_f32 (sequence parallelism:
+ * the tensor group's all-reduce split in two). Counts n*size floats, the
+ * bytes an all-reduce of `send` would count. */
+void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n);
 /* Gathers n floats from every member into recv [size, n] on `root` (recv
  * may be NULL elsewhere). Counts n floats. */
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);

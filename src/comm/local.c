@@ -57,6 +57,12 @@ static void local_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void 
     if (recv != send && nbytes > 0) memmove(recv, send, (size_t)nbytes);
 }
 
+static void local_reduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                                 ptdp_comm_dtype dt) {
+    one_member(g);
+    if (n > 0) memcpy(recv, send, nbytes_of(n, dt));
+}
+
 static void local_barrier(ptdp_group *g) { one_member(g); }
 
 static void local_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
@@ -95,6 +101,7 @@ const ptdp_comm_ops ptdp_comm_local_ops = {
     .allgather = local_allgather,
     .gather = local_gather,
     .gatherv = local_gatherv,
+    .reduce_scatter = local_reduce_scatter,
     .barrier = local_barrier,
     .iallreduce = local_iallreduce,
     .ireduce_scatter = local_ireduce_scatter,

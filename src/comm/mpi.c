@@ -154,6 +154,11 @@ static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *r
     free(displ);
 }
 
+static void mpi_reduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
+                               ptdp_comm_dtype dt) {
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g)));
+}
+
 static void mpi_barrier(ptdp_group *g) { MPI_CHECK(MPI_Barrier(comm_of(g))); }
 
 static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
@@ -198,6 +203,7 @@ const ptdp_comm_ops ptdp_comm_mpi_ops = {
     .allgather = mpi_allgather,
     .gather = mpi_gather,
     .gatherv = mpi_gatherv,
+    .reduce_scatter = mpi_reduce_scatter,
     .barrier = mpi_barrier,
     .iallreduce = mpi_iallreduce,
     .ireduce_scatter = mpi_ireduce_scatter,

@@ -23,6 +23,41 @@ int ptdp_tokens_reserve(ptdp_tokens *t, size_t extra) {
     return PTDP_OK;
 }
 
+int ptdp_tokens_parse_ids(const char *text, size_t len, int32_t vocab_size, ptdp_tokens *out) {
+    size_t i = 0;
+    for (;;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+            i++;
+        if (i == len) return PTDP_OK;
+        const size_t word = i;
+        int64_t v = 0;
+        int ok = 1;
+        for (;
+             i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n');
+             i++) {
+            /* the bound keeps v far from overflow whatever the number of digits */
+            if (text[i] < '0' || text[i] > '9' || v >= vocab_size)
+                ok = 0;
+            else
+                v = 10 * v + (text[i] - '0');
+        }
+        if (!ok || v >= vocab_size) {
+            const int shown = i - word > 40 ? 40 : (int)(i - word);
+            char w[41];
+            for (int k = 0; k < shown; k++) {
+                const unsigned char c = (unsigned char)text[word + k];
+                w[k] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+            }
+            w[shown] = 0;
+            return ptdp_errorf(PTDP_EINVAL, "'%s%s' is not a token id (0..%d)", w,
+                               i - word > 40 ? "..." : "", vocab_size - 1);
+        }
+        int rc = ptdp_tokens_reserve(out, 1);
+        if (rc) return rc;
+        out->ids[out->n++] = (int32_t)v;
+    }
+}
+
 void ptdp_tokens_free(ptdp_tokens *t) {
     if (!t) return;
     free(t->ids);
@@ -93,14 +128,16 @@ static void ptdp__byte_unicode(uint32_t byte_cp[256]) {
     }
 }
 
-static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *map,
-                            cJSON **json_out) {
-    char *text;
-    size_t len;
-    int rc = ptdp_read_file(path, "vocabulary file", &text, &len);
-    if (rc) return rc;
+/* Ids above this are refused before the decode tables (16 bytes per id) are
+ * allocated: the largest vocabularies in use have about 2^18 entries. */
+#define PTDP__MAX_VOCAB_ID (1 << 24)
+
+static int ptdp__load_vocab(ptdp_tokenizer *t, const char *text, size_t len, const char *path,
+                            ptdp__str_map *map, cJSON **json_out) {
+    char what[300];
+    snprintf(what, sizeof what, "vocabulary file '%s'", path);
+    if (ptdp_json_check(text, len, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EFORMAT;
     cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ptdp_errorf(PTDP_EFORMAT, "vocabulary file '%s' is not a JSON object", path);
@@ -117,9 +154,10 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
     int32_t max_id = -1;
     for (cJSON *e = root->child; e; e = e->next) {
         double v = e->valuedouble;
-        if (!cJSON_IsNumber(e) || v < 0 || v >= 1e8 || v != (double)(int32_t)v)
-            return ptdp_errorf(PTDP_EFORMAT, "vocabulary file '%s': entry \"%s\" is not an id",
-                               path, e->string);
+        if (!cJSON_IsNumber(e) || v < 0 || v >= PTDP__MAX_VOCAB_ID || v != (double)(int32_t)v)
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "vocabulary file '%s': entry \"%s\" is not an id (0 to %d)", path,
+                               e->string, PTDP__MAX_VOCAB_ID - 1);
         ptdp__str_slot *s = ptdp__str_find(map, e->string, strlen(e->string));
         if (s->key)
             return ptdp_errorf(PTDP_EFORMAT, "vocabulary file '%s': duplicate entry \"%s\"", path,
@@ -140,20 +178,14 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
     size_t total = 0;
     for (cJSON *e = root->child; e; e = e->next) total += strlen(e->string);
     t->dec_bytes = malloc(total + 1);
-    uint32_t *tmp_len = calloc((size_t)t->vocab_size, sizeof(uint32_t));
-    if (!t->dec_off || !t->dec_bytes || !tmp_len) {
-        free(tmp_len);
+    if (!t->dec_off || !t->dec_bytes)
         return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
-    }
     /* Lay out in id order so dec_off[id + 1] - dec_off[id] is the length. */
     char **tmp_ptr = calloc((size_t)t->vocab_size, sizeof(char *));
-    if (!tmp_ptr) {
-        free(tmp_len);
-        return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
-    }
+    if (!tmp_ptr) return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
     for (cJSON *e = root->child; e; e = e->next) tmp_ptr[(int32_t)e->valuedouble] = e->string;
     size_t off = 0;
-    rc = PTDP_OK;
+    int rc = PTDP_OK;
     for (int32_t id = 0; id < t->vocab_size && !rc; id++) {
         t->dec_off[id] = (uint32_t)off;
         const unsigned char *s = (const unsigned char *)tmp_ptr[id];
@@ -176,7 +208,6 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
     for (int32_t id = 0; id < t->vocab_size && !rc; id++)
         if (!tmp_ptr[id]) t->dec_off[id] = UINT32_MAX;
     free(tmp_ptr);
-    free(tmp_len);
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
         char u[4];
@@ -199,11 +230,9 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *path, ptdp__str_map *
     return PTDP_OK;
 }
 
-static int ptdp__load_merges(ptdp_tokenizer *t, const char *path, const ptdp__str_map *map) {
-    char *text;
-    size_t len;
-    int rc = ptdp_read_file(path, "merge file", &text, &len);
-    if (rc) return rc;
+static int ptdp__load_merges(ptdp_tokenizer *t, const char *text, size_t len, const char *path,
+                             const ptdp__str_map *map) {
+    int rc = PTDP_OK;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
     t->pair_cap = 1024;
@@ -211,22 +240,21 @@ static int ptdp__load_merges(ptdp_tokenizer *t, const char *path, const ptdp__st
     t->pairs = calloc(t->pair_cap, sizeof(ptdp__pair_slot));
     char *cat = malloc(len + 1);
     if (!t->pairs || !cat) {
-        free(text);
         free(cat);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
     }
     int32_t rank = 0;
     size_t lineno = 0;
-    for (char *p = text, *end = text + len; p < end && !rc;) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        char *le = nl ? nl : end;
+    for (const char *p = text, *end = text + len; p < end && !rc;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
         lineno++;
-        char *line = p;
+        const char *line = p;
         p = nl ? nl + 1 : end;
         if (le > line && le[-1] == '\r') le--;
         if (le == line) continue;
         if (lineno == 1 && le - line >= 8 && memcmp(line, "#version", 8) == 0) continue;
-        char *sp = memchr(line, ' ', (size_t)(le - line));
+        const char *sp = memchr(line, ' ', (size_t)(le - line));
         if (!sp || sp == line || sp + 1 == le || memchr(sp + 1, ' ', (size_t)(le - sp - 1))) {
             rc = ptdp_errorf(PTDP_EFORMAT, "merge file '%s' line %zu: expected two tokens 'A B'",
                              path, lineno);
@@ -252,7 +280,6 @@ static int ptdp__load_merges(ptdp_tokenizer *t, const char *path, const ptdp__st
         s->merged = ab->id;
     }
     free(cat);
-    free(text);
     return rc;
 }
 
@@ -264,14 +291,16 @@ void ptdp_tokenizer_free(ptdp_tokenizer *t) {
     free(t);
 }
 
-int ptdp_tokenizer_open(ptdp_tokenizer **out, const char *vocab_path, const char *merges_path) {
+int ptdp_tokenizer_open_mem(ptdp_tokenizer **out, const char *vocab, size_t vocab_len,
+                            const char *vocab_name, const char *merges, size_t merges_len,
+                            const char *merges_name) {
     *out = NULL;
     ptdp_tokenizer *t = calloc(1, sizeof(*t));
     if (!t) return ptdp_errorf(PTDP_ENOMEM, "out of memory creating a tokenizer");
     ptdp__str_map map = {0};
     cJSON *json = NULL;
-    int rc = ptdp__load_vocab(t, vocab_path, &map, &json);
-    if (!rc) rc = ptdp__load_merges(t, merges_path, &map);
+    int rc = ptdp__load_vocab(t, vocab, vocab_len, vocab_name, &map, &json);
+    if (!rc) rc = ptdp__load_merges(t, merges, merges_len, merges_name, &map);
     free(map.slots);
     cJSON_Delete(json);
     if (rc) {
@@ -280,6 +309,18 @@ int ptdp_tokenizer_open(ptdp_tokenizer **out, const char *vocab_path, const char
     }
     *out = t;
     return PTDP_OK;
+}
+
+int ptdp_tokenizer_open(ptdp_tokenizer **out, const char *vocab_path, const char *merges_path) {
+    *out = NULL;
+    char *vocab = NULL, *merges = NULL;
+    size_t vn = 0, mn = 0;
+    int rc = ptdp_read_file(vocab_path, "vocabulary file", &vocab, &vn);
+    if (!rc) rc = ptdp_read_file(merges_path, "merge file", &merges, &mn);
+    if (!rc) rc = ptdp_tokenizer_open_mem(out, vocab, vn, vocab_path, merges, mn, merges_path);
+    free(vocab);
+    free(merges);
+    return rc;
 }
 
 int32_t ptdp_tokenizer_vocab_size(const ptdp_tokenizer *t) { return t->vocab_size; }

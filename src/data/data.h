@@ -43,6 +43,13 @@ typedef struct ptdp_tok_cache ptdp_tok_cache;
  * On success *out is owned by the caller (ptdp_tokenizer_free). The tokenizer
  * is immutable after open and may be shared by threads. */
 int ptdp_tokenizer_open(ptdp_tokenizer **out, const char *vocab_path, const char *merges_path);
+/* The same on the two files' bytes already in memory (vocab[vocab_len],
+ * merges[merges_len], neither NUL-terminated necessarily); the names stand for
+ * the paths in messages. Ids are at most 2^24 - 1. Errors: PTDP_EFORMAT,
+ * PTDP_ENOMEM. */
+int ptdp_tokenizer_open_mem(ptdp_tokenizer **out, const char *vocab, size_t vocab_len,
+                            const char *vocab_name, const char *merges, size_t merges_len,
+                            const char *merges_name);
 void ptdp_tokenizer_free(ptdp_tokenizer *tok); /* NULL is a no-op */
 /* Number of ids in the vocabulary (max id + 1); 50257 for GPT-2. */
 int32_t ptdp_tokenizer_vocab_size(const ptdp_tokenizer *tok);
@@ -63,6 +70,11 @@ int ptdp_tokenizer_encode(const ptdp_tokenizer *tok, ptdp_tok_cache *cache, cons
 /* Appends the bytes of ids[0..n) to *buf (*buf realloc'ed, caller frees;
  * len and cap track it, start from NULL, 0, 0). Errors: PTDP_EINVAL for an id
  * outside the vocabulary (message names it), PTDP_ENOMEM. */
+/* Parses one line of `ptdp tokenize --decode`: decimal ids separated by
+ * spaces, tabs or CR, text[len] (not NUL-terminated; a NUL byte is an
+ * error), each in 0..vocab_size-1; appends them to out. Errors: PTDP_EINVAL
+ * "'WORD' is not a token id (0..V-1)", PTDP_ENOMEM. */
+int ptdp_tokens_parse_ids(const char *text, size_t len, int32_t vocab_size, ptdp_tokens *out);
 int ptdp_tokenizer_decode(const ptdp_tokenizer *tok, const int32_t *ids, size_t n, char **buf,
                           size_t *len, size_t *cap);
 
@@ -114,6 +126,11 @@ typedef struct ptdp_idx_dataset ptdp_idx_dataset;
  * and the .bin size. Errors: PTDP_EIO (missing/unreadable), PTDP_EFORMAT (the
  * message names the file and the problem). *out owned by the caller. */
 int ptdp_idx_open(ptdp_idx_dataset **out, const char *prefix);
+/* The same validation on the two files' bytes in memory (they must outlive
+ * *out, which neither copies nor frees them); `prefix` names them in
+ * messages. Errors: PTDP_EFORMAT, PTDP_ENOMEM. */
+int ptdp_idx_open_mem(ptdp_idx_dataset **out, const char *prefix, const void *idx, size_t idx_size,
+                      const void *bin, size_t bin_size);
 void ptdp_idx_close(ptdp_idx_dataset *ds); /* NULL is a no-op */
 int64_t ptdp_idx_num_sequences(const ptdp_idx_dataset *ds);
 /* Number of documents (D - 1). */

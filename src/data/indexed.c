@@ -213,14 +213,15 @@ struct ptdp_idx_dataset {
     int64_t nseq, ndoc1; /* S and D */
     const unsigned char *idx_map, *bin_map;
     size_t idx_size, bin_size;
+    int owns_maps; /* 0: the caller's buffers (ptdp_idx_open_mem) */
     const int32_t *lengths;
     const int64_t *pointers, *docs;
 };
 
 void ptdp_idx_close(ptdp_idx_dataset *ds) {
     if (!ds) return;
-    if (ds->idx_map && ds->idx_size) munmap((void *)ds->idx_map, ds->idx_size);
-    if (ds->bin_map && ds->bin_size) munmap((void *)ds->bin_map, ds->bin_size);
+    if (ds->owns_maps && ds->idx_map) munmap((void *)ds->idx_map, ds->idx_size);
+    if (ds->owns_maps && ds->bin_map) munmap((void *)ds->bin_map, ds->bin_size);
     free(ds->prefix);
     free(ds);
 }
@@ -296,6 +297,12 @@ static int ptdp__validate(ptdp_idx_dataset *ds, const char *idx, const char *bin
                                "(pointers inconsistent with lengths)",
                                idx, (long long)i, (long long)ptr, (long long)expect);
         expect += (int64_t)len * es;
+        /* a hostile .idx could sum lengths past int64; the .bin bounds them */
+        if ((uint64_t)expect > ds->bin_size)
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "'%s' has %zu bytes but '%s' describes at least %lld (truncated "
+                               "or mismatched pair)",
+                               bin, ds->bin_size, idx, (long long)expect);
     }
     for (int64_t j = 0; j < ds->ndoc1; j++) {
         int64_t b, prev = 0;
@@ -323,11 +330,37 @@ int ptdp_idx_open(ptdp_idx_dataset **out, const char *prefix) {
     int rc = PTDP_OK;
     if (!ds || !idx || !bin || !(ds->prefix = strdup(prefix)))
         rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    if (ds) ds->owns_maps = 1;
     if (!rc) rc = ptdp__map(idx, &ds->idx_map, &ds->idx_size);
     if (!rc) rc = ptdp__map(bin, &ds->bin_map, &ds->bin_size);
     if (!rc) rc = ptdp__validate(ds, idx, bin);
     free(idx);
     free(bin);
+    if (rc) {
+        ptdp_idx_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return PTDP_OK;
+}
+
+int ptdp_idx_open_mem(ptdp_idx_dataset **out, const char *prefix, const void *idx, size_t idx_size,
+                      const void *bin, size_t bin_size) {
+    *out = NULL;
+    ptdp_idx_dataset *ds = calloc(1, sizeof(*ds));
+    char *idx_name = ptdp__path(prefix, ".idx"), *bin_name = ptdp__path(prefix, ".bin");
+    int rc = PTDP_OK;
+    if (!ds || !idx_name || !bin_name || !(ds->prefix = strdup(prefix)))
+        rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    if (!rc) {
+        ds->idx_map = idx;
+        ds->idx_size = idx ? idx_size : 0;
+        ds->bin_map = bin;
+        ds->bin_size = bin ? bin_size : 0;
+        rc = ptdp__validate(ds, idx_name, bin_name);
+    }
+    free(idx_name);
+    free(bin_name);
     if (rc) {
         ptdp_idx_close(ds);
         return rc;

@@ -26,6 +26,7 @@
 
 #include "base/base.h"
 #include "data/data.h"
+#include "data/data_internal.h"
 
 ptdp_preprocess_params ptdp_preprocess_default_params(void) {
     ptdp_preprocess_params p = {0};
@@ -34,11 +35,6 @@ ptdp_preprocess_params ptdp_preprocess_default_params(void) {
     p.workers = 1;
     return p;
 }
-
-typedef struct {
-    size_t begin, end; /* byte range in the input: a JSON line, or a document */
-    size_t lineno;     /* 1-based line of the range's start (for messages) */
-} ptdp__item;
 
 typedef struct {
     const ptdp_tokenizer *tok;
@@ -97,48 +93,60 @@ static int ptdp__pp_eod(const ptdp__pp_ctx *c, ptdp_tokens *out) {
     return rc;
 }
 
+int ptdp__pp_json_line(const ptdp_tokenizer *tok, ptdp_tok_cache *cache, const char *line,
+                       size_t line_n, const char *const *keys, int n_keys, int32_t eod,
+                       ptdp_tokens *out, const char *input, size_t lineno) {
+    for (int k = 0; k < n_keys; k++) out[k].n = 0;
+    char *copy = NULL;
+    int nul = ptdp__json_nul(line, line_n, &copy, &line_n);
+    if (nul < 0)
+        return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: cannot decode \\u0000 in this line", input,
+                           lineno);
+    char what[300];
+    snprintf(what, sizeof what, "%s:%zu", input, lineno);
+    int rc = ptdp_json_check(nul ? copy : line, line_n, PTDP__PP_MAX_DEPTH, what);
+    cJSON *obj = rc ? NULL : cJSON_ParseWithLength(nul ? copy : line, line_n);
+    free(copy);
+    if (rc) return rc;
+    if (!obj || !cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", input, lineno);
+    }
+    for (int k = 0; k < n_keys && !rc; k++) {
+        const char *key = keys[k];
+        const cJSON *v = NULL; /* the last member with the key, as json.loads keeps */
+        for (const cJSON *e = obj->child; e; e = e->next)
+            if (e->string && strcmp(e->string, key) == 0) v = e;
+        if (!cJSON_IsString(v)) {
+            rc =
+                ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", input, lineno, key);
+            break;
+        }
+        size_t len = strlen(v->valuestring);
+        if (nul)
+            for (size_t i = 0; i < len; i++)
+                if ((unsigned char)v->valuestring[i] == 0xFF) v->valuestring[i] = 0;
+        rc = ptdp_tokenizer_encode(tok, cache, v->valuestring, len, &out[k]);
+        if (!rc && eod >= 0 && out[k].n > 0) {
+            rc = ptdp_tokens_reserve(&out[k], 1);
+            if (!rc) out[k].ids[out[k].n++] = eod;
+        }
+    }
+    cJSON_Delete(obj);
+    return rc;
+}
+
 /* Tokenizes one item into out[0 .. n_keys) (cleared first): one document per
  * JSON key, or the plain-text document. */
 static int ptdp__pp_item(const ptdp__pp_ctx *c, ptdp_tok_cache *cache, const ptdp__item *it,
                          ptdp_tokens *out) {
-    for (int k = 0; k < c->p->n_keys; k++) out[k].n = 0;
-    int rc = PTDP_OK;
-    if (c->json) {
-        const char *line = c->data + it->begin;
-        size_t line_n = it->end - it->begin;
-        char *copy = NULL;
-        int nul = ptdp__json_nul(line, line_n, &copy, &line_n);
-        if (nul < 0)
-            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: cannot decode \\u0000 in this line",
-                               c->p->input, it->lineno);
-        cJSON *obj = cJSON_ParseWithLength(nul ? copy : line, line_n);
-        free(copy);
-        if (!obj || !cJSON_IsObject(obj)) {
-            cJSON_Delete(obj);
-            return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", c->p->input, it->lineno);
-        }
-        for (int k = 0; k < c->p->n_keys && !rc; k++) {
-            const char *key = c->p->json_keys[k];
-            const cJSON *v = NULL; /* the last member with the key, as json.loads keeps */
-            for (const cJSON *e = obj->child; e; e = e->next)
-                if (e->string && strcmp(e->string, key) == 0) v = e;
-            if (!cJSON_IsString(v)) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "%s:%zu: no string under key \"%s\"", c->p->input,
-                                 it->lineno, key);
-                break;
-            }
-            size_t len = strlen(v->valuestring);
-            if (nul)
-                for (size_t i = 0; i < len; i++)
-                    if ((unsigned char)v->valuestring[i] == 0xFF) v->valuestring[i] = 0;
-            rc = ptdp_tokenizer_encode(c->tok, cache, v->valuestring, len, &out[k]);
-            if (!rc) rc = ptdp__pp_eod(c, &out[k]);
-        }
-        cJSON_Delete(obj);
-    } else {
-        rc = ptdp_tokenizer_encode(c->tok, cache, c->data + it->begin, it->end - it->begin, out);
-        if (!rc) rc = ptdp__pp_eod(c, out);
-    }
+    if (c->json)
+        return ptdp__pp_json_line(c->tok, cache, c->data + it->begin, it->end - it->begin,
+                                  c->p->json_keys, c->p->n_keys, c->p->append_eod ? c->eod : -1,
+                                  out, c->p->input, it->lineno);
+    out->n = 0;
+    int rc = ptdp_tokenizer_encode(c->tok, cache, c->data + it->begin, it->end - it->begin, out);
+    if (!rc) rc = ptdp__pp_eod(c, out);
     return rc;
 }
 
@@ -148,9 +156,8 @@ static int ptdp__blank(const char *s, size_t n) {
     return 1;
 }
 
-/* Finds the next item at *pos; returns 0 at the end of input. */
-static int ptdp__next_item(const char *d, size_t n, int json, size_t *pos, size_t *lineno,
-                           ptdp__item *it) {
+int ptdp__pp_next_item(const char *d, size_t n, int json, size_t *pos, size_t *lineno,
+                       ptdp__item *it) {
     while (*pos < n) {
         const char *nl = memchr(d + *pos, '\n', n - *pos);
         size_t le = nl ? (size_t)(nl - d) : n, next = nl ? le + 1 : n;
@@ -256,7 +263,7 @@ int ptdp_preprocess_run(const ptdp_tokenizer *tok, const ptdp_preprocess_params 
         int nb = 0;
         size_t bytes = 0;
         while (nb < PTDP__BATCH_ITEMS && bytes < PTDP__BATCH_BYTES &&
-               ptdp__next_item(c.data, n, c.json, &pos, &lineno, &items[nb])) {
+               ptdp__pp_next_item(c.data, n, c.json, &pos, &lineno, &items[nb])) {
             bytes += items[nb].end - items[nb].begin;
             nb++;
         }

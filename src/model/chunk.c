@@ -20,19 +20,21 @@
 
 #define CARVE_F(ar, n) ((float *)ptdp_arena_carve((ar), sizeof(float) * (size_t)(n)))
 
-/* saved: floats attention keeps for its backward (the backend's number) */
-static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t h, int64_t hl,
-                        int64_t fl, int64_t saved) {
-    la->ln1 = CARVE_F(cv, N * h);
-    la->ln1_mean = CARVE_F(cv, N);
-    la->ln1_rstd = CARVE_F(cv, N);
+/* saved: floats attention keeps for its backward (the backend's number).
+ * Ns: rows of the residual stream's tensors (the sequence shard with
+ * sequence parallelism), N: rows of the tensor-parallel region's. */
+static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t Ns, int64_t h,
+                        int64_t hl, int64_t fl, int64_t saved) {
+    la->ln1 = CARVE_F(cv, Ns * h);
+    la->ln1_mean = CARVE_F(cv, Ns);
+    la->ln1_rstd = CARVE_F(cv, Ns);
     la->qkv = CARVE_F(cv, N * 3 * hl);
     la->attn_saved = saved ? CARVE_F(cv, saved) : NULL; /* 0: selective, set from ws */
     la->ctx = CARVE_F(cv, N * hl);
-    la->xm = CARVE_F(cv, N * h);
-    la->ln2 = CARVE_F(cv, N * h);
-    la->ln2_mean = CARVE_F(cv, N);
-    la->ln2_rstd = CARVE_F(cv, N);
+    la->xm = CARVE_F(cv, Ns * h);
+    la->ln2 = CARVE_F(cv, Ns * h);
+    la->ln2_mean = CARVE_F(cv, Ns);
+    la->ln2_rstd = CARVE_F(cv, Ns);
     la->fc = CARVE_F(cv, N * fl);
     la->gl = CARVE_F(cv, N * fl);
 }
@@ -65,7 +67,7 @@ static int x_stored(const ptdp_gpt_chunk *c, int64_t i) {
 
 static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws) {
     const ptdp_chunk_params *p = &c->p;
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = p->micro_batch;
     const int64_t saved = c->ops->attention_saved_floats(s, b, c->al);
     const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
@@ -75,10 +77,11 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
         sa->tokens = (p->pre || p->post)
                          ? ptdp_arena_carve(act, sizeof(int32_t) * (size_t)(b * (s + 1)))
                          : NULL;
-        for (int64_t i = 0; i <= c->nl; i++) sa->x[i] = x_stored(c, i) ? CARVE_F(act, N * h) : NULL;
+        for (int64_t i = 0; i <= c->nl; i++)
+            sa->x[i] = x_stored(c, i) ? CARVE_F(act, Ns * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            carve_layer(act, &sa->layer[i], N, h, hl, fl, selective ? 0 : saved);
+            carve_layer(act, &sa->layer[i], N, Ns, h, hl, fl, selective ? 0 : saved);
             if (!p->split_backward) continue;
             /* kept from B to W: the weight GEMMs' output gradients */
             ptdp__layer_wgrad *wg = &sa->wg[i];
@@ -91,25 +94,30 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     }
     before = ws->used;
     for (int64_t g = 0; g < c->max_group; g++) {
-        carve_layer(ws, &c->ws_layer[g], N, h, hl, fl, saved);
-        c->ws_x[g] = CARVE_F(ws, N * h);
+        carve_layer(ws, &c->ws_layer[g], N, Ns, h, hl, fl, saved);
+        c->ws_x[g] = CARVE_F(ws, Ns * h);
     }
-    c->ws_out = c->max_group ? CARVE_F(ws, N * h) : NULL;
+    c->ws_out = c->max_group ? CARVE_F(ws, Ns * h) : NULL;
     c->tmp = CARVE_F(ws, N * h);
-    c->dres = CARVE_F(ws, N * h);
-    c->dtmp = CARVE_F(ws, N * h);
+    c->dres = CARVE_F(ws, Ns * h);
+    c->dtmp = CARVE_F(ws, Ns * h);
+    c->gath = c->sp ? CARVE_F(ws, N * h) : NULL;
     c->dctx = CARVE_F(ws, N * hl);
     c->dqkv = CARVE_F(ws, N * 3 * hl);
     c->dfc = CARVE_F(ws, N * fl);
-    c->wg_ws =
-        (ptdp__layer_wgrad){.dmlp_out = c->tmp, .dfc = c->dfc, .dattn_out = NULL, .dqkv = c->dqkv};
+    /* with sp a layer's xm is a shard: the attention output's gradient, kept
+     * from B to W, needs [s, b, h] of its own */
+    c->wg_ws = (ptdp__layer_wgrad){.dmlp_out = c->tmp,
+                                   .dfc = c->dfc,
+                                   .dattn_out = c->sp ? CARVE_F(ws, N * h) : NULL,
+                                   .dqkv = c->dqkv};
     c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     /* selective: the attention state of the one layer whose backward runs */
     float *ws_saved = selective ? CARVE_F(ws, saved) : NULL;
     if (p->post) {
-        c->lnf_out = CARVE_F(ws, N * h);
-        c->lnf_mean = CARVE_F(ws, N);
-        c->lnf_rstd = CARVE_F(ws, N);
+        c->lnf_out = CARVE_F(ws, Ns * h);
+        c->lnf_mean = CARVE_F(ws, Ns);
+        c->lnf_rstd = CARVE_F(ws, Ns);
         c->logits = CARVE_F(ws, N * c->Vl);
         c->gmax = CARVE_F(ws, N);
         c->sumexp = CARVE_F(ws, N);
@@ -174,6 +182,12 @@ static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
     c->hd = cfg->hidden / cfg->heads;
     c->Vl = cfg->vocab_padded / c->t;
     c->v0 = c->tp * c->Vl;
+    /* Megatron turns sequence parallelism off when t = 1: nothing to split */
+    c->sp = p->sequence_parallel && c->t > 1;
+    PTDP_ASSERT_MSG(!c->sp || cfg->seq_length % c->t == 0,
+                    "sequence parallelism needs s divisible by t (the CLI checks it)");
+    c->Ns = c->sp ? c->N / c->t : c->N;
+    c->s0 = c->sp ? (int64_t)c->tp * (cfg->seq_length / c->t) : 0;
 }
 
 ptdp_chunk_params ptdp_chunk_default_params(void) {
@@ -190,6 +204,7 @@ ptdp_chunk_params ptdp_chunk_default_params(void) {
                            .recompute_num_layers = 0,
                            .numel_multiple = 0,
                            .inference = 0,
+                           .sequence_parallel = 0,
                            .split_backward = 0,
                            .mem = NULL};
     return p;
@@ -205,13 +220,14 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         c->p.tp = &c->solo.tensor;
     }
     c->training = !p->inference;
-    /* W reads the layer's stashed activations after B; a fully recomputed
-     * layer's live in the workspace, which the next micro-batch reuses
-     * (selective recomputation stores every GEMM input W reads) */
-    PTDP_ASSERT_MSG(!p->split_backward || ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
-                                            p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
-                                           !p->inference),
-                    "a split backward needs stored activations and gradients");
+    /* W reads the layer's stashed activations after B; a recomputed layer's
+     * live in the workspace, which the next micro-batch reuses */
+    PTDP_ASSERT_MSG(!p->split_backward ||
+                        ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
+                          p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
+                         !p->inference && !p->sequence_parallel),
+                    "a split backward needs stored activations and gradients, and no sequence "
+                    "parallelism");
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));

@@ -6,7 +6,9 @@
  * on the CPU), ctx, xm, ln2 (+stats), fc, gl. The loss head runs
  * its backward inside the forward (it needs nothing from later stages), so
  * the last stage keeps the [s, b, h] gradient of its last layer's output
- * instead of [s, b, V/t] logits.
+ * instead of [s, b, V/t] logits. With sequence parallelism everything
+ * between the embedding and the loss head's logits is this rank's sequence
+ * shard (layer.c).
  * The backward also runs as two halves for zero-bubble schedules: B (input
  * gradients, the pipeline's critical path) and W (weight gradients), W
  * reading the GEMM output gradients B kept in the slot.
@@ -35,7 +37,7 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     const ptdp_ops *o = c->ops;
     ptdp__slot_act *sa = &c->slots[slot];
-    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t Ns = c->Ns, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
     sa->iteration = iteration;
     sa->microbatch = microbatch;
     if (sa->tokens) {
@@ -46,16 +48,16 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
         ptdp__gpt_embed_fwd(c, sa);
         if (c->cfg->hidden_dropout > 0) /* an optional op: only runs that need it call it */
             o->dropout_fwd(
-                sa->x[0], N * h,
+                sa->x[0], Ns * h,
                 ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
     } else {
-        o->copy(sa->x[0], x_in, N * h);
+        o->copy(sa->x[0], x_in, Ns * h);
     }
     for (int64_t i = 0; i < c->nl; i++) ptdp__layer_fwd(c, sa, i, sa->x[i + 1]);
     if (c->p.post)
         ptdp__head_fwd_bwd(c, sa, loss_scale, loss_sum);
     else
-        o->copy(x_out, sa->x[c->nl], N * h);
+        o->copy(x_out, sa->x[c->nl], Ns * h);
 }
 
 /* The chunk's backward. split = 0: each layer's B and W back to back, the
@@ -67,8 +69,8 @@ static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, i
     PTDP_ASSERT_MSG(c->grads, "backward on an inference chunk");
     const ptdp_ops *o = c->ops;
     ptdp__slot_act *sa = &c->slots[slot];
-    const int64_t N = c->N, h = c->h;
-    o->copy(c->dres, c->p.post ? sa->x[c->nl] : dy, N * h);
+    const int64_t Ns = c->Ns, h = c->h;
+    o->copy(c->dres, c->p.post ? sa->x[c->nl] : dy, Ns * h);
     for (int64_t i = c->nl - 1; i >= 0; i--) {
         /* entering a recompute group from its end: rerun its forward (same
          * dropout keys: the slot remembers iteration and micro-batch) */
@@ -80,7 +82,7 @@ static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, i
             continue;
         }
         ptdp__layer_wgrad wg = c->wg_ws;
-        wg.dattn_out = sa->layer[i].xm; /* dead once B has read it (model_internal.h) */
+        if (!c->sp) wg.dattn_out = sa->layer[i].xm; /* dead once B has read it */
         ptdp__layer_bwd_b(c, sa, i, &wg);
         ptdp__layer_bwd_w(c, sa, i, &wg);
         if (c->hook) c->hook(c->hook_ctx, c->layer_offset[i]);
@@ -88,11 +90,11 @@ static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, i
     if (c->p.pre) {
         if (c->cfg->hidden_dropout > 0)
             o->dropout_bwd(
-                c->dres, N * h,
+                c->dres, Ns * h,
                 ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
         ptdp__gpt_embed_bwd(c, sa);
     } else {
-        o->copy(dx, c->dres, N * h);
+        o->copy(dx, c->dres, Ns * h);
     }
     if (c->hook && !split) c->hook(c->hook_ctx, 0);
 }

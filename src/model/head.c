@@ -1,34 +1,52 @@
 /* head.c - the ends of the model: the first stage's vocabulary-parallel
  * embedding (a masked lookup in this rank's rows of the tied word embedding,
- * the g all-reduce, position embeddings) and the last stage's loss head
+ * the g all-reduce or, with sequence parallelism, reduce-scatter, position
+ * embeddings) and the last stage's loss head
  * (final LayerNorm, logits against the tied embedding, vocabulary-parallel
  * cross-entropy and its backward). Not here: the embedding dropout and the
  * order of the chunk's pieces (gpt.c). */
 #include "model/model.h"
 #include "model/model_internal.h"
 
+/* With sequence parallelism the lookup's partial sums over the vocabulary
+ * slices are reduce-scattered (each rank keeps its positions [s0, s0+s/t)),
+ * and only those positions' embeddings are added: wpe's gradient then holds
+ * this rank's rows only, summed over the tensor group after the flush like
+ * every replicated parameter's (trainer.c). */
 void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
     const ptdp_ops *o = c->ops;
     const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
-    o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
-    ptdp__tp_g_fwd(c, sa->x[0], N * h);
-    o->pos_add_fwd(sa->x[0], c->P.wpe, s, b, h);
+    if (c->sp) {
+        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, c->tmp, s, b, h);
+        ptdp__sp_scatter(c, c->tmp, sa->x[0]);
+    } else {
+        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
+        ptdp__tp_g_fwd(c, sa->x[0], N * h);
+    }
+    o->pos_add_fwd(sa->x[0], c->P.wpe + c->s0 * h, c->Ns / b, b, h);
 }
 
 void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
     const ptdp_ops *o = c->ops;
     const int64_t h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
-    o->pos_add_bwd(c->dres, c->G.wpe, s, b, h);
-    o->embed_bwd(sa->tokens, s + 1, c->dres, c->G.wte, c->v0, c->Vl, s, b, h);
+    o->pos_add_bwd(c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
+    const float *dx = c->sp ? ptdp__sp_gather(c, c->dres) : c->dres;
+    o->embed_bwd(sa->tokens, s + 1, dx, c->G.wte, c->v0, c->Vl, s, b, h);
 }
 
-void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
+/* Returns the final LayerNorm's output over the whole sequence [s, b, h]
+ * (with sequence parallelism gathered into c->gath, where it stays for the
+ * backward). */
+static const float *head_logits(ptdp_gpt_chunk *c, const float *xL) {
     const ptdp_ops *o = c->ops;
     const int64_t N = c->N, h = c->h, Vl = c->Vl;
-    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, N, h,
+    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, c->Ns, h,
                      c->cfg->ln_eps);
-    o->gemm(0, 1, N, Vl, h, 1.0f, c->lnf_out, h, c->P.wte, h, 0.0f, c->logits, Vl);
+    const float *ln = c->sp ? ptdp__sp_gather(c, c->lnf_out) : c->lnf_out;
+    o->gemm(0, 1, N, Vl, h, 1.0f, ln, h, c->P.wte, h, 0.0f, c->logits, Vl);
+    return ln;
 }
+void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) { head_logits(c, xL); }
 
 /* Loss head and its backward: leaves d(loss)/d(x_L) in sa->x[nl]. The
  * vocabulary-parallel cross-entropy never gathers logits: three all-reduces
@@ -40,7 +58,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     float *xL = sa->x[c->nl];
     const int32_t *targets = sa->tokens + 1;
 
-    ptdp__head_logits(c, xL);
+    const float *ln = head_logits(c, xL);
     o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
     /* from here c->logits holds exp(logit - max), the backward's input */
@@ -56,11 +74,17 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
 
     o->xent_bwd(c->logits, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
     if (mask) o->mask_rows(c->logits, Vl, sa->tokens, s + 1, s, b, c->p.eod_token);
-    o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, c->lnf_out, h, 1.0f, c->G.wte, h);
-    o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
-    ptdp__tp_f_bwd(c, c->dtmp, N * h);
-    o->zero(c->dres, N * h);
+    o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, ln, h, 1.0f, c->G.wte, h);
+    if (c->sp) { /* f's backward: reduce-scatter into this rank's rows */
+        o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->tmp, h);
+        ptdp__sp_scatter(c, c->tmp, c->dtmp);
+    } else {
+        o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
+        ptdp__tp_f_bwd(c, c->dtmp, N * h);
+    }
+    const int64_t Ns = c->Ns;
+    o->zero(c->dres, Ns * h);
     o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
-                     c->G.lnf_b, N, h);
-    o->copy(xL, c->dres, N * h);
+                     c->G.lnf_b, Ns, h);
+    o->copy(xL, c->dres, Ns * h);
 }

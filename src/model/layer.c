@@ -10,6 +10,13 @@
  * copy_to_tensor_model_parallel_region / reduce_from_...): g all-reduces in
  * the forward, f in the backward, after the input-gradient GEMMs of the
  * column-parallel layers. The dropout streams of every site live here too.
+ * With sequence parallelism (Korthikanti et al. 2022; Megatron's
+ * --sequence-parallel) x, the LayerNorms, the dropouts and the residual adds
+ * work on this rank's Ns = s/t*b rows; f becomes an all-gather of the
+ * LayerNorm output forward (and again in W, for the weight gradient: the
+ * layer keeps only the shard) and a reduce-scatter of the input gradient
+ * backward; g a reduce-scatter forward and an all-gather of the output
+ * gradient backward. Same bytes as the two all-reduces.
  * The backward comes in two halves (zero-bubble schedules run them apart):
  * B, the input gradient, and W, the four weight GEMMs.
  * Not here: full recomputation (gpt.c decides what to rerun; selective
@@ -41,6 +48,11 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     if (site_by_head[site]) {
         d.heads = c->cfg->heads;
         d.head0 = (int64_t)c->tp * (c->cfg->heads / c->t);
+    } else if (c->sp) {
+        /* a sequence shard starts at position s0: element (si, bi, j) of the
+         * shard is the single process's (s0 + si, bi, j), whose number is
+         * (s0 << 24) * width further on (kernels.h) */
+        d.offset = ((uint64_t)c->s0 << 24) * (uint64_t)d.width;
     }
     return d;
 }
@@ -56,90 +68,129 @@ void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
     if (c->t > 1) c->ops->quantize(x, n);
 }
 
+void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out) {
+    const int64_t n = c->Ns * c->h;
+    c->ops->copy(out + (int64_t)c->tp * n, xs, n);
+    ptdp_allgather_f32(c->p.tp, out, n);
+}
+float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs) {
+    ptdp__sp_gather_into(c, xs, c->gath);
+    return c->gath;
+}
+void ptdp__sp_scatter(const ptdp_gpt_chunk *c, const float *full, float *out) {
+    ptdp_reduce_scatter_sum_f32(c->p.tp, full, out, c->Ns * c->h);
+    c->ops->quantize(out, c->Ns * c->h);
+}
+
+/* g's forward after a row-parallel GEMM into c->tmp [s, b, h]: the summed
+ * rows of this rank's residual stream ([s', b, h]). */
+static const float *g_fwd(const ptdp_gpt_chunk *c) {
+    if (!c->sp) {
+        ptdp__tp_g_fwd(c, c->tmp, c->N * c->h);
+        return c->tmp;
+    }
+    ptdp__sp_scatter(c, c->tmp, c->gath);
+    return c->gath;
+}
+/* f's backward: the input-gradient GEMM of a column-parallel layer writes
+ * into f_bwd_buf(c) [s, b, h]; f_bwd leaves its sum's rows in c->dtmp.
+ * (c->gath, not c->tmp: when B and W run back to back c->tmp holds the MLP
+ * output's gradient until W.) */
+static float *f_bwd_buf(const ptdp_gpt_chunk *c) { return c->sp ? c->gath : c->dtmp; }
+static void f_bwd(const ptdp_gpt_chunk *c) {
+    if (c->sp)
+        ptdp__sp_scatter(c, c->gath, c->dtmp);
+    else
+        ptdp__tp_f_bwd(c, c->dtmp, c->N * c->h);
+}
+/* f's forward and g's backward: a residual-stream tensor as the whole
+ * sequence (an all-gather with sp, else the tensor itself). */
+static const float *whole(const ptdp_gpt_chunk *c, const float *xs) {
+    return c->sp ? ptdp__sp_gather(c, xs) : xs;
+}
+
 /* y: where the layer's output goes (normally sa->x[i+1]). */
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
 
-    o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, N, h, c->cfg->ln_eps);
-    o->gemm(0, 1, N, 3 * hl, h, 1.0f, A->ln1, h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
+    o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, Ns, h,
+                     c->cfg->ln_eps);
+    o->gemm(0, 1, N, 3 * hl, h, 1.0f, whole(c, A->ln1), h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
     o->bias_add(A->qkv, W->qkv_b, N, 3 * hl);
     o->attention_fwd(A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
                      ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
     o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
-    ptdp__tp_g_fwd(c, c->tmp, N * h);
     o->bias_dropout_add_fwd(
-        c->tmp, W->proj_b, x, A->xm, N, h,
+        g_fwd(c), W->proj_b, x, A->xm, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
 
-    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, N, h,
+    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns, h,
                      c->cfg->ln_eps);
-    o->gemm(0, 1, N, fl, h, 1.0f, A->ln2, h, W->fc1_w, h, 0.0f, A->fc, fl);
+    o->gemm(0, 1, N, fl, h, 1.0f, whole(c, A->ln2), h, W->fc1_w, h, 0.0f, A->fc, fl);
     o->bias_gelu_fwd(A->fc, W->fc1_b, A->gl, N, fl);
     o->gemm(0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
-    ptdp__tp_g_fwd(c, c->tmp, N * h);
     o->bias_dropout_add_fwd(
-        c->tmp, W->fc2_b, A->xm, y, N, h,
+        g_fwd(c), W->fc2_b, A->xm, y, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
 }
 
-/* B: input gradient only. The weight GEMMs' output gradients go to wg, not
- * to a scratch buffer, because W reads them later. */
+/* B: input gradient only. The weight GEMMs' output gradients go to wg (the
+ * whole sequence's rows under sequence parallelism), not to a scratch
+ * buffer, because W reads them later. */
 void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg) {
     const ptdp_ops *o = c->ops;
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
+    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
     float *dres = c->dres, *dtmp = c->dtmp;
 
-    /* MLP: dres holds d(out) */
+    /* MLP: dres holds d(out); g's backward (sp) gathers the branch's gradient */
     o->bias_dropout_add_bwd(
-        dres, wg->dmlp_out, G->fc2_b, N, h,
+        dres, c->sp ? dtmp : wg->dmlp_out, G->fc2_b, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
+    if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dmlp_out);
     o->gemm(0, 0, N, fl, h, 1.0f, wg->dmlp_out, h, W->fc2_w, fl, 0.0f, wg->dfc, fl);
     o->bias_gelu_bwd(wg->dfc, A->fc, W->fc1_b, wg->dfc, G->fc1_b, N, fl);
-    o->gemm(0, 0, N, h, fl, 1.0f, wg->dfc, fl, W->fc1_w, h, 0.0f, dtmp, h);
-    ptdp__tp_f_bwd(c, dtmp, N * h);
-    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, N,
+    o->gemm(0, 0, N, h, fl, 1.0f, wg->dfc, fl, W->fc1_w, h, 0.0f, f_bwd_buf(c), h);
+    f_bwd(c);
+    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, Ns,
                      h);
 
     /* attention: dres holds d(xm) */
     o->bias_dropout_add_bwd(
-        dres, wg->dattn_out, G->proj_b, N, h,
+        dres, c->sp ? dtmp : wg->dattn_out, G->proj_b, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
+    if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dattn_out);
     o->gemm(0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
     const ptdp_dropout pd =
         ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa);
-    const float *ctx = A->ctx;
-    if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE) {
+    if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE)
         /* selective recomputation: core attention reruns from the stored QKV
-         * (same masks, same kernel: the same ctx) to rebuild its saved state
-         * in the shared workspace. The rerun ctx goes to dtmp, free until the
-         * QKV input-gradient GEMM below (c->tmp may hold the MLP's output
-         * gradient until W). */
-        o->attention_fwd(A->qkv, dtmp, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd, pd);
-        ctx = dtmp;
-    }
-    o->attention_bwd(c->dctx, A->qkv, ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
+         * to rebuild its saved state in the shared workspace; same inputs,
+         * masks and kernel, so the ctx it writes over is the same ctx */
+        o->attention_fwd(A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd, pd);
+    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
                      c->hd, pd);
     o->bias_bwd(wg->dqkv, G->qkv_b, N, 3 * hl);
-    o->gemm(0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, dtmp, h);
-    ptdp__tp_f_bwd(c, dtmp, N * h);
-    o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, N, h);
+    o->gemm(0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, f_bwd_buf(c), h);
+    f_bwd(c);
+    o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, Ns, h);
 }
 
 /* W: the weight gradients, from the GEMM inputs stashed in the slot and the
- * output gradients B left in wg. No communication: under tensor parallelism
- * each rank's weight shard's gradient is local. */
+ * output gradients B left in wg. Under tensor parallelism each rank's weight
+ * shard's gradient is local; with sequence parallelism the LayerNorm outputs
+ * are gathered again (the slot keeps their shards). */
 void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg) {
     const ptdp_ops *o = c->ops;
@@ -147,7 +198,7 @@ void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     const ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl;
     o->gemm(1, 0, h, fl, N, 1.0f, wg->dmlp_out, h, A->gl, fl, 1.0f, G->fc2_w, fl);
-    o->gemm(1, 0, fl, h, N, 1.0f, wg->dfc, fl, A->ln2, h, 1.0f, G->fc1_w, h);
+    o->gemm(1, 0, fl, h, N, 1.0f, wg->dfc, fl, whole(c, A->ln2), h, 1.0f, G->fc1_w, h);
     o->gemm(1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
-    o->gemm(1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, A->ln1, h, 1.0f, G->qkv_w, h);
+    o->gemm(1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, whole(c, A->ln1), h, 1.0f, G->qkv_w, h);
 }

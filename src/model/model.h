@@ -80,6 +80,12 @@ typedef struct {
     int64_t numel_multiple;       /* pad the flat buffers to a multiple of this (0: 16) */
     int eod_mask_loss;            /* the loss head skips tokens whose input is eod_token */
     int32_t eod_token;            /* (Megatron's --eod-mask-loss) */
+    int sequence_parallel;        /* Megatron's --sequence-parallel (only when the tensor group
+                                     has t > 1 members; s % t == 0): the residual stream,
+                                     LayerNorms and dropouts hold this rank's 1/t of the
+                                     sequence, rows [tp*s/t*b, (tp+1)*s/t*b) of [s, b, h];
+                                     the chunk's input, output and their gradients are
+                                     [s/t, b, h] too */
     int inference;                /* no gradient buffer (generation, export): forward only,
                                      call ptdp_gpt_chunk_set_training(c, 0) */
     int split_backward;           /* zero-bubble schedules: every slot also keeps the
@@ -164,6 +170,7 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
  * first and last stage, ignored elsewhere (may be NULL there).
  * x_in: [s, b, h] input activation when !pre (NULL on the first stage).
  * x_out: [s, b, h] receives the output activation when !post.
+ * With sequence_parallel both are this rank's [s/t, b, h] shard.
  * On the last stage the loss head runs here and, because it needs nothing
  * from later stages, so does its backward: the slot keeps only the gradient
  * of the last layer's output. loss_scale multiplies each token's loss
@@ -174,7 +181,8 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
 void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in,
                         float *x_out, float loss_scale, double *loss_sum, int64_t iteration,
                         int64_t microbatch);
-/* Backward of the micro-batch in `slot`: dy [s, b, h] is the gradient of the
+/* Backward of the micro-batch in `slot`: dy [s, b, h] ([s/t, b, h] with
+ * sequence parallelism, as x_in/x_out) is the gradient of the
  * chunk's output when !post (NULL on the last stage); dx receives the
  * gradient of its input when !pre. Weight gradients accumulate into the
  * gradient buffer. */

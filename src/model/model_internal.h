@@ -51,17 +51,19 @@ typedef struct {
 
 /* ---- a chunk's state (chunk.c plans it; layer.c, head.c, gpt.c run it) ---- */
 
-/* What one layer stashes for its backward. N = s*b token rows. */
+/* What one layer stashes for its backward. N = s*b token rows; with
+ * sequence parallelism the tensors marked [s', b, ...] hold this rank's
+ * sequence shard, s' = s/t (Ns = s'*b rows), else s' = s. */
 typedef struct {
-    float *ln1;                 /* [s, b, h] LN(x) */
-    float *ln1_mean, *ln1_rstd; /* [s, b] */
+    float *ln1;                 /* [s', b, h] LN(x) */
+    float *ln1_mean, *ln1_rstd; /* [s', b] */
     float *qkv;                 /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
     float *attn_saved;          /* [ops->attention_saved_floats(s, b, a/t)] what attention_fwd keeps
                                    for its backward (CPU: logsumexp [b, a/t, s]) */
     float *ctx;                 /* [s, b, h/t] attention output */
-    float *xm;                  /* [s, b, h] x + dropout(attention out + bo) */
-    float *ln2;                 /* [s, b, h] LN(xm) */
-    float *ln2_mean, *ln2_rstd; /* [s, b] */
+    float *xm;                  /* [s', b, h] x + dropout(attention out + bo) */
+    float *ln2;                 /* [s', b, h] LN(xm) */
+    float *ln2_mean, *ln2_rstd; /* [s', b] */
     float *fc;                  /* [s, b, 4h/t] ln2 W1^T (before bias and GeLU) */
     float *gl;                  /* [s, b, 4h/t] gelu(fc + b1) */
 } ptdp__layer_act;
@@ -80,7 +82,7 @@ typedef struct {
 } ptdp__layer_wgrad;
 
 typedef struct {
-    float **x;              /* [nl+1] -> [s, b, h]: input of each layer, then the chunk
+    float **x;              /* [nl+1] -> [s', b, h]: input of each layer, then the chunk
                                output (on the last stage: the gradient of the output
                                after fwd). Inner inputs of a recompute group point
                                into the shared recompute workspace. */
@@ -98,13 +100,15 @@ struct ptdp_gpt_chunk {
     const ptdp_ops *ops;
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0; /* layers, s*b, h, h/t, 4h/t, a/t, h/a, V/t, tp*V/t */
-    int training;                             /* 0: no dropout, the loss head skips its backward */
-    int64_t *group;            /* [nl]: first layer of layer i's recompute group, -1 if stored */
-    int64_t *group_end;        /* [nl]: one past the group's last layer */
-    int64_t max_group;         /* layers in the largest recompute group */
+    int sp;             /* sequence parallelism (t > 1): the residual stream is sharded */
+    int64_t Ns, s0;     /* rows of the residual stream (N/t with sp, else N); first position */
+    int training;       /* 0: no dropout, the loss head skips its backward */
+    int64_t *group;     /* [nl]: first layer of layer i's recompute group, -1 if stored */
+    int64_t *group_end; /* [nl]: one past the group's last layer */
+    int64_t max_group;  /* layers in the largest recompute group */
     ptdp__layer_act *ws_layer; /* [max_group] recompute workspace */
-    float **ws_x;  /* [max_group] -> [s, b, h]: inner inputs of a group being recomputed */
-    float *ws_out; /* [s, b, h] a recomputed group's output (discarded) */
+    float **ws_x;  /* [max_group] -> [s', b, h]: inner inputs of a group being recomputed */
+    float *ws_out; /* [s', b, h] a recomputed group's output (discarded) */
     size_t slot_bytes, shared_bytes; /* activation plan: per slot, shared */
     ptdp_grad_hook hook;
     void *hook_ctx;
@@ -117,17 +121,23 @@ struct ptdp_gpt_chunk {
     size_t param_bytes, act_bytes;
     ptdp__slot_act *slots; /* [slots] */
     /* workspace shared by all slots */
-    float *tmp;              /* [s, b, h] row-parallel GEMM output before the all-reduce */
-    float *dres, *dtmp;      /* [s, b, h] residual-stream gradient, its branch's gradient */
-    float *dctx;             /* [s, b, h/t] */
-    float *dqkv;             /* [s, b, 3h/t] */
-    float *dfc;              /* [s, b, 4h/t] */
+    float *tmp;          /* [s, b, h] row-parallel GEMM output before the all-reduce (or
+                            reduce-scatter) */
+    float *dres, *dtmp;  /* [s', b, h] residual-stream gradient, its branch's gradient */
+    float *gath;         /* [s, b, h] (sp only): a gathered sequence (the LayerNorm output
+                            entering a column-parallel GEMM), the reduce-scatter's
+                            [s', b, h] result in the forward, and the input gradient of
+                            a column-parallel GEMM before its reduce-scatter */
+    float *dctx;         /* [s, b, h/t] */
+    float *dqkv;         /* [s, b, 3h/t] */
+    float *dfc;          /* [s, b, 4h/t] */
     ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
-                                back to back (dattn_out: that layer's xm) */
-    float *attn_scratch;     /* [ptdp_attention_scratch_floats(s, threads)] */
+                                back to back (dattn_out: that layer's xm; with sp, whose
+                                xm is a shard, a workspace buffer of its own) */
+    float *attn_scratch; /* [ptdp_attention_scratch_floats(s, threads)] */
     /* loss head (last stage) */
-    float *lnf_out;             /* [s, b, h] */
-    float *lnf_mean, *lnf_rstd; /* [s, b] */
+    float *lnf_out;             /* [s', b, h] */
+    float *lnf_mean, *lnf_rstd; /* [s', b] */
     float *logits; /* [s, b, V/t] this rank's vocabulary slice; its gradient after backward */
     float *gmax, *sumexp, *tgt,
         *loss; /* [s, b] row max, sum of exponentials, target logit, token loss */
@@ -163,6 +173,15 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
  * x: [s, b, h] (n floats), reduced in place. */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n);
 void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n);
+/* layer.c: their sequence-parallel forms (Korthikanti et al.), used when
+ * c->sp. gather: this rank's shard xs [s/t, b, h] -> the whole sequence
+ * c->gath [s, b, h] (f's forward, g's backward). scatter: the partial sums
+ * full [s, b, h] -> their sum's shard out [s/t, b, h] (g's forward, f's
+ * backward; out must not overlap full). Collective over the tensor group. */
+float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs);
+/* the same gather into out [s, b, h] (which must not be xs) */
+void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out);
+void ptdp__sp_scatter(const ptdp_gpt_chunk *c, const float *full, float *out);
 /* layer.c: layer i of the chunk on slot sa; forward writes its output to y
  * (normally sa->x[i+1]). The backward in two halves: _b takes d(out) in
  * c->dres and leaves d(x) there, accumulating the bias and LayerNorm

@@ -86,6 +86,9 @@ static int number(const cJSON *root, const char *key, const char *origin, double
 
 int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
     memset(c, 0, sizeof *c);
+    char what[300];
+    snprintf(what, sizeof what, "cluster %s", origin);
+    if (ptdp_json_check(json, strlen(json), PTDP_JSON_MAX_DEPTH, what)) return PTDP_EFORMAT;
     cJSON *root = cJSON_Parse(json);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);

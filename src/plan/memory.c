@@ -21,15 +21,21 @@
  * plus the layer's input x (N h), i.e. on the CPU 4 bytes x (N (4h + 12h/t) +
  * 4N + b (a/t) s). Dropout masks are regenerated from the counter-based RNG, so
  * unlike the paper's 16-bit count of s b h (34 + 5 a s / h) bytes none are
- * stored. With full recomputation a stashed micro-batch keeps only the
- * inputs of its recompute groups; one group's internals live in a workspace
- * shared by all micro-batches. Selective recomputation stores every layer
- * but what attention saves for its backward, which one workspace copy holds
- * for the layer whose backward reruns core attention. Zero-bubble schedules
- * (split backward) keep, per layer and stashed micro-batch, the output
- * gradients of the four weight GEMMs from B to W: N h + N fl + 3 N hl more
- * floats (= N (h + 7h/t)); the fourth, N h, reuses the layer's stashed xm,
- * dead by then. */
+ * stored. With sequence parallelism (Korthikanti et al.) x, ln1, ln2, xm and
+ * the LayerNorm statistics hold s/t positions (the LayerNorm outputs are
+ * gathered again for the backward instead of being kept whole), so a layer
+ * stashes 4 bytes x (N (4h/t + 12h/t) + 4N/t + b (a/t) s): every term of the
+ * t = 1 count divided by t, as in the paper's (s b h / t)(34 + 5 a s / h).
+ * With full recomputation a stashed micro-batch keeps only the inputs of its
+ * recompute groups; one group's internals live in a workspace shared by all
+ * micro-batches. Selective recomputation stores every layer but what
+ * attention saves for its backward, which one workspace copy holds for the
+ * layer whose backward reruns core attention.
+ * Zero-bubble schedules (split backward) keep, per layer and stashed
+ * micro-batch, the output gradients of the four weight GEMMs from B to W:
+ * N h + N fl + 3 N hl more floats (= N (h + 7h/t)); the fourth, N h, reuses
+ * the layer's stashed xm, dead by then. With sequence parallelism and B, W
+ * back to back the workspace holds that fourth one ([s, b, h]) instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,17 +44,24 @@
 static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
 
 /* One layer's stored activations, piece by piece as the model carves them. */
+static int64_t rows_of_stream(const ptdp_plan_mem *m) { /* Ns: the residual stream's rows */
+    const int64_t N = m->s * m->b;
+    return m->sequence_parallel && m->t > 1 ? N / m->t : N;
+}
+
 static size_t layer_bytes(const ptdp_plan_mem *m) {
-    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
+    const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
+                  fl = m->ffn / m->t;
     const int selective = m->recompute == PTDP_RECOMPUTE_SELECTIVE;
-    return 3 * nf((double)(N * h)) + 4 * nf((double)N) + nf((double)(N * 3 * hl)) +
+    return 3 * nf((double)(Ns * h)) + 4 * nf((double)Ns) + nf((double)(N * 3 * hl)) +
            (selective ? 0 : nf((double)m->attn_saved_floats)) + nf((double)(N * hl)) +
            2 * nf((double)(N * fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
-    const int64_t N = m->s * m->b, h = m->h, hl = h / m->t, fl = m->ffn / m->t;
-    const size_t L = layer_bytes(m), X = nf((double)(N * h));
+    const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
+                  fl = m->ffn / m->t;
+    const size_t L = layer_bytes(m), X = nf((double)(Ns * h)), XN = nf((double)(N * h));
     const int64_t n = m->recompute_num_layers < 1 ? 1 : m->recompute_num_layers, l = m->layers;
     size_t slot =
         (m->pre || m->post) ? ptdp_arena_need(4 * (size_t)(m->b * (m->s + 1))) : 0; /* tokens */
@@ -64,17 +77,21 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
         if (i < l && g < 0 && m->split_backward) /* kept from B to W */
-            slot += X + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
+            slot += XN + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
-    sh += 3 * X + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
-          nf((double)(N * fl));               /* backward buffers */
+    /* the row-parallel output, the residual gradients, the gathered sequence
+     * (sequence parallelism), the backward's tensor-parallel buffers, and with
+     * sequence parallelism the attention output's gradient from B to W */
+    sh += XN + 2 * X + (Ns < N ? 2 * XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
+          nf((double)(N * fl));
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
         sh += nf((double)m->attn_saved_floats); /* the one layer being recomputed */
-    if (m->post)
-        sh += X + 6 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t))); /* loss head */
+    if (m->post) /* final LayerNorm (rows of the stream), logits and the loss's [s, b] */
+        sh +=
+            X + 2 * nf((double)Ns) + 4 * nf((double)N) + nf((double)(N * (m->vocab_padded / m->t)));
     *per_slot = (double)slot;
     *shared = (double)sh;
 }
@@ -98,7 +115,9 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
                             .recompute = PTDP_RECOMPUTE_NONE,
                             .recompute_num_layers = 0,
                             .attn_saved_floats = 0,
-                            .attn_scratch_floats = 0};
+                            .attn_scratch_floats = 0,
+                            .master_weights = 0,
+                            .sequence_parallel = 0};
 }
 
 /* A chunk's parameter tensors in buffer order: local element counts. */
@@ -141,9 +160,14 @@ static int64_t owned_state(const ptdp_plan_rank *r, const int64_t *off, const in
 int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) {
     memset(bytes, 0, sizeof(size_t) * PTDP_MEM_NCAT);
     const ptdp_schedule_params *sp = &r->sched;
-    const int64_t stages = (int64_t)sp->p * sp->v, per = r->layers / stages;
+    const int64_t stages = (int64_t)sp->p * sp->v;
+    int rc = ptdp_stage_layout_check(&r->layout, r->layers, sp->p, sp->v);
+    if (rc != PTDP_OK) return rc;
     for (int c = 0; c < sp->v; c++) {
         const int64_t stage = (int64_t)c * sp->p + r->pp_rank;
+        int64_t begin, end;
+        ptdp_stage_layout_range(&r->layout, r->layers, sp->p, sp->v, (int)stage, &begin, &end);
+        const int64_t per = end - begin;
         const int pre = stage == 0, post = stage == stages - 1;
         int64_t *numel = malloc(sizeof(int64_t) * (size_t)(12 * per + 4) * 2);
         if (!numel) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the memory plan");
@@ -173,6 +197,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .post = post,
                                  .recompute = r->recompute,
                                  .recompute_num_layers = r->recompute_num_layers,
+                                 .sequence_parallel = r->sequence_parallel,
                                  .split_backward = ptdp_schedule_splits_backward(sp),
                                  .attn_saved_floats = r->attn_saved_floats,
                                  .attn_scratch_floats = r->attn_scratch_floats};
@@ -183,9 +208,11 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         bytes[PTDP_MEM_WORKSPACE] += (size_t)shared;
     }
     if (sp->p > 1) {
-        const size_t msg = (size_t)(r->s * r->b * r->h); /* one activation [s, b, h] */
+        /* one activation [s, b, h], or its sequence shard */
+        const size_t msg =
+            (size_t)(r->s * r->b * r->h / (r->sequence_parallel && r->t > 1 ? r->t : 1));
         ptdp_schedule all;
-        int rc = ptdp_schedule_init(&all, sp);
+        rc = ptdp_schedule_init(&all, sp);
         if (rc != PTDP_OK) return rc;
         const int K = ptdp_schedule_send_buffers(&all); /* ring slots per direction */
         ptdp_schedule_free(&all);

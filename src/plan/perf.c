@@ -14,12 +14,17 @@
  * Memory: fp32 (what ptdp trains today) is memory.c's exact plan of every
  * pipeline rank; 16-bit is the paper's model (16 bytes per parameter with
  * fp16 gradients, 18 with bf16's fp32 gradients; activations of
- * s b h (10 + 24/t + 5 a s / (h t)) bytes per layer).
+ * s b h (10 + 24/t + 5 a s / (h t)) bytes per layer, (s b h / t)(34 + 5 a s
+ * / h) with sequence parallelism, Korthikanti et al.).
+ * Sequence parallelism: the all-reduces become reduce-scatter + all-gather
+ * pairs (the same ring time), ptdp's backward gathers each LayerNorm output
+ * once more (two all-gathers per layer), the element-wise work on the
+ * residual stream and the pipeline messages shrink by t.
  *
  * Deliberately not here: link contention between collectives, kernel launch
  * latencies (the cluster's overhead_s stands for all fixed costs), overlap
  * of tensor-parallel communication with compute (Megatron of the paper does
- * not overlap it), sequence parallelism. */
+ * not overlap it). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +43,10 @@ ptdp_plan_job ptdp_plan_job_default_params(void) {
                            .precision = PTDP_PREC_FP32,
                            .schedule = -1,
                            .scatter_gather = 1,
+                           .sequence_parallel = 0,
                            .zero = 0,
                            .overlap_grad_reduce = 1,
+                           .uneven_splits = 1,
                            .recompute_method = PTDP_RECOMPUTE_UNIFORM,
                            .recompute_num_layers = 1,
                            .bucket_floats = 40000000,
@@ -105,9 +112,14 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     if (job->h % t || ffn % t)
         return ptdp_errorf(PTDP_ECONFIG, "hidden %lld or ffn %lld not divisible by t=%lld",
                            (long long)job->h, (long long)ffn, (long long)t);
-    if (job->layers % (p * v))
+    if (job->sequence_parallel && t > 1 && job->s % t)
+        return ptdp_errorf(PTDP_ECONFIG, "sequence parallelism: s=%lld not divisible by t=%lld",
+                           (long long)job->s, (long long)t);
+    if (ptdp_stage_layout_is_even(&L->stages) && job->layers % (p * v))
         return ptdp_errorf(PTDP_ECONFIG, "layers %lld not divisible by p x v = %lld",
                            (long long)job->layers, (long long)(p * v));
+    const int lrc = ptdp_stage_layout_check(&L->stages, job->layers, (int)p, (int)v);
+    if (lrc != PTDP_OK) return lrc;
     if (job->global_batch % (b * d))
         return ptdp_errorf(PTDP_ECONFIG, "batch %lld not divisible by b x d = %lld",
                            (long long)job->global_batch, (long long)(b * d));
@@ -140,17 +152,23 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     const double w = ptdp_plan_precision_bytes(job->precision),
                  wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
     const int64_t t = L->t, h = job->h, s = job->s, b = L->b, stages = (int64_t)L->p * L->v;
-    const int64_t Lc = job->layers / stages,
-                  k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
-    const double N = (double)(s * b);
-    /* the paper's activation bytes of one layer without recomputation */
+    const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
+    int64_t Lmax = 0;
+    const double N = (double)(s * b), sq = job->sequence_parallel && t > 1 ? (double)t : 1.0;
+    /* the paper's activation bytes of one layer without recomputation; with
+     * sequence parallelism the 10 s b h of the residual stream's tensors
+     * (LayerNorm inputs, dropout masks) is split too: (s b h / t)(34 + 5 a s / h) */
     const double attn = N * (double)h * 5.0 * (double)(job->a * s) / (double)(h * t);
-    const double full = N * (double)h * (10.0 + 24.0 / (double)t) + attn;
-    const double input = N * (double)h * w;
+    const double full = N * (double)h * (10.0 / sq + 24.0 / (double)t) + attn;
+    const double input = N * (double)h * w / sq;
     double P = 0, act = 0, work = 0;
     for (int c = 0; c < L->v; c++) {
         const int64_t stage = (int64_t)c * L->p + rank;
         const int pre = stage == 0, post = stage == stages - 1;
+        int64_t begin, end;
+        ptdp_stage_layout_range(&L->stages, job->layers, L->p, L->v, (int)stage, &begin, &end);
+        const int64_t Lc = end - begin;
+        if (Lc > Lmax) Lmax = Lc;
         P += (double)Lc * layer_params(h, ffn, t);
         if (pre || post) P += (double)(Vp / t * h);
         if (pre) P += (double)(s * h);
@@ -170,9 +188,10 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
         if (post) work += N * (double)(Vp / t) * (w + 4.0); /* logits and their fp32 softmax */
     }
     if (L->recompute) /* one group rerun (selective: one layer's attention) */
-        work += job->recompute_method == PTDP_RECOMPUTE_SELECTIVE ? attn
-                                                                  : (double)(k < Lc ? k : Lc) * full;
-    if (L->p > 1) work += 4.0 * input;                          /* send and receive buffers */
+        work += job->recompute_method == PTDP_RECOMPUTE_SELECTIVE
+                    ? attn
+                    : (double)(k < Lmax ? k : Lmax) * full;
+    if (L->p > 1) work += 4.0 * input; /* send and receive buffers */
     mem[PTDP_PMEM_WEIGHTS] = P * w;
     mem[PTDP_PMEM_GRADIENTS] = P * wg;
     mem[PTDP_PMEM_OPTIMIZER] = P * 12.0 / (job->zero ? (double)L->d : 1.0);
@@ -198,6 +217,7 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     r.d = L->d;
     r.pp_rank = rank;
     r.sched = *sp;
+    r.layout = L->stages;
     r.zero = job->zero;
     r.bucket_floats = job->bucket_floats;
     r.recompute = L->recompute ? job->recompute_method : PTDP_RECOMPUTE_NONE;
@@ -206,6 +226,7 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     r.attn_saved_floats = job->attn_saved_floats ? job->attn_saved_floats(job->s, L->b, al)
                                                  : L->b * al * job->s * job->s;
     r.attn_scratch_floats = job->attn_scratch_floats;
+    r.sequence_parallel = job->sequence_parallel && L->t > 1;
     size_t bytes[PTDP_MEM_NCAT];
     int rc = ptdp_plan_rank_memory(&r, bytes);
     if (rc) return rc;
@@ -260,16 +281,23 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
                           gemm_s(c, peak, 1, N, fl, h) +      /* MLP in */
                           gemm_s(c, peak, 1, N, h, fl);       /* MLP out */
     const double S = b * al * s * s;                          /* attention scores on this device */
-    const double ew_bytes = w * (10 * N * h + 4 * S + 2 * N * fl) + (S + 2 * N * h);
+    /* sequence parallelism: the residual stream's element-wise work (LayerNorms,
+     * dropouts, adds) on s/t positions */
+    const int seqp = job->sequence_parallel && t > 1;
+    const double Nr = seqp ? N / t : N;
+    const double ew_bytes = w * (10 * Nr * h + 4 * S + 2 * N * fl) + (S + 2 * Nr * h);
     const double ew_f = ew_bytes / ew_bw;
+    /* an all-reduce, or its reduce-scatter + all-gather halves: the same ring time */
     const double ar_act = allreduce_s(N * h * w, t, tp_bw, tp_lat);
     const double tp_f = 2 * ar_act;
+    /* ptdp's sequence-parallel backward gathers both LayerNorm outputs again */
+    const double tp_b = tp_f + (seqp ? 2 * half_ring_s(N * h * w, t, tp_bw, tp_lat) : 0);
     est->layer_gemm_fwd_s = gemm_f;
     est->layer_elementwise_fwd_s = ew_f;
     est->layer_tp_fwd_s = tp_f;
     est->gemm_efficiency = gemm_eff(c, N, fl, h);
     const double fwd = gemm_f + ew_f + tp_f;
-    const double bwd = 2 * gemm_f + 2 * ew_f + tp_f; /* input and weight gradients */
+    const double bwd = 2 * gemm_f + 2 * ew_f + tp_b; /* input and weight gradients */
     est->layer_fwd_s = fwd;
     /* selective recomputation reruns core attention only: its two s x s
      * GEMMs and the softmax/dropout over the scores */
@@ -289,11 +317,12 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->embedding_s = emb_f + emb_b;
 
     /* one transfer between stages: [s, b, h] (1/t of it with scatter/gather,
-     * then an all-gather in the tensor group) */
-    const int sg = job->scatter_gather && t > 1;
+     * then an all-gather in the tensor group; with sequence parallelism the
+     * message is the 1/t shard and nothing is gathered) */
+    const int sg = job->scatter_gather && t > 1 && !seqp;
     double p2p = 0;
     if (p > 1) {
-        p2p = pp_lat + N * h * w / (sg ? t : 1) / pp_bw;
+        p2p = pp_lat + N * h * w / (sg || seqp ? t : 1) / pp_bw;
         if (sg) p2p += half_ring_s(N * h * w, t, tp_bw, tp_lat);
     }
     est->p2p_s = p2p;
@@ -308,9 +337,11 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->m = m;
     est->vocab_padded = Vp;
     /* memory: the most loaded pipeline rank (the first holds the most
-     * micro-batches, the last the loss head) */
+     * micro-batches, the last the loss head; with an uneven split any rank
+     * may be the largest) */
     double best_total = -1;
-    for (int r = 0; r < p; r += (p > 2 ? p - 1 : 1)) {
+    const int even = ptdp_stage_layout_is_even(&L->stages);
+    for (int r = 0; r < p; r += (p > 2 && even ? p - 1 : 1)) {
         double mem[PTDP_PMEM_COUNT], P = 0, total = 0;
         if (job->precision == PTDP_PREC_FP32) {
             rc = memory_fp32(job, L, &sp, r, ffn, Vp, mem, &P);
@@ -332,11 +363,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
 
     /* the pipeline: every virtual stage's forward and backward in the simulator */
     const int stages = p * v;
-    const int64_t Lc = job->layers / stages;
     const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
-    const int64_t rc_layers = !L->recompute                                   ? 0
-                              : job->recompute_method == PTDP_RECOMPUTE_BLOCK ? (k < Lc ? k : Lc)
-                                                                              : Lc;
     double *sf = malloc(sizeof(double) * 2 * (size_t)stages);
     if (!sf) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
     double *sb = sf + stages;
@@ -344,7 +371,24 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
      * the gradients, the other way): in steady state each is a blocking
      * exchange with a neighbour that is itself computing, so both transfers
      * sit on the rank's timeline; the first and last stage have one. */
+    int64_t rank_layers_max = 0;
+    for (int r = 0; r < p; r++) {
+        int64_t n = 0;
+        for (int c2 = 0; c2 < v; c2++) {
+            int64_t b0, e0;
+            ptdp_stage_layout_range(&L->stages, job->layers, p, v, c2 * p + r, &b0, &e0);
+            n += e0 - b0;
+        }
+        if (n > rank_layers_max) rank_layers_max = n;
+    }
     for (int st = 0; st < stages; st++) {
+        int64_t b0, e0; /* this stage's layers: the split may be uneven */
+        ptdp_stage_layout_range(&L->stages, job->layers, p, v, st, &b0, &e0);
+        const int64_t Lc = e0 - b0;
+        const int64_t rc_layers = !L->recompute ? 0
+                                  : job->recompute_method == PTDP_RECOMPUTE_BLOCK
+                                      ? (k < Lc ? k : Lc)
+                                      : Lc;
         const double xfers = p > 1 ? (st > 0) + (st < stages - 1) : 0;
         sf[st] =
             (double)Lc * fwd + (st == 0 ? emb_f : 0) + (st == stages - 1 ? head : 0) + xfers * p2p;
@@ -403,7 +447,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->overhead_s = c->overhead_s;
     /* what the rank spends communicating inside the pipeline passes */
     const double per_mb =
-        (double)(job->layers / p) * (tp_f * (L->recompute && !selective ? 3 : 2) * 1.0);
+        (double)rank_layers_max * (tp_f * (L->recompute && !selective ? 2 : 1) + tp_b);
     est->comm_s[PTDP_COMM_TENSOR] = m * per_mb;
     est->comm_s[PTDP_COMM_PIPELINE] = p > 1 ? 4.0 * m * v * p2p : 0;
     est->iteration_s = est->pipeline_s + est->comm_s[PTDP_COMM_DATA] +

@@ -113,6 +113,7 @@ typedef struct {
     int pre, post; /* first / last pipeline stage */
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
+    int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
     int split_backward; /* zero-bubble schedule: each slot also keeps its layers'
                            weight-GEMM output gradients until W */
     /* the compute backend's numbers (the plan does not know the kernels):
@@ -137,12 +138,15 @@ typedef struct {
     int64_t t, d; /* tensor- and data-parallel sizes (p, v: sched) */
     int pp_rank, dp_rank;
     ptdp_schedule_params sched;
-    int zero;              /* --use-distributed-optimizer */
-    int64_t bucket_floats; /* --ddp-bucket-size */
-    int recompute;         /* ptdp_recompute_method (base.h) */
+    ptdp_stage_layout layout; /* layers per virtual stage (zeroed: even) */
+    int zero;                 /* --use-distributed-optimizer */
+    int64_t bucket_floats;    /* --ddp-bucket-size */
+    int recompute;            /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
-    int master_weights; /* --bf16/--fp16: fp32 master weights beside m and v */
+    int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
+    int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
+                              between stages carry s/t positions) */
 } ptdp_plan_rank;
 /* No model (the caller sets the shape and the two attention numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
@@ -212,11 +216,14 @@ typedef struct {
     int precision;                       /* ptdp_plan_precision */
     int schedule;                        /* ptdp_schedule_kind, or -1: interleaved if v > 1 */
     int scatter_gather;                  /* 1 on (when t > 1), 0 off */
+    int sequence_parallel;               /* --sequence-parallel (layouts with t > 1; needs
+                                            s % t == 0): replaces scatter/gather */
     int zero;                            /* distributed optimizer (ZeRO-1) */
     int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
-    int recompute_method;                /* ptdp_recompute_method when recomputing */
-    int64_t recompute_num_layers;        /* 0: 1 */
-    int64_t bucket_floats;               /* --ddp-bucket-size (fp32 memory plan) */
+    int uneven_splits;            /* the search also tries Megatron's uneven stage splits (p > 1) */
+    int recompute_method;         /* ptdp_recompute_method when recomputing */
+    int64_t recompute_num_layers; /* 0: 1 */
+    int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
      * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
@@ -226,15 +233,16 @@ typedef struct {
     int64_t attn_scratch_floats;
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
- * scatter/gather on, no ZeRO-1, overlap on, uniform recomputation of 1
+ * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1
  * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
 ptdp_plan_job ptdp_plan_job_default_params(void);
 
 /* One layout: what the search varies. */
 typedef struct {
     int t, p, d, v, b;
-    int recompute; /* 0 none, 1 the job's recompute_method (full with its group size, or
-                      selective) */
+    int recompute;            /* 0 none, 1 the job's recompute_method (full with its group size, or
+                                 selective) */
+    ptdp_stage_layout stages; /* layers per virtual stage (zeroed: the even split) */
 } ptdp_plan_layout;
 
 /* Communication kinds the estimate times. */
@@ -310,6 +318,8 @@ double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int
 typedef struct {
     int t, p, v, b; /* 0: searched */
     int recompute;  /* -1: searched (none and full), else fixed */
+    /* a stage split given by the flags (pinned: only this one), or NULL */
+    const ptdp_stage_layout *stages;
 } ptdp_plan_pins;
 
 typedef struct {

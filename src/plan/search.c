@@ -6,9 +6,11 @@
  *
  * What is searched: t and p over the divisors of n (d = n / (t p)), v over
  * the divisors of l/p (interleaving needs p > 1), b over the divisors of
- * B/d up to 64, recomputation off and on. Deliberately not searched: the
- * recomputation method and group size, scatter/gather, ZeRO-1 and the
- * schedule (the job's flags fix them), non-uniform stages. */
+ * B/d up to 64, recomputation off and on, and with p > 1 the stage splits
+ * of Megatron's flags that differ from the even one (splits()). Deliberately
+ * not searched: the recomputation method and group size, scatter/gather,
+ * ZeRO-1 and the schedule (the job's flags fix them), hand-made layout
+ * strings. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +43,41 @@ static int check_job(const ptdp_plan_job *job, int n) {
     return PTDP_OK;
 }
 
+/* 1 when L gives every virtual stage the even split's layers. */
+static int same_as_even(const ptdp_stage_layout *L, int64_t l, int p, int v) {
+    for (int k = 0; k < p * v; k++) {
+        int64_t b, e, b0, e0;
+        ptdp_stage_layout_range(L, l, p, v, k, &b, &e);
+        ptdp_stage_layout_range(NULL, l, p, v, k, &b0, &e0);
+        if (b != b0 || e != e0) return 0;
+    }
+    return 1;
+}
+
+/* The splits tried for (p, v) into out[0..6): the even one (when valid) and,
+ * with p > 1, those of Megatron's flags that move layers: the embedding
+ * and/or the loss counted as a layer, and a last rank lighter by one or two
+ * layers per chunk (the loss head is the heaviest piece of a stage when V is
+ * large against l). Returns how many. */
+static int splits(const ptdp_plan_job *job, int p, int v, ptdp_stage_layout out[6]) {
+    int n = 0;
+    memset(out, 0, sizeof(ptdp_stage_layout) * 6);
+    n++; /* even: the estimate rejects it with its reason when l % (p v) */
+    if (p < 2 || !job->uneven_splits) return n;
+    const int acc[3][2] = {{1, 1}, {0, 1}, {1, 0}};
+    for (int i = 0; i < 3; i++) {
+        ptdp_stage_layout L = {.embedding = acc[i][0], .loss = acc[i][1]};
+        if (ptdp_stage_layout_check(&L, job->layers, p, v) == PTDP_OK &&
+            !same_as_even(&L, job->layers, p, v))
+            out[n++] = L;
+    }
+    for (int64_t j = 1; j <= 2; j++) {
+        ptdp_stage_layout L = {.last = (job->layers / p / v - j) * v};
+        if (L.last > 0 && ptdp_stage_layout_check(&L, job->layers, p, v) == PTDP_OK) out[n++] = L;
+    }
+    return n;
+}
+
 int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                      const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit) {
     *out = NULL;
@@ -60,38 +97,48 @@ int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                 if (!pins->v && v > 1 && job->layers % p) continue;
                 for (int b = 1; b <= (pins->b ? pins->b : 64); b++) {
                     if (pins->b ? b != pins->b : (job->global_batch / d) % b != 0) continue;
-                    for (int r = 0; r <= 1; r++) {
-                        if (pins->recompute >= 0 && r != pins->recompute) continue;
-                        if (len == cap) {
-                            ptdp_plan_candidate *g = realloc(cand, sizeof *cand * (size_t)cap * 2);
-                            if (!g) {
-                                free(cand);
-                                return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
+                    ptdp_stage_layout split[6];
+                    const int nsplit = pins->stages ? 1 : splits(job, p, v, split);
+                    if (pins->stages) split[0] = *pins->stages;
+                    for (int r = 0; r <= 1; r++)
+                        for (int si = 0; si < nsplit; si++) {
+                            if (pins->recompute >= 0 && r != pins->recompute) continue;
+                            if (len == cap) {
+                                ptdp_plan_candidate *g =
+                                    realloc(cand, sizeof *cand * (size_t)cap * 2);
+                                if (!g) {
+                                    free(cand);
+                                    return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
+                                }
+                                cand = g;
+                                cap *= 2;
                             }
-                            cand = g;
-                            cap *= 2;
+                            ptdp_plan_candidate *k = &cand[len++];
+                            memset(k, 0, sizeof *k);
+                            k->layout = (ptdp_plan_layout){.t = t,
+                                                           .p = p,
+                                                           .d = d,
+                                                           .v = v,
+                                                           .b = b,
+                                                           .recompute = r,
+                                                           .stages = split[si]};
+                            rc = ptdp__plan_estimate(c, job, &k->layout, &k->est, 0);
+                            if (rc == PTDP_ENOMEM) {
+                                free(cand);
+                                return rc;
+                            }
+                            if (rc) {
+                                snprintf(k->reason, sizeof k->reason, "%s", ptdp_last_error());
+                            } else if (k->est.memory_bytes > c->memory_bytes) {
+                                snprintf(k->reason, sizeof k->reason,
+                                         "does not fit: needs %.1f GiB of %.1f GiB per device",
+                                         k->est.memory_bytes / 1073741824.0,
+                                         c->memory_bytes / 1073741824.0);
+                            } else {
+                                k->fits = 1;
+                                (*nfit)++;
+                            }
                         }
-                        ptdp_plan_candidate *k = &cand[len++];
-                        memset(k, 0, sizeof *k);
-                        k->layout = (ptdp_plan_layout){
-                            .t = t, .p = p, .d = d, .v = v, .b = b, .recompute = r};
-                        rc = ptdp__plan_estimate(c, job, &k->layout, &k->est, 0);
-                        if (rc == PTDP_ENOMEM) {
-                            free(cand);
-                            return rc;
-                        }
-                        if (rc) {
-                            snprintf(k->reason, sizeof k->reason, "%s", ptdp_last_error());
-                        } else if (k->est.memory_bytes > c->memory_bytes) {
-                            snprintf(k->reason, sizeof k->reason,
-                                     "does not fit: needs %.1f GiB of %.1f GiB per device",
-                                     k->est.memory_bytes / 1073741824.0,
-                                     c->memory_bytes / 1073741824.0);
-                        } else {
-                            k->fits = 1;
-                            (*nfit)++;
-                        }
-                    }
                 }
             }
         }

@@ -70,6 +70,13 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    if (!ptdp_stage_layout_is_even(&tp->layout)) {
+        char buf[512];
+        ptdp_log0("pipeline stages: transformer layers per virtual stage %s (ranks 0..p-1, then "
+                  "' | ' between model chunks)",
+                  ptdp_stage_layout_str(&tp->layout, cfg->num_layers, comm->p, tp->sched.v, buf,
+                                        sizeof buf));
+    }
     if (tp->ops->dtype != PTDP_DTYPE_FP32) {
         const ptdp_loss_scaler *ls = &tp->scaler;
         char scale[96] = "no loss scaling";

@@ -157,6 +157,15 @@ static int check_schedule(ptdp_run *r) {
     if (ptdp_ckpt_read_config(p->load, &cfg) != PTDP_OK)
         return PTDP_OK; /* none there: load says so */
     r->resuming = 1;
+    int has_optim = 1;
+    if (!p->no_load_optim && ptdp_ckpt_read_has_optimizer(p->load, &has_optim) == PTDP_OK &&
+        !has_optim)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--load %s: the checkpoint holds model weights only, no optimizer "
+                           "state (made by `ptdp checkpoint import-megatron`?); add "
+                           "--no-load-optim to keep its iteration and data position with a fresh "
+                           "optimizer, or --finetune to start from iteration 0",
+                           p->load);
     int rc = ptdp_ckpt_read_lr(p->load, &ck, &found);
     if (rc || !found || p->no_load_optim || p->override_scheduler) return rc;
     ptdp_lr_schedule *mine = &r->p.trainer.lr;

@@ -31,7 +31,7 @@ typedef struct {
     int64_t seq_length;
     int64_t vocab;          /* tokens must be below this */
     uint64_t seed;          /* mock data */
-    const uint16_t *tokens; /* token file, mmap'd */
+    const uint16_t *tokens; /* token file, mmap'd (map_bytes > 0) or the caller's */
     int64_t ntokens;
     size_t map_bytes;
     const char *path;
@@ -47,6 +47,11 @@ void ptdp_batches_mock(ptdp_batches *b, int64_t seq_length, int64_t vocab, uint6
 /* Maps and validates a token file: even length, at least s+1 tokens, every
  * token < vocab. PTDP_EIO / PTDP_EFORMAT naming the file and the problem. */
 int ptdp_batches_open_file(ptdp_batches *b, const char *path, int64_t seq_length, int64_t vocab);
+/* The same checks on a token file's bytes in memory (2-byte aligned; they
+ * must outlive b, which does not copy or free them); `name` stands for the
+ * path in messages. */
+int ptdp_batches_open_mem(ptdp_batches *b, const char *name, const void *bytes, size_t nbytes,
+                          int64_t seq_length, int64_t vocab);
 void ptdp_batches_close(ptdp_batches *b);
 /* Samples first .. first+count-1 into out [count, s+1]. */
 void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32_t *out);
@@ -63,10 +68,14 @@ typedef struct {
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
+    ptdp_stage_layout layout;   /* layers per virtual stage (zeroed: the even split) */
     int64_t trace_events;       /* capacity of the --trace event log (0: off) */
     int recompute_method;       /* PTDP_RECOMPUTE_* */
     int64_t recompute_num_layers;
     int scatter_gather;        /* send 1/t slices between stages (t > 1) */
+    int sequence_parallel;     /* --sequence-parallel (t > 1; s % t == 0): residual stream,
+                                  LayerNorms, dropouts and pipeline messages on 1/t of the
+                                  sequence; subsumes scatter_gather, which is then unused */
     int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
     int overlap_grad_reduce;   /* start bucket reductions during the last backward */
     int distributed_optimizer; /* ZeRO-1 */

@@ -58,10 +58,20 @@ ptdp_trainer_params ptdp_trainer_default_params(void) {
     };
 }
 
-/* Evaluation's two stage-to-stage buffers [2, b*s*h] (p > 1). */
+/* Sequence parallelism in effect: Megatron turns it off when t = 1. */
+static int seq_par(const ptdp_trainer_params *p) { return p->sequence_parallel && p->comm->t > 1; }
+
+/* Floats of one stage-to-stage message: [s, b, h], or this rank's [s/t, b,
+ * h] with sequence parallelism. */
+static int64_t msg_floats(const ptdp_trainer_params *p) {
+    const int64_t n = p->micro_batch * p->cfg.seq_length * p->cfg.hidden;
+    return seq_par(p) ? n / p->comm->t : n;
+}
+
+/* Evaluation's two stage-to-stage buffers [2, msg] (p > 1). */
 static void carve_eval(ptdp_trainer *tr) {
     const ptdp_trainer_params *p = &tr->p;
-    const size_t n = 2 * (size_t)(p->micro_batch * p->cfg.seq_length * p->cfg.hidden);
+    const size_t n = 2 * (size_t)msg_floats(p);
     tr->eval_buf =
         p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
@@ -84,6 +94,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.pp_rank = comm->pp;
     r.dp_rank = comm->dp;
     r.sched = p->sched;
+    r.layout = p->layout;
     r.zero = p->distributed_optimizer;
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
@@ -91,6 +102,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
     r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
     r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
+    r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -118,29 +130,30 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                                               (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
-    const int64_t stages = (int64_t)sp.p * sp.v, per = p->cfg.num_layers / stages;
-    if (rc == PTDP_OK && (p->cfg.num_layers % stages))
-        rc = ptdp_errorf(
-            PTDP_ECONFIG,
-            "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x virtual stages %d "
-            "(every stage needs the same number of layers)",
-            (long long)p->cfg.num_layers, sp.p, sp.v);
+    const int64_t stages = (int64_t)sp.p * sp.v;
+    if (rc == PTDP_OK) rc = ptdp_stage_layout_check(&p->layout, p->cfg.num_layers, sp.p, sp.v);
     if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) &&
-        (p->recompute_method == PTDP_RECOMPUTE_UNIFORM ||
-         p->recompute_method == PTDP_RECOMPUTE_BLOCK))
+        p->recompute_method != PTDP_RECOMPUTE_NONE &&
+        p->recompute_method != PTDP_RECOMPUTE_SELECTIVE)
         rc = ptdp_errorf(PTDP_ECONFIG,
                          "--pipeline-schedule %s keeps activations until the weight gradients "
                          "(W) run; it cannot be combined with --recompute-granularity full",
+                         ptdp_schedule_kind_name(sp.kind));
+    if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) && seq_par(p))
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--pipeline-schedule %s with --sequence-parallel is not supported yet",
                          ptdp_schedule_kind_name(sp.kind));
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
         const int slots = ptdp_schedule_chunk_inflight(&sp, comm->pp, c);
-        int64_t stage = (int64_t)c * sp.p + comm->pp;
+        int64_t stage = (int64_t)c * sp.p + comm->pp, begin, end;
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, sp.p, sp.v, (int)stage, &begin,
+                                &end);
         ptdp_chunk_params cp = {
             .cfg = &tr->p.cfg,
-            .layer_begin = stage * per,
-            .layer_end = (stage + 1) * per,
+            .layer_begin = begin,
+            .layer_end = end,
             .pre = stage == 0,
             .post = stage == stages - 1,
             .micro_batch = p->micro_batch,
@@ -152,6 +165,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .numel_multiple = 16 * (int64_t)comm->d,
             .eod_mask_loss = p->eod_mask_loss,
             .eod_token = p->eod_token,
+            .sequence_parallel = seq_par(p),
             .inference = 0,
             .split_backward = ptdp_schedule_splits_backward(&sp),
             .mem = &tr->mem,
@@ -192,11 +206,13 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.ops = p->ops;
         ep.mem = &tr->mem;
         ep.chunks = tr->chunks;
-        ep.tokens_per_mb = p->cfg.seq_length * p->micro_batch;
+        ep.tokens_per_mb = msg_floats(p) / p->cfg.hidden;
         ep.hidden = p->cfg.hidden;
         ep.max_events = p->trace_events;
         ep.tensor = &comm->tensor;
-        ep.scatter_gather = p->scatter_gather;
+        /* a sequence-parallel message is already this rank's 1/t: nothing
+         * left to scatter */
+        ep.scatter_gather = p->scatter_gather && !seq_par(p);
         ep.last_bwd_hook = p->overlap_grad_reduce && comm->d > 1 ? ptdp_ddp_grads_ready : NULL;
         ep.hook_ctx = (void **)tr->ddp;
         rc = ptdp_executor_init(&tr->ex, &ep);
@@ -263,6 +279,35 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     ptdp_allreduce_sum_f32(&comm->embedding, ptdp_gpt_chunk_grads(c) + wte->offset, wte->numel);
 }
 
+/* Sequence parallelism: a parameter replicated across the tensor group
+ * (LayerNorms, the row-parallel biases, the position embeddings) saw only
+ * this rank's sequence shard, so its gradient is a partial sum; Megatron
+ * all-reduces those over the tensor group after the data-parallel reduction
+ * (finalize_model_grads). Sums commute, so doing it after the data-parallel
+ * sum gives the same total; under ZeRO-1 it runs on the summed shard this
+ * rank owns, which lies at the same flat offsets on every tensor rank. */
+static void reduce_sequence_parallel(ptdp_trainer *tr) {
+    if (!seq_par(&tr->p)) return;
+    ptdp_group *tg = &tr->p.comm->tensor;
+    for (int c = 0; c < tr->v; c++) {
+        int n;
+        const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
+        for (int k = 0; k < ptdp_ddp_num_owned(tr->ddp[c]); k++) {
+            int64_t off, len;
+            ptdp_ddp_owned(tr->ddp[c], k, &off, &len);
+            for (int i = 0; i < n; i++) {
+                if (sp[i].split != PTDP_SPLIT_NONE) continue;
+                const int64_t lo = sp[i].offset > off ? sp[i].offset : off,
+                              hi = sp[i].offset + sp[i].numel < off + len
+                                       ? sp[i].offset + sp[i].numel
+                                       : off + len;
+                if (lo < hi)
+                    ptdp_allreduce_sum_f32(tg, ptdp_ddp_grad_at(tr->ddp[c], lo, hi - lo), hi - lo);
+            }
+        }
+    }
+}
+
 /* Tokens of micro-batch `mb` (of [m, b, s+1] batch) that take part in the
  * loss: those whose input is not the EOD token (--eod-mask-loss). */
 static int64_t counted_tokens(const ptdp_trainer_params *p, const int32_t *batch, int64_t mb) {
@@ -313,6 +358,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
     for (int c = 0; c < tr->v; c++) ptdp_ddp_finish(tr->ddp[c]);
+    reduce_sequence_parallel(tr);
     /* the loss and its token count live on the last stage (both t times over:
      * every tensor rank there holds them), the norm's pieces on every
      * stage (and with ZeRO-1 on every data-parallel shard) */
@@ -359,7 +405,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m, P = comm->p;
-    const int64_t n = b * s * p->cfg.hidden, stages = P * tr->v;
+    const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
@@ -460,7 +506,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
     const ptdp_trainer_params *p = &tr->p;
     const ptdp_comm *comm = p->comm;
     memset(am, 0, sizeof *am);
-    const int64_t stages = (int64_t)p->sched.p * tr->v, per = p->cfg.num_layers / stages;
+    const int64_t stages = (int64_t)p->sched.p * tr->v;
     for (int c = 0; c < tr->v; c++) {
         size_t slot, sh;
         ptdp_gpt_chunk_activation_split(tr->chunks[c], &slot, &sh);
@@ -468,8 +514,10 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         am->measured += (double)peak * (double)slot + (double)sh;
         am->stash += (double)peak * (double)slot;
         am->stashed_microbatches += peak;
-        int64_t stage = (int64_t)c * p->sched.p + comm->pp;
-        const ptdp_plan_mem pm = {.layers = per,
+        int64_t stage = (int64_t)c * p->sched.p + comm->pp, begin, end;
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
+                                &begin, &end);
+        const ptdp_plan_mem pm = {.layers = end - begin,
                                   .h = p->cfg.hidden,
                                   .a = p->cfg.heads,
                                   .ffn = p->cfg.ffn_hidden,
@@ -481,6 +529,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                                   .post = stage == stages - 1,
                                   .recompute = p->recompute_method,
                                   .recompute_num_layers = p->recompute_num_layers,
+                                  .sequence_parallel = seq_par(p),
                                   .split_backward = ptdp_schedule_splits_backward(&p->sched),
                                   .attn_saved_floats = p->ops->attention_saved_floats(
                                       p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
