@@ -14,18 +14,23 @@
 # the machine and on what else runs on it (a loaded machine inflates waits).
 #
 # usage: bench/bench_bubble.sh [BUILD_DIR] [--reps N] [--iters N] [--p "2 4"] [--m "8 16"]
+#                              [--keep-traces DIR]
+#   --keep-traces: keep each layout's last trace as DIR/p{p}_m{m}_{schedule}.json
+#   (draw one with bench/trace_svg.sh).
 set -u
 build=build
 reps=3
 iters=4
 plist="2 4"
 mlist="8 16"
+keep=""
 while [ $# -gt 0 ]; do
     case $1 in
     --reps) reps=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --p) plist=$2; shift 2 ;;
     --m) mlist=$2; shift 2 ;;
+    --keep-traces) keep=$2; mkdir -p "$keep"; shift 2 ;;
     *) build=$1; shift ;;
     esac
 done
@@ -105,6 +110,7 @@ for p in $plist; do
                 echo "$bubble" >>"$tmp/bubble"
                 grep -o '"elapsed_ms":[0-9.]*' "$tmp/l.jsonl" | tail -n "$iters" | cut -d: -f2 >>"$tmp/iter"
                 stage_times=$st # the last repetition's per-stage means feed the simulator
+                [ -n "$keep" ] && cp "$tmp/t.json" "$keep/p${p}_m${m}_${sched}.json"
             done
             [ -s "$tmp/idle" ] || continue
             sim=$("$ptdp" schedule --pipeline-model-parallel-size "$p" --virtual-pipeline-model-parallel-size "$v" \

@@ -25,6 +25,21 @@ expect_error --num-microbatches --pipeline-model-parallel-size 2
 expect_error --forward-time --num-microbatches 2 --forward-time -1
 expect_error --pipeline-schedule --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule 1f1b
 expect_error --num-microbatches --num-microbatchs 4
+expect_error --weight-time --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1 --backward-time 2 --weight-time 3
+expect_error --stage-times --pipeline-model-parallel-size 2 --num-microbatches 4 --simulate --stage-times 1:2:1
+expect_error --stage-times --pipeline-model-parallel-size 2 --num-microbatches 4 --simulate --stage-times 1:2:3,1:2
+expect_error --virtual-pipeline-model-parallel-size --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1
+
+# zb-h1: W actions in the lists; the simulated bubble with F = B = W is (p-1)/(3m)
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1 --simulate --weight-time 1)
+[ $? -eq 0 ] && ok || bad "zb-h1 p=2 m=4 failed"
+[ "$(echo "$out" | head -2)" = "rank 0: F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3
+rank 1: F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3" ] && ok || bad "zb-h1 p=2 m=4 printed: $out"
+echo "$out" | grep -q "^bubble fraction 0.0833333 " && ok || bad "zb-h1 p=2 m=4 bubble: $out"
+# per-stage times: the slower stage sets the pace (stage 1 backward 4 of which W 2)
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1 --simulate \
+    --stage-times 1:2:1,1:4:2)
+echo "$out" | grep -q "^ideal time 20 " && ok || bad "zb-h1 --stage-times: $out"
 
 # Output format: one line per rank.
 out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 4)

@@ -2,7 +2,8 @@
 # Zero-bubble pipeline schedule ZB-H1 (--pipeline-schedule zb-h1: each
 # backward split into B, the input gradient, and W, the weight gradients,
 # run later on the same rank). With dropout on, p = 2, 3, 4 give the single
-# process's loss and grad norm at every one of 20 iterations (1e-5 relative)
+# process's loss and grad norm at every one of 20 iterations (1e-5 relative;
+# also with selective recomputation at p = 2)
 # and its final weights (1e-5 absolute; the K third of c_attn.bias within
 # lr x iterations, see compare_weights), and every run's memory plan equals
 # the planner's prediction (the W buffers included). ZB-H1 adds each
@@ -20,9 +21,13 @@ ARGS="--mock-data --num-layers 12 --hidden-size 48 --num-attention-heads 12 --se
 run_np 1 train $ARGS --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" >"$TMP/ref.out" 2>&1 &&
     ok || { fail "single-process run"; cat "$TMP/ref.out" >&2; }
 
-for p in 2 3 4; do
+# p = 2, 3, 4, and p = 2 with selective recomputation (B reruns core attention; W needs nothing it drops)
+for run in 2 3 4 2:selective; do
+    p=${run%%:*}
     name=zbh1_p$p
-    if run_np "$p" train $ARGS --pipeline-model-parallel-size $p --pipeline-schedule zb-h1 \
+    extra=""
+    [ "$run" = 2:selective ] && name=zbh1_p2_selective && extra="--recompute-granularity selective"
+    if run_np "$p" train $ARGS --pipeline-model-parallel-size $p --pipeline-schedule zb-h1 $extra \
         --log-jsonl "$TMP/$name.jsonl" --save-safetensors "$TMP/$name.safetensors" >"$TMP/$name.out" 2>&1; then
         compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
         compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"

@@ -165,7 +165,9 @@ int ptdp_cmd_schedule(int argc, char **argv) {
                        c.backward, c.comm);
             printf("makespan %g\n", res.makespan);
             printf("ideal time %g (busiest rank's compute)\n", res.ideal);
-            if (split) /* the paper's ZB-H1 bubble: (p-1)(F+B-W) against m(F+B+W) */
+            if (st) /* no closed form for uneven stages */
+                printf("bubble fraction %.6g (bubble time / ideal time)\n", res.bubble_fraction);
+            else if (split) /* the paper's ZB-H1 bubble: (p-1)(F+B-W) against m(F+B+W) */
                 printf("bubble fraction %.6g (bubble time / ideal time; (p-1)(F+B-W)/(m(F+B+W)) "
                        "= %.6g)\n",
                        res.bubble_fraction,
