@@ -86,6 +86,21 @@ m = {g: L[g]["memory_bytes_per_device"] for g in L}
 assert m["full"] < m["selective"] < m["none"], m
 PY
 
+# --sequence-parallel (t pinned to 2, no recomputation): the flag is in the best flags, the
+# activations shrink and nothing else in memory does; a sequence length that t does not divide
+# leaves no layout
+"$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --json $pin --no-recompute \
+    --sequence-parallel >"$tmp/sp"
+python3 - "$tmp" <<'PY' && ok || bad "sequence-parallel plan: $(head -c 1500 "$tmp/sp")"
+import json, sys
+o = {g: json.load(open(f"{sys.argv[1]}/{g}")) for g in ("sp", "rc_none")}
+assert "--sequence-parallel" in o["sp"]["best_flags"] and "--sequence-parallel" not in o["rc_none"]["best_flags"]
+a, b = o["sp"]["layouts"][0]["memory"], o["rc_none"]["layouts"][0]["memory"]
+assert a["activations"] < b["activations"] and a["weights"] == b["weights"], (a, b)
+PY
+expect_error "no layout of 32 devices" --cluster a100-superpod --num-devices 32 "${model[@]}" $pin \
+    --sequence-parallel --seq-length 2047
+
 # --explain prints the equations' terms for the pinned layout.
 "$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" --explain \
     --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 >"$tmp/explain"
