@@ -40,7 +40,9 @@ test-sanitize: setup
 	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTDP_SANITIZE=ON -DPTDP_CUDA=OFF
 	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	cd $(SANITIZE_BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 \
+		UBSAN_OPTIONS=print_stacktrace=1 OMPI_MCA_mca_base_component_disable_dlclose=1 \
+		PMIX_MCA_mca_base_component_disable_dlclose=1 \
 		ctest --output-on-failure -j 2 -L fast -L '$(SANITIZE_LABEL)'
 
 # libFuzzer (clang) over every parser, FUZZ_SECONDS each (default 60):

@@ -181,11 +181,22 @@ static int ptdp__load_vocab(ptdp_tokenizer *t, const char *text, size_t len, con
     if (!t->dec_off || !t->dec_bytes)
         return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
     /* Lay out in id order so dec_off[id + 1] - dec_off[id] is the length. */
+    int rc = PTDP_OK;
     char **tmp_ptr = calloc((size_t)t->vocab_size, sizeof(char *));
     if (!tmp_ptr) return ptdp_errorf(PTDP_ENOMEM, "out of memory loading '%s'", path);
-    for (cJSON *e = root->child; e; e = e->next) tmp_ptr[(int32_t)e->valuedouble] = e->string;
+    /* one string per id: with two, encoding and decoding would disagree */
+    for (cJSON *e = root->child; e; e = e->next) {
+        const int32_t id = (int32_t)e->valuedouble;
+        if (tmp_ptr[id]) {
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "vocabulary file '%s': id %d is given to both \"%s\" and \"%s\"", path,
+                             id, tmp_ptr[id], e->string);
+            free(tmp_ptr);
+            return rc;
+        }
+        tmp_ptr[id] = e->string;
+    }
     size_t off = 0;
-    int rc = PTDP_OK;
     for (int32_t id = 0; id < t->vocab_size && !rc; id++) {
         t->dec_off[id] = (uint32_t)off;
         const unsigned char *s = (const unsigned char *)tmp_ptr[id];
