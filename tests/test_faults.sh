@@ -6,7 +6,8 @@
 #   (mpirun --mca orte_abort_on_non_zero_status 0, as srun without
 #   --kill-on-bad-exit): the watchdog of every other rank ends the job after
 #   --distributed-timeout-minutes with one line naming the operation in flight
-#   and the lost rank; non-zero status, well under 60 s (printed);
+#   and the lost rank; non-zero status, the job down within 30 s of the kill
+#   (printed);
 # - a stopped (hung) rank: the same, naming it "stopped";
 # - plain mpirun: Open MPI ends the job by itself and names the rank;
 # - resume after the kill during the checkpoint write (real data, t=2 x p=2 x
@@ -23,7 +24,7 @@ TIMEOUT_MIN=0.05 # 3 s: the watchdog's bound in these tests
 NOABORT="--mca orte_abort_on_non_zero_status 0"
 
 # killed NAME FAULT NP REGEX [launcher flags --] ptdp flags...: the job ends with a
-# non-zero status (124 = still hanging after 120 s), in under 60 s, the dying rank
+# non-zero status (124 = still hanging after 120 s) within 30 s of the kill, the dying rank
 # announced itself and a surviving rank's message matches REGEX
 killed() {
     local name=$1 fault=$2 np=$3 re=$4 launcher=$NOABORT
@@ -32,19 +33,19 @@ killed() {
         launcher=$2
         shift 2
     fi
-    local t0 t1 rc
-    t0=$(date +%s.%N)
+    local rc t1 tk secs
     PTDP_FAULT=$fault timeout 120 "$MPIRUN" $launcher --oversubscribe -np "$np" -x PTDP_FAULT "$PTDP" train \
         $ARGS --distributed-timeout-minutes $TIMEOUT_MIN "$@" >"$TMP/$name.out" 2>&1
     rc=$?
     t1=$(date +%s.%N)
-    local secs
-    secs=$(echo "$t1 - $t0" | bc)
-    echo "$name: $fault, $np ranks: status $rc after $secs s (whole job, start-up included)"
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || { fail "$name: status $rc (124: hung)"; return; }
-    [ "$(echo "$secs < 60" | bc)" = 1 ] && ok || fail "$name: took $secs s"
-    grep -q "PTDP_FAULT=${fault%%@*}: rank .* raises" "$TMP/$name.out" && ok ||
-        fail "$name: the fault was not injected"
+    # the injection's line carries the time of the kill
+    tk=$(grep -o "PTDP_FAULT=${fault%%@*}: rank .* raises .*time [0-9.]*" "$TMP/$name.out" | grep -o '[0-9.]*$')
+    [ -n "$tk" ] && ok || { fail "$name: the fault was not injected"; tail -5 "$TMP/$name.out" >&2; return; }
+    secs=$(echo "$t1 - $tk" | bc)
+    echo "$name: $fault, $np ranks: status $rc, the job ended $secs s after the kill"
+    # the bound: the watchdog's 3 s, its tick, MPI_Abort, plus slack for a loaded machine
+    [ "$(echo "$secs < 30" | bc)" = 1 ] && ok || fail "$name: the job took $secs s to end after the kill"
     grep -Eq "$re" "$TMP/$name.out" && ok || { fail "$name: no message matching '$re'"; tail -20 "$TMP/$name.out" >&2; }
 }
 

@@ -213,10 +213,14 @@ void ptdp_fault_point(const char *group, const char *what) {
         snprintf(name, sizeof name, "%s.%s%s%s", verbs[v], group ? group : "", group ? "-" : "",
                  what);
         if (!ptdp_fault_at(name, g_iteration)) continue;
+        /* the wall-clock time lets a test measure how long the others take to exit */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
         ptdp_log_error("PTDP_FAULT=%s: rank %d raises %s at %s%s%s, iteration %lld (fault "
-                       "injection)",
+                       "injection; time %.3f)",
                        name, ptdp_log_rank(), v ? "SIGSTOP" : "SIGKILL", group ? group : "",
-                       group ? " " : "", what, (long long)g_iteration);
+                       group ? " " : "", what, (long long)g_iteration,
+                       (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
         raise(v ? SIGSTOP : SIGKILL);
     }
 }
