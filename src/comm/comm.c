@@ -19,14 +19,17 @@ static struct {
     double since;
 } g_inflight;
 
+/* Both do nothing for a group of one (it never waits for anyone). */
 static void inflight_begin(const ptdp_group *g, int op, int peer) {
+    if (!g || g->size <= 1) return;
     g_inflight.op = op;
     g_inflight.group = g;
     g_inflight.peer = peer;
     g_inflight.since = ptdp_now();
     atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
 }
-static void inflight_end(void) {
+static void inflight_end(const ptdp_group *g) {
+    if (!g || g->size <= 1) return;
     atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
 }
 
@@ -199,20 +202,13 @@ static void count(ptdp_group *g, ptdp_comm_op op, int64_t bytes) {
     g->counters.bytes[op] += bytes;
 }
 
-/* A blocking call on a group of more than one member, recorded in flight. */
-#define BLOCKING(g, op, peer, call)                \
-    do {                                           \
-        const int blk__rec = (g)->size > 1;        \
-        if (blk__rec) inflight_begin(g, op, peer); \
-        call;                                      \
-        if (blk__rec) inflight_end();              \
-    } while (0)
-
 static void allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                       ptdp_comm_reduce op) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLREDUCE, n * (int64_t)ptdp_comm_dtype_size(dt));
-    BLOCKING(g, PTDP_OP_ALLREDUCE, -1, ops_of(g)->allreduce(g, buf, n, dt, op));
+    inflight_begin(g, PTDP_OP_ALLREDUCE, -1);
+    ops_of(g)->allreduce(g, buf, n, dt, op);
+    inflight_end(g);
 }
 
 void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) {
@@ -232,19 +228,25 @@ void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) {
 }
 
 void ptdp_barrier(ptdp_group *g) {
-    BLOCKING(g, PTDP_OP_COUNT, -1, ops_of(g)->barrier(g));
-} /* op: "barrier" */
+    inflight_begin(g, PTDP_OP_COUNT, -1); /* PTDP_OP_COUNT: the watchdog says "barrier" */
+    ops_of(g)->barrier(g);
+    inflight_end(g);
+}
 
 void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLGATHER, n * 4);
-    BLOCKING(g, PTDP_OP_ALLGATHER, -1, ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32));
+    inflight_begin(g, PTDP_OP_ALLGATHER, -1);
+    ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32);
+    inflight_end(g);
 }
 
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX && root >= 0 && root < g->size);
     count(g, PTDP_OP_GATHER, n * 4);
-    BLOCKING(g, PTDP_OP_GATHER, -1, ops_of(g)->gather(g, send, n, PTDP_COMM_F32, recv, root));
+    inflight_begin(g, PTDP_OP_GATHER, -1);
+    ops_of(g)->gather(g, send, n, PTDP_COMM_F32, recv, root);
+    inflight_end(g);
 }
 
 void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req *req) {
@@ -278,8 +280,9 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
     const ptdp_comm_ops *ops = ops_of(g);
     const int is_root = g->rank == root;
     /* the counts first (not counted: bookkeeping, not payload) */
-    BLOCKING(g, PTDP_OP_GATHER, -1,
-             ops->gather(g, &nbytes, 1, PTDP_COMM_I64, is_root ? counts : NULL, root));
+    inflight_begin(g, PTDP_OP_GATHER, -1);
+    ops->gather(g, &nbytes, 1, PTDP_COMM_I64, is_root ? counts : NULL, root);
+    inflight_end(g);
     char *out = NULL;
     if (is_root) {
         int64_t total = 0;
@@ -289,8 +292,9 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
         PTDP_ASSERT(out);
     }
     count(g, PTDP_OP_GATHER, nbytes);
-    BLOCKING(g, PTDP_OP_GATHER, -1,
-             ops->gatherv(g, send, nbytes, out, is_root ? counts : NULL, root));
+    inflight_begin(g, PTDP_OP_GATHER, -1);
+    ops->gatherv(g, send, nbytes, out, is_root ? counts : NULL, root);
+    inflight_end(g);
     return out;
 }
 
@@ -321,10 +325,10 @@ void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptd
 
 void ptdp_wait(ptdp_comm_req *req) {
     if (!req->ops) return;
-    const int rec = req->group && req->group->size > 1;
-    if (rec) inflight_begin(req->group, req->op, req->peer);
+    const ptdp_group *g = req->group;
+    inflight_begin(g, req->op, req->peer);
     req->ops->wait(req);
-    if (rec) inflight_end();
+    inflight_end(g);
     *req = PTDP_COMM_REQ_NULL;
 }
 

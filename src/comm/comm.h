@@ -91,7 +91,7 @@ typedef struct ptdp_group {
 
 /* A non-blocking operation in flight. Opaque: callers only pass its
  * address. `ops` is the backend that started it (NULL: complete). */
-#define PTDP_COMM_REQ_BYTES 32
+#define PTDP_COMM_REQ_BYTES 24 /* an MPI_Request is 8 bytes (Open MPI), 4 (MPICH) */
 typedef struct {
     const ptdp_comm_ops *ops;
     const ptdp_group *group; /* what it is, for the watchdog's message */
