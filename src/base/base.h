@@ -228,6 +228,24 @@ const char *ptdp_recompute_method_name(int method);
  * backward of iteration ITER). Reads the environment on each call; keeps no state. */
 int ptdp_fault(const char *name);
 int ptdp_fault_at(const char *name, int64_t iteration);
+/* Kills or stops this process at a named point, to test what the other ranks
+ * do when a peer is lost: an entry kill.POINT[@RANK][:ITER] raises SIGKILL,
+ * stop.POINT[@RANK][:ITER] raises SIGSTOP (a hung rank), each after one line
+ * on stderr; ITER is compared with ptdp_activity_iteration(). POINT is
+ * `what`, or `group-what` when group is not NULL (comm.c passes its group and
+ * operation: "tensor-all-reduce", "pipeline-send", "data-all-gather", ...).
+ * Returns at once when PTDP_FAULT is unset (read once, then cached). */
+void ptdp_fault_point(const char *group, const char *what);
+
+/* ---- what this process is doing ----------------------------------------- */
+/* Process-wide, like the rank: the training iteration in progress (0 before
+ * the first) and a phase name (a string literal: "forward", "checkpoint
+ * save", ...). Written by the thread that runs the iterations; read by the
+ * fault points and by comm's watchdog for its message (comm.h). */
+void ptdp_activity_set(int64_t iteration, const char *phase);
+void ptdp_activity_phase(const char *phase);
+int64_t ptdp_activity_iteration(void);
+const char *ptdp_activity_phase_name(void); /* "" before any */
 
 /* ---- parameter description --------------------------------------------- */
 /* What every layer above needs to know about one model parameter: its role,

@@ -5,6 +5,7 @@
 #include "base.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,11 @@ static _Thread_local char g_errmsg[1024];
  * runs; the abort hook likewise. */
 static int g_rank = -1, g_dp, g_pp, g_tp;
 static ptdp_abort_fn g_abort_hook;
+/* What the iterating thread is doing; another thread (comm's watchdog) reads
+ * it only once the iterating thread has been blocked for seconds, so plain
+ * stores are enough (a torn read could only garble a message). */
+static volatile int64_t g_iteration;
+static const char *volatile g_phase = "";
 
 const char *ptdp_strerror(int code) {
     switch (code) {
@@ -183,3 +189,38 @@ static int fault_match(const char *name, int check_iter, int64_t iteration) {
 
 int ptdp_fault(const char *name) { return fault_match(name, 0, 0); }
 int ptdp_fault_at(const char *name, int64_t iteration) { return fault_match(name, 1, iteration); }
+
+void ptdp_activity_set(int64_t iteration, const char *phase) {
+    g_iteration = iteration;
+    g_phase = phase;
+}
+void ptdp_activity_phase(const char *phase) { g_phase = phase; }
+int64_t ptdp_activity_iteration(void) { return g_iteration; }
+const char *ptdp_activity_phase_name(void) { return g_phase; }
+
+void ptdp_fault_point(const char *group, const char *what) {
+    /* cached: comm.c calls this on every operation */
+    static int read;
+    static const char *spec;
+    if (!read) {
+        spec = getenv("PTDP_FAULT");
+        read = 1;
+    }
+    if (!spec || !*spec) return;
+    char name[96];
+    const char *verbs[2] = {"kill", "stop"};
+    for (int v = 0; v < 2; v++) {
+        snprintf(name, sizeof name, "%s.%s%s%s", verbs[v], group ? group : "", group ? "-" : "",
+                 what);
+        if (!ptdp_fault_at(name, g_iteration)) continue;
+        /* the wall-clock time lets a test measure how long the others take to exit */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ptdp_log_error("PTDP_FAULT=%s: rank %d raises %s at %s%s%s, iteration %lld (fault "
+                       "injection; time %.3f)",
+                       name, ptdp_log_rank(), v ? "SIGSTOP" : "SIGKILL", group ? group : "",
+                       group ? " " : "", what, (long long)g_iteration,
+                       (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+        raise(v ? SIGSTOP : SIGKILL);
+    }
+}

@@ -754,6 +754,10 @@ int ptdp_st_write(const ptdp_st_writer *w, const char *path) {
         for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
         what = "write";
         ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(h.s, 1, h.len, fp) == h.len;
+        /* tests: a process killed with the header on disk and no tensor data
+         * (PTDP_FAULT=kill.checkpoint-write) */
+        if (ok && getenv("PTDP_FAULT") && fflush(fp) == 0)
+            ptdp_fault_point(NULL, "checkpoint-write");
         for (int i = 0; ok && i < w->n; i++)
             ok = w->e[i].nbytes == 0 ||
                  fwrite(w->e[i].data, 1, w->e[i].nbytes, fp) == w->e[i].nbytes;

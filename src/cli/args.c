@@ -38,6 +38,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->eval_iters = 100;
     a->overlap_grad_reduce = 1;
     a->check_for_nan = 1;
+    a->distributed_timeout_minutes = 10; /* Megatron's default */
     a->ddp_bucket_size = 40000000;
     a->gemm = "onednn";
     a->device = "cpu";
@@ -209,6 +210,10 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         B("use-distributed-optimizer", use_distributed_optimizer,
           "ZeRO-1: shard AdamW state and the update "
           "over the data-parallel group (reduce-scatter gradients, all-gather weights)"),
+        F("distributed-timeout-minutes", distributed_timeout_minutes,
+          "end the job when a communication operation has waited this long (a rank lost or "
+          "hung); fractions allowed; 0: wait forever",
+          0, 1e9),
         I("ddp-bucket-size", ddp_bucket_size,
           "gradient elements per data-parallel reduction bucket", 1, BIG),
         B("overlap-grad-reduce", overlap_grad_reduce,

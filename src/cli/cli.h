@@ -122,6 +122,7 @@ typedef struct {
     int64_t save_interval;
     int64_t exit_interval;
     double exit_duration_in_mins;
+    double distributed_timeout_minutes; /* the watchdog's bound (comm.h) */
     int exit_signal_handler;
     int no_load_optim, finetune;
     int override_scheduler, use_checkpoint_scheduler;

@@ -122,6 +122,13 @@ int ptdp_cmd_train(int argc, char **argv) {
         return status_of(rc);
     }
     ptdp__cli_set_threads(&comm);
+    rc = ptdp_comm_watchdog_start(&comm, 60.0 * a.distributed_timeout_minutes);
+    if (rc) {
+        ptdp_log_error("%s", ptdp_last_error());
+        ptdp_comm_finalize(&comm);
+        ptdp_args_free(keep);
+        return status_of(rc);
+    }
     tp.micro_batch = a.micro_batch_size;
     tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
     const int64_t train_iters = ptdp_args_train_iters(&a, tp.global_batch);

@@ -4,8 +4,43 @@
  * schedulers (callers decide when to wait). */
 #include "comm/comm.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The operation this process is blocked in, for the watchdog (watchdog.c).
+ * Process-wide because a group does not know its ptdp_comm, and one thread
+ * issues every operation. The fields are written before `seq` turns odd
+ * (release) and read after it is seen odd (acquire). */
+static struct {
+    atomic_uint_fast64_t seq;
+    int op, peer;
+    const ptdp_group *group;
+    double since;
+} g_inflight;
+
+/* Both do nothing for a group of one (it never waits for anyone). */
+static void inflight_begin(const ptdp_group *g, int op, int peer) {
+    if (!g || g->size <= 1) return;
+    g_inflight.op = op;
+    g_inflight.group = g;
+    g_inflight.peer = peer;
+    g_inflight.since = ptdp_now();
+    atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
+}
+static void inflight_end(const ptdp_group *g) {
+    if (!g || g->size <= 1) return;
+    atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
+}
+
+uint64_t ptdp__comm_inflight(int *op, const ptdp_group **group, int *peer, double *since) {
+    uint64_t s = atomic_load_explicit(&g_inflight.seq, memory_order_acquire);
+    *op = g_inflight.op;
+    *group = g_inflight.group;
+    *peer = g_inflight.peer;
+    *since = g_inflight.since;
+    return s;
+}
 
 static const char *const op_names[] = {
 #define PTDP__OP_NAME(e, s) s,
@@ -82,6 +117,28 @@ static void split(ptdp_comm *c, ptdp_group *g, const char *name, int color, int 
     g->ops = g->size > 1 ? c->ops : &ptdp_comm_local_ops;
 }
 
+/* World rank of member i of group g, from the layout and the split keys
+ * below (rank = tp + t*(dp + d*pp)). */
+static int member_rank(const ptdp_comm *c, const ptdp_group *g, int i) {
+    const int t = c->t, d = c->d;
+    if (g == &c->tensor) return i + t * (c->dp + d * c->pp);
+    if (g == &c->pipeline) return c->tp + t * (c->dp + d * i);
+    if (g == &c->data) return c->tp + t * (i + d * c->pp);
+    if (g == &c->model) return i % t + t * (c->dp + d * (i / t));
+    if (g == &c->embedding) return c->tp + t * (c->dp + d * (i ? c->p - 1 : 0));
+    return i; /* world */
+}
+
+static void set_members(ptdp_comm *c) {
+    ptdp_group *gs[] = {&c->world, &c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};
+    for (int k = 0; k < 6; k++) {
+        if (gs[k]->size <= 1) continue;
+        gs[k]->members = malloc(sizeof(int32_t) * (size_t)gs[k]->size);
+        PTDP_ASSERT_MSG(gs[k]->members, "out of memory at start-up");
+        for (int i = 0; i < gs[k]->size; i++) gs[k]->members[i] = member_rank(c, gs[k], i);
+    }
+}
+
 int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d) {
     if (t < 1 || p < 1 || d < 1) return ptdp_errorf(PTDP_ECONFIG, "parallel sizes must be >= 1");
     if ((int64_t)t * p * d != c->world_size)
@@ -106,12 +163,18 @@ int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d) {
     split(c, &c->data, "data", c->tp + t * c->pp, c->dp);
     split(c, &c->model, "model", c->dp, c->tp + t * c->pp);
     split(c, &c->embedding, "embedding", c->in_embedding_group ? c->tp + t * c->dp : -1, c->pp);
+    set_members(c);
     return PTDP_OK;
 }
 
 void ptdp_comm_finalize(ptdp_comm *c) {
     if (!c->initialized) return;
-    ptdp_group *gs[] = {&c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding};
+    ptdp__comm_watchdog_stop(c);
+    ptdp_group *gs[] = {&c->tensor, &c->pipeline, &c->data, &c->model, &c->embedding, &c->world};
+    for (int i = 0; i < 6; i++) {
+        free(gs[i]->members);
+        gs[i]->members = NULL;
+    }
     for (int i = 0; i < 5; i++)
         if (gs[i]->impl) c->ops->group_free(gs[i]);
     c->ops->finalize(c);
@@ -134,6 +197,7 @@ int ptdp_comm_node_size(const ptdp_comm *c) {
  * bytes, and the paper's formulas count none. */
 static void count(ptdp_group *g, ptdp_comm_op op, int64_t bytes) {
     if (g->size <= 1) return;
+    ptdp_fault_point(g->name, op_names[op]); /* tests: kill.tensor-all-reduce, ... */
     g->counters.calls[op]++;
     g->counters.bytes[op] += bytes;
 }
@@ -142,7 +206,9 @@ static void allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                       ptdp_comm_reduce op) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLREDUCE, n * (int64_t)ptdp_comm_dtype_size(dt));
+    inflight_begin(g, PTDP_OP_ALLREDUCE, -1);
     ops_of(g)->allreduce(g, buf, n, dt, op);
+    inflight_end(g);
 }
 
 void ptdp_allreduce_sum_f32(ptdp_group *g, float *buf, int64_t n) {
@@ -161,12 +227,18 @@ void ptdp_allreduce_max_u64(ptdp_group *g, uint64_t *buf, int64_t n) {
     allreduce(g, buf, n, PTDP_COMM_U64, PTDP_COMM_MAX);
 }
 
-void ptdp_barrier(ptdp_group *g) { ops_of(g)->barrier(g); }
+void ptdp_barrier(ptdp_group *g) {
+    inflight_begin(g, PTDP_OP_COUNT, -1); /* PTDP_OP_COUNT: the watchdog says "barrier" */
+    ops_of(g)->barrier(g);
+    inflight_end(g);
+}
 
 void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
     count(g, PTDP_OP_ALLGATHER, n * 4);
+    inflight_begin(g, PTDP_OP_ALLGATHER, -1);
     ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32);
+    inflight_end(g);
 }
 
 void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n) {
@@ -180,7 +252,9 @@ void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, 
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX && root >= 0 && root < g->size);
     count(g, PTDP_OP_GATHER, n * 4);
+    inflight_begin(g, PTDP_OP_GATHER, -1);
     ops_of(g)->gather(g, send, n, PTDP_COMM_F32, recv, root);
+    inflight_end(g);
 }
 
 void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req *req) {
@@ -190,6 +264,9 @@ void ptdp_iallreduce_sum_f32(ptdp_group *g, float *buf, int64_t n, ptdp_comm_req
     count(g, PTDP_OP_ALLREDUCE, n * 4);
     ops->iallreduce(g, buf, n, PTDP_COMM_F32, PTDP_COMM_SUM, req);
     req->ops = ops;
+    req->group = g;
+    req->op = PTDP_OP_ALLREDUCE;
+    req->peer = -1;
 }
 
 void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int64_t n,
@@ -200,6 +277,9 @@ void ptdp_ireduce_scatter_f32(ptdp_group *g, const float *send, float *recv, int
     count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
     ops->ireduce_scatter(g, send, recv, n, PTDP_COMM_F32, req);
     req->ops = ops;
+    req->group = g;
+    req->op = PTDP_OP_REDUCE_SCATTER;
+    req->peer = -1;
 }
 
 void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_t *counts,
@@ -208,7 +288,9 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
     const ptdp_comm_ops *ops = ops_of(g);
     const int is_root = g->rank == root;
     /* the counts first (not counted: bookkeeping, not payload) */
+    inflight_begin(g, PTDP_OP_GATHER, -1);
     ops->gather(g, &nbytes, 1, PTDP_COMM_I64, is_root ? counts : NULL, root);
+    inflight_end(g);
     char *out = NULL;
     if (is_root) {
         int64_t total = 0;
@@ -218,7 +300,9 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
         PTDP_ASSERT(out);
     }
     count(g, PTDP_OP_GATHER, nbytes);
+    inflight_begin(g, PTDP_OP_GATHER, -1);
     ops->gatherv(g, send, nbytes, out, is_root ? counts : NULL, root);
+    inflight_end(g);
     return out;
 }
 
@@ -230,6 +314,9 @@ void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int ta
     count(g, PTDP_OP_SEND, n * 4);
     ops->isend(g, buf, n, PTDP_COMM_F32, peer, tag, req);
     req->ops = ops;
+    req->group = g;
+    req->op = PTDP_OP_SEND;
+    req->peer = peer;
 }
 
 void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
@@ -239,11 +326,17 @@ void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptd
     count(g, PTDP_OP_RECV, n * 4);
     ops->irecv(g, buf, n, PTDP_COMM_F32, peer, tag, req);
     req->ops = ops;
+    req->group = g;
+    req->op = PTDP_OP_RECV;
+    req->peer = peer;
 }
 
 void ptdp_wait(ptdp_comm_req *req) {
     if (!req->ops) return;
+    const ptdp_group *g = req->group;
+    inflight_begin(g, req->op, req->peer);
     req->ops->wait(req);
+    inflight_end(g);
     *req = PTDP_COMM_REQ_NULL;
 }
 

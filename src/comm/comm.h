@@ -84,13 +84,18 @@ typedef struct ptdp_group {
     int size;                 /* 0 when this rank is not a member */
     int rank;                 /* -1 when not a member */
     ptdp_comm_counters counters;
+    int32_t *members; /* world rank of each member, in group-rank order
+                         (ptdp_comm_setup; NULL in hand-made groups): for
+                         the watchdog's message */
 } ptdp_group;
 
 /* A non-blocking operation in flight. Opaque: callers only pass its
  * address. `ops` is the backend that started it (NULL: complete). */
-#define PTDP_COMM_REQ_BYTES 32
+#define PTDP_COMM_REQ_BYTES 24 /* an MPI_Request is 8 bytes (Open MPI), 4 (MPICH) */
 typedef struct {
     const ptdp_comm_ops *ops;
+    const ptdp_group *group; /* what it is, for the watchdog's message */
+    int op, peer;            /* ptdp_comm_op; the peer's group rank or -1 */
     union {
         unsigned char bytes[PTDP_COMM_REQ_BYTES];
         void *align_p;
@@ -107,7 +112,8 @@ typedef struct ptdp_comm {
     const ptdp_comm_ops *ops; /* the world's backend */
     int initialized;          /* ops->init succeeded; finalize pending */
     ptdp_group world, tensor, pipeline, data, model, embedding;
-    int in_embedding_group; /* first or last pipeline stage */
+    int in_embedding_group;          /* first or last pipeline stage */
+    struct ptdp__watchdog *watchdog; /* ptdp_comm_watchdog_start; NULL if none */
 } ptdp_comm;
 
 /* The backend table. comm.c calls an entry only with arguments it has
@@ -246,6 +252,28 @@ void ptdp_wait(ptdp_comm_req *req);
  * moves non-blocking collectives only inside MPI calls). 1 when complete
  * (the request is then reset as by ptdp_wait). */
 int ptdp_test(ptdp_comm_req *req);
+
+/* The watchdog (Megatron's --distributed-timeout-minutes): every blocking
+ * operation and every ptdp_wait records what is in flight (operation, group,
+ * peer, since when; ptdp_activity's iteration and phase). A thread wakes
+ * every second or so; when one operation has been in flight for longer than
+ * timeout_s it prints one line naming the operation, the group's members or
+ * the peer, the phase and iteration, and which of those ranks on this host
+ * have exited or are stopped (their pids are exchanged here), then ends the
+ * whole job (the backend's abort: MPI_Abort, called from the thread, which
+ * Open MPI serves without MPI_THREAD_MULTIPLE). Without it a lost rank that
+ * the launcher does not report (srun without --kill-on-bad-exit, a stopped
+ * or hung process, a lost host) leaves the others waiting forever.
+ * Collective over the world (one all-gather), once, after ptdp_comm_setup;
+ * does nothing on a world of one or when timeout_s <= 0. Returns PTDP_ENOMEM
+ * or PTDP_ECOMM (thread creation) with a message; stopped by
+ * ptdp_comm_finalize. watchdog.c. */
+int ptdp_comm_watchdog_start(ptdp_comm *c, double timeout_s);
+void ptdp__comm_watchdog_stop(ptdp_comm *c);
+/* The operation in flight, for the watchdog: returns a sequence number, odd
+ * while one is in flight (then *op, *group, *peer (group rank or -1) and
+ * *since (ptdp_now) describe it), even otherwise. */
+uint64_t ptdp__comm_inflight(int *op, const ptdp_group **group, int *peer, double *since);
 
 /* Zeroes every group's counters; logs the non-zero ones (one line per group
  * and operation: "comm GROUP OP calls N bytes B"). Local, not collective. */

@@ -182,6 +182,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         const int32_t *tok = tokens ? tokens + (int64_t)a->microbatch * b * (s + 1) : NULL;
         ptdp_p2p in, out;
         ptdp_action_p2p(sp, r, a, &in, &out);
+        ptdp_activity_phase(a->kind == PTDP_ACT_FWD ? "forward" : "backward");
         if (a->kind == PTDP_ACT_FWD) {
             if (in.peer_rank >= 0)
                 recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
@@ -192,6 +193,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             ptdp_comm_req *req = NULL;
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
+            ptdp_fault_point(NULL, "forward"); /* tests: kill.forward@R:ITER */
             ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y,
                                loss_scales[a->microbatch], &ls, iteration, mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
@@ -232,6 +234,7 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         }
     }
     /* flush: every send must be delivered before the buffers are reused */
+    ptdp_activity_phase("pipeline flush");
     double t0 = ptdp_executor_now(ex);
     for (int i = 0; i < 2 * ex->K; i++) ptdp_wait(&ex->send_reqs[i]);
     ex->sent[0] = ex->sent[1] = 0;

@@ -226,6 +226,7 @@ static double evaluate(ptdp_run *r, const ptdp_batches *split, int64_t round) {
     /* only the first and last pipeline stage read data */
     const int reads_data = r->comm->pp == 0 || r->comm->pp == r->comm->p - 1;
     double vl = 0;
+    ptdp_activity_phase("evaluation");
     for (int64_t e = 0; e < p->eval_iters; e++) {
         if (reads_data)
             ptdp_batches_get(split, (round * p->eval_iters + e) * B + r->comm->dp * Bl, Bl,
@@ -237,6 +238,7 @@ static double evaluate(ptdp_run *r, const ptdp_batches *split, int64_t round) {
 
 /* Saves a checkpoint of the current iteration; 0 or an exit status of 1. */
 static int save(ptdp_run *r) {
+    ptdp_activity_phase("checkpoint save");
     if (ptdp_trainer_save(r->tr, r->p.save, r->consumed)) {
         ptdp_log_error("%s", ptdp_last_error());
         return 1;
@@ -285,6 +287,7 @@ int ptdp_run_loop(ptdp_run *r) {
                            comm->world_rank, (long long)(it + 1));
             abort();
         }
+        ptdp_activity_set(it + 1, "training");
         if (reads_data) ptdp_batches_get(&r->data, r->consumed + comm->dp * Bl, Bl, r->batch);
         double t0 = ptdp_now();
         ptdp_trainer_step(r->tr, r->batch, &r->st);

@@ -357,6 +357,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     reduce_tied_embedding(tr);
     /* data parallelism: gradients were scaled by 1/(B*s), so the sum over the
      * replicas is the gradient of the global mean */
+    ptdp_activity_phase("gradient reduction");
     for (int c = 0; c < tr->v; c++) ptdp_ddp_finish(tr->ddp[c]);
     reduce_sequence_parallel(tr);
     /* the loss and its token count live on the last stage (both t times over:
@@ -376,6 +377,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     double lr = ptdp_lr_at(&p->lr, tr->opts[0].step);
     st->skipped = !isfinite(norm);
     t0 = ptdp_executor_now(tr->ex);
+    ptdp_activity_phase("optimizer step"); /* ZeRO-1's all-gather of the updated weights */
     if (!st->skipped)
         for (int c = 0; c < tr->v; c++) {
             ptdp_optim_step(&tr->opts[c], norm, lr, 1.0 / S);
