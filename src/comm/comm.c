@@ -246,7 +246,9 @@ void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, 
     PTDP_ASSERT_MSG(send + n * (g->size > 1 ? g->size : 1) <= recv || recv + n <= send,
                     "reduce-scatter: send and recv overlap");
     count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
+    inflight_begin(g, PTDP_OP_REDUCE_SCATTER, -1);
     ops_of(g)->reduce_scatter(g, send, recv, n, PTDP_COMM_F32);
+    inflight_end(g);
 }
 
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
