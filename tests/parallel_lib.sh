@@ -9,6 +9,20 @@ run_np() { # run_np N args...  (ptdp train under mpirun)
     "$MPIRUN" --oversubscribe -np "$n" "$PTDP" "$@"
 }
 
+# expect_np_error NP "message part" args...: `ptdp train args` on NP ranks is
+# refused before any work: status 2, the message from every rank, no iteration.
+expect_np_error() {
+    local np=$1 msg=$2
+    shift 2
+    run_np "$np" train "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
+    local rc=$?
+    [ "$rc" -eq 2 ] || { fail "expected status 2, got $rc for: $*"; cat "$TMP/err.txt" >&2; return; }
+    local n
+    n=$(grep -c "ptdp: error:.*$msg" "$TMP/err.txt")
+    [ "$n" -eq "$np" ] && ok || { fail "expected '$msg' from each of $np ranks, got $n"; cat "$TMP/err.txt" >&2; }
+    grep -q "iteration" "$TMP/err.out" && fail "training started despite: $msg" || ok
+}
+
 # compare_jsonl REF OTHER KEY RTOL: both files log KEY on the same number of
 # lines, every value is a number, and each pair is within RTOL relative to REF
 # (|ref - other| <= RTOL |ref|). Shown able to fail by test_compare_tools.sh.

@@ -40,17 +40,7 @@ for t in 2 3 4; do
 done
 
 # Bad layouts: rejected on every rank before any work, status 2.
-expect_error() { # expect_error NP "message part" args...
-    local np=$1 msg=$2
-    shift 2
-    run_np "$np" train "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
-    local rc=$?
-    [ "$rc" -eq 2 ] || { fail "expected status 2, got $rc for: $*"; cat "$TMP/err.txt" >&2; return; }
-    local n
-    n=$(grep -c "ptdp: error:.*$msg" "$TMP/err.txt")
-    [ "$n" -eq "$np" ] && ok || { fail "expected '$msg' from each of $np ranks, got $n"; cat "$TMP/err.txt" >&2; }
-    grep -q "iteration" "$TMP/err.out" && fail "training started despite: $msg" || ok
-}
+expect_error() { expect_np_error "$@"; } # NP "message part" args...
 SMALL="--mock-data --num-layers 2 --hidden-size 48 --seq-length 16 --train-iters 2 --lr 1e-3"
 expect_error 2 "num-attention-heads 3 is not divisible by --tensor-model-parallel-size 2" $SMALL --num-attention-heads 3 --tensor-model-parallel-size 2
 expect_error 3 "not a multiple of --tensor-model-parallel-size 2" $SMALL --num-attention-heads 12 --tensor-model-parallel-size 2

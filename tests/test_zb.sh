@@ -56,14 +56,10 @@ for r in 0 1; do
         ok || fail "trace: rank $r should have 2 iterations x 8 W boxes"
 done
 
-expect_error() { # expect_error NP "message part" flags...
+expect_error() { # expect_error NP "message part" flags... (after $ARGS)
     local np=$1 msg=$2
     shift 2
-    run_np "$np" train $ARGS "$@" >"$TMP/err.out" 2>"$TMP/err.txt"
-    local rc=$?
-    [ "$rc" -eq 2 ] || { fail "expected status 2, got $rc for: $*"; cat "$TMP/err.txt" >&2; return; }
-    [ "$(grep -c "ptdp: error:.*$msg" "$TMP/err.txt")" -eq "$np" ] && ok ||
-        { fail "expected '$msg' from each of $np ranks"; cat "$TMP/err.txt" >&2; }
+    expect_np_error "$np" "$msg" $ARGS "$@"
 }
 expect_error 2 "zb-h1 keeps activations until the weight gradients" --pipeline-model-parallel-size 2 \
     --pipeline-schedule zb-h1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
