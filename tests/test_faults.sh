@@ -40,7 +40,7 @@ killed() {
     t1=$(date +%s.%N)
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || { fail "$name: status $rc (124: hung)"; return; }
     # the injection's line carries the time of the kill
-    tk=$(grep -o "PTDP_FAULT=${fault%%@*}: rank .* raises .*time [0-9.]*" "$TMP/$name.out" | grep -o '[0-9.]*$')
+    tk=$(grep -o "PTDP_FAULT=${fault%%@*}: rank .* raises .*time [0-9.]*" "$TMP/$name.out" | grep -o '[0-9.]*$' | head -1)
     [ -n "$tk" ] && ok || { fail "$name: the fault was not injected"; tail -5 "$TMP/$name.out" >&2; return; }
     secs=$(echo "$t1 - $tk" | bc)
     echo "$name: $fault, $np ranks: status $rc, the job ended $secs s after the kill"

@@ -213,6 +213,11 @@ void ptdp_fault_point(const char *group, const char *what) {
         snprintf(name, sizeof name, "%s.%s%s%s", verbs[v], group ? group : "", group ? "-" : "",
                  what);
         if (!ptdp_fault_at(name, g_iteration)) continue;
+        /* once per process: a stopped rank that the job's teardown continues must not
+         * stop again at the next matching point of the same iteration */
+        static int fired;
+        if (fired) return;
+        fired = 1;
         /* the wall-clock time lets a test measure how long the others take to exit */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
