@@ -222,10 +222,9 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     c->training = !p->inference;
     /* W reads the layer's stashed activations after B; a recomputed layer's
      * live in the workspace, which the next micro-batch reuses */
-    PTDP_ASSERT_MSG(!p->split_backward ||
-                        ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
-                          p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
-                         !p->inference && !p->sequence_parallel),
+    PTDP_ASSERT_MSG(!p->split_backward || ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
+                                            p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
+                                           !p->inference && !p->sequence_parallel),
                     "a split backward needs stored activations and gradients, and no sequence "
                     "parallelism");
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,

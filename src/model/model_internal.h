@@ -121,20 +121,20 @@ struct ptdp_gpt_chunk {
     size_t param_bytes, act_bytes;
     ptdp__slot_act *slots; /* [slots] */
     /* workspace shared by all slots */
-    float *tmp;          /* [s, b, h] row-parallel GEMM output before the all-reduce (or
-                            reduce-scatter) */
-    float *dres, *dtmp;  /* [s', b, h] residual-stream gradient, its branch's gradient */
-    float *gath;         /* [s, b, h] (sp only): a gathered sequence (the LayerNorm output
-                            entering a column-parallel GEMM), the reduce-scatter's
-                            [s', b, h] result in the forward, and the input gradient of
-                            a column-parallel GEMM before its reduce-scatter */
-    float *dctx;         /* [s, b, h/t] */
-    float *dqkv;         /* [s, b, 3h/t] */
-    float *dfc;          /* [s, b, 4h/t] */
+    float *tmp;              /* [s, b, h] row-parallel GEMM output before the all-reduce (or
+                                reduce-scatter) */
+    float *dres, *dtmp;      /* [s', b, h] residual-stream gradient, its branch's gradient */
+    float *gath;             /* [s, b, h] (sp only): a gathered sequence (the LayerNorm output
+                                entering a column-parallel GEMM), the reduce-scatter's
+                                [s', b, h] result in the forward, and the input gradient of
+                                a column-parallel GEMM before its reduce-scatter */
+    float *dctx;             /* [s, b, h/t] */
+    float *dqkv;             /* [s, b, 3h/t] */
+    float *dfc;              /* [s, b, 4h/t] */
     ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
                                 back to back (dattn_out: that layer's xm; with sp, whose
                                 xm is a shard, a workspace buffer of its own) */
-    float *attn_scratch; /* [ptdp_attention_scratch_floats(s, threads)] */
+    float *attn_scratch;     /* [ptdp_attention_scratch_floats(s, threads)] */
     /* loss head (last stage) */
     float *lnf_out;             /* [s', b, h] */
     float *lnf_mean, *lnf_rstd; /* [s', b] */

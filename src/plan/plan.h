@@ -114,8 +114,8 @@ typedef struct {
     int recompute; /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
-    int split_backward; /* zero-bubble schedule: each slot also keeps its layers'
-                           weight-GEMM output gradients until W */
+    int split_backward;    /* zero-bubble schedule: each slot also keeps its layers'
+                              weight-GEMM output gradients until W */
     /* the compute backend's numbers (the plan does not know the kernels):
      * floats attention saves per layer and micro-batch, ops->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,

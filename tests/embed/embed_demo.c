@@ -10,8 +10,14 @@
 #include "pipeline/schedule.h"
 
 int main(void) {
-    ptdp_gpt_config cfg = {.num_layers = 2, .hidden = 32, .heads = 4, .seq_length = 8,
-                           .max_positions = 8, .vocab = 100, .init_std = 0.02f, .ln_eps = 1e-5f,
+    ptdp_gpt_config cfg = {.num_layers = 2,
+                           .hidden = 32,
+                           .heads = 4,
+                           .seq_length = 8,
+                           .max_positions = 8,
+                           .vocab = 100,
+                           .init_std = 0.02f,
+                           .ln_eps = 1e-5f,
                            .seed = 1};
     if (ptdp_gpt_config_finish(&cfg, 128, 1) != PTDP_OK) return 1;
     ptdp_chunk_params p = ptdp_chunk_default_params();
