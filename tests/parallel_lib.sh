@@ -9,6 +9,26 @@ run_np() { # run_np N args...  (ptdp train under mpirun)
     "$MPIRUN" --oversubscribe -np "$n" "$PTDP" "$@"
 }
 
+# run_vs_ref NAME NP args...: `ptdp train args` on NP ranks, logging to
+# $TMP/NAME.{jsonl,safetensors,out}, must give the reference run's
+# ($TMP/ref.*) loss and grad norm at every iteration (1e-5 relative) and its
+# final weights (1e-5; the key bias lr x iterations = 2e-2). Returns 1 when
+# the run itself failed (after a fail), else 0.
+run_vs_ref() {
+    local name=$1 np=$2
+    shift 2
+    if ! run_np "$np" train "$@" --log-jsonl "$TMP/$name.jsonl" --save-safetensors "$TMP/$name.safetensors" \
+        >"$TMP/$name.out" 2>&1; then
+        fail "$name: run failed"
+        tail -5 "$TMP/$name.out" >&2
+        return 1
+    fi
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
+    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
+    compare_weights "$TMP/ref.safetensors" "$TMP/$name.safetensors" 2e-2 && ok || fail "$name: final weights differ"
+    return 0
+}
+
 # expect_np_error NP "message part" args...: `ptdp train args` on NP ranks is
 # refused before any work: status 2, the message from every rank, no iteration.
 expect_np_error() {

@@ -22,15 +22,7 @@ run_np 1 train $ARGS --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.s
 check() { # check NAME NP flags...
     local name=$1 np=$2
     shift 2
-    if ! run_np "$np" train $ARGS "$@" --log-jsonl "$TMP/$name.jsonl" --save-safetensors "$TMP/$name.safetensors" \
-        >"$TMP/$name.out" 2>&1; then
-        fail "$name: run failed"
-        tail -5 "$TMP/$name.out" >&2
-        return
-    fi
-    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" lm_loss 1e-5 && ok || fail "$name: loss differs"
-    compare_jsonl "$TMP/ref.jsonl" "$TMP/$name.jsonl" grad_norm 1e-5 && ok || fail "$name: grad norm differs"
-    compare_weights "$TMP/ref.safetensors" "$TMP/$name.safetensors" 2e-2 && ok || fail "$name: final weights differ"
+    run_vs_ref "$name" "$np" $ARGS "$@"
 }
 for p in 2 3 4; do
     check "gpipe_p$p" $p --pipeline-model-parallel-size $p --pipeline-schedule gpipe
