@@ -3,10 +3,18 @@
 # $TMP and finish come from script_lib.sh.
 source "$PTDP_SRC/tests/script_lib.sh"
 MPIRUN=${MPIRUN:-mpirun}
-run_np() { # run_np N args...  (ptdp train under mpirun)
+# run_np N args...: `ptdp args` on N ranks under mpirun. One rank runs ptdp
+# directly: a job of one needs no MPI (comm.h) and mpirun's start-up costs
+# more than a small test run; OMP_NUM_THREADS=1 as under mpirun, which binds a
+# single rank to one core.
+run_np() {
     local n=$1
     shift
-    "$MPIRUN" --oversubscribe -np "$n" "$PTDP" "$@"
+    if [ "$n" = 1 ]; then
+        OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PTDP" "$@"
+    else
+        "$MPIRUN" --oversubscribe -np "$n" "$PTDP" "$@"
+    fi
 }
 
 # run_vs_ref NAME NP args...: `ptdp train args` on NP ranks, logging to

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Activation recomputation and the scatter/gather optimisation (issue 6):
-# - with dropout on and a fixed seed, recomputation (uniform and block) and
-#   scatter/gather leave every iteration's loss unchanged (1e-5 relative) in
-#   pipeline layouts, since a rerun forward restores the same dropout masks;
+# - with dropout on and a fixed seed, pipeline layouts with recomputation
+#   (uniform, block, selective) and scatter/gather on or off give the single
+#   process's loss at every iteration (1e-5 relative), since a rerun forward
+#   restores the same dropout masks;
 # - the pipeline group's traffic is b*s*h/t elements per micro-batch per stage
 #   boundary per direction with scatter/gather, b*s*h without, exactly;
 # - measured activation memory equals the planner's prediction (5%), full
@@ -16,67 +17,57 @@ ARGS="--mock-data --num-layers 8 --hidden-size 48 --num-attention-heads 12 --seq
 RC_U="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
 RC_B="--recompute-granularity full --recompute-method block --recompute-num-layers 1"
 
-same_losses() { # same_losses NAME NP flags...  (compares with NAME's baseline)
-    local name=$1 np=$2
+same_losses() { # same_losses REF NP flags...: the run's losses equal $TMP/REF.jsonl's
+    local ref=$1 np=$2
     shift 2
-    run_np "$np" train $ARGS "$@" --log-jsonl "$TMP/x.jsonl" >"$TMP/x.out" 2>&1 || { fail "$name $*: run failed"; tail -3 "$TMP/x.out" >&2; return; }
-    compare_jsonl "$TMP/$name.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "$name with $*: loss changed"
+    run_np "$np" train $ARGS "$@" --log-jsonl "$TMP/x.jsonl" >"$TMP/x.out" 2>&1 || { fail "$*: run failed"; tail -3 "$TMP/x.out" >&2; return; }
+    compare_jsonl "$TMP/$ref.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "$* differs from $ref"
 }
-# The pipeline issue's matrix (every schedule for p = 2, 3, 4, v = 2, and with
-# t = 2), each with dropout: recomputation (uniform groups of 2; block on the
-# first layer of each stage for some) and scatter/gather (t = 2) must not
-# change any iteration's loss.
-V2="--virtual-pipeline-model-parallel-size 2"
-layouts=("g2:2:--pipeline-model-parallel-size 2 --pipeline-schedule gpipe"
-         "f2:2:--pipeline-model-parallel-size 2 --pipeline-schedule 1f1b"
-         "i2:2:--pipeline-model-parallel-size 2 $V2"
-         "g4:4:--pipeline-model-parallel-size 4 --pipeline-schedule gpipe"
-         "f4:4:--pipeline-model-parallel-size 4 --pipeline-schedule 1f1b"
-         "i4:4:--pipeline-model-parallel-size 4 $V2")
-for entry in "${layouts[@]}"; do
-    IFS=: read -r name np flags <<<"$entry"
-    run_np "$np" train $ARGS $flags --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 && ok || fail "$name baseline"
-    same_losses "$name" "$np" $flags $RC_U
-done
-same_losses g2 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe $RC_B
-same_losses i4 4 --pipeline-model-parallel-size 4 $V2 $RC_B
-# selective recomputation reruns core attention with the same masks
-same_losses i4 4 --pipeline-model-parallel-size 4 $V2 --recompute-granularity selective
-# p = 3 needs a layer count divisible by 3 (and by 3 x 2 interleaved)
-ARGS3="${ARGS/--num-layers 8/--num-layers 6} --global-batch-size 12"
-for entry in "g3:--pipeline-schedule gpipe" "f3:--pipeline-schedule 1f1b" "i3:$V2"; do
-    IFS=: read -r name flags <<<"$entry"
-    run_np 3 train $ARGS3 --pipeline-model-parallel-size 3 $flags --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 && ok || fail "$name baseline"
-    run_np 3 train $ARGS3 --pipeline-model-parallel-size 3 $flags $RC_U --log-jsonl "$TMP/x.jsonl" >/dev/null 2>&1 &&
-        compare_jsonl "$TMP/$name.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "$name with recomputation: loss changed"
-done
-# one process with dropout equals the pipeline layouts too (same masks per global layer)
+# With dropout on, every layout draws the single process's masks (keyed by
+# global coordinates), so each run below is held to the single process's
+# losses: recomputation then changed nothing (a rerun forward restores the
+# same masks), and neither did the layout.
 run_np 1 train $ARGS --log-jsonl "$TMP/one.jsonl" >/dev/null 2>&1 && ok || fail "single process"
-compare_jsonl "$TMP/one.jsonl" "$TMP/i2.jsonl" lm_loss 1e-5 && ok || fail "interleaved p=2 with dropout differs from one process"
-# tensor parallel (t = 2) with every schedule: scatter/gather on vs off, and with recomputation
+# The pipeline issue's matrix (every schedule for p = 2, 3, 4, v = 2, and with
+# t = 2), each with dropout and recomputation (uniform groups of 2; block on
+# the first layer of each stage for some), scatter/gather on and off (t = 2).
+V2="--virtual-pipeline-model-parallel-size 2"
+for entry in "2:--pipeline-schedule gpipe" "2:--pipeline-schedule 1f1b" "2:$V2" \
+    "4:--pipeline-schedule gpipe" "4:--pipeline-schedule 1f1b" "4:$V2"; do
+    IFS=: read -r p flags <<<"$entry"
+    same_losses one "$p" --pipeline-model-parallel-size "$p" $flags $RC_U
+done
+same_losses one 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe $RC_B
+same_losses one 4 --pipeline-model-parallel-size 4 $V2 $RC_B
+# selective recomputation reruns core attention with the same masks
+same_losses one 4 --pipeline-model-parallel-size 4 $V2 --recompute-granularity selective
+# p = 3 needs a layer count divisible by 3 (and by 3 x 2 interleaved): its own single process
+ARGS3="${ARGS/--num-layers 8/--num-layers 6} --global-batch-size 12"
+run_np 1 train $ARGS3 --log-jsonl "$TMP/one3.jsonl" >/dev/null 2>&1 && ok || fail "single process, 6 layers"
+for flags in "--pipeline-schedule gpipe" "--pipeline-schedule 1f1b" "$V2"; do
+    run_np 3 train $ARGS3 --pipeline-model-parallel-size 3 $flags $RC_U --log-jsonl "$TMP/x.jsonl" >/dev/null 2>&1 &&
+        compare_jsonl "$TMP/one3.jsonl" "$TMP/x.jsonl" lm_loss 1e-5 && ok || fail "p=3 $flags with recomputation differs"
+done
+# Tensor parallel (t = 2) with every schedule: scatter/gather off, on, and on with
+# recomputation. The pipeline group's traffic on rank 0 over 6 iterations, m = 4
+# micro-batches of b*s*h = 2*16*48 = 1536 floats, is exact: (t=2, p=2) sends m
+# activations forward and receives m gradients; (t=2, p=2, v=2) sends 3m (chunk 0
+# and 1 forward, chunk 1's gradient back). With scatter/gather each message is 1/t.
+pipe_bytes() { grep "^\[0,0,0\] comm pipeline *send" "$1" | awk '{print $6, $8}'; }
+T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
 for entry in "t2g:--pipeline-schedule gpipe" "t2f:--pipeline-schedule 1f1b" "t2i:$V2"; do
     IFS=: read -r name flags <<<"$entry"
-    T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 $flags"
-    run_np 4 train $ARGS $T2 --no-scatter-gather-tensors-in-pipeline --log-jsonl "$TMP/$name.jsonl" >/dev/null 2>&1 &&
-        ok || fail "$name baseline"
-    same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline
-    same_losses "$name" 4 $T2 --scatter-gather-tensors-in-pipeline $RC_U
+    same_losses one 4 $T2 $flags --no-scatter-gather-tensors-in-pipeline --log-comm
+    [ "$name" = t2f ] && { [ "$(pipe_bytes "$TMP/x.out")" = "$((6 * 4)) $((6 * 4 * 1536 * 4))" ] && ok ||
+        fail "t2p2 without s/g: $(pipe_bytes "$TMP/x.out")"; }
+    same_losses one 4 $T2 $flags --scatter-gather-tensors-in-pipeline --log-comm
+    [ "$name" = t2f ] && { [ "$(pipe_bytes "$TMP/x.out")" = "$((6 * 4)) $((6 * 4 * 1536 * 4 / 2))" ] && ok ||
+        fail "t2p2 with s/g: $(pipe_bytes "$TMP/x.out")"; }
+    [ "$name" = t2i ] && { [ "$(pipe_bytes "$TMP/x.out")" = "$((6 * 12)) $((6 * 12 * 1536 * 4 / 2))" ] && ok ||
+        fail "t2p2v2 with s/g: $(pipe_bytes "$TMP/x.out")"; }
+    same_losses one 4 $T2 $flags --scatter-gather-tensors-in-pipeline $RC_U
 done
-same_losses t2f 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b \
-    --scatter-gather-tensors-in-pipeline --recompute-granularity selective
-T2="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
-
-# Exact pipeline traffic on rank 0 over 6 iterations, m = 4 micro-batches of
-# b*s*h = 2*16*48 = 1536 floats: (t=2, p=2) sends m activations forward and
-# receives m gradients; (t=2, p=2, v=2) sends 3m (chunk 0 and 1 forward,
-# chunk 1's gradient back). With scatter/gather each message is 1/t.
-pipe_bytes() { grep "^\[0,0,0\] comm pipeline *send" "$1" | awk '{print $6, $8}'; }
-run_np 4 train $ARGS $T2 --no-scatter-gather-tensors-in-pipeline --log-comm >"$TMP/c1.out" 2>&1
-[ "$(pipe_bytes "$TMP/c1.out")" = "$((6 * 4)) $((6 * 4 * 1536 * 4))" ] && ok || fail "t2p2 without s/g: $(pipe_bytes "$TMP/c1.out")"
-run_np 4 train $ARGS $T2 --log-comm >"$TMP/c2.out" 2>&1
-[ "$(pipe_bytes "$TMP/c2.out")" = "$((6 * 4)) $((6 * 4 * 1536 * 4 / 2))" ] && ok || fail "t2p2 with s/g: $(pipe_bytes "$TMP/c2.out")"
-run_np 4 train $ARGS $T2 --virtual-pipeline-model-parallel-size 2 --log-comm >"$TMP/c3.out" 2>&1
-[ "$(pipe_bytes "$TMP/c3.out")" = "$((6 * 12)) $((6 * 12 * 1536 * 4 / 2))" ] && ok || fail "t2p2v2 with s/g: $(pipe_bytes "$TMP/c3.out")"
+same_losses one 4 $T2 --pipeline-schedule 1f1b --scatter-gather-tensors-in-pipeline --recompute-granularity selective
 
 # Memory: measured vs predicted, recomputation, 1F1B vs GPipe.
 MEM="--mock-data --num-layers 6 --hidden-size 96 --num-attention-heads 6 --seq-length 64 --micro-batch-size 2
