@@ -23,21 +23,28 @@ ARGS="--mock-data --num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-
 TIMEOUT_MIN=0.05 # 3 s: the watchdog's bound in these tests
 NOABORT="--mca orte_abort_on_non_zero_status 0"
 
-# killed NAME FAULT NP REGEX [launcher flags --] ptdp flags...: the job ends with a
-# non-zero status (124 = still hanging after 120 s) within 30 s of the kill, the dying rank
-# announced itself and a surviving rank's message matches REGEX
-killed() {
-    local name=$1 fault=$2 np=$3 re=$4 launcher=$NOABORT
-    shift 4
+# start NAME FAULT NP [--launcher FLAGS] ptdp flags...: launches the job in the
+# background (most of its time is the watchdog's wait, so the jobs overlap);
+# $TMP/NAME.rc gets its status and the time it ended.
+start() {
+    local name=$1 fault=$2 np=$3 launcher=$NOABORT
+    shift 3
     if [ "${1:-}" = "--launcher" ]; then
         launcher=$2
         shift 2
     fi
-    local rc t1 tk secs
-    PTDP_FAULT=$fault timeout 120 "$MPIRUN" $launcher --oversubscribe -np "$np" -x PTDP_FAULT "$PTDP" train \
-        $ARGS --distributed-timeout-minutes $TIMEOUT_MIN "$@" >"$TMP/$name.out" 2>&1
-    rc=$?
-    t1=$(date +%s.%N)
+    (
+        PTDP_FAULT=$fault timeout 120 "$MPIRUN" $launcher --oversubscribe -np "$np" -x PTDP_FAULT "$PTDP" train \
+            $ARGS --distributed-timeout-minutes $TIMEOUT_MIN "$@" >"$TMP/$name.out" 2>&1
+        echo "$? $(date +%s.%N)" >"$TMP/$name.rc"
+    ) &
+}
+# check NAME FAULT NP REGEX (after the job ended): a non-zero status (124 = still
+# hanging after 120 s), the end within 30 s of the kill, the dying rank announced
+# itself and a surviving rank's message matches REGEX
+check() {
+    local name=$1 fault=$2 np=$3 re=$4 rc t1 tk secs
+    read -r rc t1 <"$TMP/$name.rc" || { fail "$name: the job left no status"; return; }
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || { fail "$name: status $rc (124: hung)"; return; }
     # the injection's line carries the time of the kill
     tk=$(grep -o "PTDP_FAULT=${fault%%@*}: rank .* raises .*time [0-9.]*" "$TMP/$name.out" | grep -o '[0-9.]*$' | head -1)
@@ -48,28 +55,39 @@ killed() {
     [ "$(echo "$secs < 30" | bc)" = 1 ] && ok || fail "$name: the job took $secs s to end after the kill"
     grep -Eq "$re" "$TMP/$name.out" && ok || { fail "$name: no message matching '$re'"; tail -20 "$TMP/$name.out" >&2; }
 }
+killed() { # killed NAME FAULT NP REGEX [--launcher FLAGS] ptdp flags...: start, wait, check
+    local name=$1 fault=$2 np=$3 re=$4
+    shift 4
+    start "$name" "$fault" "$np" "$@"
+    wait
+    check "$name" "$fault" "$np" "$re"
+}
 
 LOST='world rank 1 \(pid [0-9]+ on this host\) has exited'
 W="has not completed after [0-9]+ s \(.*iteration 3; --distributed-timeout-minutes 0.05\)"
-killed forward kill.forward@1:3 2 "pipeline (recv from|send to) world rank 1 $W: $LOST" \
-    --pipeline-model-parallel-size 2
-killed p2p kill.pipeline-send@0:3 2 \
-    "pipeline (recv from|send to) world rank 0 $W: world rank 0 \(pid [0-9]+ on this host\) has exited" \
-    --pipeline-model-parallel-size 2
-killed tensor kill.tensor-all-reduce@1:3 2 "rank 0: the tensor all-reduce \(world ranks 0,1\) $W: $LOST" \
-    --tensor-model-parallel-size 2
-killed bucket kill.data-all-reduce@1:3 2 "rank 0: the data all-reduce \(world ranks 0,1\) $W: $LOST"
-killed zero kill.data-all-gather@1:3 2 "rank 0: the data all-gather \(world ranks 0,1\) $W: $LOST" \
-    --use-distributed-optimizer
-killed stop stop.tensor-all-reduce@1:3 2 \
-    "tensor all-reduce \(world ranks 0,1\) $W: world rank 1 \(pid [0-9]+ on this host\) has stopped" \
-    --tensor-model-parallel-size 2
+T2="--tensor-model-parallel-size 2" P2="--pipeline-model-parallel-size 2"
+start forward kill.forward@1:3 2 $P2
+start p2p kill.pipeline-send@0:3 2 $P2
+start tensor kill.tensor-all-reduce@1:3 2 $T2
+start bucket kill.data-all-reduce@1:3 2
+start zero kill.data-all-gather@1:3 2 --use-distributed-optimizer
+start stop stop.tensor-all-reduce@1:3 2 $T2
 # plain mpirun: Open MPI notices the death and kills the job itself (about 2 s)
-killed mpirun kill.tensor-all-reduce@1:3 2 "process rank 1 .* exited on signal 9" --launcher "" \
-    --tensor-model-parallel-size 2
+start mpirun kill.tensor-all-reduce@1:3 2 --launcher "" $T2
 # the watchdog stays quiet in a healthy run (the same bound, 6 iterations)
-run_np 2 train $ARGS --tensor-model-parallel-size 2 --distributed-timeout-minutes $TIMEOUT_MIN \
-    >"$TMP/healthy.out" 2>&1 && ! grep -q "has not completed" "$TMP/healthy.out" && ok ||
+(run_np 2 train $ARGS $T2 --distributed-timeout-minutes $TIMEOUT_MIN >"$TMP/healthy.out" 2>&1
+    echo $? >"$TMP/healthy.rc") &
+wait
+check forward kill.forward@1:3 2 "pipeline (recv from|send to) world rank 1 $W: $LOST"
+check p2p kill.pipeline-send@0:3 2 \
+    "pipeline (recv from|send to) world rank 0 $W: world rank 0 \(pid [0-9]+ on this host\) has exited"
+check tensor kill.tensor-all-reduce@1:3 2 "rank 0: the tensor all-reduce \(world ranks 0,1\) $W: $LOST"
+check bucket kill.data-all-reduce@1:3 2 "rank 0: the data all-reduce \(world ranks 0,1\) $W: $LOST"
+check zero kill.data-all-gather@1:3 2 "rank 0: the data all-gather \(world ranks 0,1\) $W: $LOST"
+check stop stop.tensor-all-reduce@1:3 2 \
+    "tensor all-reduce \(world ranks 0,1\) $W: world rank 1 \(pid [0-9]+ on this host\) has stopped"
+check mpirun kill.tensor-all-reduce@1:3 2 "process rank 1 .* exited on signal 9"
+[ "$(cat "$TMP/healthy.rc")" = 0 ] && ! grep -q "has not completed" "$TMP/healthy.out" && ok ||
     fail "a healthy run with the watchdog failed"
 
 # Resume after a kill during the checkpoint write, t=2 x p=2 x d=2 on Moby Dick.
