@@ -164,7 +164,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
     int rc = ptdp_stage_layout_check(&r->layout, r->layers, sp->p, sp->v);
     if (rc != PTDP_OK) return rc;
     for (int c = 0; c < sp->v; c++) {
-        const int64_t stage = (int64_t)c * sp->p + r->pp_rank;
+        const int64_t stage = ptdp_schedule_stage(sp, r->pp_rank, c);
         int64_t begin, end;
         ptdp_stage_layout_range(&r->layout, r->layers, sp->p, sp->v, (int)stage, &begin, &end);
         const int64_t per = end - begin;

@@ -129,9 +129,11 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int kind = job->schedule >= 0 ? job->schedule
                      : v > 1            ? PTDP_SCHED_INTERLEAVED
                                         : PTDP_SCHED_1F1B;
-    if (kind == PTDP_SCHED_ZBH1) /* its split backward is not in the cost model yet */
-        return ptdp_errorf(PTDP_ECONFIG, "the planner does not model --pipeline-schedule zb-h1 "
-                                         "yet; use ptdp schedule --simulate for its timeline");
+    if (kind == PTDP_SCHED_ZBH1 || kind == PTDP_SCHED_ZBV) /* split backward: not modelled yet */
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "the planner does not model --pipeline-schedule %s yet; use ptdp "
+                           "schedule --simulate for its timeline",
+                           ptdp_schedule_kind_name(kind));
     if (v > 1 && p == 1) return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs p > 1", (long long)v);
     if (v > 1 && kind != PTDP_SCHED_INTERLEAVED)
         return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs the interleaved schedule", (long long)v);
@@ -376,7 +378,8 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
         int64_t n = 0;
         for (int c2 = 0; c2 < v; c2++) {
             int64_t b0, e0;
-            ptdp_stage_layout_range(&L->stages, job->layers, p, v, c2 * p + r, &b0, &e0);
+            ptdp_stage_layout_range(&L->stages, job->layers, p, v, ptdp_schedule_stage(&sp, r, c2),
+                                    &b0, &e0);
             n += e0 - b0;
         }
         if (n > rank_layers_max) rank_layers_max = n;
