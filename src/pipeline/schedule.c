@@ -85,17 +85,17 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
                            "--virtual-pipeline-model-parallel-size %d is too large",
                            sp->m, sp->p, sp->v);
     int kind = ptdp_schedule_resolve_kind(sp);
-    if (sp->v > 1 && sp->p == 1)
-        return ptdp_errorf(
-            PTDP_EINVAL,
-            "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
-            sp->v);
     if (kind == PTDP_SCHED_ZBV && (sp->p < 2 || sp->v != 2))
         return ptdp_errorf(PTDP_EINVAL,
                            "--pipeline-schedule zb-v runs two model chunks per rank in a V shape: "
                            "it needs --pipeline-model-parallel-size >= 2 (got %d) and "
                            "--virtual-pipeline-model-parallel-size 2 or left out (got %d)",
                            sp->p, sp->v);
+    if (sp->v > 1 && sp->p == 1)
+        return ptdp_errorf(
+            PTDP_EINVAL,
+            "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
+            sp->v);
     if (sp->v > 1 && kind != PTDP_SCHED_INTERLEAVED && kind != PTDP_SCHED_ZBV)
         return ptdp_errorf(
             PTDP_EINVAL,
