@@ -646,6 +646,10 @@ int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
                 (long long)pp, (long long)nlv);
         v = l / (pp * nlv);
     }
+    if (zbv && pp < 2)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--pipeline-schedule zb-v runs two model chunks per rank in a V "
+                           "shape: it needs --pipeline-model-parallel-size >= 2");
     if (v > 1 && pp == 1)
         return ptdp_errorf(
             PTDP_ECONFIG,
@@ -746,7 +750,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--pipeline-schedule %s runs one model chunk per rank; virtual stages "
-                "(v = %lld) need the interleaved or zb-v schedule",
+                "(v = %lld) need the interleaved schedule (or zb-v, with v = 2)",
                 sched, (long long)v);
         if (zbv && (pp < 2 || v != 2))
             return ptdp_errorf(PTDP_ECONFIG,
