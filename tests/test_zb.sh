@@ -3,7 +3,8 @@
 # backward split into B, the input gradient, and W, the weight gradients,
 # run later on the same rank). With dropout on, p = 2, 3, 4 give the single
 # process's loss and grad norm at every one of 20 iterations (1e-5 relative;
-# also with selective recomputation at p = 2)
+# also with selective recomputation at p = 2, and t = 2 x p = 2 with
+# --sequence-parallel)
 # and its final weights (1e-5 absolute; the K third of c_attn.bias within
 # lr x iterations, see compare_weights), and every run's memory plan equals
 # the planner's prediction (the W buffers included). ZB-H1 adds each
@@ -31,13 +32,15 @@ ARGS="--mock-data --num-layers 12 --hidden-size 48 --num-attention-heads 12 --se
 run_np 1 train $ARGS --log-jsonl "$TMP/ref.jsonl" --save-safetensors "$TMP/ref.safetensors" >"$TMP/ref.out" 2>&1 &&
     ok || { fail "single-process run"; cat "$TMP/ref.out" >&2; }
 
-# p = 2, 3, 4, and p = 2 with selective recomputation (B reruns core attention; W needs nothing it drops)
-for run in 2 3 4 2:selective; do
-    p=${run%%:*}
+# p = 2, 3, 4, p = 2 with selective recomputation (B reruns core attention; W needs nothing it
+# drops), and t = 2 x p = 2 with sequence parallelism (W gathers the LayerNorm output shards again)
+for run in 2 3 4 2:selective 2:sp; do
+    p=${run%%:*} np=${run%%:*}
     name=zbh1_p$p
     extra=""
     [ "$run" = 2:selective ] && name=zbh1_p2_selective && extra="--recompute-granularity selective"
-    if run_vs_ref "$name" "$p" $ARGS --pipeline-model-parallel-size $p --pipeline-schedule zb-h1 $extra; then
+    [ "$run" = 2:sp ] && name=zbh1_t2p2_sp np=4 extra="--tensor-model-parallel-size 2 --sequence-parallel"
+    if run_vs_ref "$name" "$np" $ARGS --pipeline-model-parallel-size $p --pipeline-schedule zb-h1 $extra; then
         check_plan "$TMP/$name.out" "$p" && ok || fail "$name: memory plan differs from the prediction"
         # every rank stashes min(p, m) = p micro-batches (1F1B's rank 0), measured = predicted
         [ "$(grep -c "$p micro-batches stashed" "$TMP/$name.out")" -eq "$p" ] && ok ||

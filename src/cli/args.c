@@ -769,12 +769,6 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                                "gradients (W) run; it cannot be combined with "
                                "--recompute-granularity full (selective is fine)",
                                sched);
-        if (zb && a->sequence_parallel && a->tensor_model_parallel_size > 1)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--pipeline-schedule %s with --sequence-parallel is not "
-                               "supported yet (W would gather the LayerNorm outputs again); "
-                               "use 1f1b or interleaved with --sequence-parallel",
-                               sched);
         if (a->recompute_method && !a->recompute_granularity)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--recompute-method needs --recompute-granularity full");

@@ -140,10 +140,6 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                          "--pipeline-schedule %s keeps activations until the weight gradients "
                          "(W) run; it cannot be combined with --recompute-granularity full",
                          ptdp_schedule_kind_name(sp.kind));
-    if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) && seq_par(p))
-        rc = ptdp_errorf(PTDP_ECONFIG,
-                         "--pipeline-schedule %s with --sequence-parallel is not supported yet",
-                         ptdp_schedule_kind_name(sp.kind));
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
