@@ -28,7 +28,8 @@
  *
  * Deliberately not here: the ILP-optimal schedules of the paper, and costs
  * other than unit (a bubble remains in the cool-down, a few per cent of the
- * iteration with unit costs; docs/schedules.md has the numbers). */
+ * iteration with unit costs; with W much cheaper than F and B the unit-cost
+ * order also leaves steady-state gaps; docs/schedules.md has the numbers). */
 #include <stdlib.h>
 #include <string.h>
 
