@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench_bubble.sh - the pipeline bubble of real runs against the simulator's
 # prediction. For p in {2, 4} and m in {8, 16} it trains the same small GPT
-# (t = d = 1, one OpenMP thread per rank) under 1f1b, interleaved (v = 2) and
-# zb-h1 with --trace, and from the trace of the timed iterations computes, per
+# (t = d = 1, one OpenMP thread per rank) under 1f1b, interleaved (v = 2),
+# zb-h1 and zb-v (v = 2, V-shaped) with --trace, and from the trace of the timed iterations computes, per
 # iteration, the window from the first compute event of any rank to the last
 # one's end, each rank's busy time (its F, B and W boxes) and
 #   idle fraction   = sum_r (window - busy_r) / (p * window)   (idle / total)
@@ -14,7 +14,7 @@
 # the machine and on what else runs on it (a loaded machine inflates waits).
 #
 # usage: bench/bench_bubble.sh [BUILD_DIR] [--reps N] [--iters N] [--p "2 4"] [--m "8 16"]
-#                              [--keep-traces DIR]
+#                              [--scheds "1f1b interleaved zb-h1 zb-v"] [--keep-traces DIR]
 #   --keep-traces: keep each layout's last trace as DIR/p{p}_m{m}_{schedule}.json
 #   (draw one with bench/trace_svg.sh).
 set -u
@@ -23,6 +23,7 @@ reps=3
 iters=4
 plist="2 4"
 mlist="8 16"
+scheds="1f1b interleaved zb-h1 zb-v"
 keep=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
     --iters) iters=$2; shift 2 ;;
     --p) plist=$2; shift 2 ;;
     --m) mlist=$2; shift 2 ;;
+    --scheds) scheds=$2; shift 2 ;;
     --keep-traces) keep=$2; mkdir -p "$keep"; shift 2 ;;
     *) build=$1; shift ;;
     esac
@@ -47,10 +49,11 @@ trap 'rm -rf "$tmp"' EXIT
 model="--mock-data --num-layers 8 --hidden-size 256 --num-attention-heads 4 --seq-length 128
  --vocab-size 512 --micro-batch-size 1 --lr 1e-4 --log-interval 1000"
 
-# trace_stats TRACE P V FIRST_ITER: "idle bubble stage_times" where stage_times is
-# the --stage-times list (ms) F:B+W:W per virtual stage (W 0 when there is none).
+# trace_stats TRACE P V FIRST_ITER VSHAPE: "idle bubble stage_times" where stage_times is
+# the --stage-times list (ms) F:B+W:W per virtual stage (W 0 when there is none);
+# VSHAPE 1: chunk c of rank r is stage r (c = 0) or 2p-1-r (zb-v), else c*p + r.
 trace_stats() {
-    awk -v p="$2" -v v="$3" -v first="$4" '
+    awk -v p="$2" -v v="$3" -v first="$4" -v vshape="$5" '
     function num(key,   i, r) {
         if (!match($0, "\"" key "\":[-0-9.]+")) return -1
         r = substr($0, RSTART, RLENGTH); sub(/.*:/, "", r); return r + 0 }
@@ -58,7 +61,7 @@ trace_stats() {
         it = num("iteration"); if (it < first) next
         k = /"cat":"forward"/ ? 0 : /"cat":"backward"/ ? 1 : 2
         r = num("tid"); c = num("chunk"); ts = num("ts"); d = num("dur")
-        st = c * p + r
+        st = vshape ? (c ? 2 * p - 1 - r : r) : c * p + r
         sum[k, st] += d; cnt[k, st]++
         busy[it, r] += d
         if (!((it) in lo) || ts < lo[it]) lo[it] = ts
@@ -91,9 +94,10 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR+1)/2] : (a[N
 
 for p in $plist; do
     for m in $mlist; do
-        for sched in 1f1b interleaved zb-h1; do
-            v=1
+        for sched in $scheds; do
+            v=1 vshape=0
             [ "$sched" = interleaved ] && v=2
+            [ "$sched" = zb-v ] && v=2 vshape=1
             : >"$tmp/idle"; : >"$tmp/bubble"; : >"$tmp/iter"
             stage_times=""
             for rep in $(seq "$reps"); do
@@ -105,7 +109,7 @@ for p in $plist; do
                     tail -3 "$tmp/out" >&2
                     continue
                 fi
-                read -r idle bubble st < <(trace_stats "$tmp/t.json" "$p" "$v" 2)
+                read -r idle bubble st < <(trace_stats "$tmp/t.json" "$p" "$v" 2 "$vshape")
                 echo "$idle" >>"$tmp/idle"
                 echo "$bubble" >>"$tmp/bubble"
                 grep -o '"elapsed_ms":[0-9.]*' "$tmp/l.jsonl" | tail -n "$iters" | cut -d: -f2 >>"$tmp/iter"

@@ -6,7 +6,8 @@
 # the same with --eod-mask-loss (Moby Dick's paragraphs are documents, so
 # every sample holds EOD tokens), whose losses differ from the unmasked ones;
 # its (t=2, p=2) run is sequence parallel (evaluation's messages are then the
-# s/t shard).
+# s/t shard). Also p=2 under zb-v (rank 0 holds the first and the last stage;
+# evaluation's hand-off at the turn of the V stays on rank 1), masked and not.
 source "$PTDP_SRC/tests/parallel_lib.sh"
 bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
 D="$PTDP_SRC/data"
@@ -28,7 +29,9 @@ run_np 4 train $X --tensor-model-parallel-size 2 --pipeline-model-parallel-size 
     >/dev/null 2>&1 && ok || fail "t2p2 run"
 run_np 4 train $X --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --log-jsonl "$TMP/pd.jsonl" \
     >/dev/null 2>&1 && ok || fail "p2d2 interleaved run"
-for r in tp pd; do
+run_np 2 train $X --pipeline-model-parallel-size 2 --pipeline-schedule zb-v --log-jsonl "$TMP/zv.jsonl" \
+    >/dev/null 2>&1 && ok || fail "p2 zb-v run"
+for r in tp pd zv; do
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: training loss differs"
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: validation loss differs"
     compare_jsonl "$TMP/one.jsonl" "$TMP/$r.jsonl" test_loss 1e-5 && ok || fail "$r: test loss differs"
@@ -45,7 +48,9 @@ run_np 4 train $X --eod-mask-loss --tensor-model-parallel-size 2 --pipeline-mode
     fail "--eod-mask-loss t2p2 --sequence-parallel run"
 run_np 4 train $X --eod-mask-loss --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
     --log-jsonl "$TMP/mpd.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss p2d2 interleaved run"
-for r in mtp mpd; do
+run_np 2 train $X --eod-mask-loss --pipeline-model-parallel-size 2 --pipeline-schedule zb-v \
+    --log-jsonl "$TMP/mzv.jsonl" >/dev/null 2>&1 && ok || fail "--eod-mask-loss p2 zb-v run"
+for r in mtp mpd mzv; do
     compare_jsonl "$TMP/m1.jsonl" "$TMP/$r.jsonl" lm_loss 1e-5 && ok || fail "$r: masked training loss differs"
     compare_jsonl "$TMP/m1.jsonl" "$TMP/$r.jsonl" val_loss 1e-5 && ok || fail "$r: masked validation loss differs"
 done

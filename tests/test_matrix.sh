@@ -83,6 +83,11 @@ MATRIX_FULL=(
     "t2p2d1_sp_selective_b2:2 2 1:--micro-batch-size 2 $RCS $SP"
     "t2p2d2_zbh1_b2_nosg_selective:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-h1 $SG_OFF $RCS"
     "t1p2d4_zbh1_zero_buckets:1 2 4:--micro-batch-size 1 --pipeline-schedule zb-h1 $ZERO --ddp-bucket-size 3000"
+    "t2p2d2_zbv_b2:2 2 2:--micro-batch-size 2 --pipeline-schedule zb-v"
+    "t1p4d2_zbv_zero:1 4 2:--micro-batch-size 1 --pipeline-schedule zb-v $ZERO"
+    "t2p2d1_zbv_nosg_selective:2 2 1:--micro-batch-size 1 --pipeline-schedule zb-v $SG_OFF $RCS"
+    "t2p2d1_zbv_sp:2 2 1:--micro-batch-size 1 --pipeline-schedule zb-v $SP"
+    "t1p2d1_zbv_layout:1 2 1:--micro-batch-size 1 --pipeline-schedule zb-v --pipeline-model-parallel-layout Ett|ttt|tt|tL"
 )
 entries=("${MATRIX_FAST[@]}")
 [ "${MATRIX:-fast}" = full ] && entries+=("${MATRIX_FULL[@]}")

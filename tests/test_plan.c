@@ -405,8 +405,50 @@ static void test_uneven(void) {
     CHECK(ptdp_plan_estimate_layout(&c, &j, &lay, &one) == PTDP_ECONFIG);
 }
 
+/* The zero-bubble schedules in the model: zb-h1 keeps per stashed layer
+ * N (h + ffn/t + 3h/t) w more bytes (its stash count on rank 0 is 1F1B's, so
+ * the activations grow by exactly (full + keep) / full) and hides W in the
+ * bubble (a shorter pipeline than 1F1B's); zb-v needs v = 2, counts no
+ * tied-embedding all-reduce (rank 0 holds both copies); full recomputation
+ * is refused with both. */
+static void test_zero_bubble(void) {
+    const ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job(); /* l 8, h 256, a 8, s 128, V 1024, B 64, fp16 */
+    ptdp_plan_layout L = {.t = 1, .p = 4, .d = 1, .v = 1, .b = 1, .recompute = 0};
+    ptdp_plan_estimate o, z;
+    j.schedule = PTDP_SCHED_1F1B;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &o));
+    j.schedule = PTDP_SCHED_ZBH1;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
+    CHECK(z.schedule == PTDP_SCHED_ZBH1);
+    const double N = 128, h = 256, full = N * h * 34 + N * h * 5 * 8 * 128 / h,
+                 keep = N * (h + (4 * h + 3 * h)) * 2;
+    CHECK_CLOSE(z.memory[PTDP_PMEM_ACTIVATIONS],
+                o.memory[PTDP_PMEM_ACTIVATIONS] * (full + keep) / full, 1e-12, 0);
+    CHECK(z.pipeline_s < o.pipeline_s && z.bubble_fraction < o.bubble_fraction);
+    L.recompute = 1;
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &z) == PTDP_ECONFIG &&
+          strstr(ptdp_last_error(), "no full recomputation"));
+    j.recompute_method = PTDP_RECOMPUTE_SELECTIVE;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
+    j.recompute_method = PTDP_RECOMPUTE_UNIFORM;
+    L.recompute = 0;
+    /* zb-v: v = 2 only */
+    j.schedule = PTDP_SCHED_ZBV;
+    CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &z) == PTDP_ECONFIG &&
+          strstr(ptdp_last_error(), "zb-v needs p >= 2 and v = 2"));
+    L = (ptdp_plan_layout){.t = 1, .p = 2, .d = 1, .v = 2, .b = 1, .recompute = 0};
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
+    CHECK(z.schedule == PTDP_SCHED_ZBV && z.comm_s[PTDP_COMM_EMBEDDING] == 0);
+    CHECK(z.bubble_fraction >= 0 && z.bubble_fraction < 0.5);
+    j.schedule = PTDP_SCHED_INTERLEAVED;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &o));
+    CHECK(o.comm_s[PTDP_COMM_EMBEDDING] > 0);
+}
+
 int main(void) {
     test_uneven();
+    test_zero_bubble();
     test_bubble();
     test_volumes();
     test_memory();

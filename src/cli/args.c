@@ -195,8 +195,9 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "stages separated by |, in virtual stage order)",
           NULL),
         S("pipeline-schedule", pipeline_schedule,
-          "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1: zero bubble)",
-          "gpipe|1f1b|interleaved|zb-h1"),
+          "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1, zb-v: zero "
+          "bubble; zb-v implies --virtual-pipeline-model-parallel-size 2)",
+          "gpipe|1f1b|interleaved|zb-h1|zb-v"),
         B("scatter-gather-tensors-in-pipeline", scatter_gather,
           "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
@@ -618,6 +619,16 @@ int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
     L->embedding = a->account_for_embedding_in_pipeline_split;
     L->loss = a->account_for_loss_in_pipeline_split;
     if (a->virtual_pipeline_model_parallel_size) v = a->virtual_pipeline_model_parallel_size;
+    const int zbv = a->pipeline_schedule && !strcmp(a->pipeline_schedule, "zb-v");
+    /* zb-v's V is two chunks per rank: implied when nothing else sets v */
+    if (zbv && !a->virtual_pipeline_model_parallel_size && !nlv && !L->nstages) v = 2;
+    if (zbv && (L->first || L->last))
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--decoder-first/last-pipeline-num-layers count layers per pipeline "
+                           "rank in the interleaved order; with --pipeline-schedule zb-v (rank 0 "
+                           "holds the first and the last stage) give the stages with "
+                           "--pipeline-model-parallel-layout or "
+                           "--account-for-embedding/loss-in-pipeline-split instead");
     if (nlv) {
         if (L->first || L->last)
             return ptdp_errorf(PTDP_ECONFIG,
@@ -635,6 +646,10 @@ int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
                 (long long)pp, (long long)nlv);
         v = l / (pp * nlv);
     }
+    if (zbv && pp < 2)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--pipeline-schedule zb-v runs two model chunks per rank in a V "
+                           "shape: it needs --pipeline-model-parallel-size >= 2");
     if (v > 1 && pp == 1)
         return ptdp_errorf(
             PTDP_ECONFIG,
@@ -730,26 +745,30 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         if (lrc != PTDP_OK) return lrc;
         const char *sched =
             a->pipeline_schedule ? a->pipeline_schedule : (v > 1 ? "interleaved" : "1f1b");
-        if (v > 1 && strcmp(sched, "interleaved"))
+        const int zbv = !strcmp(sched, "zb-v");
+        if (v > 1 && strcmp(sched, "interleaved") && !zbv)
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--pipeline-schedule %s runs one model chunk per rank; virtual stages "
-                "(v = %lld) need the interleaved schedule",
+                "(v = %lld) need the interleaved schedule (or zb-v, with v = 2)",
                 sched, (long long)v);
+        if (zbv && (pp < 2 || v != 2))
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--pipeline-schedule zb-v runs two model chunks per rank in a V "
+                               "shape: it needs --pipeline-model-parallel-size >= 2 (got %lld) "
+                               "and --virtual-pipeline-model-parallel-size 2 or left out (got v = "
+                               "%lld)",
+                               (long long)pp, (long long)v);
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");
-        if (!strcmp(sched, "zb-h1") && a->recompute_granularity &&
-            strcmp(a->recompute_granularity, "selective"))
+        const int zb = !strcmp(sched, "zb-h1") || zbv;
+        if (zb && a->recompute_granularity && strcmp(a->recompute_granularity, "selective"))
             return ptdp_errorf(PTDP_ECONFIG,
-                               "--pipeline-schedule zb-h1 keeps activations until the weight "
+                               "--pipeline-schedule %s keeps activations until the weight "
                                "gradients (W) run; it cannot be combined with "
-                               "--recompute-granularity full (selective is fine)");
-        if (!strcmp(sched, "zb-h1") && a->sequence_parallel && a->tensor_model_parallel_size > 1)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--pipeline-schedule zb-h1 with --sequence-parallel is not "
-                               "supported yet (W would gather the LayerNorm outputs again); "
-                               "use 1f1b or interleaved with --sequence-parallel");
+                               "--recompute-granularity full (selective is fine)",
+                               sched);
         if (a->recompute_method && !a->recompute_granularity)
             return ptdp_errorf(PTDP_ECONFIG,
                                "--recompute-method needs --recompute-granularity full");
@@ -780,7 +799,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                                "--no-scatter-gather-tensors-in-pipeline exclude each other");
         int64_t B = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * d;
         int64_t m = B / (a->micro_batch_size * d);
-        if (v > 1 && B % (a->micro_batch_size * d) == 0 && m % pp)
+        if (v > 1 && !zbv && B % (a->micro_batch_size * d) == 0 && m % pp)
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "the interleaved schedule needs the number of micro-batches (%lld = "

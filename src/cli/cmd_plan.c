@@ -365,7 +365,9 @@ int ptdp_cmd_plan(int argc, char **argv) {
         {"even-stages-only", PTDP_OPT_BOOL, &F.even_only,
          "search only the even split (default: Megatron's uneven splits too)", NULL, 0, 1, 0},
         {"pipeline-schedule", PTDP_OPT_STR, &F.schedule,
-         "schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved", 0, 0, 0},
+         "schedule (default: interleaved if v > 1, else 1f1b; zb-h1 and zb-v split the backward "
+         "into B and W; zb-v needs v = 2)",
+         "gpipe|1f1b|interleaved|zb-h1|zb-v", 0, 0, 0},
         {"fp16", PTDP_OPT_BOOL, &F.fp16,
          "plan for fp16 weights and activations (fp32 master weights and Adam)", NULL, 0, 1, 0},
         {"bf16", PTDP_OPT_BOOL, &F.bf16, "plan for bf16 (fp32 gradients, master weights, Adam)",

@@ -54,12 +54,14 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
         "                     [--stage-times F:B[:W],F:B[:W],...]\n\n"
         "Prints each pipeline rank's ordered actions, one line per rank: 'rank R: F0 F1 B0 ...'.\n"
         "F3 is the forward of micro-batch 3, B3 its backward; with V > 1, F3.1 is micro-batch 3 on\n"
-        "the rank's model chunk 1. zb-h1 splits the backward: B3 is the input gradient only and W3\n"
-        "the weight gradients (--weight-time of the --backward-time; default half of it).\n"
+        "the rank's model chunk 1. zb-h1 and zb-v split the backward: B3 is the input gradient\n"
+        "only and W3 the weight gradients (--weight-time of the --backward-time; default half).\n"
+        "zb-v runs V = 2 chunks per rank in a V shape (chunk 0 of rank R is virtual stage R,\n"
+        "chunk 1 is stage 2P-1-R); V is implied when not given.\n"
         "--stage-times gives each virtual stage 0..P*V-1 its own times for one micro-batch through\n"
         "that stage (forward, whole backward, its weight part), e.g. measured from a --trace.\n"
-        "(chunk c is virtual stage c*P + R). The default schedule is interleaved when\n"
-        "V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
+        "(chunk c is virtual stage c*P + R, except under zb-v). The default schedule is\n"
+        "interleaved when V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
         "each of its V chunks takes 1/V of it. --comm-time is the latency of one transfer.\n\n"
         "flags:\n");
     ptdp_opts_help(f, opts, nopts);
@@ -77,8 +79,8 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &v, "model chunks per rank v", NULL,
          1, 1e4, 0},
         {"pipeline-schedule", PTDP_OPT_STR, &sched,
-         "schedule (default: interleaved if v > 1, else 1f1b)", "gpipe|1f1b|interleaved|zb-h1", 0,
-         0, 0},
+         "schedule (default: interleaved if v > 1, else 1f1b; zb-v implies v = 2)",
+         "gpipe|1f1b|interleaved|zb-h1|zb-v", 0, 0, 0},
         {"simulate", PTDP_OPT_BOOL, &simulate,
          "also print makespan, bubble fraction and peak stashed activations per rank", NULL, 0, 0,
          0},
@@ -115,6 +117,10 @@ int ptdp_cmd_schedule(int argc, char **argv) {
     sp.v = (int)v;
     if (sched)
         sp.kind = ptdp_schedule_parse_kind(sched); /* choices already checked by the parser */
+    /* zb-v's V shape is two chunks per rank: implied when v is not given */
+    if (sp.kind == PTDP_SCHED_ZBV &&
+        !ptdp_opt_find(opts, nopts, "virtual-pipeline-model-parallel-size")->seen)
+        sp.v = 2;
     ptdp_schedule s;
     if (ptdp_schedule_init(&s, &sp)) {
         ptdp_log_error("%s", ptdp_last_error());
@@ -167,6 +173,10 @@ int ptdp_cmd_schedule(int argc, char **argv) {
             printf("ideal time %g (busiest rank's compute)\n", res.ideal);
             if (st) /* no closed form for uneven stages */
                 printf("bubble fraction %.6g (bubble time / ideal time)\n", res.bubble_fraction);
+            else if (s.params.kind == PTDP_SCHED_ZBV) /* no closed form for the greedy order */
+                printf("bubble fraction %.6g (bubble time / ideal time; zb-v: zero in the "
+                       "paper's ideal model, the greedy order leaves some in the cool-down)\n",
+                       res.bubble_fraction);
             else if (split) /* the paper's ZB-H1 bubble: (p-1)(F+B-W) against m(F+B+W) */
                 printf("bubble fraction %.6g (bubble time / ideal time; (p-1)(F+B-W)/(m(F+B+W)) "
                        "= %.6g)\n",

@@ -191,7 +191,8 @@ int ptdp_cmd_train(int argc, char **argv) {
     tp.distributed_optimizer = a.use_distributed_optimizer;
     {
         int64_t m = tp.global_batch / (tp.micro_batch * d);
-        tp.trace_events = a.trace ? 64 + train_iters * (4 * m * tp.sched.v + 8) : 0;
+        /* per (micro-batch, chunk): F, B, W and two receive waits */
+        tp.trace_events = a.trace ? 64 + train_iters * (5 * m * tp.sched.v + 8) : 0;
     }
 
     ptdp_run_params rp = ptdp_run_default_params();

@@ -87,7 +87,9 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
             ptdp__layer_wgrad *wg = &sa->wg[i];
             wg->dmlp_out = CARVE_F(act, N * h);
             wg->dfc = CARVE_F(act, N * fl);
-            wg->dattn_out = sa->layer[i].xm; /* dead by then (model_internal.h) */
+            /* xm is dead by then (model_internal.h), but with sequence
+             * parallelism it is a shard and the gradient is [s, b, h] */
+            wg->dattn_out = c->sp ? CARVE_F(act, N * h) : sa->layer[i].xm;
             wg->dqkv = CARVE_F(act, N * 3 * hl);
         }
         if (k == 0) c->slot_bytes = act->used - before;
@@ -224,9 +226,8 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
      * live in the workspace, which the next micro-batch reuses */
     PTDP_ASSERT_MSG(!p->split_backward || ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
                                             p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
-                                           !p->inference && !p->sequence_parallel),
-                    "a split backward needs stored activations and gradients, and no sequence "
-                    "parallelism");
+                                           !p->inference),
+                    "a split backward needs stored activations and gradients");
     ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));

@@ -1,9 +1,12 @@
 /* executor.c - one pipeline rank's iteration: walk the schedule, move
  * activations and gradients between stages with non-blocking sends from a
  * ring of buffers per direction (sized by replaying the schedule), run the
- * chunks' forward and backward (under zb-h1 as B, input gradient, and W,
- * weight gradients, where the list says), record trace events (written by
- * trace.c). */
+ * chunks' forward and backward (under zb-h1 and zb-v as B, input gradient,
+ * and W, weight gradients, where the list says), record trace events
+ * (written by trace.c). A transfer between two stages of the same rank
+ * (zb-v's turn of the V on rank p-1) is no message: the consumer reads the
+ * producer's ring slot, which the replay behind the ring's size keeps
+ * untouched until then. */
 #include "pipeline/pipeline.h"
 
 #include <stdlib.h>
@@ -20,6 +23,8 @@ struct ptdp_executor {
     ptdp_comm_req *send_reqs; /* [2][K] */
     int sent[2];              /* messages sent this iteration per direction */
     int *slot_of;             /* [v][m]: activation slot of (chunk, micro-batch) */
+    float **local;            /* [2][m]: ring slot holding the local hand-off of
+                                 (direction, micro-batch), zb-v only */
     int *slot_used;           /* [v][slots] */
     int slots;                /* per chunk (the largest of any chunk) */
     int inflight[PTDP_MAX_CHUNKS], peak[PTDP_MAX_CHUNKS]; /* per chunk: now, most so far */
@@ -70,8 +75,9 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
+    ex->local = calloc((size_t)(2 * m), sizeof(float *));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
+    if (!ex->acts || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
         (p->max_events && !ex->events)) {
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
@@ -101,6 +107,7 @@ void ptdp_executor_free(ptdp_executor *ex) {
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);
+    free(ex->local);
     free(ex->events);
     free(ex);
 }
@@ -140,8 +147,16 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
     return ex->bufs + (1 + (int64_t)kind * ex->K + slot) * ex->msg;
 }
 
-static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage,
-                      const ptdp_action *a, int64_t it) {
+/* The input of action a (direction `kind`): a local hand-off's ring slot,
+ * or ex->recv_buf once the message from peer has arrived. */
+static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage,
+                              const ptdp_action *a, int64_t it) {
+    if (peer->peer_rank == ex->p.pp_rank) {
+        const float *x = ex->local[kind * ex->p.sched.m + mb];
+        PTDP_ASSERT(x);
+        ex->local[kind * ex->p.sched.m + mb] = NULL;
+        return x;
+    }
     double t0 = ptdp_executor_now(ex);
     ptdp_comm_req req;
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
@@ -156,10 +171,16 @@ static void recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb,
         ptdp_wait(&req);
     }
     record(ex, PTDP_EV_RECV, t0, a, it);
+    return ex->recv_buf;
 }
 
-static void send_to(ptdp_executor *ex, const float *buf, const ptdp_p2p *peer, int kind, int mb,
+static void send_to(ptdp_executor *ex, float *buf, const ptdp_p2p *peer, int kind, int mb,
                     ptdp_comm_req *req) {
+    if (peer->peer_rank == ex->p.pp_rank) { /* local: the slot waits for its reader */
+        ex->local[kind * ex->p.sched.m + mb] = buf;
+        *req = PTDP_COMM_REQ_NULL;
+        return;
+    }
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
@@ -184,8 +205,9 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         ptdp_action_p2p(sp, r, a, &in, &out);
         ptdp_activity_phase(a->kind == PTDP_ACT_FWD ? "forward" : "backward");
         if (a->kind == PTDP_ACT_FWD) {
-            if (in.peer_rank >= 0)
-                recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, stage, a, iteration);
+            const float *x = in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch,
+                                                           stage, a, iteration)
+                                               : NULL;
             const int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk])
                 ex->peak[a->chunk] = ex->inflight[a->chunk];
@@ -194,8 +216,8 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
             double ls = 0.0, t0 = ptdp_executor_now(ex);
             ptdp_fault_point(NULL, "forward"); /* tests: kill.forward@R:ITER */
-            ptdp_gpt_chunk_fwd(ch, slot, tok, in.peer_rank >= 0 ? ex->recv_buf : NULL, y,
-                               loss_scales[a->microbatch], &ls, iteration, mb_base + a->microbatch);
+            ptdp_gpt_chunk_fwd(ch, slot, tok, x, y, loss_scales[a->microbatch], &ls, iteration,
+                               mb_base + a->microbatch);
             record(ex, PTDP_EV_FWD, t0, a, iteration);
             *loss_sum += ls;
             if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);
@@ -211,8 +233,9 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
             ex->inflight[a->chunk]--;
         } else {
-            if (in.peer_rank >= 0)
-                recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, stage, a, iteration);
+            const float *dy = in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch,
+                                                            stage, a, iteration)
+                                                : NULL;
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
             ptdp_comm_req *req = NULL;
             float *dx = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_BWD, &req) : NULL;
@@ -221,9 +244,9 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             if (hooked)
                 ptdp_gpt_chunk_set_grad_hook(ch, ex->p.last_bwd_hook, ex->p.hook_ctx[a->chunk]);
             if (ex->split) /* B: the input gradient; the slot stays for W */
-                ptdp_gpt_chunk_bwd_input(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
+                ptdp_gpt_chunk_bwd_input(ch, slot, dy, dx);
             else
-                ptdp_gpt_chunk_bwd(ch, slot, in.peer_rank >= 0 ? ex->recv_buf : NULL, dx);
+                ptdp_gpt_chunk_bwd(ch, slot, dy, dx);
             if (hooked) ptdp_gpt_chunk_set_grad_hook(ch, NULL, NULL);
             record(ex, PTDP_EV_BWD, t0, a, iteration);
             if (!ex->split) {

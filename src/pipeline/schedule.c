@@ -1,7 +1,8 @@
 /* schedule.c - generators of per-rank action lists for GPipe, 1F1B
  * (PipeDream-Flush), interleaved 1F1B and ZB-H1 (zero bubble with 1F1B's
- * peak memory), the name tables, and the point-to-point transfers each
- * action implies.
+ * peak memory; ZB-V's generator is zbv.c), the name tables, the mapping
+ * between (rank, chunk) and virtual stage, and the point-to-point transfers
+ * each action implies.
  *
  * Deliberately not here: validation (validate.c), timing (plan/sim.c), and
  * anything that touches MPI or tensors. Generators allocate nothing except
@@ -50,7 +51,8 @@ int ptdp_schedule_parse_kind(const char *name) {
     for (int k = 0; k < PTDP_SCHED_COUNT; k++)
         if (name && !strcmp(name, sched_names[k])) return k;
     return ptdp_errorf(PTDP_EINVAL,
-                       "--pipeline-schedule must be one of gpipe|1f1b|interleaved|zb-h1, got '%s'",
+                       "--pipeline-schedule must be one of gpipe|1f1b|interleaved|zb-h1|zb-v, got "
+                       "'%s'",
                        name ? name : "(null)");
 }
 
@@ -60,7 +62,8 @@ int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp) {
 }
 
 int ptdp_schedule_splits_backward(const ptdp_schedule_params *sp) {
-    return ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBH1;
+    const int kind = ptdp_schedule_resolve_kind(sp);
+    return kind == PTDP_SCHED_ZBH1 || kind == PTDP_SCHED_ZBV;
 }
 
 int ptdp_schedule_check(const ptdp_schedule_params *sp) {
@@ -82,16 +85,22 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
                            "--virtual-pipeline-model-parallel-size %d is too large",
                            sp->m, sp->p, sp->v);
     int kind = ptdp_schedule_resolve_kind(sp);
+    if (kind == PTDP_SCHED_ZBV && (sp->p < 2 || sp->v != 2))
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--pipeline-schedule zb-v runs two model chunks per rank in a V shape: "
+                           "it needs --pipeline-model-parallel-size >= 2 (got %d) and "
+                           "--virtual-pipeline-model-parallel-size 2 or left out (got %d)",
+                           sp->p, sp->v);
     if (sp->v > 1 && sp->p == 1)
         return ptdp_errorf(
             PTDP_EINVAL,
             "--virtual-pipeline-model-parallel-size %d needs --pipeline-model-parallel-size > 1",
             sp->v);
-    if (sp->v > 1 && kind != PTDP_SCHED_INTERLEAVED)
+    if (sp->v > 1 && kind != PTDP_SCHED_INTERLEAVED && kind != PTDP_SCHED_ZBV)
         return ptdp_errorf(
             PTDP_EINVAL,
             "--pipeline-schedule %s supports only --virtual-pipeline-model-parallel-size 1 "
-            "(got %d); use interleaved",
+            "(got %d); use interleaved or zb-v",
             sched_names[kind], sp->v);
     if (kind == PTDP_SCHED_INTERLEAVED) {
         if (sp->v < 2)
@@ -116,6 +125,14 @@ int ptdp_schedule_len(const ptdp_schedule_params *sp) {
 
 int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank) {
     int kind = ptdp_schedule_resolve_kind(sp), w;
+    if (kind == PTDP_SCHED_ZBV) { /* no closed form: count the generated list */
+        ptdp_action *acts = malloc(sizeof(ptdp_action) * (size_t)ptdp_schedule_len(sp));
+        int n = 0;
+        PTDP_ASSERT(acts && ptdp_schedule_build(sp, rank, acts, ptdp_schedule_len(sp), &n) == 0);
+        for (w = 0; w < n && acts[w].kind == PTDP_ACT_FWD; w++) {}
+        free(acts);
+        return w;
+    }
     switch (kind) {
     case PTDP_SCHED_GPIPE:
         return sp->m * sp->v;
@@ -133,6 +150,8 @@ int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank) {
     int total = sp->m * sp->v;
     if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_GPIPE) return total;
     if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBH1) return sp->p < total ? sp->p : total;
+    if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBV)
+        return 2 * sp->p < total ? 2 * sp->p : total;
     int w = ptdp_schedule_warmup(sp, rank) + 1;
     return w < total ? w : total;
 }
@@ -195,6 +214,11 @@ int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *o
         *n = len;
         return PTDP_OK;
     }
+    if (sched == PTDP_SCHED_ZBV) {
+        rc = ptdp__schedule_zbv_build(sp, rank, out);
+        if (rc == PTDP_OK) *n = len;
+        return rc;
+    }
     int total = sp->m * sp->v, warm = ptdp_schedule_warmup(sp, rank);
     int i = 0, nf = 0, nb = 0;
     /* Warm-up forwards, then steady state (one forward, one backward), then
@@ -246,14 +270,26 @@ const ptdp_action *ptdp_schedule_rank(const ptdp_schedule *s, int rank) {
 }
 
 int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk) {
+    if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBV)
+        return chunk == 0 ? rank : 2 * sp->p - 1 - rank;
     return chunk * sp->p + rank;
+}
+
+void ptdp_schedule_stage_owner(const ptdp_schedule_params *sp, int stage, int *rank, int *chunk) {
+    PTDP_ASSERT(stage >= 0 && stage < sp->p * sp->v);
+    if (ptdp_schedule_resolve_kind(sp) == PTDP_SCHED_ZBV) {
+        *chunk = stage < sp->p ? 0 : 1;
+        *rank = stage < sp->p ? stage : 2 * sp->p - 1 - stage;
+    } else {
+        *chunk = stage / sp->p;
+        *rank = stage % sp->p;
+    }
 }
 
 static ptdp_p2p stage_peer(const ptdp_schedule_params *sp, int stage) {
     ptdp_p2p x = {-1, -1, -1};
     if (stage < 0 || stage >= sp->p * sp->v) return x;
-    x.peer_rank = stage % sp->p;
-    x.peer_chunk = stage / sp->p;
+    ptdp_schedule_stage_owner(sp, stage, &x.peer_rank, &x.peer_chunk);
     x.peer_stage = stage;
     return x;
 }

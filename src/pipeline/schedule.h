@@ -1,6 +1,7 @@
 /* schedule.h - the pure half of pipeline parallelism: schedules as data (pure generators of
  * each pipeline rank's ordered list of compute actions: GPipe, 1F1B,
- * interleaved 1F1B), the point-to-point transfers each action implies, the
+ * interleaved 1F1B, ZB-H1, ZB-V), the point-to-point transfers each action
+ * implies, the
  * replay that proves a set of lists well formed and free of deadlock (and
  * that the simulator in plan/ times), and the executor that runs one rank's
  * list over its model chunks (pipeline.h).
@@ -11,13 +12,17 @@
  * plan/plan.h's (the discrete-event simulator).
  *
  * Vocabulary (the shape legend of kernels.h): p pipeline ranks, v model chunks per
- * rank, m micro-batches per iteration. Chunk c on pipeline rank r is virtual
- * stage c*p + r, so the model's pipeline is stages 0 .. p*v-1 and a
- * micro-batch's forward visits them in increasing order (its backward in
- * decreasing order). Virtual stage 0 embeds tokens, stage p*v-1 computes the
- * loss; every other forward receives its input from the previous stage and
- * every backward (except the last stage's) receives its output gradient from
- * the next stage. */
+ * rank, m micro-batches per iteration. The model's pipeline is virtual
+ * stages 0 .. p*v-1 and a micro-batch's forward visits them in increasing
+ * order (its backward in decreasing order). Which rank and chunk hold a
+ * stage is ptdp_schedule_stage's business alone: chunk c on pipeline rank r
+ * is virtual stage c*p + r (the interleaved order), except under ZB-V, whose
+ * V shape puts chunk 0 of rank r on stage r and chunk 1 on stage 2p-1-r (so
+ * rank 0 holds the first and the last stage, and rank p-1 hands stage p-1's
+ * output to stage p without a message). Virtual stage 0 embeds tokens,
+ * stage p*v-1 computes the loss; every other forward receives its input from
+ * the previous stage and every backward (except the last stage's) receives
+ * its output gradient from the next stage. */
 #ifndef PTDP_SCHEDULE_H
 #define PTDP_SCHEDULE_H
 
@@ -47,7 +52,8 @@ typedef enum {
     X(PTDP_SCHED_GPIPE, "gpipe")             \
     X(PTDP_SCHED_1F1B, "1f1b")               \
     X(PTDP_SCHED_INTERLEAVED, "interleaved") \
-    X(PTDP_SCHED_ZBH1, "zb-h1")
+    X(PTDP_SCHED_ZBH1, "zb-h1")              \
+    X(PTDP_SCHED_ZBV, "zb-v")
 
 typedef enum {
 #define PTDP__SCHED_ENUM(e, s) e,
@@ -86,15 +92,17 @@ int ptdp_schedule_parse_kind(const char *name);
 /* Resolves kind -1 to the default (interleaved if v > 1, else 1f1b). */
 int ptdp_schedule_resolve_kind(const ptdp_schedule_params *sp);
 
-/* 1 when the schedule's lists carry W actions (zero-bubble: zb-h1), so the
- * backward runs as B (input gradient) and W (weight gradients). */
+/* 1 when the schedule's lists carry W actions (zero-bubble: zb-h1, zb-v), so
+ * the backward runs as B (input gradient) and W (weight gradients). */
 int ptdp_schedule_splits_backward(const ptdp_schedule_params *sp);
 
 /* Checks the parameters. Returns PTDP_OK or PTDP_EINVAL with a message that
  * names the offending flag (--pipeline-model-parallel-size,
  * --num-microbatches, --virtual-pipeline-model-parallel-size,
  * --pipeline-schedule). Rules: p, m, v >= 1; v > 1 needs p > 1 and the
- * interleaved schedule; interleaved needs v > 1 and m a multiple of p. */
+ * interleaved or zb-v schedule; interleaved needs v > 1 and m a multiple of
+ * p; zb-v needs p > 1 and v = 2 (callers that take flags imply v = 2 when
+ * zb-v is asked for and v is not given). */
 int ptdp_schedule_check(const ptdp_schedule_params *sp);
 
 /* Actions per rank: 2*m*v (one forward and one backward per micro-batch and
@@ -103,20 +111,23 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp);
 int ptdp_schedule_len(const ptdp_schedule_params *sp);
 
 /* Forwards rank `rank` runs before its first backward. GPipe: m; 1F1B and
- * ZB-H1: min(p-r-1, m); interleaved: min((p-r-1)*2 + (v-1)*p, m*v). */
+ * ZB-H1: min(p-r-1, m); interleaved: min((p-r-1)*2 + (v-1)*p, m*v); ZB-V:
+ * counted in its generated list (2p-1 on rank 0 when m allows). */
 int ptdp_schedule_warmup(const ptdp_schedule_params *sp, int rank);
 
 /* The most (micro-batch, chunk) activations rank `rank` may hold stashed at
  * once (forward done, backward not yet; with a split backward: W not yet):
  * GPipe m; ZB-H1 min(p, m) on every rank (1F1B's peak, the first rank's: rank
- * r defers up to r W's); otherwise min(warmup + 1, m*v), i.e. min(p-r, m) for
- * 1F1B. */
+ * r defers up to r W's); ZB-V min(2p, 2m) chunk activations on every rank
+ * (each chunk holds half a rank's layers: p whole-stage activations, 1F1B's
+ * peak); otherwise min(warmup + 1, m*v), i.e. min(p-r, m) for 1F1B. */
 int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank);
 
 /* Writes rank `rank`'s ordered actions into the caller's out[0..cap) and
- * their count into *n (= ptdp_schedule_len). Pure: no allocation, no I/O.
- * Returns PTDP_EINVAL (message) for bad params or rank, or when cap is too
- * small. */
+ * their count into *n (= ptdp_schedule_len). Pure: no I/O; no allocation
+ * except under zb-v, whose generator plays every rank (zbv.c) and takes
+ * O(p*m) scratch. Returns PTDP_EINVAL (message) for bad params or rank, or
+ * when cap is too small; PTDP_ENOMEM (zb-v). */
 int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap,
                         int *n);
 
@@ -201,8 +212,12 @@ typedef struct {
     int peer_stage; /* the peer's virtual stage */
 } ptdp_p2p;
 
-/* Virtual stage of chunk `chunk` on rank `rank`: chunk*p + rank. */
+/* The one mapping between (rank, chunk) and virtual stage, for every
+ * schedule: chunk*p + rank, or under zb-v rank for chunk 0 and 2p-1-rank for
+ * chunk 1. ptdp_schedule_stage_owner is its inverse. Pure; assume checked
+ * params and arguments in range. */
 int ptdp_schedule_stage(const ptdp_schedule_params *sp, int rank, int chunk);
+void ptdp_schedule_stage_owner(const ptdp_schedule_params *sp, int stage, int *rank, int *chunk);
 
 /* Fills *recv and *send for action a run by rank `rank`. Either may be NULL.
  * Assumes checked params and an action within range (asserts). */
@@ -280,5 +295,11 @@ int ptdp_schedule_replay(const ptdp_schedule *s, int send_buffers, ptdp_replay_f
  * previous message: what the executor allocates instead of one buffer per
  * message. At most m*v. */
 int ptdp_schedule_send_buffers(const ptdp_schedule *s);
+
+/* Internal (zbv.c): the ZB-V generator behind ptdp_schedule_build, for
+ * checked zb-v params; writes 6*m actions into out. PTDP_OK, PTDP_ENOMEM, or
+ * PTDP_EINVAL when its greedy player stalls (never seen for p <= 12,
+ * m <= 40; the tests sweep that range). */
+int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out);
 
 #endif

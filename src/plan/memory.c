@@ -34,8 +34,10 @@
  * Zero-bubble schedules (split backward) keep, per layer and stashed
  * micro-batch, the output gradients of the four weight GEMMs from B to W:
  * N h + N fl + 3 N hl more floats (= N (h + 7h/t)); the fourth, N h, reuses
- * the layer's stashed xm, dead by then. With sequence parallelism and B, W
- * back to back the workspace holds that fourth one ([s, b, h]) instead. */
+ * the layer's stashed xm, dead by then, except with sequence parallelism,
+ * where xm is a shard and the slot carves N h more. With sequence
+ * parallelism and B, W back to back the workspace holds that fourth one
+ * ([s, b, h]) instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,8 +78,10 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         }
         if (i == 0 || i == l || g < 0 || g == i) slot += X; /* stored input */
         if (i < l && g < 0) slot += L;
-        if (i < l && g < 0 && m->split_backward) /* kept from B to W */
-            slot += XN + nf((double)(N * fl)) + nf((double)(N * 3 * hl));
+        /* kept from B to W; with sequence parallelism also the attention
+         * output's gradient (xm, which holds it otherwise, is only a shard) */
+        if (i < l && g < 0 && m->split_backward)
+            slot += XN + nf((double)(N * fl)) + nf((double)(N * 3 * hl)) + (Ns < N ? XN : 0);
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
@@ -164,7 +168,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
     int rc = ptdp_stage_layout_check(&r->layout, r->layers, sp->p, sp->v);
     if (rc != PTDP_OK) return rc;
     for (int c = 0; c < sp->v; c++) {
-        const int64_t stage = (int64_t)c * sp->p + r->pp_rank;
+        const int64_t stage = ptdp_schedule_stage(sp, r->pp_rank, c);
         int64_t begin, end;
         ptdp_stage_layout_range(&r->layout, r->layers, sp->p, sp->v, (int)stage, &begin, &end);
         const int64_t per = end - begin;

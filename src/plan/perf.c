@@ -129,11 +129,15 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int kind = job->schedule >= 0 ? job->schedule
                      : v > 1            ? PTDP_SCHED_INTERLEAVED
                                         : PTDP_SCHED_1F1B;
-    if (kind == PTDP_SCHED_ZBH1) /* its split backward is not in the cost model yet */
-        return ptdp_errorf(PTDP_ECONFIG, "the planner does not model --pipeline-schedule zb-h1 "
-                                         "yet; use ptdp schedule --simulate for its timeline");
+    if (kind == PTDP_SCHED_ZBV && (p < 2 || v != 2))
+        return ptdp_errorf(PTDP_ECONFIG, "zb-v needs p >= 2 and v = 2 (got p=%lld, v=%lld)",
+                           (long long)p, (long long)v);
+    if ((kind == PTDP_SCHED_ZBH1 || kind == PTDP_SCHED_ZBV) && L->recompute &&
+        job->recompute_method != PTDP_RECOMPUTE_SELECTIVE)
+        return ptdp_errorf(PTDP_ECONFIG, "%s keeps activations until W: no full recomputation",
+                           ptdp_schedule_kind_name(kind));
     if (v > 1 && p == 1) return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs p > 1", (long long)v);
-    if (v > 1 && kind != PTDP_SCHED_INTERLEAVED)
+    if (v > 1 && kind != PTDP_SCHED_INTERLEAVED && kind != PTDP_SCHED_ZBV)
         return ptdp_errorf(PTDP_ECONFIG, "v=%lld needs the interleaved schedule", (long long)v);
     if (v == 1 && kind == PTDP_SCHED_INTERLEAVED)
         return ptdp_errorf(PTDP_ECONFIG, "the interleaved schedule needs v > 1");
@@ -162,8 +166,15 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     const double full = N * (double)h * (10.0 / sq + 24.0 / (double)t) + attn;
     const double input = N * (double)h * w / sq;
     double P = 0, act = 0, work = 0;
+    /* zero-bubble schedules keep the weight GEMMs' output gradients from B
+     * to W: N (h + ffn/t + 3h/t) per layer (the attention output's N h in
+     * the layer's xm, except with sequence parallelism) */
+    const double wkeep = ptdp_schedule_splits_backward(sp)
+                             ? N * ((double)h + (double)(ffn + 3 * h) / (double)t) * w +
+                                   (sq > 1 ? N * (double)h * w : 0)
+                             : 0;
     for (int c = 0; c < L->v; c++) {
-        const int64_t stage = (int64_t)c * L->p + rank;
+        const int64_t stage = ptdp_schedule_stage(sp, rank, c);
         const int pre = stage == 0, post = stage == stages - 1;
         int64_t begin, end;
         ptdp_stage_layout_range(&L->stages, job->layers, L->p, L->v, (int)stage, &begin, &end);
@@ -175,9 +186,9 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
         if (post) P += 2.0 * (double)h;
         double slot = 0;
         if (!L->recompute) {
-            slot = (double)Lc * full;
+            slot = (double)Lc * (full + wkeep);
         } else if (job->recompute_method == PTDP_RECOMPUTE_SELECTIVE) {
-            slot = (double)Lc * (full - attn); /* Korthikanti et al.: 34 s b h / t */
+            slot = (double)Lc * (full - attn + wkeep); /* Korthikanti et al.: 34 s b h / t */
         } else if (job->recompute_method == PTDP_RECOMPUTE_BLOCK) {
             const int64_t rc = k < Lc ? k : Lc;
             slot = (double)rc * input + (double)(Lc - rc) * full;
@@ -364,9 +375,14 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     /* the pipeline: every virtual stage's forward and backward in the simulator */
     const int stages = p * v;
     const int64_t k = job->recompute_num_layers > 0 ? job->recompute_num_layers : 1;
-    double *sf = malloc(sizeof(double) * 2 * (size_t)stages);
+    double *sf = malloc(sizeof(double) * 3 * (size_t)stages);
     if (!sf) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
-    double *sb = sf + stages;
+    double *sb = sf + stages, *sw = sf + 2 * stages;
+    /* W of a zero-bubble schedule: the four weight GEMMs (and with sequence
+     * parallelism the LayerNorm outputs gathered again) */
+    const double wgt = gemm_s(c, peak, 1, N, 3 * hl, h) + gemm_s(c, peak, 1, N, h, hl) +
+                       gemm_s(c, peak, 1, N, fl, h) + gemm_s(c, peak, 1, N, h, fl) +
+                       (seqp ? 2 * half_ring_s(N * h * w, t, tp_bw, tp_lat) : 0);
     /* A stage's forward receives its input and sends its output (a backward
      * the gradients, the other way): in steady state each is a blocking
      * exchange with a neighbour that is itself computing, so both transfers
@@ -376,7 +392,8 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
         int64_t n = 0;
         for (int c2 = 0; c2 < v; c2++) {
             int64_t b0, e0;
-            ptdp_stage_layout_range(&L->stages, job->layers, p, v, c2 * p + r, &b0, &e0);
+            ptdp_stage_layout_range(&L->stages, job->layers, p, v, ptdp_schedule_stage(&sp, r, c2),
+                                    &b0, &e0);
             n += e0 - b0;
         }
         if (n > rank_layers_max) rank_layers_max = n;
@@ -389,17 +406,28 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
                                   : job->recompute_method == PTDP_RECOMPUTE_BLOCK
                                       ? (k < Lc ? k : Lc)
                                       : Lc;
-        const double xfers = p > 1 ? (st > 0) + (st < stages - 1) : 0;
+        /* a neighbour on the same rank (zb-v's turn of the V) is no transfer */
+        int r0 = -1, r1, r2 = -1, c0;
+        ptdp_schedule_stage_owner(&sp, st, &r1, &c0);
+        if (st > 0) ptdp_schedule_stage_owner(&sp, st - 1, &r0, &c0);
+        if (st < stages - 1) ptdp_schedule_stage_owner(&sp, st + 1, &r2, &c0);
+        const double xfers = p > 1 ? (st > 0 && r0 != r1) + (st < stages - 1 && r2 != r1) : 0;
         sf[st] =
             (double)Lc * fwd + (st == 0 ? emb_f : 0) + (st == stages - 1 ? head : 0) + xfers * p2p;
         sb[st] = (double)Lc * bwd + (double)rc_layers * rerun + (st == 0 ? emb_b : 0) + xfers * p2p;
+        sw[st] = (double)Lc * wgt;
     }
     ptdp_schedule sched;
     rc = ptdp_schedule_init(&sched, &sp);
     ptdp_sim_result res;
     if (rc == PTDP_OK) {
-        const ptdp_sim_costs costs = {
-            .forward = 0, .backward = 0, .comm = 0, .stage_forward = sf, .stage_backward = sb};
+        const ptdp_sim_costs costs = {.forward = 0,
+                                      .backward = 0,
+                                      .weight = 0,
+                                      .comm = 0,
+                                      .stage_forward = sf,
+                                      .stage_backward = sb,
+                                      .stage_weight = sw};
         rc = ptdp_sim_run(&sched, &costs, &res);
         ptdp_schedule_free(&sched);
     }
@@ -421,7 +449,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     /* the last micro-batch's backward on the first rank: what an overlapped
      * reduction can hide behind */
     double last_bwd = 0;
-    for (int c2 = 0; c2 < v; c2++) last_bwd += sb[c2 * p];
+    for (int c2 = 0; c2 < v; c2++) last_bwd += sb[ptdp_schedule_stage(&sp, 0, c2)];
     free(sf);
 
     /* data parallelism: all-reduce (or reduce-scatter + all-gather of the
@@ -438,8 +466,10 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     }
     est->comm_s[PTDP_COMM_DATA] = reduce + gather;
     /* tied embedding: first and last stage sum their copies' gradients */
-    est->comm_s[PTDP_COMM_EMBEDDING] =
-        p > 1 ? allreduce_s(Vl * h * wg, 2, c->inter_bandwidth, c->inter_latency) : 0;
+    est->comm_s[PTDP_COMM_EMBEDDING] = /* none when one rank holds both (zb-v) */
+        p > 1 && sp.kind != PTDP_SCHED_ZBV
+            ? allreduce_s(Vl * h * wg, 2, c->inter_bandwidth, c->inter_latency)
+            : 0;
     /* optimizer: read gradient, weight, m, v; write weight, m, v (and the
      * 16-bit copy); the gradient norm reads the gradients, zeroing writes them */
     const double opt_bytes = (job->precision == PTDP_PREC_FP32 ? 28.0 : 24.0 + wg + w) + 2 * wg;

@@ -72,10 +72,12 @@ void ptdp__log_start(ptdp_run *r) {
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
     if (!ptdp_stage_layout_is_even(&tp->layout)) {
         char buf[512];
-        ptdp_log0("pipeline stages: transformer layers per virtual stage %s (ranks 0..p-1, then "
-                  "' | ' between model chunks)",
+        const int zbv = ptdp_schedule_resolve_kind(&tp->sched) == PTDP_SCHED_ZBV;
+        ptdp_log0("pipeline stages: transformer layers per virtual stage %s (%s)",
                   ptdp_stage_layout_str(&tp->layout, cfg->num_layers, comm->p, tp->sched.v, buf,
-                                        sizeof buf));
+                                        sizeof buf),
+                  zbv ? "zb-v: chunk 0 of ranks 0..p-1 | chunk 1 of ranks p-1..0"
+                      : "ranks 0..p-1, then ' | ' between model chunks");
     }
     if (tp->ops->dtype != PTDP_DTYPE_FP32) {
         const ptdp_loss_scaler *ls = &tp->scaler;

@@ -1,8 +1,9 @@
 /* trainer.c - one rank's iteration: zero gradients, run the pipeline
  * schedule over this rank's v model chunks (forward/backward per micro-batch;
  * loss gradients scaled by 1/(B*s) so the result is the mean over the global
- * batch whatever b, m or d are), all-reduce the tied embedding's gradient
- * over the first and last stage, all-reduce gradients over the data-parallel
+ * batch whatever b, m or d are), sum the tied embedding's gradient over the
+ * first and last stage (an all-reduce, or a local sum when one rank holds
+ * both, as under zb-v), all-reduce gradients over the data-parallel
  * group, global norm, clip, AdamW. With p = v = 1 the schedule is the plain
  * micro-batch loop (1F1B with no warm-up). */
 #include "train/train.h"
@@ -139,15 +140,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                          "--pipeline-schedule %s keeps activations until the weight gradients "
                          "(W) run; it cannot be combined with --recompute-granularity full",
                          ptdp_schedule_kind_name(sp.kind));
-    if (rc == PTDP_OK && ptdp_schedule_splits_backward(&sp) && seq_par(p))
-        rc = ptdp_errorf(PTDP_ECONFIG,
-                         "--pipeline-schedule %s with --sequence-parallel is not supported yet",
-                         ptdp_schedule_kind_name(sp.kind));
     if (rc == PTDP_OK && sp.v > PTDP_MAX_CHUNKS)
         rc = ptdp_errorf(PTDP_ECONFIG, "at most %d model chunks per rank", PTDP_MAX_CHUNKS);
     for (int c = 0; rc == PTDP_OK && c < sp.v; c++) {
         const int slots = ptdp_schedule_chunk_inflight(&sp, comm->pp, c);
-        int64_t stage = (int64_t)c * sp.p + comm->pp, begin, end;
+        int64_t stage = ptdp_schedule_stage(&sp, comm->pp, c), begin, end;
         ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, sp.p, sp.v, (int)stage, &begin,
                                 &end);
         ptdp_chunk_params cp = {
@@ -268,15 +265,37 @@ ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunks[0]; }
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr) { return tr->v; }
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c) { return tr->chunks[c]; }
 
+/* The pipeline rank and chunk holding virtual stage 0 (last = 0) or the
+ * last one (last = 1). */
+static void end_stage(const ptdp_trainer *tr, int last, int *rank, int *chunk) {
+    const ptdp_schedule_params *sp = &tr->p.sched;
+    ptdp_schedule_stage_owner(sp, last ? sp->p * sp->v - 1 : 0, rank, chunk);
+}
+
 /* The first and last stage each hold the tied word embedding; their
- * gradients are summed so both copies take the same step. */
+ * gradients are summed so both copies take the same step: over the
+ * two-rank embedding group, or, when one rank holds both stages in two
+ * chunks (zb-v's rank 0), in place (a + b, bitwise the all-reduce's sum). */
 static void reduce_tied_embedding(ptdp_trainer *tr) {
     ptdp_comm *comm = tr->p.comm;
-    if (comm->p == 1 || !comm->in_embedding_group) return;
-    ptdp_gpt_chunk *c = comm->pp == 0 ? tr->chunks[0] : tr->chunks[tr->v - 1];
+    int r0, c0, rl, cl;
+    end_stage(tr, 0, &r0, &c0);
+    end_stage(tr, 1, &rl, &cl);
+    if (comm->p == 1 || (comm->pp != r0 && comm->pp != rl)) return;
+    ptdp_gpt_chunk *c = tr->chunks[comm->pp == r0 ? c0 : cl];
     const ptdp_param_spec *wte = find_wte(c);
     PTDP_ASSERT(wte);
-    ptdp_allreduce_sum_f32(&comm->embedding, ptdp_gpt_chunk_grads(c) + wte->offset, wte->numel);
+    float *g = ptdp_gpt_chunk_grads(c) + wte->offset;
+    if (r0 != rl) {
+        ptdp_allreduce_sum_f32(&comm->embedding, g, wte->numel);
+        return;
+    }
+    ptdp_gpt_chunk *c2 = tr->chunks[cl];
+    const ptdp_param_spec *wte2 = find_wte(c2);
+    PTDP_ASSERT(wte2 && wte2->numel == wte->numel && c2 != c);
+    float *g2 = ptdp_gpt_chunk_grads(c2) + wte2->offset;
+    tr->p.ops->bias_bwd(g2, g, 1, wte->numel); /* g += g2 */
+    tr->p.ops->copy(g2, g, wte->numel);
 }
 
 /* Sequence parallelism: a parameter replicated across the tensor group
@@ -363,7 +382,9 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* the loss and its token count live on the last stage (both t times over:
      * every tensor rank there holds them), the norm's pieces on every
      * stage (and with ZeRO-1 on every data-parallel shard) */
-    const int last = comm->pp == comm->p - 1, nl = p->eod_mask_loss ? 2 : 1; /* loss[, count] */
+    int last_rank, last_chunk;
+    end_stage(tr, 1, &last_rank, &last_chunk);
+    const int last = comm->pp == last_rank, nl = p->eod_mask_loss ? 2 : 1; /* loss[, count] */
     double sums[3] = {loss_sum, nl == 2 && last ? (double)counted : 0.0, 0.0};
     for (int c = 0; c < tr->v; c++) sums[nl] += ptdp_optim_grad_sumsq(&tr->opts[c]);
     ptdp_allreduce_sum_f64(&comm->data, sums, p->distributed_optimizer ? nl + 1 : nl);
@@ -401,7 +422,8 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
 }
 
 /* Forward only, stage after stage with blocking transfers (no schedule
- * needed: nothing overlaps). Activation slot 0 of each chunk is free between
+ * needed: nothing overlaps; a hand-off between two chunks of this rank
+ * stays in buf). Activation slot 0 of each chunk is free between
  * iterations. */
 double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const ptdp_trainer_params *p = &tr->p;
@@ -413,11 +435,17 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
-            if (stage % P != comm->pp) continue;
-            int c = (int)(stage / P);
+            int r, c, prev_r = -1, next_r = -1, unused;
+            ptdp_schedule_stage_owner(&p->sched, (int)stage, &r, &c);
+            if (r != comm->pp) continue;
+            if (stage > 0) ptdp_schedule_stage_owner(&p->sched, (int)stage - 1, &prev_r, &unused);
+            if (stage < stages - 1)
+                ptdp_schedule_stage_owner(&p->sched, (int)stage + 1, &next_r, &unused);
             ptdp_comm_req req;
-            if (stage > 0) {
-                ptdp_irecv_f32(&comm->pipeline, buf, n, (int)((stage - 1) % P), (int)stage, &req);
+            if (stage > 0 && prev_r == r) { /* from this rank's previous stage */
+                p->ops->copy(buf, buf + n, n);
+            } else if (stage > 0) {
+                ptdp_irecv_f32(&comm->pipeline, buf, n, prev_r, (int)stage, &req);
                 ptdp_wait(&req);
             }
             double ls = 0.0;
@@ -427,9 +455,8 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
             loss_sum[0] += ls;
             if (stage == stages - 1 && p->eod_mask_loss)
                 loss_sum[1] += (double)counted_tokens(p, batch, k);
-            if (stage < stages - 1) {
-                ptdp_isend_f32(&comm->pipeline, buf + n, n, (int)((stage + 1) % P),
-                               (int)(stage + 1), &req);
+            if (stage < stages - 1 && next_r != r) {
+                ptdp_isend_f32(&comm->pipeline, buf + n, n, next_r, (int)(stage + 1), &req);
                 ptdp_wait(&req);
             }
         }
@@ -516,7 +543,7 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         am->measured += (double)peak * (double)slot + (double)sh;
         am->stash += (double)peak * (double)slot;
         am->stashed_microbatches += peak;
-        int64_t stage = (int64_t)c * p->sched.p + comm->pp, begin, end;
+        int64_t stage = ptdp_schedule_stage(&p->sched, comm->pp, c), begin, end;
         ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
                                 &begin, &end);
         const ptdp_plan_mem pm = {.layers = end - begin,
