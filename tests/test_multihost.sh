@@ -71,7 +71,7 @@ mh_run() { # mh_run NAME ptdp flags...: the two-host job, output in $TMP/NAME.ou
         sh -c 'echo "world rank $OMPI_COMM_WORLD_RANK on $(hostname)"; exec "$0" "$@"' "$PTDP" train "$@" \
         >"$TMP/$name.out" 2>&1
     rc=$?
-    echo "two-host job '$name': status $rc, $(echo "$(date +%s.%N) - $t0" | bc) s"
+    echo "two-host job '$name': status $rc, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
     return $rc
 }
 
