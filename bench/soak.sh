@@ -84,7 +84,7 @@ done
 wait $mpid
 rc=$?
 t1=$(date +%s.%N)
-secs=$(echo "$t1 - $t0" | bc)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 echo "soak: the soak run took $secs s, status $rc"
 check $rc "the soak run exited 0"
 [ "$(lines "$OUT/soak.jsonl")" = "$ITERS" ]
@@ -117,7 +117,7 @@ t2=$(date +%s.%N)
 "$MPIRUN" --oversubscribe -np 8 "$PTDP" train $ARGS --train-iters "$ITERS" --log-jsonl "$OUT/ref.jsonl" \
     >"$OUT/ref.out" 2>&1
 rc=$?
-echo "soak: the reference run took $(echo "$(date +%s.%N) - $t2" | bc) s, status $rc"
+echo "soak: the reference run took $(awk -v a="$t2" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, status $rc"
 check $rc "the reference run exited 0"
 cmp -s <(fields "$OUT/ref.jsonl") <(fields "$OUT/soak.jsonl")
 check $? "losses, gradient norms and validation losses of all $ITERS iterations bitwise the reference's"
