@@ -12,9 +12,9 @@
 #   may grow by at most SOAK_RSS_TOL_KB (default 1024 KiB), its RssAnon by
 #   at most SOAK_ANON_TOL_KB (default 512 KiB), and its descriptor count
 #   must not change; over the second half (from the first sample past
-#   SOAK_ITERS/2 to the last: 1,000 iterations and 10 checkpoints by default)
-#   RssAnon may grow by at most SOAK_ANON_HALF_TOL_KB (default 64 KiB), so a
-#   leak of 64 bytes per iteration or 6.5 KiB per checkpoint would fail;
+#   SOAK_ITERS/2 to the last: iterations 1050 to 1950 and 9 checkpoints by
+#   default) RssAnon may grow by at most SOAK_ANON_HALF_TOL_KB (default 64
+#   KiB), so a leak of 73 bytes per iteration or 7 KiB per checkpoint fails;
 # - the losses, gradient norms and validation losses of every iteration are
 #   bitwise those of a reference run of the same job without --save, and a
 #   run resumed from the checkpoint halfway logs the next 100 iterations
