@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-full test-sanitize fuzz bench install format clean
+.PHONY: all setup build demo test test-full test-sanitize fuzz bench soak install format clean
 
 all: build
 
@@ -52,6 +52,12 @@ fuzz:
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# 2,000 iterations of a t2 p2 d2 job (8 ranks) with checkpoints every 100:
+# memory and descriptors flat, losses equal to a reference run (bench/soak.sh,
+# docs/reliability.md; about 10 minutes on 2 cores, not part of make test)
+soak: build
+	bash bench/soak.sh $(BUILD)
 
 # clang-format (Debian's clang-format 14) with the repository's .clang-format
 format:

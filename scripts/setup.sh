@@ -2,7 +2,9 @@
 # Installs the Debian packages ptdp builds against, when any is missing.
 # Called by `make demo`, `make test`, `make bench` and `make fuzz`; safe to run again.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev libcjson-dev)
+# iproute2: `ip netns` for the two-host test (tests/test_multihost.sh)
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev libcjson-dev
+    iproute2)
 # `setup.sh fuzz` (make fuzz): clang with libFuzzer and the OpenMP runtime
 # clang links against. The sanitizer build and the corpus replay need only
 # gcc's libasan and libubsan, which build-essential brings.

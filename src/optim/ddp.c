@@ -3,6 +3,7 @@
  * all-gather. On CPU, Open MPI progresses non-blocking collectives inside
  * MPI calls, so the overlap is partial; the bucket structure is the same one
  * NCCL will run fully in the background. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ struct ptdp_ddp {
     float *shard;       /* ZeRO-1: [numel/d] summed gradients of this rank's shards,
                            from the ZeRO-1 gradient-shard arena */
     int64_t *shard_off; /* [nb]: where bucket k's shard sits in `shard` */
+    int nonfinite;      /* check_finite: a bucket held nan/inf before its reduction */
 };
 
 ptdp_ddp_params ptdp_ddp_default_params(void) {
@@ -33,7 +35,8 @@ ptdp_ddp_params ptdp_ddp_default_params(void) {
                          .bucket_floats = 40000000,
                          .zero = 0,
                          .hold_below = 0,
-                         .mem = NULL};
+                         .mem = NULL,
+                         .check_finite = 0};
     return p;
 }
 
@@ -85,6 +88,14 @@ void ptdp_ddp_free(ptdp_ddp *d) {
     free(d);
 }
 
+/* check_finite: the sum of squares (in double) of fp32 values is finite
+ * exactly when every value is */
+static void check_bucket(ptdp_ddp *d, int k) {
+    const bucket *b = &d->b[k];
+    if (d->p.check_finite && !isfinite(d->p.ops->sumsq(d->p.grads + b->off, b->len)))
+        d->nonfinite = 1;
+}
+
 static void start(ptdp_ddp *d, int k) {
     bucket *b = &d->b[k];
     b->started = 1;
@@ -106,7 +117,10 @@ void ptdp_ddp_grads_ready(void *ddp, int64_t offset) {
     ptdp_ddp *d = ddp;
     if (offset < d->p.hold_below) offset = d->p.hold_below;
     for (int k = 0; k < d->nb; k++)
-        if (!d->b[k].started && d->b[k].off >= offset) start(d, k);
+        if (!d->b[k].started && d->b[k].off >= offset) {
+            check_bucket(d, k);
+            start(d, k);
+        }
     /* called after every layer of the last backward: poke the buckets in
      * flight so the transfers advance while the next layers compute */
     for (int k = 0; k < d->nb; k++)
@@ -120,6 +134,14 @@ void ptdp_ddp_finish(ptdp_ddp *d) {
         ptdp_wait(&d->b[k].req);
         d->b[k].started = 0;
     }
+}
+
+int ptdp_ddp_local_nonfinite(ptdp_ddp *d) {
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].started) check_bucket(d, k);
+    const int bad = d->nonfinite;
+    d->nonfinite = 0;
+    return bad;
 }
 
 void ptdp_ddp_gather_params(ptdp_ddp *d) {

@@ -70,6 +70,8 @@ typedef struct {
                               reduction first (the tied embedding); 0: none */
     ptdp_mem *mem;         /* ZeRO-1: the shard [numel/d] is carved from
                               mem->cat[PTDP_MEM_GRAD_SHARD] (required then) */
+    int check_finite;      /* --check-for-nan-in-loss-and-grad: look for nan/inf in this
+                              rank's own gradient before each bucket's reduction */
 } ptdp_ddp_params;
 /* Defaults: no group or buffers (the caller sets data, params, grads,
  * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
@@ -89,6 +91,14 @@ void ptdp_ddp_grads_ready(void *ddp, int64_t offset);
 /* Starts the remaining buckets and waits for all. Afterwards the gradient
  * (plain) or this rank's shard of it (ZeRO-1) is the sum over the group. */
 void ptdp_ddp_finish(ptdp_ddp *d);
+/* With check_finite: 1 when this rank's own gradient held a nan or an inf
+ * before the group's reduction (Megatron checks each rank's local gradient,
+ * not the reduced one, so the rank where it arose can be named). Buckets that
+ * started during the backward were checked as they started; the others are
+ * checked now, so call it after the backward and before anything else
+ * reduces the gradient (the tied embedding's all-reduce). Resets for the
+ * next iteration. 0 without check_finite. Local: no communication. */
+int ptdp_ddp_local_nonfinite(ptdp_ddp *d);
 /* ZeRO-1: all-gathers the updated parameter shards (no-op otherwise). */
 void ptdp_ddp_gather_params(ptdp_ddp *d);
 /* Where this rank's gradient for flat offsets [off, off+len) lives after

@@ -195,6 +195,7 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     if (!r) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     r->p = *p;
     r->comm = p->trainer.comm;
+    r->p.trainer.check_nonfinite = p->check_for_nan;
     int rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
     if (rc == PTDP_OK) rc = dump_config(r);
@@ -207,7 +208,9 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
         const int64_t Bl =
             p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */
         r->batch = malloc(sizeof(int32_t) * (size_t)(Bl * (p->trainer.cfg.seq_length + 1)));
-        if (!r->batch) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
+        r->nonfinite = calloc((size_t)r->comm->world_size, sizeof(int32_t));
+        if (!r->batch || !r->nonfinite)
+            rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
     }
     if (rc != PTDP_OK) {
         ptdp_run_free(r);
@@ -246,6 +249,43 @@ static int save(ptdp_run *r) {
     r->last_saved = ptdp_trainer_iteration(r->tr);
     ptdp_log0("saved checkpoint %s/iter_%07lld", r->p.save, (long long)r->last_saved);
     return 0;
+}
+
+/* --check-for-nan-in-loss-and-grad stops the run: one line on every rank
+ * naming the iteration and the ranks whose own loss or gradient (before the
+ * reductions) was nan/inf, as Megatron checks each rank's local gradient.
+ * A collective over the world; every rank gets here after the same step
+ * (the loss and the norm it tests are all-reduced). */
+static void report_nonfinite(ptdp_run *r) {
+    const ptdp_comm *c = r->comm;
+    const ptdp_step_stats *st = &r->st;
+    ptdp_trainer_nonfinite_ranks(r->tr, r->nonfinite);
+    char where[640];
+    int len = 0, shown = 0, more = 0;
+    static const char *what[4] = {"", "loss", "gradient", "loss and gradient"};
+    for (int w = 0; w < c->world_size; w++) {
+        const int f = r->nonfinite[w] & 3;
+        if (!f) continue;
+        if (shown == 8) {
+            more++;
+            continue;
+        }
+        /* global rank = tp + t * (dp + d * pp) */
+        len +=
+            snprintf(where + len, sizeof where - (size_t)len, "%sworld rank %d [%d,%d,%d] (%s)",
+                     shown ? ", " : "", w, w / c->t % c->d, w / (c->t * c->d), w % c->t, what[f]);
+        shown++;
+    }
+    if (more) snprintf(where + len, sizeof where - (size_t)len, " and %d more ranks", more);
+    const int loss_bad = !isfinite(st->loss);
+    ptdp_log_error("iteration %lld: the %s is %s; %s%s (stopping; the step was not applied; "
+                   "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
+                   (long long)st->iteration, loss_bad ? "loss" : "gradient norm",
+                   isnan(loss_bad ? st->loss : st->grad_norm) ? "nan" : "inf",
+                   shown ? "non-finite before the reductions on " : "",
+                   shown ? where
+                         : "every rank's own loss and gradient were finite before the "
+                           "reductions (their sums overflowed)");
 }
 
 /* --exit-signal-handler: SIGTERM (a scheduler's preemption notice) only
@@ -308,11 +348,7 @@ int ptdp_run_loop(ptdp_run *r) {
          * handles: the step was skipped and the scale backs off) */
         if (p->check_for_nan &&
             (!isfinite(r->st.loss) || (!isfinite(r->st.grad_norm) && !r->st.loss_scaling))) {
-            ptdp_log_error(
-                "iteration %lld: the %s is %s (stopping; the step was not applied; "
-                "--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
-                (long long)r->st.iteration, isfinite(r->st.loss) ? "gradient norm" : "loss",
-                isnan(isfinite(r->st.loss) ? r->st.grad_norm : r->st.loss) ? "nan" : "inf");
+            report_nonfinite(r);
             return 1;
         }
         if (r->n_evals && r->st.iteration % p->eval_interval == 0)
@@ -380,6 +416,7 @@ int ptdp_run_finish(ptdp_run *r, int status) {
 void ptdp_run_free(ptdp_run *r) {
     if (!r) return;
     free(r->batch);
+    free(r->nonfinite);
     ptdp__log_close(r);
     ptdp_trainer_free(r->tr);
     ptdp_batches_close(&r->data);

@@ -82,6 +82,9 @@ typedef struct {
     ptdp_loss_scaler scaler;   /* fp16's loss scaling (default: constant 1, none) */
     int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
     int32_t eod_token;
+    int check_nonfinite; /* --check-for-nan-in-loss-and-grad: note whether this rank's own
+                            loss and gradient (before any reduction) were finite, for
+                            ptdp_trainer_nonfinite_ranks */
 } ptdp_trainer_params;
 
 typedef struct {
@@ -109,6 +112,16 @@ void ptdp_trainer_free(ptdp_trainer *tr);
  * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per
  * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it. */
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
+
+/* Where the last step's non-finite values arose (check_nonfinite): flags[w]
+ * receives, for every world rank w, PTDP_NONFINITE_LOSS when its local loss
+ * (before the reductions over the data and model groups) was nan/inf and
+ * PTDP_NONFINITE_GRAD when its own gradient was before the data-parallel
+ * reduction. flags holds comm->world_size entries. Collective over the
+ * world: every rank calls it (after the same step); blocking. */
+#define PTDP_NONFINITE_LOSS 1
+#define PTDP_NONFINITE_GRAD 2
+void ptdp_trainer_nonfinite_ranks(ptdp_trainer *tr, int32_t *flags);
 
 /* Mean token loss of a batch laid out like ptdp_trainer_step's, forward
  * only (no dropout, gradients untouched). Collective like a step. */

@@ -17,6 +17,7 @@ struct ptdp_run {
     int exited;   /* --exit-interval / --exit-duration-in-mins stopped the loop */
     ptdp_gpt_data *gpt;
     int32_t *batch;          /* [B/d, s+1] this data-parallel rank's samples */
+    int32_t *nonfinite;      /* [world size]: --check-for-nan-in-loss-and-grad's report */
     int64_t n_evals;         /* 0: no validation */
     int64_t eval_round;      /* validation batches already used / eval_iters */
     int64_t consumed;        /* consumed samples (global) */

@@ -34,6 +34,7 @@ struct ptdp_trainer {
     float *hash_buf;    /* [HASH_CHUNK] host floats: --check-dp-replicas downloads
                            the parameters through it (backend memory may not be
                            host memory) */
+    int nonfinite;      /* check_nonfinite: PTDP_NONFINITE_* of the last step, this rank */
 };
 
 #define HASH_CHUNK ((int64_t)1 << 18) /* floats (1 MiB) per download */
@@ -184,6 +185,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
                 .zero = p->distributed_optimizer,
                 .hold_below = wte ? wte->offset + wte->numel : 0,
                 .mem = &tr->mem,
+                .check_finite = p->check_nonfinite,
             };
             rc = ptdp_ddp_init(&tr->ddp[c], &dp);
         }
@@ -371,6 +373,12 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
         p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
     ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m, &loss_sum);
+    if (ptdp_fault_at("nan-loss", tr->iteration + 1)) loss_sum = NAN; /* tests: this rank's loss */
+    if (p->check_nonfinite) { /* this rank's own values, before anything is reduced */
+        tr->nonfinite = isfinite(loss_sum) ? 0 : PTDP_NONFINITE_LOSS;
+        for (int c = 0; c < tr->v; c++)
+            if (ptdp_ddp_local_nonfinite(tr->ddp[c])) tr->nonfinite |= PTDP_NONFINITE_GRAD;
+    }
 
     double t0 = ptdp_executor_now(tr->ex);
     reduce_tied_embedding(tr);
@@ -593,6 +601,13 @@ int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
     uint64_t mm[2] = {h, ~h}; /* max of h and of ~h: equal iff all equal */
     ptdp_allreduce_max_u64(&tr->p.comm->data, mm, 2);
     return mm[0] == h && mm[1] == ~h;
+}
+
+void ptdp_trainer_nonfinite_ranks(ptdp_trainer *tr, int32_t *flags) {
+    ptdp_comm *c = tr->p.comm;
+    for (int w = 0; w < c->world_size; w++) flags[w] = 0;
+    flags[c->world_rank] = tr->nonfinite;
+    ptdp_allreduce_max_i32(&c->world, flags, c->world_size);
 }
 
 int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path) {
