@@ -96,3 +96,25 @@ check_plan() {
     grep -A10 "memory plan" "$out" | head -24 >&2
     return 1
 }
+
+# moby_dick: the data files (scripts/fetch_data.sh; a test without them fails at
+# once), Moby Dick preprocessed into $TMP/moby_text_document, and V set to the
+# tokenizer flags (--vocab-file, --merge-file) for ptdp train.
+moby_dick() {
+    bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
+    local d="$PTDP_SRC/data"
+    V="--vocab-file $d/gpt2/encoder.json --merge-file $d/gpt2/vocab.bpe"
+    "$PTDP" preprocess --input "$d/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 &&
+        ok || fail "preprocess"
+}
+
+# same_final_checkpoint A B N: two checkpoint iteration directories hold identical
+# manifests and N shards, each bitwise equal (weights and AdamW moments).
+same_final_checkpoint() {
+    local a=$1 b=$2 want=$3 n=0 f
+    cmp "$a/manifest.json" "$b/manifest.json" && ok || fail "final manifests differ"
+    for f in "$a"/rank_*.safetensors; do
+        "$PTDP_TOOLS/st_compare" --bitwise "$f" "$b/${f##*/}" >/dev/null && n=$((n + 1)) || fail "${f##*/} differs"
+    done
+    [ "$n" -eq "$want" ] && ok || fail "expected $want bitwise-equal shards, got $n"
+}

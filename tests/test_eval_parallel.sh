@@ -9,11 +9,7 @@
 # s/t shard). Also p=2 under zb-v (rank 0 holds the first and the last stage;
 # evaluation's hand-off at the turn of the V stays on rank 1), masked and not.
 source "$PTDP_SRC/tests/parallel_lib.sh"
-bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
-D="$PTDP_SRC/data"
-V="--vocab-file $D/gpt2/encoder.json --merge-file $D/gpt2/vocab.bpe"
-"$PTDP" preprocess --input "$D/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 &&
-    ok || fail "preprocess"
+moby_dick
 X="--data-path $TMP/moby_text_document $V --split 949,50,1 --num-layers 4 --hidden-size 64
  --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 --global-batch-size 4 --train-iters 6 --lr 1e-3
  --log-interval 100 --eval-interval 3 --eval-iters 2 --hidden-dropout 0 --attention-dropout 0"

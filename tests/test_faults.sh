@@ -16,7 +16,6 @@
 #   final checkpoint (weights and AdamW moments, bitwise) equal the
 #   uninterrupted run's.
 source "$PTDP_SRC/tests/parallel_lib.sh"
-bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
 
 ARGS="--mock-data --num-layers 4 --hidden-size 48 --num-attention-heads 4 --seq-length 16
  --micro-batch-size 1 --global-batch-size 8 --vocab-size 300 --lr 1e-3 --train-iters 6 --log-interval 100"
@@ -91,10 +90,7 @@ check mpirun kill.tensor-all-reduce@1:3 2 "process rank 1 .* exited on signal 9"
     fail "a healthy run with the watchdog failed"
 
 # Resume after a kill during the checkpoint write, t=2 x p=2 x d=2 on Moby Dick.
-D="$PTDP_SRC/data"
-V="--vocab-file $D/gpt2/encoder.json --merge-file $D/gpt2/vocab.bpe"
-"$PTDP" preprocess --input "$D/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 &&
-    ok || fail "preprocess"
+moby_dick
 ARGS="--data-path $TMP/moby_text_document $V --split 949,50,1 --num-layers 4 --hidden-size 64
  --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 --global-batch-size 8 --train-iters 8 --lr 1e-3
  --lr-warmup-iters 2 --log-interval 100 --eval-interval 2 --eval-iters 1 --hidden-dropout 0.1
@@ -119,11 +115,6 @@ grep -q "removed .*rank_00005.safetensors.tmp" "$TMP/res.out" && ok || fail "the
 cmp <(fields "$TMP/ref.jsonl" | sed -n '/"iteration":3$/,$p') <(fields "$TMP/res.jsonl") && ok ||
     { fail "resumed iterations differ from the uninterrupted run"; diff <(fields "$TMP/ref.jsonl") <(fields "$TMP/res.jsonl") | head >&2; }
 [ "$(fields "$TMP/res.jsonl" | grep -c val_loss)" -ge 3 ] && ok || fail "the resumed run logged no validation losses"
-a="$TMP/ref.ck/iter_0000008" b="$TMP/k.ck/iter_0000008" n=0
-cmp "$a/manifest.json" "$b/manifest.json" && ok || fail "final manifests differ"
-for f in "$a"/rank_*.safetensors; do
-    "$PTDP_TOOLS/st_compare" --bitwise "$f" "$b/${f##*/}" >/dev/null && n=$((n + 1)) || fail "${f##*/} differs"
-done
-[ "$n" -eq 8 ] && ok || fail "expected 8 bitwise-equal shards, got $n"
+same_final_checkpoint "$TMP/ref.ck/iter_0000008" "$TMP/k.ck/iter_0000008" 8
 "$PTDP" checkpoint verify "$TMP/k.ck" >/dev/null 2>&1 && ok || fail "the resumed run's checkpoint does not verify"
 finish

@@ -122,10 +122,7 @@ for f in --bf16 --fp16 ""; do
 done
 
 # ---- 200 iterations on Moby Dick: bf16 within 1% of fp32 --------------------------------
-bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || fail "scripts/fetch_data.sh"
-D="$PTDP_SRC/data"
-V="--vocab-file $D/gpt2/encoder.json --merge-file $D/gpt2/vocab.bpe"
-"$PTDP" preprocess --input "$D/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 || fail "preprocess"
+moby_dick
 X="--data-path $TMP/moby_text_document $V --split 100,0,0 --eval-iters 0 --num-layers 2 --hidden-size 64
  --num-attention-heads 4 --seq-length 64 --micro-batch-size 4 --global-batch-size 8 --train-iters 200 --lr 3e-3
  --lr-warmup-iters 10 --log-interval 50 --hidden-dropout 0 --attention-dropout 0"

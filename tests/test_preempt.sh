@@ -10,12 +10,8 @@
 #   (every weight and AdamW moment of the 4 shards, and the manifest) are
 #   bitwise those of an uninterrupted run.
 source "$PTDP_SRC/tests/parallel_lib.sh"
-bash "$PTDP_SRC/scripts/fetch_data.sh" >/dev/null || { echo "FAIL: scripts/fetch_data.sh" >&2; exit 1; }
 
-D="$PTDP_SRC/data"
-V="--vocab-file $D/gpt2/encoder.json --merge-file $D/gpt2/vocab.bpe"
-"$PTDP" preprocess --input "$D/moby-dick/data.txt" --output-prefix "$TMP/moby" $V --append-eod >/dev/null 2>&1 &&
-    ok || fail "preprocess"
+moby_dick
 N=20 # iterations (about 100 ms each on 2 cores): the signal comes after iteration 2
 ARGS="--data-path $TMP/moby_text_document $V --split 949,50,1 --num-layers 2 --hidden-size 32
  --num-attention-heads 2 --seq-length 32 --micro-batch-size 1 --global-batch-size 8 --train-iters $N
@@ -61,10 +57,5 @@ cmp <(fields "$TMP/ref.jsonl" | tail -n +$((nf + 1))) <(fields "$TMP/res.jsonl")
     { fail "resumed iterations differ from the uninterrupted run"; diff <(fields "$TMP/ref.jsonl") <(fields "$TMP/res.jsonl") | head >&2; }
 [ "$(lines "$TMP/res.jsonl")" = $((N - K)) ] && ok || fail "the resumed run logged $(lines "$TMP/res.jsonl") iterations"
 [ "$(fields "$TMP/res.jsonl" | grep -c val_loss)" -ge 2 ] && ok || fail "the resumed run logged no validation losses"
-a="$TMP/ref.ck/iter_$(printf %07d $N)" b="$TMP/pre.ck/iter_$(printf %07d $N)" n=0
-cmp "$a/manifest.json" "$b/manifest.json" && ok || fail "final manifests differ"
-for f in "$a"/rank_*.safetensors; do
-    "$PTDP_TOOLS/st_compare" --bitwise "$f" "$b/${f##*/}" >/dev/null && n=$((n + 1)) || fail "${f##*/} differs"
-done
-[ "$n" -eq 4 ] && ok || fail "expected 4 bitwise-equal shards, got $n"
+same_final_checkpoint "$TMP/ref.ck/iter_$(printf %07d $N)" "$TMP/pre.ck/iter_$(printf %07d $N)" 4
 finish
