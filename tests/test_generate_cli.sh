@@ -53,6 +53,25 @@ s1=$(gen --seed 11 --top-k 20 --top-p 0.9)
 [ "$(gen --temperature 0 --num-layers 2 --hidden-size 32 --num-attention-heads 4)" = "$greedy" ] && ok ||
     fail "explicit shape flags change the output"
 
+# a config.json beside the weights whose shape values are out of range or not whole numbers:
+# one error naming the key and the value (generate, and train --init-from), never a cast of
+# 1e300 to an integer
+cp "$F" "$TMP/h.safetensors"
+for c in 'n_layer:1e300:n_layer is 1e+300; want a whole number from 1 to 100000' \
+    'n_embd:32.5:n_embd is 32.5; want a whole number from 1 to 1000000' \
+    'n_head:"four":n_head is not a number' 'vocab_size:-128:vocab_size is -128'; do
+    IFS=: read -r key val msg <<<"$c"
+    echo "{\"$key\": $val}" >"$TMP/h.config.json"
+    expect_error 2 "h.config.json: $msg" --init-from "$TMP/h.safetensors" --prompt "1 2"
+    "$PTDP" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \
+        --vocab-size 128 --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr 1e-3 \
+        --init-from "$TMP/h.safetensors" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    [ "$rc" -ne 0 ] && [ "$(grep -c 'ptdp: error:' "$TMP/err")" -eq 1 ] && grep -q -- "h.config.json: $msg" "$TMP/err" &&
+        ok || fail "train --init-from with $key $val in config.json: status $rc, $(cat "$TMP/err")"
+done
+rm "$TMP/h.config.json"
+
 # tensor parallel: t = 2 ranks, same greedy ids
 tp=$("$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 \
     --temperature 0 --tensor-model-parallel-size 2 2>"$TMP/err_tp")

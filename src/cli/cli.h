@@ -50,6 +50,26 @@ void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap);
  * in the same directory (Hugging Face's name, and older exports'). Returns 1
  * with its path in buf, 0 when neither exists (buf: the first name). */
 int ptdp__cli_config_json_find(const char *weights, char *buf, size_t cap);
+/* GPT-2's shape keys, in this order, with the largest value each may hold
+ * (the limits of the matching flags). */
+enum {
+    PTDP_HF_VOCAB,
+    PTDP_HF_POSITIONS,
+    PTDP_HF_EMBD,
+    PTDP_HF_LAYERS,
+    PTDP_HF_HEADS,
+    PTDP_HF_NKEYS
+};
+extern const char *const ptdp__cli_hf_keys[PTDP_HF_NKEYS];
+extern const char *const ptdp__cli_hf_flags[PTDP_HF_NKEYS]; /* --vocab-size, ... */
+/* Reads the shape keys that a weights file's config.json states
+ * (ptdp__cli_config_json_find; from_metadata = 0) or that its safetensors
+ * metadata states (from_metadata = 1) into said[], 0 where a key is absent;
+ * *found is 1 when the source exists (a config that parses, a file that
+ * opens). A stated value that is not a whole number from 1 to the key's
+ * limit is PTDP_ECONFIG naming the key, the value and where it was read. */
+int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP_HF_NKEYS],
+                       int *found, char *src, size_t cap);
 /* Checks --init-from weights against the full model before loading them
  * (ptdp_hf_check), then the config beside them (if any): its n_head,
  * n_layer, n_embd, n_positions and vocab_size must match cfg. PTDP_ECONFIG /

@@ -15,7 +15,6 @@
  * Not here: pipeline parallelism, batches of prompts, stopping at
  * <|endoftext|>. */
 #define _POSIX_C_SOURCE 200809L
-#include <cjson/cJSON.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,21 +99,17 @@ static int status_of(int rc) {
 /* Fills the shape fields still 0 from config.json beside `weights`, then
  * from the file's metadata and tensor shapes. */
 static int model_shape(gen_args *a, const char *weights) {
-    int64_t *fields[5] = {&a->vocab_size, &a->max_position_embeddings, &a->hidden_size,
-                          &a->num_layers, &a->num_attention_heads};
-    const char *keys[5] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head"};
-    char cfgpath[4096];
-    ptdp__cli_config_json_find(weights, cfgpath, sizeof cfgpath);
-    char *text = NULL;
-    size_t len = 0;
-    if (ptdp_read_file(cfgpath, "config.json", &text, &len) == PTDP_OK) { /* optional */
-        cJSON *root = cJSON_Parse(text);
-        for (int k = 0; k < 5 && root; k++) {
-            cJSON *it = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-            if (*fields[k] == 0 && cJSON_IsNumber(it)) *fields[k] = (int64_t)it->valuedouble;
-        }
-        cJSON_Delete(root);
-        free(text);
+    int64_t *fields[PTDP_HF_NKEYS] = {&a->vocab_size, &a->max_position_embeddings, &a->hidden_size,
+                                      &a->num_layers, &a->num_attention_heads};
+    char cfgpath[4096], where[4096];
+    int64_t said[PTDP_HF_NKEYS];
+    int found = 0;
+    for (int source = 0; source < 2; source++) { /* config.json, then the file's metadata */
+        int rc = ptdp__cli_hf_shape(weights, source, said, &found, where, sizeof where);
+        if (rc) return rc;
+        if (source == 0) snprintf(cfgpath, sizeof cfgpath, "%s", where);
+        for (int k = 0; k < PTDP_HF_NKEYS; k++)
+            if (*fields[k] == 0) *fields[k] = said[k];
     }
     ptdp_st_file *st = NULL;
     int rc = ptdp_st_open(&st, weights);
@@ -122,10 +117,6 @@ static int model_shape(gen_args *a, const char *weights) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ptdp_last_error());
         return ptdp_errorf(rc, "--init-from: %s", msg);
-    }
-    for (int k = 0; k < 5; k++) {
-        const char *m = ptdp_st_metadata(st, keys[k]);
-        if (*fields[k] == 0 && m) *fields[k] = atoll(m);
     }
     const char *prefix[2] = {"transformer.", ""};
     for (int p = 0; p < 2; p++) {
@@ -147,12 +138,10 @@ static int model_shape(gen_args *a, const char *weights) {
         break;
     }
     ptdp_st_close(st);
-    const char *flags[5] = {"--vocab-size", "--max-position-embeddings", "--hidden-size",
-                            "--num-layers", "--num-attention-heads"};
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < PTDP_HF_NKEYS; k++)
         if (*fields[k] <= 0)
-            return ptdp_errorf(PTDP_EINVAL, "%s: not in %s, nor in %s; give the flag", flags[k],
-                               cfgpath, weights);
+            return ptdp_errorf(PTDP_EINVAL, "%s: not in %s, nor in %s; give the flag",
+                               ptdp__cli_hf_flags[k], cfgpath, weights);
     return PTDP_OK;
 }
 

@@ -42,6 +42,61 @@ int ptdp__cli_config_json_find(const char *weights, char *buf, size_t cap) {
     return 0;
 }
 
+const char *const ptdp__cli_hf_keys[PTDP_HF_NKEYS] = {"vocab_size", "n_positions", "n_embd",
+                                                      "n_layer", "n_head"};
+const char *const ptdp__cli_hf_flags[PTDP_HF_NKEYS] = {"--vocab-size", "--max-position-embeddings",
+                                                       "--hidden-size", "--num-layers",
+                                                       "--num-attention-heads"};
+static const double hf_limits[PTDP_HF_NKEYS] = {1e8, 1e6, 1e6, 1e5, 1e5};
+
+static int hf_value(double d, int k, const char *text, const char *src, int64_t *out) {
+    if (!(d >= 1 && d <= hf_limits[k] && d == (double)(int64_t)d))
+        return ptdp_errorf(PTDP_ECONFIG, "%s: %s is %s; want a whole number from 1 to %.0f", src,
+                           ptdp__cli_hf_keys[k], text, hf_limits[k]);
+    *out = (int64_t)d;
+    return PTDP_OK;
+}
+
+int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP_HF_NKEYS],
+                       int *found, char *src, size_t cap) {
+    int rc = PTDP_OK;
+    for (int k = 0; k < PTDP_HF_NKEYS; k++) said[k] = 0;
+    *found = 0;
+    if (from_metadata) {
+        snprintf(src, cap, "the metadata of %s", weights);
+        ptdp_st_file *f = NULL;
+        if (ptdp_st_open(&f, weights) != PTDP_OK) return PTDP_OK;
+        *found = 1;
+        for (int k = 0; k < PTDP_HF_NKEYS && rc == PTDP_OK; k++) {
+            const char *m = ptdp_st_metadata(f, ptdp__cli_hf_keys[k]);
+            char *end = NULL;
+            double d = m ? strtod(m, &end) : 0;
+            if (m) rc = hf_value(end && *end == 0 && end != m ? d : -1, k, m, src, &said[k]);
+        }
+        ptdp_st_close(f);
+        return rc;
+    }
+    if (!ptdp__cli_config_json_find(weights, src, cap)) return PTDP_OK;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
+    free(text);
+    *found = root != NULL;
+    for (int k = 0; k < PTDP_HF_NKEYS && root && rc == PTDP_OK; k++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, ptdp__cli_hf_keys[k]);
+        if (!it || cJSON_IsNull(it)) continue;
+        char shown[64];
+        if (cJSON_IsNumber(it))
+            snprintf(shown, sizeof shown, "%.15g", it->valuedouble);
+        else
+            snprintf(shown, sizeof shown, "not a number");
+        rc = hf_value(cJSON_IsNumber(it) ? it->valuedouble : -1, k, shown, src, &said[k]);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, int allow_extra) {
     int rc = ptdp_hf_check(weights, cfg, allow_extra);
     if (rc) {
@@ -49,44 +104,28 @@ int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, i
         snprintf(msg, sizeof msg, "%s", ptdp_last_error());
         return ptdp_errorf(rc, "--init-from: %s", msg);
     }
-    const char *keys[5] = {"n_head", "n_layer", "n_embd", "n_positions", "vocab_size"};
-    const char *flags[5] = {"--num-attention-heads", "--num-layers", "--hidden-size",
-                            "--max-position-embeddings", "--vocab-size"};
-    const int64_t have[5] = {cfg->heads, cfg->num_layers, cfg->hidden, cfg->max_positions,
-                             cfg->vocab};
-    int64_t said[5] = {0, 0, 0, 0, 0}; /* 0: not stated */
+    const char *const *flags = ptdp__cli_hf_flags;
+    const int64_t have[PTDP_HF_NKEYS] = {cfg->vocab, cfg->max_positions, cfg->hidden,
+                                         cfg->num_layers, cfg->heads};
+    int64_t said[PTDP_HF_NKEYS]; /* 0: not stated */
     char path[4096];
-    int from_config = 0;
-    if (ptdp__cli_config_json_find(weights, path, sizeof path)) {
-        char *text = NULL;
-        size_t len = 0;
-        cJSON *root = NULL;
-        if (ptdp_read_file(path, "config", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
-        free(text);
-        from_config = root != NULL;
-        for (int k = 0; k < 5 && root; k++) {
-            const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
-            if (cJSON_IsNumber(it)) said[k] = (int64_t)it->valuedouble;
-        }
-        cJSON_Delete(root);
+    int from_config = 0, found = 0;
+    rc = ptdp__cli_hf_shape(weights, 0, said, &from_config, path, sizeof path);
+    if (rc == PTDP_OK && !from_config) /* no config: the file's own metadata */
+        rc = ptdp__cli_hf_shape(weights, 1, said, &found, path, sizeof path);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ptdp_last_error());
+        return ptdp_errorf(rc, "--init-from %s", msg);
     }
-    if (!from_config) { /* no config: the file's own metadata, when it has the keys */
-        ptdp_st_file *f = NULL;
-        snprintf(path, sizeof path, "the metadata of %s", weights);
-        if (ptdp_st_open(&f, weights) == PTDP_OK)
-            for (int k = 0; k < 5; k++) {
-                const char *m = ptdp_st_metadata(f, keys[k]);
-                if (m) said[k] = atoll(m);
-            }
-        ptdp_st_close(f);
-    }
-    for (int k = 0; k < 5 && rc == PTDP_OK; k++) {
-        if (k == 1 && allow_extra && have[k] < said[k]) continue; /* the first layers, as asked */
+    for (int k = 0; k < PTDP_HF_NKEYS && rc == PTDP_OK; k++) {
+        if (k == PTDP_HF_LAYERS && allow_extra && have[k] < said[k])
+            continue; /* the first layers, as asked */
         if (said[k] > 0 && said[k] != have[k])
             rc = ptdp_errorf(
                 PTDP_ECONFIG, "--init-from %s: %s %lld but %s says %s %lld; give %s %lld%s",
-                weights, flags[k], (long long)have[k], path, keys[k], (long long)said[k], flags[k],
-                (long long)said[k],
+                weights, flags[k], (long long)have[k], path, ptdp__cli_hf_keys[k],
+                (long long)said[k], flags[k], (long long)said[k],
                 from_config ? " (or move that config away if it describes another model)" : "");
     }
     return rc;
