@@ -15,6 +15,12 @@
 enum { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_COUNT };
 extern const char *const ptdp__ckpt_kind_names[K_COUNT];
 
+/* DIR's latest file (Megatron's latest_checkpointed_iteration.txt, which
+ * ptdp writes too): 0 when there is none, 1 with its iteration in *it, 2
+ * when it says "release" and allow_release is set (Megatron's released
+ * weights); anything else is PTDP_EFORMAT naming the file. Trailing blanks and
+ * line ends are ignored. */
+int ptdp__ckpt_read_latest(const char *dir, int allow_release, int64_t *it);
 /* CRC-32 and size of a whole file. */
 int ptdp__ckpt_file_crc(const char *path, uint32_t *crc, int64_t *size);
 /* mkdir -p. */

@@ -23,24 +23,36 @@ void ptdp__ckpt_manifest_free(manifest *M) {
     memset(M, 0, sizeof *M);
 }
 
-/* DIR -> iteration directory: via the latest file, or DIR itself. Returns
- * 1 when found, 0 when DIR holds neither, or an error. */
-static int resolve(const char *dir, char *out, size_t cap) {
+int ptdp__ckpt_read_latest(const char *dir, int allow_release, int64_t *it) {
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", dir, LATEST);
     FILE *f = fopen(p, "r");
-    if (f) {
-        char line[64] = "";
-        char *ok = fgets(line, sizeof line, f);
-        fclose(f);
-        char *end;
-        long long it = ok ? strtoll(line, &end, 10) : -1;
-        if (!ok || end == line || it < 0 || (*end && *end != '\n'))
-            return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number, found '%.20s'", p,
-                               line);
-        snprintf(out, cap, "%s/iter_%07lld", dir, it);
+    if (!f) return 0;
+    char line[64] = "";
+    char *ok = fgets(line, sizeof line, f);
+    fclose(f);
+    line[strcspn(line, " \t\r\n")] = 0;
+    if (ok && allow_release && !strcmp(line, "release")) return 2;
+    char *end = line;
+    long long v = ok ? strtoll(line, &end, 10) : -1;
+    if (!ok || end == line || *end || v < 0)
+        return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number%s, found '%.20s'", p,
+                           allow_release ? " or 'release'" : "", line);
+    *it = v;
+    return 1;
+}
+
+/* DIR -> iteration directory: via the latest file, or DIR itself. Returns
+ * 1 when found, 0 when DIR holds neither, or an error. */
+static int resolve(const char *dir, char *out, size_t cap) {
+    int64_t it = 0;
+    int rc = ptdp__ckpt_read_latest(dir, 0, &it);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+        snprintf(out, cap, "%s/iter_%07lld", dir, (long long)it);
         return 1;
     }
+    char p[4200];
     snprintf(p, sizeof p, "%s/%s", dir, MANIFEST);
     if (access(p, F_OK) == 0) {
         snprintf(out, cap, "%s", dir);

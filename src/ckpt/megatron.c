@@ -256,31 +256,19 @@ static int refuse_features(const margs *a, const char *path) {
 /* DIR -> the iteration directory (through the latest file, or DIR itself
  * when it holds mp_rank_* directories). */
 static int resolve(const char *dir, char *itdir, size_t cap, int64_t *iteration, int *release) {
-    char p[4300];
-    snprintf(p, sizeof p, "%s/%s", dir, LATEST);
     *iteration = 0, *release = 0;
-    FILE *f = fopen(p, "r");
-    if (f) {
-        char line[64] = "";
-        char *ok = fgets(line, sizeof line, f);
-        fclose(f);
-        line[strcspn(line, " \r\n")] = 0;
-        char *end;
-        long long it = ok ? strtoll(line, &end, 10) : -1;
-        if (ok && !strcmp(line, "release")) {
-            *release = 1;
-            snprintf(itdir, cap, "%s/release", dir);
-        } else if (!ok || end == line || *end || it < 0) {
-            return ptdp_errorf(PTDP_EFORMAT, "%s: expected an iteration number or 'release'", p);
-        } else {
-            *iteration = it;
-            snprintf(itdir, cap, "%s/iter_%07lld", dir, it);
-        }
-        return PTDP_OK;
+    int rc = ptdp__ckpt_read_latest(dir, 1, iteration);
+    if (rc < 0) return rc;
+    if (rc == 2) {
+        *release = 1;
+        snprintf(itdir, cap, "%s/release", dir);
+    } else if (rc == 1) {
+        snprintf(itdir, cap, "%s/iter_%07lld", dir, (long long)*iteration);
+    } else {
+        snprintf(itdir, cap, "%s", dir);
+        const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+        if (!strncmp(base, "iter_", 5)) *iteration = strtoll(base + 5, NULL, 10);
     }
-    snprintf(itdir, cap, "%s", dir);
-    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
-    if (!strncmp(base, "iter_", 5)) *iteration = strtoll(base + 5, NULL, 10);
     return PTDP_OK;
 }
 
