@@ -18,8 +18,11 @@ struct ptdp_executor {
     int nacts;
     int64_t msg;              /* floats per message: b*s*h */
     int K;                    /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs;              /* [1 + 2K][msg] (p > 1): the receive buffer, then the rings */
-    float *recv_buf;          /* [msg] = bufs */
+    float *bufs;              /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
+    int *recv_act;            /* [nrecv]: the actions that receive a message, in order */
+    int nrecv;
+    int next_recv;            /* the receive posted and not yet waited for (nrecv: none) */
+    ptdp_comm_req recv_req;
     ptdp_comm_req *send_reqs; /* [2][K] */
     int sent[2];              /* messages sent this iteration per direction */
     int *slot_of;             /* [v][m]: activation slot of (chunk, micro-batch) */
@@ -71,13 +74,14 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
         ptdp_schedule_free(&all);
     }
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
+    ex->recv_act = calloc((size_t)ex->nacts + 1, sizeof(int));
     ptdp_executor_bind(ex, p->mem);
     ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->local = calloc((size_t)(2 * m), sizeof(float *));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
+    if (!ex->acts || !ex->recv_act || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
         (p->max_events && !ex->events)) {
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
@@ -86,6 +90,14 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
     PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
     for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = PTDP_COMM_REQ_NULL;
+    for (int i = 0; i < ex->nacts; i++) {
+        ptdp_p2p in, out;
+        ptdp_action_p2p(&p->sched, p->pp_rank, &ex->acts[i], &in, &out);
+        if (ex->acts[i].kind != PTDP_ACT_WGT && in.peer_rank >= 0 && in.peer_rank != p->pp_rank)
+            ex->recv_act[ex->nrecv++] = i;
+    }
+    ex->next_recv = ex->nrecv;
+    ex->recv_req = PTDP_COMM_REQ_NULL;
     ex->split = ptdp_schedule_splits_backward(&p->sched);
     for (int i = 0; i < ex->nacts; i++)
         if (ex->acts[i].kind == (ex->split ? PTDP_ACT_WGT : PTDP_ACT_BWD))
@@ -96,14 +108,14 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
 }
 
 void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m) {
-    const size_t n = ex->p.sched.p > 1 ? (size_t)(1 + 2 * ex->K) * (size_t)ex->msg : 0;
+    const size_t n = ex->p.sched.p > 1 ? (size_t)(2 + 2 * ex->K) * (size_t)ex->msg : 0;
     ex->bufs = n ? ptdp_arena_carve(&m->cat[PTDP_MEM_PIPELINE], sizeof(float) * n) : NULL;
-    ex->recv_buf = ex->bufs;
 }
 
 void ptdp_executor_free(ptdp_executor *ex) {
     if (!ex) return;
     free(ex->acts);
+    free(ex->recv_act);
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);
@@ -144,34 +156,56 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
     const int slot = ex->sent[kind]++ % ex->K;
     *req = &ex->send_reqs[kind * ex->K + slot];
     ptdp_wait(*req); /* no-op when the slot is unused */
-    return ex->bufs + (1 + (int64_t)kind * ex->K + slot) * ex->msg;
+    return ex->bufs + (2 + (int64_t)kind * ex->K + slot) * ex->msg;
 }
 
-/* The input of action a (direction `kind`): a local hand-off's ring slot,
- * or ex->recv_buf once the message from peer has arrived. */
-static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int stage,
-                              const ptdp_action *a, int64_t it) {
+/* Receive j of the iteration (the j-th action that takes a message) lands in
+ * receive buffer j % 2, and is posted as soon as receive j - 1 has been
+ * waited for, so it is matched the moment the message arrives. Without a
+ * single-copy mechanism between processes (Open MPI's shared-memory
+ * transport without CMA, as in many containers) a message longer than the
+ * eager limit moves only after the receiver has matched it and while the
+ * sender is inside MPI; a receive posted late, when the sender has gone back
+ * to computing, waits for the sender's next MPI call. */
+static float *recv_buffer(const ptdp_executor *ex, int j) { return ex->bufs + (j & 1) * ex->msg; }
+
+static void post_recv(ptdp_executor *ex, int j) {
+    ex->next_recv = j;
+    if (j >= ex->nrecv) return;
+    const ptdp_action *a = &ex->acts[ex->recv_act[j]];
+    ptdp_p2p in, out;
+    ptdp_action_p2p(&ex->p.sched, ex->p.pp_rank, a, &in, &out);
+    const int stage = ptdp_schedule_stage(&ex->p.sched, ex->p.pp_rank, a->chunk);
+    const int tag = ptdp_p2p_tag(&ex->p.sched, a->kind, a->microbatch, stage);
+    float *buf = recv_buffer(ex, j);
+    if (sliced(ex)) {
+        const int64_t n = ex->msg / ex->p.tensor->size;
+        ptdp_irecv_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, in.peer_rank, tag,
+                       &ex->recv_req);
+    } else {
+        ptdp_irecv_f32(ex->p.pipeline, buf, ex->msg, in.peer_rank, tag, &ex->recv_req);
+    }
+}
+
+/* The input of action i (direction `kind`): a local hand-off's ring slot,
+ * or its receive buffer once the message from peer has arrived. */
+static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind, int mb, int i,
+                              int64_t it) {
     if (peer->peer_rank == ex->p.pp_rank) {
         const float *x = ex->local[kind * ex->p.sched.m + mb];
         PTDP_ASSERT(x);
         ex->local[kind * ex->p.sched.m + mb] = NULL;
         return x;
     }
+    const int j = ex->next_recv;
+    PTDP_ASSERT(j < ex->nrecv && ex->recv_act[j] == i);
     double t0 = ptdp_executor_now(ex);
-    ptdp_comm_req req;
-    const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, stage);
-    if (sliced(ex)) {
-        const int64_t n = ex->msg / ex->p.tensor->size;
-        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf + ex->p.tensor->rank * n, n, peer->peer_rank,
-                       tag, &req);
-        ptdp_wait(&req);
-        ptdp_allgather_f32(ex->p.tensor, ex->recv_buf, n);
-    } else {
-        ptdp_irecv_f32(ex->p.pipeline, ex->recv_buf, ex->msg, peer->peer_rank, tag, &req);
-        ptdp_wait(&req);
-    }
-    record(ex, PTDP_EV_RECV, t0, a, it);
-    return ex->recv_buf;
+    float *buf = recv_buffer(ex, j);
+    ptdp_wait(&ex->recv_req);
+    if (sliced(ex)) ptdp_allgather_f32(ex->p.tensor, buf, ex->msg / ex->p.tensor->size);
+    record(ex, PTDP_EV_RECV, t0, &ex->acts[i], it);
+    post_recv(ex, j + 1);
+    return buf;
 }
 
 static void send_to(ptdp_executor *ex, float *buf, const ptdp_p2p *peer, int kind, int mb,
@@ -190,24 +224,33 @@ static void send_to(ptdp_executor *ex, float *buf, const ptdp_p2p *peer, int kin
     }
 }
 
+/* Moves the pending sends on: a message longer than the eager limit needs
+ * the sender inside MPI after the receiver has matched it (see recv_buffer),
+ * so each action starts by testing the sends in flight, which bounds that
+ * wait by one action. */
+static void progress_sends(ptdp_executor *ex) {
+    for (int i = 0; i < 2 * ex->K; i++) ptdp_test(&ex->send_reqs[i]);
+}
+
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
                        const float *loss_scales, int64_t iteration, int64_t mb_base,
                        double *loss_sum) {
     const ptdp_schedule_params *sp = &ex->p.sched;
     const int r = ex->p.pp_rank, m = sp->m;
     *loss_sum = 0.0;
+    post_recv(ex, 0);
     for (int i = 0; i < ex->nacts; i++) {
         const ptdp_action *a = &ex->acts[i];
         ptdp_gpt_chunk *ch = ex->p.chunks[a->chunk];
-        const int stage = ptdp_schedule_stage(sp, r, a->chunk);
+        progress_sends(ex);
         const int32_t *tok = tokens ? tokens + (int64_t)a->microbatch * b * (s + 1) : NULL;
         ptdp_p2p in, out;
         ptdp_action_p2p(sp, r, a, &in, &out);
         ptdp_activity_phase(a->kind == PTDP_ACT_FWD ? "forward" : "backward");
         if (a->kind == PTDP_ACT_FWD) {
-            const float *x = in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch,
-                                                           stage, a, iteration)
-                                               : NULL;
+            const float *x =
+                in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, i, iteration)
+                                  : NULL;
             const int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk])
                 ex->peak[a->chunk] = ex->inflight[a->chunk];
@@ -233,9 +276,9 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
             ex->inflight[a->chunk]--;
         } else {
-            const float *dy = in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch,
-                                                            stage, a, iteration)
-                                                : NULL;
+            const float *dy =
+                in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, i, iteration)
+                                  : NULL;
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
             ptdp_comm_req *req = NULL;
             float *dx = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_BWD, &req) : NULL;

@@ -220,7 +220,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         if (rc != PTDP_OK) return rc;
         const int K = ptdp_schedule_send_buffers(&all); /* ring slots per direction */
         ptdp_schedule_free(&all);
-        bytes[PTDP_MEM_PIPELINE] = ptdp_arena_need(4 * msg * (size_t)(1 + 2 * K));
+        bytes[PTDP_MEM_PIPELINE] = ptdp_arena_need(4 * msg * (size_t)(2 + 2 * K));
         bytes[PTDP_MEM_EVAL] = ptdp_arena_need(4 * msg * 2);
     }
     return PTDP_OK;
