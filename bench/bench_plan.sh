@@ -66,14 +66,15 @@ for lay in "${layouts[@]}"; do
     # ptdp train gives each rank (cores / ranks) threads: the attention scratch counts them
     threads=$(($(nproc) / n))
     [ "$threads" -lt 1 ] && threads=1
-    if ! "$ptdp" plan --cluster "$cluster" --num-devices "$n" $flags $planrc --threads "$threads" \
+    # --even-stages-only: ptdp train below splits the layers evenly
+    if ! "$ptdp" plan --cluster "$cluster" --num-devices "$n" $flags $planrc --threads "$threads" --even-stages-only \
         --virtual-pipeline-model-parallel-size "$v" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
         echo "bench_plan: plan failed for '$lay': $(cat "$tmp/plan.err")" >&2
         continue
     fi
     # shellcheck disable=SC2086
     # one rank runs without mpirun: Open MPI would bind it to one core
-    launch=("$mpirun" -np "$n")
+    launch=("$mpirun" --bind-to none -np "$n") # each rank takes cores / ranks threads
     [ "$n" -eq 1 ] && launch=()
     if ! timeout 900 "${launch[@]}" "$ptdp" train $flags --mock-data --train-iters $((iters + 2)) --lr 1e-4 \
         --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --log-jsonl "$tmp/run.jsonl" >"$tmp/run.out" 2>&1; then

@@ -10,11 +10,22 @@
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 
+/* OpenMP threads per rank: the cores this rank may run on (its affinity
+ * mask, which the launcher's binding sets) shared by the node's ranks. Open
+ * MPI binds each rank to one core when it starts 2 ranks or fewer, leaving
+ * the rest of a many-core node idle: rank 0 says so once. */
 void ptdp__cli_set_threads(const ptdp_comm *c) {
-    if (getenv("OMP_NUM_THREADS")) return;
-    int local = ptdp_comm_node_size(c);
-    int th = omp_get_num_procs() / local;
-    omp_set_num_threads(th < 1 ? 1 : th);
+    const int local = ptdp_comm_node_size(c), mine = omp_get_num_procs();
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!getenv("OMP_NUM_THREADS")) {
+        int th = mine / local;
+        omp_set_num_threads(th < 1 ? 1 : th);
+    }
+    if (local > 1 && mine == 1 && online >= 2L * local)
+        ptdp_log0("note: each of the %d ranks on this node is bound to one core of its %ld "
+                  "(the launcher's binding), so %ld cores stay idle; with Open MPI, `mpirun "
+                  "--bind-to none` gives each rank %ld OpenMP threads",
+                  local, online, online - local, online / local);
 }
 
 void ptdp__cli_config_json_path(const char *weights, char *buf, size_t cap) {

@@ -16,12 +16,12 @@ struct ptdp_executor {
     ptdp_executor_params p;
     ptdp_action *acts; /* this rank's list */
     int nacts;
-    int64_t msg;              /* floats per message: b*s*h */
-    int K;                    /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs;              /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
-    int *recv_act;            /* [nrecv]: the actions that receive a message, in order */
+    int64_t msg;   /* floats per message: b*s*h */
+    int K;         /* send ring slots per direction (ptdp_schedule_send_buffers) */
+    float *bufs;   /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
+    int *recv_act; /* [nrecv]: the actions that receive a message, in order */
     int nrecv;
-    int next_recv;            /* the receive posted and not yet waited for (nrecv: none) */
+    int next_recv; /* the receive posted and not yet waited for (nrecv: none) */
     ptdp_comm_req recv_req;
     ptdp_comm_req *send_reqs; /* [2][K] */
     int sent[2];              /* messages sent this iteration per direction */
@@ -81,8 +81,8 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->local = calloc((size_t)(2 * m), sizeof(float *));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->recv_act || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
-        (p->max_events && !ex->events)) {
+    if (!ex->acts || !ex->recv_act || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
+        !ex->local || (p->max_events && !ex->events)) {
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
     }
@@ -248,9 +248,9 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
         ptdp_action_p2p(sp, r, a, &in, &out);
         ptdp_activity_phase(a->kind == PTDP_ACT_FWD ? "forward" : "backward");
         if (a->kind == PTDP_ACT_FWD) {
-            const float *x =
-                in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, i, iteration)
-                                  : NULL;
+            const float *x = in.peer_rank >= 0
+                                 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, i, iteration)
+                                 : NULL;
             const int slot = take_slot(ex, a->chunk);
             if (++ex->inflight[a->chunk] > ex->peak[a->chunk])
                 ex->peak[a->chunk] = ex->inflight[a->chunk];
@@ -276,8 +276,8 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             ex->slot_used[a->chunk * ex->slots + slot] = 0;
             ex->inflight[a->chunk]--;
         } else {
-            const float *dy =
-                in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, i, iteration)
+            const float *dy = in.peer_rank >= 0
+                                  ? recv_from(ex, &in, PTDP_ACT_BWD, a->microbatch, i, iteration)
                                   : NULL;
             int slot = ex->slot_of[a->chunk * m + a->microbatch];
             ptdp_comm_req *req = NULL;
