@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/fastmath.h"
 #include "kernels/kernels.h"
 #include "test.h"
@@ -564,7 +565,7 @@ static void test_attention_tiled(const ptdp_ops *o) {
     check_attention_tiled(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 300, 2, 1, 16, 0.1f);
 }
 
-/* Dropout masks are drawn 64 elements per Philox batch: odd offsets and
+/* Dropout masks are drawn 128 or 256 elements per Philox batch: odd offsets and
  * lengths must still give element e the mask ptdp__dropout_keep(e). */
 static void test_dropout_batched(const ptdp_ops *o) {
     const int64_t N = 7, h = 203, n = N * h;
@@ -580,6 +581,13 @@ static void test_dropout_batched(const ptdp_ops *o) {
     o->bias_dropout_add_bwd(x, y, db, N, h, d);
     for (int64_t e = 0; e < n; e++)
         bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    /* both widths of the Philox batch (32 blocks on AVX2, 64 with AVX-512) */
+    for (int wide = 0; wide < 2; wide++) {
+        ptdp__dropout_apply_path(x, y, n, d, 0, wide);
+        for (int64_t e = 0; e < n; e++)
+            bad +=
+                y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
+    }
     printf("dropout batched masks: %lld mismatches\n", (long long)bad);
     CHECK(bad == 0);
     free(x), free(y), free(db);

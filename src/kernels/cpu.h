@@ -38,6 +38,10 @@ void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
 /* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0 for e < n (dst may alias
  * src); the masks of ptdp__dropout_keep, drawn 64 elements per Philox batch. */
 void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base);
+/* The same with the AVX2 path forced (wide 0) or AVX-512 where the CPU has it (wide 1):
+ * tests check both give every element ptdp__dropout_keep's mask. */
+void ptdp__dropout_apply_path(const float *src, float *dst, int64_t n, ptdp_dropout drop,
+                              uint64_t base, int wide);
 /* attention's per-tile GEMMs run through `gemm`, the table's library; lse
  * [b, al, s] is the saved logsumexp of every row (scaled scores) */
 void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
