@@ -97,38 +97,47 @@ int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_acti
     for (size_t i = 0; i < ndone; i++) pl.done[i] = NOT_YET;
     memset(pl.next, 0, sizeof(int) * (size_t)p * 9);
     static const int order[3] = {PTDP_ACT_BWD, PTDP_ACT_FWD, PTDP_ACT_WGT};
+    /* 0 is unit cost: zeroed params give the unit-cost lists */
+    const int cost[3] = {[PTDP_ACT_FWD] = sp->cost_f > 0 ? sp->cost_f : 1,
+                         [PTDP_ACT_BWD] = sp->cost_b > 0 ? sp->cost_b : 1,
+                         [PTDP_ACT_WGT] = sp->cost_w > 0 ? sp->cost_w : 1};
     int finished = 0, rc = PTDP_OK;
-    for (int now = 0; finished < p; now++) {
-        int acted = 0, waiting = 0; /* stall: nobody acts and nobody is still busy */
+    for (int now = 0; finished < p;) {
+        /* Nothing changes between two finishing times (an input arrives when
+         * its producer finishes), so the clock jumps to the next one; with
+         * unit costs that is now + 1, the old step. */
+        int next = -1;
         for (int r = 0; r < p; r++) {
-            if (pl.len[r] == per_rank) continue;
-            if (pl.busy[r] > now) {
-                waiting = 1;
-                continue;
+            if (pl.len[r] < per_rank && pl.busy[r] <= now) {
+                int kind = -1, chunk = -1;
+                for (int i = 0; i < 3 && chunk < 0; i++) {
+                    kind = order[i];
+                    chunk = pick(&pl, r, kind, now, limit);
+                }
+                if (chunk >= 0) {
+                    int *nx = next_of(&pl, r, kind, chunk);
+                    const ptdp_action a = {.kind = kind, .microbatch = *nx, .chunk = chunk};
+                    ++*nx;
+                    pl.held[r] += kind == PTDP_ACT_FWD ? 1 : kind == PTDP_ACT_WGT ? -1 : 0;
+                    pl.busy[r] = now + cost[kind];
+                    *done_at(&pl, kind, a.microbatch, ptdp_schedule_stage(sp, r, chunk)) =
+                        pl.busy[r];
+                    if (r == rank) out[pl.len[r]] = a;
+                    if (++pl.len[r] == per_rank) finished++;
+                }
             }
-            int kind = -1, chunk = -1;
-            for (int i = 0; i < 3 && chunk < 0; i++) {
-                kind = order[i];
-                chunk = pick(&pl, r, kind, now, limit);
-            }
-            if (chunk < 0) continue;
-            int *nx = next_of(&pl, r, kind, chunk);
-            const ptdp_action a = {.kind = kind, .microbatch = *nx, .chunk = chunk};
-            ++*nx;
-            pl.held[r] += kind == PTDP_ACT_FWD ? 1 : kind == PTDP_ACT_WGT ? -1 : 0;
-            *done_at(&pl, kind, a.microbatch, ptdp_schedule_stage(sp, r, chunk)) = now + 1;
-            pl.busy[r] = now + 1;
-            if (r == rank) out[pl.len[r]] = a;
-            if (++pl.len[r] == per_rank) finished++;
-            acted = 1;
+            /* finished ranks count too: their last outputs still arrive */
+            if (pl.busy[r] > now && (next < 0 || pl.busy[r] < next)) next = pl.busy[r];
         }
-        if (!acted && !waiting && finished < p) {
+        if (finished == p) break;
+        if (next < 0) { /* nobody acts and nobody is still busy */
             rc = ptdp_errorf(PTDP_EINVAL,
                              "zb-v: the greedy scheduler found no order for "
                              "--pipeline-model-parallel-size %d and --num-microbatches %d",
                              p, m);
             break;
         }
+        now = next;
     }
     free(mem);
     return rc;

@@ -121,7 +121,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     ptdp_mem_plan(&tr->mem);
     ptdp_comm *comm = p->comm;
     ptdp_schedule_params sp = p->sched;
-    if (sp.p == 0) sp = (ptdp_schedule_params){comm->p, 1, 1, -1};
+    if (sp.p == 0) sp = (ptdp_schedule_params){.p = comm->p, .m = 1, .v = 1, .kind = -1};
     sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
     sp.kind = ptdp_schedule_resolve_kind(&sp);
     tr->p.sched = sp;
