@@ -664,6 +664,118 @@ static void test_zbv(void) {
     ptdp_schedule_free(&s);
 }
 
+/* zb-v with non-unit costs: a hand-played case, the validator over a grid of
+ * (p, m, costs), the scaling of times and FLOPs to costs, and the --zb-costs
+ * parser. */
+static void test_zbv_costs(void) {
+    /* p=2, m=2, F=2 B=2 W=1. Stages: rank 0 holds 0 and 3, rank 1 holds 1
+     * and 2; at most 4 stashed chunk activations. Played by hand (time: rank
+     * 0's action, rank 1's action; "-" idle):
+     *   0: F0.0 -      2: F1.0 F0.0   4: -    F0.1   6: F0.1 F1.0
+     *   8: B0.1 F1.1  10: F1.1 B0.1  12: B1.1 B0.0  14: B0.0 B1.1
+     *  16: W0.1 B1.0  17: W1.1 (rank 0: B1.0's input, rank 1's B1.0, comes
+     *      at 18, so the W's of the older B's fill 16..18)
+     *  18: B1.0 W0.1  19: -    W0.0  20: W0.0 W1.1  21: W1.0 W1.0  (end 22)
+     * With unit costs rank 0 runs B1.0 before W1.1 instead: its input comes
+     * one step after B0.0, not two. */
+    ptdp_schedule_params sp = {.p = 2, .m = 2, .v = 2, .kind = PTDP_SCHED_ZBV};
+    sp.cost_f = 2, sp.cost_b = 2, sp.cost_w = 1;
+    ptdp_schedule s;
+    char buf[4096];
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    CHECK(!strcmp(list_str(&s, 0, buf, sizeof buf),
+                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 W0.1 W1.1 B1.0 W0.0 W1.0"));
+    CHECK(!strcmp(list_str(&s, 1, buf, sizeof buf),
+                  "F0.0 F0.1 F1.0 F1.1 B0.1 B0.0 B1.1 B1.0 W0.1 W0.0 W1.1 W1.0"));
+    CHECK_OK(ptdp_schedule_validate(&s, NULL));
+    ptdp_schedule_free(&s);
+    CHECK(list_is(2, 2, 2, PTDP_SCHED_ZBV, 0,
+                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 W0.1 B1.0 W1.1 W0.0 W1.0"));
+
+    /* The grid: every list valid (deadlock-free, B before W, within the
+     * bound), per chunk F's, B's and W's each in micro-batch order, whatever
+     * the costs: W cheap, W dearer than B, F dominant, unit, large. */
+    static const int costs[][3] = {{0, 0, 0}, {2, 2, 1}, {6, 6, 4}, {1, 1, 3},   {8, 8, 1},
+                                   {3, 5, 2}, {1, 4, 1}, {5, 1, 1}, {7, 11, 13}, {1000, 999, 1}};
+    int fail = 0;
+    for (size_t c = 0; c < sizeof costs / sizeof costs[0]; c++)
+        for (int p = 2; p <= 6; p++)
+            for (int m = 1; m <= 20; m++) {
+                ptdp_schedule_params g = {.p = p, .m = m, .v = 2, .kind = PTDP_SCHED_ZBV};
+                g.cost_f = costs[c][0], g.cost_b = costs[c][1], g.cost_w = costs[c][2];
+                int peak[6];
+                if (ptdp_schedule_init(&s, &g) || ptdp_schedule_validate(&s, peak)) {
+                    fail++;
+                    fprintf(stderr, "zb-v p=%d m=%d costs %d,%d,%d: %s\n", p, m, g.cost_f, g.cost_b,
+                            g.cost_w, ptdp_last_error());
+                    continue;
+                }
+                for (int r = 0; r < p; r++) {
+                    const ptdp_action *a = ptdp_schedule_rank(&s, r);
+                    int next[3][2] = {{0}};
+                    for (int i = 0; i < s.len; i++)
+                        if (a[i].microbatch != next[a[i].kind][a[i].chunk]++) fail++;
+                    if (peak[r] > 2 * (p < m ? p : m)) fail++;
+                }
+                ptdp_schedule_free(&s);
+            }
+    CHECK(fail == 0);
+
+    /* Cost-aware lists idle less than unit-cost ones when the simulator runs
+     * them with those costs (W cheaper than F and B, as measured on CPUs). */
+    for (int p = 2; p <= 4; p += 2)
+        for (int m = 8; m <= 16; m += 8) {
+            double idle[2];
+            for (int aware = 0; aware < 2; aware++) {
+                ptdp_schedule_params g = {.p = p, .m = m, .v = 2, .kind = PTDP_SCHED_ZBV};
+                if (aware) g.cost_f = 6, g.cost_b = 6, g.cost_w = 4;
+                ptdp_sim_costs sc = {.forward = 6, .backward = 10, .weight = 4};
+                ptdp_sim_result res;
+                CHECK_OK(ptdp_schedule_init(&s, &g));
+                CHECK_OK(ptdp_sim_run(&s, &sc, &res));
+                idle[aware] = res.idle_fraction;
+                ptdp_sim_result_free(&res);
+                ptdp_schedule_free(&s);
+            }
+            fprintf(stderr, "zb-v p=%d m=%d F,B,W=6,6,4: idle %.4f unit-cost order, %.4f aware\n",
+                    p, m, idle[0], idle[1]);
+            CHECK(idle[1] < idle[0]);
+        }
+
+    /* Times -> costs: the cheapest becomes 4, ratios rounded; zero or bad
+     * times give unit costs. */
+    ptdp_schedule_params k = ptdp_schedule_default_params();
+    ptdp_schedule_scale_costs(3.8, 3.75, 2.45, &k);
+    CHECK(k.cost_f == 6 && k.cost_b == 6 && k.cost_w == 4);
+    ptdp_schedule_scale_costs(1, 0, 1, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 1 && k.cost_w == 4);
+    ptdp_schedule_scale_costs(0, 0, 0, &k);
+    CHECK(k.cost_f == 0 && k.cost_b == 0 && k.cost_w == 0);
+    ptdp_schedule_scale_costs(NAN, 1, 1, &k);
+    CHECK(k.cost_f == 0 && k.cost_b == 0 && k.cost_w == 0);
+    ptdp_schedule_scale_costs(1e9, 1, 1, &k);
+    CHECK(k.cost_f == PTDP_SCHEDULE_MAX_COST && k.cost_b == 4 && k.cost_w == 4);
+    /* FLOPs: GPT-2 small (s 1024, h 768): G = 2 s (4h^2 + 8h^2) = 14.16e9,
+     * A = 4 s^2 h = 3.22e9 per sequence: F 17.30, B 20.45, W 14.16 -> 5,6,4;
+     * s 128, h 64: attention weighs more, F 131072 B 163840 W 98304 per 128
+     * -> 5,7,4 */
+    ptdp_schedule_flop_costs(1024, 768, 0, &k);
+    CHECK(k.cost_f == 5 && k.cost_b == 6 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(128, 64, 256, &k);
+    CHECK(k.cost_f == 5 && k.cost_b == 7 && k.cost_w == 4);
+
+    /* --zb-costs */
+    CHECK_OK(ptdp_schedule_parse_costs("3,3,2", "--zb-costs", &k));
+    CHECK(k.cost_f == 3 && k.cost_b == 3 && k.cost_w == 2);
+    const char *bad[] = {"",      "3,3",      "3,3,2,1", "0,1,1", "1,-1,1",
+                         "1,1,x", "1,1,1001", "1.5,1,1", NULL};
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        CHECK(ptdp_schedule_parse_costs(bad[i], "--zb-costs", &k) == PTDP_EINVAL);
+        CHECK(strstr(ptdp_last_error(), "--zb-costs") != NULL);
+    }
+    CHECK(k.cost_f == 3 && k.cost_b == 3 && k.cost_w == 2); /* untouched on error */
+}
+
 int main(void) {
     test_send_buffers();
     test_hand_lists();
@@ -674,5 +786,6 @@ int main(void) {
     test_broken();
     test_zbh1();
     test_zbv();
+    test_zbv_costs();
     return test_done("test_schedule");
 }

@@ -333,7 +333,8 @@ int ptdp_schedule_send_buffers(const ptdp_schedule *s);
 /* Internal (zbv.c): the ZB-V generator behind ptdp_schedule_build, for
  * checked zb-v params; writes 6*m actions into out. PTDP_OK, PTDP_ENOMEM, or
  * PTDP_EINVAL when its greedy player stalls (never seen for p <= 12,
- * m <= 40; the tests sweep that range). */
+ * m <= 40 with unit costs, nor for p <= 6, m <= 20 with the costs that
+ * test_schedule sweeps). */
 int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out);
 
 #endif
