@@ -67,7 +67,8 @@ typedef struct {
     const ptdp_ops *ops;
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
-    ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
+    ptdp_schedule_params sched; /* p, v, kind, zb-v costs (m is derived); p 0: p = comm's, v = 1;
+                                 costs 0: from the layer's FLOPs (ptdp_schedule_flop_costs) */
     ptdp_stage_layout layout;   /* layers per virtual stage (zeroed: the even split) */
     int64_t trace_events;       /* capacity of the --trace event log (0: off) */
     int recompute_method;       /* PTDP_RECOMPUTE_* */

@@ -124,6 +124,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     if (sp.p == 0) sp = (ptdp_schedule_params){.p = comm->p, .m = 1, .v = 1, .kind = -1};
     sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
     sp.kind = ptdp_schedule_resolve_kind(&sp);
+    if (!sp.cost_f && !sp.cost_b && !sp.cost_w) /* the shape alone: the same on every rank */
+        ptdp_schedule_flop_costs(p->cfg.seq_length, p->cfg.hidden, p->cfg.ffn_hidden, &sp);
     tr->p.sched = sp;
     tr->loss_scales = malloc(sizeof(float) * (size_t)(sp.m > 0 ? sp.m : 1));
     int rc = !tr->loss_scales
