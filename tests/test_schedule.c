@@ -763,6 +763,14 @@ static void test_zbv_costs(void) {
     CHECK(k.cost_f == 5 && k.cost_b == 6 && k.cost_w == 4);
     ptdp_schedule_flop_costs(128, 64, 256, &k);
     CHECK(k.cost_f == 5 && k.cost_b == 7 && k.cost_w == 4);
+    /* near 1:1:1 for the usual shapes (attention is s/(6h) of the GEMMs):
+     * bench_bubble's model 4,5,4; test_zb's 4,4,4; a GPT-3-sized layer 4,4,4 */
+    ptdp_schedule_flop_costs(128, 256, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 5 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(16, 48, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 4 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(2048, 12288, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 4 && k.cost_w == 4);
 
     /* --zb-costs */
     CHECK_OK(ptdp_schedule_parse_costs("3,3,2", "--zb-costs", &k));
