@@ -130,6 +130,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch);
 
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr); /* chunk 0 */
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr);
+/* The schedule the trainer runs: m derived, kind resolved, zb-v's costs
+ * filled in (borrowed). */
+const ptdp_schedule_params *ptdp_trainer_schedule(const ptdp_trainer *tr);
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c);
 /* Activation memory of this rank: measured = what the model held at the
  * peak of the run (micro-batches stashed at once x bytes per stashed

@@ -267,6 +267,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
 
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunks[0]; }
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr) { return tr->v; }
+const ptdp_schedule_params *ptdp_trainer_schedule(const ptdp_trainer *tr) { return &tr->p.sched; }
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c) { return tr->chunks[c]; }
 
 /* The pipeline rank and chunk holding virtual stage 0 (last = 0) or the
