@@ -98,6 +98,14 @@ static void test_params(void) {
         {{.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBV, .cost_f = -1}, "--zb-costs"},
         {{.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBV, .cost_w = PTDP_SCHEDULE_MAX_COST + 1},
          "--zb-costs"},
+        {{.p = 2,
+          .m = 2000000,
+          .v = 2,
+          .kind = PTDP_SCHED_ZBV,
+          .cost_f = 1000,
+          .cost_b = 1000,
+          .cost_w = 1000},
+         "--zb-costs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(ptdp_schedule_check(&bad[i].sp) == PTDP_EINVAL);

@@ -140,6 +140,15 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
             "--zb-costs: the costs F,B,W must be between 1 and %d (0: unit), got %d,%d,%d",
             PTDP_SCHEDULE_MAX_COST, sp->cost_f, sp->cost_b, sp->cost_w);
     int kind = ptdp_schedule_resolve_kind(sp);
+    /* zb-v's player keeps an int clock, which ends before every rank's work
+     * one after another: p * 2m chunks of F + B + W */
+    const long long work = (sp->cost_f > 0 ? sp->cost_f : 1) + (sp->cost_b > 0 ? sp->cost_b : 1) +
+                           (sp->cost_w > 0 ? sp->cost_w : 1);
+    if (kind == PTDP_SCHED_ZBV && (long long)sp->p * 2 * sp->m * work > 2000000000LL)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "zb-v: --num-microbatches %d x --pipeline-model-parallel-size %d with "
+                           "--zb-costs %d,%d,%d is too long a play; give smaller costs",
+                           sp->m, sp->p, sp->cost_f, sp->cost_b, sp->cost_w);
     if (kind == PTDP_SCHED_ZBV && (sp->p < 2 || sp->v != 2))
         return ptdp_errorf(PTDP_EINVAL,
                            "--pipeline-schedule zb-v runs two model chunks per rank in a V shape: "
