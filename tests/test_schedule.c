@@ -24,7 +24,7 @@ static const char *list_str(const ptdp_schedule *s, int r, char *buf, size_t cap
 }
 
 static int list_is(int p, int m, int v, int kind, int rank, const char *want) {
-    ptdp_schedule_params sp = {p, m, v, kind};
+    ptdp_schedule_params sp = {.p = p, .m = m, .v = v, .kind = kind};
     ptdp_schedule s;
     if (ptdp_schedule_init(&s, &sp)) return 0;
     char buf[4096];
@@ -87,13 +87,25 @@ static void test_params(void) {
         ptdp_schedule_params sp;
         const char *flag;
     } bad[] = {
-        {{0, 4, 1, -1}, "--pipeline-model-parallel-size"},
-        {{2, 0, 1, -1}, "--num-microbatches"},
-        {{2, 4, 0, -1}, "--virtual-pipeline-model-parallel-size"},
-        {{1, 4, 2, -1}, "--virtual-pipeline-model-parallel-size"},
-        {{4, 6, 2, -1}, "--num-microbatches"},
-        {{2, 4, 1, PTDP_SCHED_INTERLEAVED}, "--virtual-pipeline-model-parallel-size"},
-        {{2, 4, 2, PTDP_SCHED_1F1B}, "--pipeline-schedule"},
+        {{.p = 0, .m = 4, .v = 1, .kind = -1}, "--pipeline-model-parallel-size"},
+        {{.p = 2, .m = 0, .v = 1, .kind = -1}, "--num-microbatches"},
+        {{.p = 2, .m = 4, .v = 0, .kind = -1}, "--virtual-pipeline-model-parallel-size"},
+        {{.p = 1, .m = 4, .v = 2, .kind = -1}, "--virtual-pipeline-model-parallel-size"},
+        {{.p = 4, .m = 6, .v = 2, .kind = -1}, "--num-microbatches"},
+        {{.p = 2, .m = 4, .v = 1, .kind = PTDP_SCHED_INTERLEAVED},
+         "--virtual-pipeline-model-parallel-size"},
+        {{.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_1F1B}, "--pipeline-schedule"},
+        {{.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBV, .cost_f = -1}, "--zb-costs"},
+        {{.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBV, .cost_w = PTDP_SCHEDULE_MAX_COST + 1},
+         "--zb-costs"},
+        {{.p = 2,
+          .m = 2000000,
+          .v = 2,
+          .kind = PTDP_SCHED_ZBV,
+          .cost_f = 1000,
+          .cost_b = 1000,
+          .cost_w = 1000},
+         "--zb-costs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(ptdp_schedule_check(&bad[i].sp) == PTDP_EINVAL);
@@ -103,7 +115,7 @@ static void test_params(void) {
         CHECK(s.acts == NULL);
     }
     /* Caller-owned buffer too small, rank out of range. */
-    ptdp_schedule_params ok = {2, 4, 1, -1};
+    ptdp_schedule_params ok = {.p = 2, .m = 4, .v = 1, .kind = -1};
     ptdp_action buf[8];
     int n = -1;
     CHECK(ptdp_schedule_build(&ok, 0, buf, 7, &n) == PTDP_EINVAL);
@@ -116,7 +128,7 @@ static void test_params(void) {
 static void test_p2p(void) {
     /* 16 layers, p=4, v=2: each chunk holds 2 layers; rank 0 holds virtual
      * stages 0 (layers 1-2) and 4 (layers 9-10). */
-    ptdp_schedule_params sp = {4, 8, 2, -1};
+    ptdp_schedule_params sp = {.p = 4, .m = 8, .v = 2, .kind = -1};
     CHECK(ptdp_schedule_stage(&sp, 0, 0) == 0 && ptdp_schedule_stage(&sp, 0, 1) == 4);
     CHECK(ptdp_schedule_stage(&sp, 3, 1) == 7);
     ptdp_p2p rx, tx;
@@ -160,7 +172,7 @@ static void test_sweep(void) {
         for (int p = 1; p <= 5; p++)
             for (int m = 1; m <= 12; m++)
                 for (int v = 1; v <= 3; v++) {
-                    ptdp_schedule_params sp = {p, m, v, kind};
+                    ptdp_schedule_params sp = {.p = p, .m = m, .v = v, .kind = kind};
                     ptdp_schedule s;
                     if (ptdp_schedule_init(&s, &sp)) {
                         invalid++;
@@ -232,7 +244,8 @@ static void test_sim_exact(void) {
         {1, 4, 1, -1, 12},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ptdp_schedule_params sp = {cases[i].p, cases[i].m, cases[i].v, cases[i].kind};
+        ptdp_schedule_params sp = {
+            .p = cases[i].p, .m = cases[i].m, .v = cases[i].v, .kind = cases[i].kind};
         ptdp_schedule s;
         CHECK_OK(ptdp_schedule_init(&s, &sp));
         ptdp_sim_costs c = {.forward = 1.0 / sp.v, .backward = 2.0 / sp.v, .comm = 0};
@@ -244,7 +257,8 @@ static void test_sim_exact(void) {
         ptdp_schedule_free(&s);
     }
     /* GPipe stashes m per rank, 1F1B at most p (rank 0). */
-    ptdp_schedule_params g = {4, 8, 1, PTDP_SCHED_GPIPE}, o = {4, 8, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule_params g = {.p = 4, .m = 8, .v = 1, .kind = PTDP_SCHED_GPIPE},
+                         o = {.p = 4, .m = 8, .v = 1, .kind = PTDP_SCHED_1F1B};
     ptdp_schedule sg, sf;
     CHECK_OK(ptdp_schedule_init(&sg, &g));
     CHECK_OK(ptdp_schedule_init(&sf, &o));
@@ -257,7 +271,7 @@ static void test_sim_exact(void) {
     /* Communication latency: p=2 m=1, tf=1 tb=2 tc=0.5:
      * F on rank 0 [0,1], F on rank 1 [1.5,2.5], B on rank 1 [2.5,4.5],
      * B on rank 0 [5,7]. */
-    ptdp_schedule_params one = {2, 1, 1, -1};
+    ptdp_schedule_params one = {.p = 2, .m = 1, .v = 1, .kind = -1};
     ptdp_schedule s1;
     CHECK_OK(ptdp_schedule_init(&s1, &one));
     ptdp_sim_costs c = {.forward = 1, .backward = 2, .comm = 0.5};
@@ -275,7 +289,7 @@ static void test_sim_exact(void) {
     ptdp_schedule_free(&s1);
 
     /* SVG: one box per action, well-formed ends. */
-    CHECK_OK(ptdp_schedule_init(&s1, &(ptdp_schedule_params){4, 8, 2, -1}));
+    CHECK_OK(ptdp_schedule_init(&s1, &(ptdp_schedule_params){.p = 4, .m = 8, .v = 2, .kind = -1}));
     ptdp_sim_costs cu = {.forward = 0.5, .backward = 1, .comm = 0};
     CHECK_OK(ptdp_sim_run(&s1, &cu, &res));
     FILE *f = tmpfile();
@@ -307,7 +321,7 @@ static void swap(ptdp_action *a, int i, int j) {
 
 static void test_broken(void) {
     ptdp_schedule s;
-    ptdp_schedule_params sp = {2, 4, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule_params sp = {.p = 2, .m = 4, .v = 1, .kind = PTDP_SCHED_1F1B};
     /* Backward before forward: rank 0 "F0 F1 B0 ..." -> "B0 F1 F0 ...". */
     CHECK_OK(ptdp_schedule_init(&s, &sp));
     swap(s.acts, 0, 2);
@@ -334,7 +348,7 @@ static void test_broken(void) {
     ptdp_schedule_free(&s);
     /* A deadlocking pair: each list is fine alone, but rank 0 waits for B0
      * from rank 1 while rank 1 waits for F1 that rank 0 sends only after. */
-    ptdp_schedule_params two = {2, 2, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule_params two = {.p = 2, .m = 2, .v = 1, .kind = PTDP_SCHED_1F1B};
     CHECK_OK(ptdp_schedule_init(&s, &two));
     const ptdp_action r0[4] = {
         {PTDP_ACT_FWD, 0, 0}, {PTDP_ACT_BWD, 0, 0}, {PTDP_ACT_FWD, 1, 0}, {PTDP_ACT_BWD, 1, 0}};
@@ -355,7 +369,7 @@ static void test_broken(void) {
     ptdp_schedule_free(&s);
     /* Interleaved: chunk 1's forward before chunk 0's on the previous rank
      * exists -> rank 0 would wait on itself via rank 1; a cross-rank cycle. */
-    ptdp_schedule_params il = {2, 2, 2, -1};
+    ptdp_schedule_params il = {.p = 2, .m = 2, .v = 2, .kind = -1};
     CHECK_OK(ptdp_schedule_init(&s, &il));
     ptdp_action *a0 = s.acts; /* F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 */
     CHECK(a0[0].chunk == 0 && a0[2].chunk == 1);
@@ -411,7 +425,7 @@ static void test_zbh1(void) {
     CHECK(list_is(4, 2, 1, PTDP_SCHED_ZBH1, 3, "F0 B0 F1 B1 W0 W1"));
     CHECK(list_is(4, 2, 1, PTDP_SCHED_ZBH1, 0, "F0 F1 B0 W0 B1 W1"));
     /* v > 1 is refused, naming the flag */
-    ptdp_schedule_params bad = {2, 4, 2, PTDP_SCHED_ZBH1};
+    ptdp_schedule_params bad = {.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBH1};
     CHECK(ptdp_schedule_check(&bad) == PTDP_EINVAL &&
           strstr(ptdp_last_error(), "--virtual-pipeline-model-parallel-size"));
     CHECK(ptdp_schedule_parse_kind("zb-h1") == PTDP_SCHED_ZBH1);
@@ -426,7 +440,8 @@ static void test_zbh1(void) {
     int shape_fail = 0, bubble_fail = 0, mem_fail = 0;
     for (int p = 1; p <= 5; p++)
         for (int m = 1; m <= 12; m++) {
-            ptdp_schedule_params zp = {p, m, 1, PTDP_SCHED_ZBH1}, op = {p, m, 1, PTDP_SCHED_1F1B};
+            ptdp_schedule_params zp = {.p = p, .m = m, .v = 1, .kind = PTDP_SCHED_ZBH1},
+                                 op = {.p = p, .m = m, .v = 1, .kind = PTDP_SCHED_1F1B};
             ptdp_schedule z, o;
             if (ptdp_schedule_init(&z, &zp) || ptdp_schedule_init(&o, &op)) {
                 shape_fail++;
@@ -487,7 +502,7 @@ static void test_zbh1(void) {
     /* Separate costs: p=2 m=2, F=1, B=2, W=1 (backward 3): rank 0 F0 [0,1]
      * F1 [1,2]; rank 1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7] W0 [7,8] W1
      * [8,9]; rank 0 B0 [4,6] W0 [6,7] B1 [7,9] W1 [9,10]. */
-    ptdp_schedule_params two = {2, 2, 1, PTDP_SCHED_ZBH1};
+    ptdp_schedule_params two = {.p = 2, .m = 2, .v = 1, .kind = PTDP_SCHED_ZBH1};
     ptdp_schedule s2;
     CHECK_OK(ptdp_schedule_init(&s2, &two));
     ptdp_sim_costs c3 = {.forward = 1, .backward = 3, .weight = 1, .comm = 0};
@@ -514,7 +529,7 @@ static void test_zbh1(void) {
     a[5].microbatch = 1;
     CHECK_OK(ptdp_schedule_validate(&s2, NULL));
     ptdp_schedule_free(&s2);
-    ptdp_schedule_params of = {2, 2, 1, PTDP_SCHED_1F1B};
+    ptdp_schedule_params of = {.p = 2, .m = 2, .v = 1, .kind = PTDP_SCHED_1F1B};
     ptdp_schedule s3;
     CHECK_OK(ptdp_schedule_init(&s3, &of));
     ((ptdp_action *)ptdp_schedule_rank(&s3, 1))[3].kind = PTDP_ACT_WGT;
@@ -534,7 +549,8 @@ static void test_zbh1(void) {
 static void test_zbv(void) {
     /* p=4: chunk 0 of rank r is stage r, chunk 1 stage 7-r; the inverse
      * agrees; the interleaved mapping is unchanged (c*p + r). */
-    ptdp_schedule_params v4 = {4, 8, 2, PTDP_SCHED_ZBV}, il = {4, 8, 2, PTDP_SCHED_INTERLEAVED};
+    ptdp_schedule_params v4 = {.p = 4, .m = 8, .v = 2, .kind = PTDP_SCHED_ZBV},
+                         il = {.p = 4, .m = 8, .v = 2, .kind = PTDP_SCHED_INTERLEAVED};
     CHECK(ptdp_schedule_stage(&v4, 0, 1) == 7 && ptdp_schedule_stage(&v4, 3, 1) == 4 &&
           ptdp_schedule_stage(&v4, 2, 0) == 2 && ptdp_schedule_stage(&il, 0, 1) == 4);
     int inverse_fail = 0;
@@ -576,7 +592,7 @@ static void test_zbv(void) {
                   "F0.0 F0.1 F1.0 F1.1 B0.1 B0.0 W0.1 F2.0 B1.1 B1.0 W0.0 F2.1 W1.1 F3.0 B2.1 "
                   "B2.0 W1.0 F3.1 W2.1 W2.0 B3.1 B3.0 W3.1 W3.0"));
     /* refused: other v, p = 1 */
-    ptdp_schedule_params bad = {2, 4, 3, PTDP_SCHED_ZBV};
+    ptdp_schedule_params bad = {.p = 2, .m = 4, .v = 3, .kind = PTDP_SCHED_ZBV};
     CHECK(ptdp_schedule_check(&bad) == PTDP_EINVAL && strstr(ptdp_last_error(), "zb-v") &&
           strstr(ptdp_last_error(), "--virtual-pipeline-model-parallel-size 2"));
     bad.p = 1, bad.v = 2;
@@ -594,7 +610,7 @@ static void test_zbv(void) {
     int shape_fail = 0, mem_fail = 0, bubble_fail = 0;
     for (int p = 2; p <= 8; p++)
         for (int m = 1; m <= 24; m++) {
-            ptdp_schedule_params sp = {p, m, 2, PTDP_SCHED_ZBV};
+            ptdp_schedule_params sp = {.p = p, .m = m, .v = 2, .kind = PTDP_SCHED_ZBV};
             ptdp_schedule z;
             int peak[8];
             if (ptdp_schedule_init(&z, &sp) || ptdp_schedule_validate(&z, peak)) {
@@ -634,7 +650,7 @@ static void test_zbv(void) {
     CHECK(bubble_fail == 0);
 
     /* Broken ZB-V lists (p=2 m=4, rank 0 as above, rank 1 "F0.0 F0.1 ..."). */
-    ptdp_schedule_params two = {2, 4, 2, PTDP_SCHED_ZBV};
+    ptdp_schedule_params two = {.p = 2, .m = 4, .v = 2, .kind = PTDP_SCHED_ZBV};
     ptdp_schedule s;
     CHECK_OK(ptdp_schedule_init(&s, &two));
     ptdp_action *a0 = (ptdp_action *)ptdp_schedule_rank(&s, 0);
@@ -656,6 +672,126 @@ static void test_zbv(void) {
     ptdp_schedule_free(&s);
 }
 
+/* zb-v with non-unit costs: a hand-played case, the validator over a grid of
+ * (p, m, costs), the scaling of times and FLOPs to costs, and the --zb-costs
+ * parser. */
+static void test_zbv_costs(void) {
+    /* p=2, m=2, F=2 B=2 W=1. Stages: rank 0 holds 0 and 3, rank 1 holds 1
+     * and 2; at most 4 stashed chunk activations. Played by hand (time: rank
+     * 0's action, rank 1's action; "-" idle):
+     *   0: F0.0 -      2: F1.0 F0.0   4: -    F0.1   6: F0.1 F1.0
+     *   8: B0.1 F1.1  10: F1.1 B0.1  12: B1.1 B0.0  14: B0.0 B1.1
+     *  16: W0.1 B1.0  17: W1.1 (rank 0: B1.0's input, rank 1's B1.0, comes
+     *      at 18, so the W's of the older B's fill 16..18)
+     *  18: B1.0 W0.1  19: -    W0.0  20: W0.0 W1.1  21: W1.0 W1.0  (end 22)
+     * With unit costs rank 0 runs B1.0 before W1.1 instead: its input comes
+     * one step after B0.0, not two. */
+    ptdp_schedule_params sp = {.p = 2, .m = 2, .v = 2, .kind = PTDP_SCHED_ZBV};
+    sp.cost_f = 2, sp.cost_b = 2, sp.cost_w = 1;
+    ptdp_schedule s;
+    char buf[4096];
+    CHECK_OK(ptdp_schedule_init(&s, &sp));
+    CHECK(!strcmp(list_str(&s, 0, buf, sizeof buf),
+                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 W0.1 W1.1 B1.0 W0.0 W1.0"));
+    CHECK(!strcmp(list_str(&s, 1, buf, sizeof buf),
+                  "F0.0 F0.1 F1.0 F1.1 B0.1 B0.0 B1.1 B1.0 W0.1 W0.0 W1.1 W1.0"));
+    CHECK_OK(ptdp_schedule_validate(&s, NULL));
+    ptdp_schedule_free(&s);
+    CHECK(list_is(2, 2, 2, PTDP_SCHED_ZBV, 0,
+                  "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 W0.1 B1.0 W1.1 W0.0 W1.0"));
+
+    /* The grid: every list valid (deadlock-free, B before W, within the
+     * bound), per chunk F's, B's and W's each in micro-batch order, whatever
+     * the costs: W cheap, W dearer than B, F dominant, unit, large. */
+    static const int costs[][3] = {{0, 0, 0}, {2, 2, 1}, {6, 6, 4}, {1, 1, 3},   {8, 8, 1},
+                                   {3, 5, 2}, {1, 4, 1}, {5, 1, 1}, {7, 11, 13}, {1000, 999, 1}};
+    int fail = 0;
+    for (size_t c = 0; c < sizeof costs / sizeof costs[0]; c++)
+        for (int p = 2; p <= 6; p++)
+            for (int m = 1; m <= 20; m++) {
+                ptdp_schedule_params g = {.p = p, .m = m, .v = 2, .kind = PTDP_SCHED_ZBV};
+                g.cost_f = costs[c][0], g.cost_b = costs[c][1], g.cost_w = costs[c][2];
+                int peak[6];
+                if (ptdp_schedule_init(&s, &g) || ptdp_schedule_validate(&s, peak)) {
+                    fail++;
+                    fprintf(stderr, "zb-v p=%d m=%d costs %d,%d,%d: %s\n", p, m, g.cost_f, g.cost_b,
+                            g.cost_w, ptdp_last_error());
+                    continue;
+                }
+                for (int r = 0; r < p; r++) {
+                    const ptdp_action *a = ptdp_schedule_rank(&s, r);
+                    int next[3][2] = {{0}};
+                    for (int i = 0; i < s.len; i++)
+                        if (a[i].microbatch != next[a[i].kind][a[i].chunk]++) fail++;
+                    if (peak[r] > 2 * (p < m ? p : m)) fail++;
+                }
+                ptdp_schedule_free(&s);
+            }
+    CHECK(fail == 0);
+
+    /* Cost-aware lists idle less than unit-cost ones when the simulator runs
+     * them with those costs (W cheaper than F and B, as measured on CPUs). */
+    for (int p = 2; p <= 4; p += 2)
+        for (int m = 8; m <= 16; m += 8) {
+            double idle[2];
+            for (int aware = 0; aware < 2; aware++) {
+                ptdp_schedule_params g = {.p = p, .m = m, .v = 2, .kind = PTDP_SCHED_ZBV};
+                if (aware) g.cost_f = 6, g.cost_b = 6, g.cost_w = 4;
+                ptdp_sim_costs sc = {.forward = 6, .backward = 10, .weight = 4};
+                ptdp_sim_result res;
+                CHECK_OK(ptdp_schedule_init(&s, &g));
+                CHECK_OK(ptdp_sim_run(&s, &sc, &res));
+                idle[aware] = res.idle_fraction;
+                ptdp_sim_result_free(&res);
+                ptdp_schedule_free(&s);
+            }
+            fprintf(stderr, "zb-v p=%d m=%d F,B,W=6,6,4: idle %.4f unit-cost order, %.4f aware\n",
+                    p, m, idle[0], idle[1]);
+            CHECK(idle[1] < idle[0]);
+        }
+
+    /* Times -> costs: the cheapest becomes 4, ratios rounded; zero or bad
+     * times give unit costs. */
+    ptdp_schedule_params k = ptdp_schedule_default_params();
+    ptdp_schedule_scale_costs(3.8, 3.75, 2.45, &k);
+    CHECK(k.cost_f == 6 && k.cost_b == 6 && k.cost_w == 4);
+    ptdp_schedule_scale_costs(1, 0, 1, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 1 && k.cost_w == 4);
+    ptdp_schedule_scale_costs(0, 0, 0, &k);
+    CHECK(k.cost_f == 0 && k.cost_b == 0 && k.cost_w == 0);
+    ptdp_schedule_scale_costs(NAN, 1, 1, &k);
+    CHECK(k.cost_f == 0 && k.cost_b == 0 && k.cost_w == 0);
+    ptdp_schedule_scale_costs(1e9, 1, 1, &k);
+    CHECK(k.cost_f == PTDP_SCHEDULE_MAX_COST && k.cost_b == 4 && k.cost_w == 4);
+    /* FLOPs: GPT-2 small (s 1024, h 768): G = 2 s (4h^2 + 8h^2) = 14.16e9,
+     * A = 4 s^2 h = 3.22e9 per sequence: F 17.30, B 20.45, W 14.16 -> 5,6,4;
+     * s 128, h 64: attention weighs more, F 131072 B 163840 W 98304 per 128
+     * -> 5,7,4 */
+    ptdp_schedule_flop_costs(1024, 768, 0, &k);
+    CHECK(k.cost_f == 5 && k.cost_b == 6 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(128, 64, 256, &k);
+    CHECK(k.cost_f == 5 && k.cost_b == 7 && k.cost_w == 4);
+    /* near 1:1:1 for the usual shapes (attention is s/(6h) of the GEMMs):
+     * bench_bubble's model 4,5,4; test_zb's 4,4,4; a GPT-3-sized layer 4,4,4 */
+    ptdp_schedule_flop_costs(128, 256, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 5 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(16, 48, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 4 && k.cost_w == 4);
+    ptdp_schedule_flop_costs(2048, 12288, 0, &k);
+    CHECK(k.cost_f == 4 && k.cost_b == 4 && k.cost_w == 4);
+
+    /* --zb-costs */
+    CHECK_OK(ptdp_schedule_parse_costs("3,3,2", "--zb-costs", &k));
+    CHECK(k.cost_f == 3 && k.cost_b == 3 && k.cost_w == 2);
+    const char *bad[] = {"",      "3,3",      "3,3,2,1", "0,1,1", "1,-1,1",
+                         "1,1,x", "1,1,1001", "1.5,1,1", NULL};
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        CHECK(ptdp_schedule_parse_costs(bad[i], "--zb-costs", &k) == PTDP_EINVAL);
+        CHECK(strstr(ptdp_last_error(), "--zb-costs") != NULL);
+    }
+    CHECK(k.cost_f == 3 && k.cost_b == 3 && k.cost_w == 2); /* untouched on error */
+}
+
 int main(void) {
     test_send_buffers();
     test_hand_lists();
@@ -666,5 +802,6 @@ int main(void) {
     test_broken();
     test_zbh1();
     test_zbv();
+    test_zbv_costs();
     return test_done("test_schedule");
 }

@@ -29,6 +29,24 @@ expect_error --weight-time --pipeline-model-parallel-size 2 --num-microbatches 4
 expect_error --stage-times --pipeline-model-parallel-size 2 --num-microbatches 4 --simulate --stage-times 1:2:1
 expect_error --stage-times --pipeline-model-parallel-size 2 --num-microbatches 4 --simulate --stage-times 1:2:3,1:2
 expect_error --virtual-pipeline-model-parallel-size --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1
+expect_error --zb-costs --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-v --zb-costs 3,3,x
+expect_error --zb-costs --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-v --zb-costs 0,3,2
+expect_error --zb-costs --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-v --zb-costs 1,2,3,4
+
+# zb-v: times become the list scheduler's costs (per chunk F 3.8, B 3.75, W
+# 2.45 -> 6,6,4), which plays W's into the steady state's gaps: idle 0.088 with
+# unit costs, 0.046 with these (docs/schedules.md)
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 8 --pipeline-schedule zb-v --simulate \
+    --forward-time 7.6 --backward-time 12.4 --weight-time 4.9)
+echo "$out" | grep -q "^zb-v list scheduler costs F,B,W = 6,6,4 (from the times" && ok || bad "zb-v costs: $out"
+echo "$out" | grep -q "^idle fraction 0.0461997 " && ok || bad "zb-v cost-aware idle: $out"
+out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 8 --pipeline-schedule zb-v --simulate \
+    --forward-time 7.6 --backward-time 12.4 --weight-time 4.9 --zb-costs 1,1,1)
+echo "$out" | grep -q "^idle fraction 0.0883191 " && ok || bad "zb-v unit-cost idle: $out"
+# no times: unit costs, the same lists as --zb-costs 1,1,1
+[ "$("$PTDP" schedule --pipeline-model-parallel-size 3 --num-microbatches 5 --pipeline-schedule zb-v)" = \
+  "$("$PTDP" schedule --pipeline-model-parallel-size 3 --num-microbatches 5 --pipeline-schedule zb-v --zb-costs 1,1,1)" ] &&
+    ok || bad "zb-v without times is not the unit-cost list"
 
 # zb-h1: W actions in the lists; the simulated bubble with F = B = W is (p-1)/(3m)
 out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 4 --pipeline-schedule zb-h1 --simulate --weight-time 1)
@@ -78,7 +96,7 @@ echo "$out" | grep -q '^makespan 7$' && ok || bad "comm time makespan: $out"
 help=$("$PTDP" schedule --help)
 [ $? -eq 0 ] && ok || bad "--help status"
 for f in pipeline-model-parallel-size num-microbatches virtual-pipeline-model-parallel-size pipeline-schedule \
-    simulate draw forward-time backward-time comm-time; do
+    simulate draw forward-time backward-time weight-time stage-times comm-time zb-costs; do
     echo "$help" | grep -q -- "--$f" && ok || bad "--help lacks --$f"
 done
 

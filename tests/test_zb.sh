@@ -16,7 +16,8 @@
 # ZB-V (--pipeline-schedule zb-v: two chunks per rank in a V, v = 2 implied;
 # rank 0 holds the embedding and the loss head): p = 2 (with a checkpoint at
 # iteration 10), p = 3, p = 4 (12 layers over 8 stages by
-# --pipeline-model-parallel-layout) and p = 2 x d = 2 with ZeRO-1 give the
+# --pipeline-model-parallel-layout), p = 3 with the lists of --zb-costs 3,3,2
+# and p = 2 x d = 2 with ZeRO-1 give the
 # single process's losses, grad norms and final weights with the same
 # tolerances, memory plan = prediction; the turn of the V is no message
 # (2m sends per rank and iteration, no tied-embedding all-reduce); the p = 2
@@ -63,12 +64,14 @@ for r in 0 1; do
 done
 
 # ---- ZB-V ----
-for run in 2 3 4 2:zero; do
+for run in 2 3 4 2:zero 3:costs; do
     p=${run%%:*} np=${run%%:*} name=zbv_p${run%%:*} extra=""
     [ "$p" = 2 ] && [ "$run" = 2 ] && extra="--log-comm --save $TMP/zbv.ck --save-interval 10"
     # 12 layers do not split evenly over 8 stages: rank 0 holds E+t and t+L
     [ "$p" = 4 ] && extra="--pipeline-model-parallel-layout Et|tt|tt|t|t|tt|tt|tL"
     [ "$run" = 2:zero ] && np=4 name=zbv_p2_d2_zero extra="--use-distributed-optimizer"
+    # costs other than the FLOPs' (4,4,4 for this shape: the unit-cost lists) give other lists
+    [ "$run" = 3:costs ] && name=zbv_p3_costs extra="--zb-costs 3,3,2"
     if run_vs_ref "$name" "$np" $ARGS --pipeline-model-parallel-size $p --pipeline-schedule zb-v $extra; then
         check_plan "$TMP/$name.out" "$p" && ok || fail "$name: memory plan differs from the prediction"
         # each stage's activation line: measured peak bytes = predicted bytes
@@ -125,4 +128,8 @@ expect_error 2 "zb-v keeps activations until the weight gradients" --pipeline-mo
     --pipeline-schedule zb-v --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 expect_error 2 "with --pipeline-schedule zb-v (rank 0" --pipeline-model-parallel-size 2 --pipeline-schedule zb-v \
     --decoder-first-pipeline-num-layers 4
+expect_error 2 "--zb-costs sets the costs zb-v" --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 \
+    --zb-costs 3,3,2
+expect_error 2 "--zb-costs wants three positive integers" --pipeline-model-parallel-size 2 \
+    --pipeline-schedule zb-v --zb-costs 3,0,2
 finish

@@ -198,6 +198,11 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "pipeline schedule (default: interleaved if v > 1, else 1f1b; zb-h1, zb-v: zero "
           "bubble; zb-v implies --virtual-pipeline-model-parallel-size 2)",
           "gpipe|1f1b|interleaved|zb-h1|zb-v"),
+        S("zb-costs", zb_costs,
+          "zb-v: relative integer costs F,B,W of a chunk's forward, input gradient and weight "
+          "gradients that its list scheduler plays, e.g. 3,3,2 from a --trace's per-chunk times "
+          "(default: from the layer's FLOPs; docs/schedules.md)",
+          NULL),
         B("scatter-gather-tensors-in-pipeline", scatter_gather,
           "send 1/t of each activation between stages and "
           "all-gather it in the tensor group (default on when t > 1)"),
@@ -759,6 +764,16 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
                                "and --virtual-pipeline-model-parallel-size 2 or left out (got v = "
                                "%lld)",
                                (long long)pp, (long long)v);
+        if (a->zb_costs && !zbv)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--zb-costs sets the costs zb-v's list scheduler plays; it needs "
+                               "--pipeline-schedule zb-v (got %s)",
+                               sched);
+        if (a->zb_costs) {
+            ptdp_schedule_params costs = ptdp_schedule_default_params();
+            const int crc = ptdp_schedule_parse_costs(a->zb_costs, "--zb-costs", &costs);
+            if (crc != PTDP_OK) return crc;
+        }
         if (v == 1 && !strcmp(sched, "interleaved"))
             return ptdp_errorf(PTDP_ECONFIG, "--pipeline-schedule interleaved needs "
                                              "--virtual-pipeline-model-parallel-size > 1");

@@ -102,7 +102,7 @@ typedef struct {
     int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
     int account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split;
     const char *pipeline_model_parallel_layout;
-    const char *pipeline_schedule, *trace;
+    const char *pipeline_schedule, *trace, *zb_costs;
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     int scatter_gather, no_scatter_gather;

@@ -51,7 +51,7 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
         "                     [--virtual-pipeline-model-parallel-size V] [--pipeline-schedule S]\n"
         "                     [--simulate] [--draw FILE.svg]\n"
         "                     [--forward-time X --backward-time Y --weight-time W --comm-time Z]\n"
-        "                     [--stage-times F:B[:W],F:B[:W],...]\n\n"
+        "                     [--stage-times F:B[:W],F:B[:W],...] [--zb-costs F,B,W]\n\n"
         "Prints each pipeline rank's ordered actions, one line per rank: 'rank R: F0 F1 B0 ...'.\n"
         "F3 is the forward of micro-batch 3, B3 its backward; with V > 1, F3.1 is micro-batch 3 on\n"
         "the rank's model chunk 1. zb-h1 and zb-v split the backward: B3 is the input gradient\n"
@@ -61,15 +61,20 @@ static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
         "--stage-times gives each virtual stage 0..P*V-1 its own times for one micro-batch through\n"
         "that stage (forward, whole backward, its weight part), e.g. measured from a --trace.\n"
         "(chunk c is virtual stage c*P + R, except under zb-v). The default schedule is\n"
-        "interleaved when V > 1, else 1f1b. Times are for one micro-batch through a rank's whole share of the model;\n"
-        "each of its V chunks takes 1/V of it. --comm-time is the latency of one transfer.\n\n"
+        "interleaved when V > 1, else 1f1b. Times are for one micro-batch through a rank's whole\n"
+        "share of the model; each of its V chunks takes 1/V of it. --comm-time is the latency of\n"
+        "one transfer.\n"
+        "zb-v's lists come from a list scheduler that plays integer costs of a chunk's F, B and\n"
+        "W: unit costs unless times are given (--forward-time, --backward-time, --weight-time or\n"
+        "--stage-times, summed over the stages), which are scaled so the cheapest is 4, or\n"
+        "--zb-costs F,B,W gives them as ptdp train does.\n\n"
         "flags:\n");
     ptdp_opts_help(f, opts, nopts);
 }
 
 int ptdp_cmd_schedule(int argc, char **argv) {
     int64_t p = 1, m = 0, v = 1;
-    const char *sched = NULL, *draw = NULL, *stage_times = NULL;
+    const char *sched = NULL, *draw = NULL, *stage_times = NULL, *zb_costs = NULL;
     int simulate = 0;
     double tf = 1.0, tb = 2.0, tw = -1.0, tc = 0.0;
     ptdp_opt opts[] = {
@@ -91,11 +96,15 @@ int ptdp_cmd_schedule(int argc, char **argv) {
         {"backward-time", PTDP_OPT_FLOAT, &tb, "backward time of one micro-batch on one rank", NULL,
          0, 1e12, 0},
         {"weight-time", PTDP_OPT_FLOAT, &tw,
-         "weight-gradient part W of the backward time (zb-h1; default: half of it)", NULL, 0, 1e12,
-         0},
+         "weight-gradient part W of the backward time (zb-h1, zb-v; default: half of it)", NULL, 0,
+         1e12, 0},
         {"stage-times", PTDP_OPT_STR, &stage_times,
          "per virtual stage times F:B[:W],... (overrides the three above)", NULL, 0, 0, 0},
         {"comm-time", PTDP_OPT_FLOAT, &tc, "time of one point-to-point transfer", NULL, 0, 1e12, 0},
+        {"zb-costs", PTDP_OPT_STR, &zb_costs,
+         "zb-v: relative integer costs of a chunk's F, B and W for the list scheduler (default: "
+         "from the times when given, else 1,1,1)",
+         NULL, 0, 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
@@ -121,20 +130,43 @@ int ptdp_cmd_schedule(int argc, char **argv) {
     if (sp.kind == PTDP_SCHED_ZBV &&
         !ptdp_opt_find(opts, nopts, "virtual-pipeline-model-parallel-size")->seen)
         sp.v = 2;
-    ptdp_schedule s;
-    if (ptdp_schedule_init(&s, &sp)) {
+    if (ptdp_schedule_check(&sp)) { /* before sizing the stage times by p*v */
         ptdp_log_error("%s", ptdp_last_error());
         return 2;
     }
-    int status = 0;
     const int stages = sp.p * sp.v;
     double *st = stage_times ? malloc(sizeof(double) * 3 * (size_t)stages) : NULL;
     if (stage_times &&
         (!st || parse_stage_times(stage_times, stages, st, st + stages, st + 2 * stages))) {
         free(st);
-        ptdp_schedule_free(&s);
         return 2;
     }
+    if (zb_costs) {
+        if (ptdp_schedule_parse_costs(zb_costs, "--zb-costs", &sp)) {
+            ptdp_log_error("%s", ptdp_last_error());
+            free(st);
+            return 2;
+        }
+    } else if (st) { /* the whole pipeline's F, B and W: one cost triple for every chunk */
+        double f = 0, b = 0, w = 0;
+        for (int k = 0; k < stages; k++) {
+            f += st[k];
+            b += st[stages + k] - st[2 * stages + k];
+            w += st[2 * stages + k];
+        }
+        ptdp_schedule_scale_costs(f, b, w, &sp);
+    } else if (ptdp_opt_find(opts, nopts, "forward-time")->seen ||
+               ptdp_opt_find(opts, nopts, "backward-time")->seen ||
+               ptdp_opt_find(opts, nopts, "weight-time")->seen) {
+        ptdp_schedule_scale_costs(tf, tb - tw, tw, &sp); /* per chunk: all three over v */
+    }
+    ptdp_schedule s;
+    if (ptdp_schedule_init(&s, &sp)) {
+        ptdp_log_error("%s", ptdp_last_error());
+        free(st);
+        return 2;
+    }
+    int status = 0;
     for (int r = 0; r < sp.p; r++) {
         ptdp_schedule_print_rank(stdout, &s, r);
         fputc('\n', stdout);
@@ -169,6 +201,12 @@ int ptdp_cmd_schedule(int argc, char **argv) {
                 printf("schedule %s: p=%d m=%d v=%d; per chunk: forward %g backward %g; comm %g\n",
                        ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.forward,
                        c.backward, c.comm);
+            if (s.params.kind == PTDP_SCHED_ZBV)
+                printf("zb-v list scheduler costs F,B,W = %d,%d,%d%s\n", sp.cost_f ? sp.cost_f : 1,
+                       sp.cost_b ? sp.cost_b : 1, sp.cost_w ? sp.cost_w : 1,
+                       zb_costs    ? " (--zb-costs)"
+                       : sp.cost_f ? " (from the times, the cheapest scaled to 4)"
+                                   : " (unit)");
             printf("makespan %g\n", res.makespan);
             printf("ideal time %g (busiest rank's compute)\n", res.ideal);
             if (st) /* no closed form for uneven stages */

@@ -177,6 +177,10 @@ int ptdp_cmd_train(int argc, char **argv) {
         tp.sched.v = (int)v;
     }
     tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
+    /* zb-v's costs: every rank parses the same command line (checked by
+     * ptdp_args_model_config); without the flag the trainer takes them from
+     * the layer's FLOPs */
+    if (a.zb_costs) ptdp_schedule_parse_costs(a.zb_costs, "--zb-costs", &tp.sched);
     /* the flags' choices (full|selective, uniform|block) were checked by the parser */
     tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method)
                           : a.recompute_granularity && !strcmp(a.recompute_granularity, "selective")

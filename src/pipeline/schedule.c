@@ -35,6 +35,55 @@ ptdp_schedule_params ptdp_schedule_default_params(void) {
     return sp;
 }
 
+void ptdp_schedule_scale_costs(double f, double b, double w, ptdp_schedule_params *sp) {
+    const double t[3] = {f, b, w};
+    int *out[3] = {&sp->cost_f, &sp->cost_b, &sp->cost_w};
+    double lo = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!(t[i] >= 0 && t[i] <= 1e300)) lo = -1; /* negative, NaN or infinite */
+        if (lo >= 0 && t[i] > 0 && (lo == 0 || t[i] < lo)) lo = t[i];
+    }
+    /* 4 steps for the cheapest: ratios survive to within an eighth, and the
+     * clock stays short (m * (F + B + W) steps per chunk) */
+    for (int i = 0; i < 3; i++) {
+        const double x = lo > 0 ? 4.0 * t[i] / lo + 0.5 : 0;
+        *out[i] = lo <= 0                      ? 0
+                  : x < 1                      ? 1
+                  : x > PTDP_SCHEDULE_MAX_COST ? PTDP_SCHEDULE_MAX_COST
+                                               : (int)x;
+    }
+}
+
+void ptdp_schedule_flop_costs(int64_t seq_length, int64_t hidden, int64_t ffn,
+                              ptdp_schedule_params *sp) {
+    const double s = (double)seq_length, h = (double)hidden;
+    const double fh = (double)(ffn > 0 ? ffn : 4 * hidden);
+    const double G = 2.0 * s * (4.0 * h * h + 2.0 * h * fh); /* QKV, out, MLP in and out */
+    const double A = 4.0 * s * s * h;                        /* Q K^T and P V */
+    ptdp_schedule_scale_costs(G + A, G + 2.0 * A, G, sp);
+}
+
+int ptdp_schedule_parse_costs(const char *str, const char *flag, ptdp_schedule_params *sp) {
+    int c[3];
+    const char *q = str ? str : "";
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        const long x = strtol(q, &end, 10);
+        if (end == q || x < 1 || x > PTDP_SCHEDULE_MAX_COST || *end != (i < 2 ? ',' : 0))
+            return ptdp_errorf(PTDP_EINVAL,
+                               "%s wants three positive integers F,B,W (at most %d each), the "
+                               "relative costs of a chunk's forward, input gradient and weight "
+                               "gradients, e.g. 3,3,2; got '%s'",
+                               flag, PTDP_SCHEDULE_MAX_COST, str ? str : "(null)");
+        c[i] = (int)x;
+        q = end + 1;
+    }
+    sp->cost_f = c[0];
+    sp->cost_b = c[1];
+    sp->cost_w = c[2];
+    return PTDP_OK;
+}
+
 const char *ptdp_action_kind_short(int kind) {
     return kind >= 0 && kind < PTDP_ACT_COUNT ? act_short[kind] : "?";
 }
@@ -84,7 +133,22 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
                            "--num-microbatches %d x --pipeline-model-parallel-size %d x "
                            "--virtual-pipeline-model-parallel-size %d is too large",
                            sp->m, sp->p, sp->v);
+    if (sp->cost_f < 0 || sp->cost_b < 0 || sp->cost_w < 0 || sp->cost_f > PTDP_SCHEDULE_MAX_COST ||
+        sp->cost_b > PTDP_SCHEDULE_MAX_COST || sp->cost_w > PTDP_SCHEDULE_MAX_COST)
+        return ptdp_errorf(
+            PTDP_EINVAL,
+            "--zb-costs: the costs F,B,W must be between 1 and %d (0: unit), got %d,%d,%d",
+            PTDP_SCHEDULE_MAX_COST, sp->cost_f, sp->cost_b, sp->cost_w);
     int kind = ptdp_schedule_resolve_kind(sp);
+    /* zb-v's player keeps an int clock, which ends before every rank's work
+     * one after another: p * 2m chunks of F + B + W */
+    const long long work = (sp->cost_f > 0 ? sp->cost_f : 1) + (sp->cost_b > 0 ? sp->cost_b : 1) +
+                           (sp->cost_w > 0 ? sp->cost_w : 1);
+    if (kind == PTDP_SCHED_ZBV && (long long)sp->p * 2 * sp->m * work > 2000000000LL)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "zb-v: --num-microbatches %d x --pipeline-model-parallel-size %d with "
+                           "--zb-costs %d,%d,%d is too long a play; give smaller costs",
+                           sp->m, sp->p, sp->cost_f, sp->cost_b, sp->cost_w);
     if (kind == PTDP_SCHED_ZBV && (sp->p < 2 || sp->v != 2))
         return ptdp_errorf(PTDP_EINVAL,
                            "--pipeline-schedule zb-v runs two model chunks per rank in a V shape: "

@@ -74,10 +74,44 @@ typedef struct {
     int m;    /* micro-batches per iteration, >= 1 */
     int v;    /* model chunks per rank (virtual pipeline size), >= 1 */
     int kind; /* ptdp_schedule_kind, or -1: interleaved if v > 1, else 1f1b */
+    /* Relative integer costs of one chunk's F, B (input gradient) and W
+     * (weight gradients) that zb-v's list scheduler plays (zbv.c); 0 counts
+     * as 1, so zeroed costs give the unit-cost lists. Every rank must build
+     * the same lists: fill them from the model's shape
+     * (ptdp_schedule_flop_costs) or from the command line, never from timing
+     * on one rank. The other schedules ignore them. */
+    int cost_f, cost_b, cost_w;
 } ptdp_schedule_params;
 
-/* p = m = v = 1, kind -1 (automatic). */
+/* p = m = v = 1, kind -1 (automatic), unit costs. */
 ptdp_schedule_params ptdp_schedule_default_params(void);
+
+/* Largest cost accepted in ptdp_schedule_params (the scheduler's clock is an
+ * int and walks m * (F + B + W) per chunk). */
+#define PTDP_SCHEDULE_MAX_COST 1000
+
+/* Scales three non-negative times (any unit) of one chunk's F, B and W to
+ * integer costs: the smallest positive time becomes 4 and the others keep
+ * their ratio to it, rounded, at least 1 and at most PTDP_SCHEDULE_MAX_COST.
+ * All zero (or not finite): unit costs (0, 0, 0). Pure and deterministic, so
+ * ranks that feed it the same numbers get the same costs. */
+void ptdp_schedule_scale_costs(double f, double b, double w, ptdp_schedule_params *sp);
+
+/* The costs from the FLOPs of one transformer layer (every chunk of an even
+ * split holds the same layers, and tensor parallelism, the micro-batch and
+ * the layer count scale F, B and W alike): with G = the four GEMMs' 2 s
+ * (4h^2 + 2 h ffn) FLOPs per sequence and A = core attention's 4 s^2 h,
+ * F = G + A, B = G + 2A (input-gradient GEMMs, attention's backward), W = G
+ * (weight-gradient GEMMs), scaled by ptdp_schedule_scale_costs. The
+ * embedding and the loss head are left out. Used by the trainer and the
+ * planner alike, so the planner simulates the lists the run executes.
+ * ffn 0 means 4h. */
+void ptdp_schedule_flop_costs(int64_t seq_length, int64_t hidden, int64_t ffn,
+                              ptdp_schedule_params *sp);
+
+/* Parses "F,B,W" (three positive integers <= PTDP_SCHEDULE_MAX_COST) into
+ * sp's costs. Returns PTDP_OK or PTDP_EINVAL with a message naming `flag`. */
+int ptdp_schedule_parse_costs(const char *str, const char *flag, ptdp_schedule_params *sp);
 
 /* "F"/"B", "forward"/"backward", "gpipe"/"1f1b"/"interleaved"; "?" when out
  * of range. Static strings. */
@@ -299,7 +333,8 @@ int ptdp_schedule_send_buffers(const ptdp_schedule *s);
 /* Internal (zbv.c): the ZB-V generator behind ptdp_schedule_build, for
  * checked zb-v params; writes 6*m actions into out. PTDP_OK, PTDP_ENOMEM, or
  * PTDP_EINVAL when its greedy player stalls (never seen for p <= 12,
- * m <= 40; the tests sweep that range). */
+ * m <= 40 with unit costs, nor for p <= 6, m <= 20 with the costs that
+ * test_schedule sweeps). */
 int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out);
 
 #endif

@@ -6,8 +6,9 @@
  *
  * The lists come from a greedy list scheduler in the manner of the paper's
  * heuristic, not from a hard-coded pattern: every rank is played on a clock
- * of unit costs (F = B = W = 1 per chunk, transfers free) and, whenever it is
- * idle, takes the first of
+ * where a chunk's F, B and W take the integer costs of ptdp_schedule_params
+ * (cost_f, cost_b, cost_w; 0 counts as 1, so zeroed params play unit costs;
+ * transfers free) and, whenever it is idle, takes the first of
  *   1. a B whose output gradient has arrived (the critical path: the stage
  *      before waits for it); of two, the one whose input came first, chunk 0
  *      on a tie;
@@ -22,14 +23,23 @@
  * micro-batches of a whole rank's layers. What comes out is the warm-up of
  * chunk-0 forwards (2p-1 on rank 0), chunk-1 forwards as their inputs come
  * back down the V, a steady state pairing F and B with W's in the gaps, and
- * a cool-down of B's and W's. The unit-cost play is only how the order is
- * chosen: the executor runs the order whatever the real costs are, and the
- * validator proves it well formed, deadlock-free and within the bound.
+ * a cool-down of B's and W's. The play is only how the order is chosen: the
+ * executor runs the order whatever the real costs are, and the validator
+ * proves it well formed, deadlock-free and within the bound.
  *
- * Deliberately not here: the ILP-optimal schedules of the paper, and costs
- * other than unit (a bubble remains in the cool-down, a few per cent of the
- * iteration with unit costs; with W much cheaper than F and B the unit-cost
- * order also leaves steady-state gaps; docs/schedules.md has the numbers). */
+ * Why costs: where W is much cheaper than F and B (on CPUs a chunk's W is
+ * about 0.65 of its F), an order played with unit costs expects a W to fill
+ * a gap as long as an F and leaves steady-state gaps that do not shrink with
+ * m; played with the real ratios the W's land where they fit (simulated idle
+ * at p = 2, m = 16 with F 3.8, B 3.75, W 2.45 per chunk: 0.075 unit-cost
+ * order, 0.024 with costs 6,6,4; docs/schedules.md). The costs must be the
+ * same on every rank (each plays every rank and keeps its own list), so they
+ * come from the model's shape or the command line, never from timing.
+ *
+ * Deliberately not here: the ILP-optimal schedules of the paper (a bubble
+ * remains in the cool-down, a few per cent of the iteration), per-stage
+ * costs (one triple for every chunk: the first and last stage's embedding
+ * and loss head are not played), and transfer times. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,38 +107,47 @@ int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_acti
     for (size_t i = 0; i < ndone; i++) pl.done[i] = NOT_YET;
     memset(pl.next, 0, sizeof(int) * (size_t)p * 9);
     static const int order[3] = {PTDP_ACT_BWD, PTDP_ACT_FWD, PTDP_ACT_WGT};
+    /* 0 is unit cost: zeroed params give the unit-cost lists */
+    const int cost[3] = {[PTDP_ACT_FWD] = sp->cost_f > 0 ? sp->cost_f : 1,
+                         [PTDP_ACT_BWD] = sp->cost_b > 0 ? sp->cost_b : 1,
+                         [PTDP_ACT_WGT] = sp->cost_w > 0 ? sp->cost_w : 1};
     int finished = 0, rc = PTDP_OK;
-    for (int now = 0; finished < p; now++) {
-        int acted = 0, waiting = 0; /* stall: nobody acts and nobody is still busy */
+    for (int now = 0; finished < p;) {
+        /* Nothing changes between two finishing times (an input arrives when
+         * its producer finishes), so the clock jumps to the next one; with
+         * unit costs that is now + 1, the old step. */
+        int next = -1;
         for (int r = 0; r < p; r++) {
-            if (pl.len[r] == per_rank) continue;
-            if (pl.busy[r] > now) {
-                waiting = 1;
-                continue;
+            if (pl.len[r] < per_rank && pl.busy[r] <= now) {
+                int kind = -1, chunk = -1;
+                for (int i = 0; i < 3 && chunk < 0; i++) {
+                    kind = order[i];
+                    chunk = pick(&pl, r, kind, now, limit);
+                }
+                if (chunk >= 0) {
+                    int *nx = next_of(&pl, r, kind, chunk);
+                    const ptdp_action a = {.kind = kind, .microbatch = *nx, .chunk = chunk};
+                    ++*nx;
+                    pl.held[r] += kind == PTDP_ACT_FWD ? 1 : kind == PTDP_ACT_WGT ? -1 : 0;
+                    pl.busy[r] = now + cost[kind];
+                    *done_at(&pl, kind, a.microbatch, ptdp_schedule_stage(sp, r, chunk)) =
+                        pl.busy[r];
+                    if (r == rank) out[pl.len[r]] = a;
+                    if (++pl.len[r] == per_rank) finished++;
+                }
             }
-            int kind = -1, chunk = -1;
-            for (int i = 0; i < 3 && chunk < 0; i++) {
-                kind = order[i];
-                chunk = pick(&pl, r, kind, now, limit);
-            }
-            if (chunk < 0) continue;
-            int *nx = next_of(&pl, r, kind, chunk);
-            const ptdp_action a = {.kind = kind, .microbatch = *nx, .chunk = chunk};
-            ++*nx;
-            pl.held[r] += kind == PTDP_ACT_FWD ? 1 : kind == PTDP_ACT_WGT ? -1 : 0;
-            *done_at(&pl, kind, a.microbatch, ptdp_schedule_stage(sp, r, chunk)) = now + 1;
-            pl.busy[r] = now + 1;
-            if (r == rank) out[pl.len[r]] = a;
-            if (++pl.len[r] == per_rank) finished++;
-            acted = 1;
+            /* finished ranks count too: their last outputs still arrive */
+            if (pl.busy[r] > now && (next < 0 || pl.busy[r] < next)) next = pl.busy[r];
         }
-        if (!acted && !waiting && finished < p) {
+        if (finished == p) break;
+        if (next < 0) { /* nobody acts and nobody is still busy */
             rc = ptdp_errorf(PTDP_EINVAL,
                              "zb-v: the greedy scheduler found no order for "
                              "--pipeline-model-parallel-size %d and --num-microbatches %d",
                              p, m);
             break;
         }
+        now = next;
     }
     free(mem);
     return rc;

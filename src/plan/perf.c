@@ -344,6 +344,9 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     sp.v = v;
     sp.kind = job->schedule;
     sp.kind = ptdp_schedule_resolve_kind(&sp);
+    /* zb-v's list scheduler plays the costs ptdp train gives it by default,
+     * so the simulated lists are the ones the run executes */
+    ptdp_schedule_flop_costs(job->s, job->h, ffn, &sp);
     est->schedule = sp.kind;
     est->m = m;
     est->vocab_padded = Vp;

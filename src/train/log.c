@@ -79,6 +79,11 @@ void ptdp__log_start(ptdp_run *r) {
                   zbv ? "zb-v: chunk 0 of ranks 0..p-1 | chunk 1 of ranks p-1..0"
                       : "ranks 0..p-1, then ' | ' between model chunks");
     }
+    const ptdp_schedule_params *sp = ptdp_trainer_schedule(r->tr);
+    if (sp->kind == PTDP_SCHED_ZBV)
+        ptdp_log0("zb-v: lists played with costs F,B,W = %d,%d,%d per chunk (%s)", sp->cost_f,
+                  sp->cost_b, sp->cost_w,
+                  tp->sched.cost_f ? "--zb-costs" : "from the layer's FLOPs; --zb-costs sets them");
     if (tp->ops->dtype != PTDP_DTYPE_FP32) {
         const ptdp_loss_scaler *ls = &tp->scaler;
         char scale[96] = "no loss scaling";

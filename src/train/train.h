@@ -67,7 +67,8 @@ typedef struct {
     const ptdp_ops *ops;
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
-    ptdp_schedule_params sched; /* p, v, kind (m is derived); all 0: p = comm's, v = 1 */
+    ptdp_schedule_params sched; /* p, v, kind, zb-v costs (m is derived); p 0: p = comm's, v = 1;
+                                 costs 0: from the layer's FLOPs (ptdp_schedule_flop_costs) */
     ptdp_stage_layout layout;   /* layers per virtual stage (zeroed: the even split) */
     int64_t trace_events;       /* capacity of the --trace event log (0: off) */
     int recompute_method;       /* PTDP_RECOMPUTE_* */
@@ -129,6 +130,9 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch);
 
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr); /* chunk 0 */
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr);
+/* The schedule the trainer runs: m derived, kind resolved, zb-v's costs
+ * filled in (borrowed). */
+const ptdp_schedule_params *ptdp_trainer_schedule(const ptdp_trainer *tr);
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c);
 /* Activation memory of this rank: measured = what the model held at the
  * peak of the run (micro-batches stashed at once x bytes per stashed

@@ -121,9 +121,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     ptdp_mem_plan(&tr->mem);
     ptdp_comm *comm = p->comm;
     ptdp_schedule_params sp = p->sched;
-    if (sp.p == 0) sp = (ptdp_schedule_params){comm->p, 1, 1, -1};
+    if (sp.p == 0) sp = (ptdp_schedule_params){.p = comm->p, .m = 1, .v = 1, .kind = -1};
     sp.m = (int)(p->global_batch / (p->micro_batch * comm->d));
     sp.kind = ptdp_schedule_resolve_kind(&sp);
+    if (!sp.cost_f && !sp.cost_b && !sp.cost_w) /* the shape alone: the same on every rank */
+        ptdp_schedule_flop_costs(p->cfg.seq_length, p->cfg.hidden, p->cfg.ffn_hidden, &sp);
     tr->p.sched = sp;
     tr->loss_scales = malloc(sizeof(float) * (size_t)(sp.m > 0 ? sp.m : 1));
     int rc = !tr->loss_scales
@@ -265,6 +267,7 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
 
 ptdp_gpt_chunk *ptdp_trainer_chunk(ptdp_trainer *tr) { return tr->chunks[0]; }
 int ptdp_trainer_num_chunks(const ptdp_trainer *tr) { return tr->v; }
+const ptdp_schedule_params *ptdp_trainer_schedule(const ptdp_trainer *tr) { return &tr->p.sched; }
 ptdp_gpt_chunk *ptdp_trainer_chunk_at(ptdp_trainer *tr, int c) { return tr->chunks[c]; }
 
 /* The pipeline rank and chunk holding virtual stage 0 (last = 0) or the
