@@ -5,7 +5,10 @@
  * bf16|fp16 runs the 16-bit tables (fp16 with a constant loss scale of
  * 1024, so no iteration is skipped). Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
- * (the paper's formula, ptdp_gpt_flops_per_iter) and % of --peak-gflops.
+ * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the fp32 GEMM peak:
+ * --peak-gflops, or else measured first on this machine (the median of 5
+ * oneDNN/OpenBLAS sgemm 2048^3 after 2 warm-ups, the GEMM library and
+ * threads of the run; printed as a "train_peak" line).
  * Not here: parallel runs (mpirun), memory peaks.
  *
  * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "train/train.h"
 
 typedef struct {
@@ -45,6 +49,39 @@ static void usage(FILE *f) {
         f,
         "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
         "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16]\n");
+}
+
+/* The fp32 GEMM rate of this machine with the run's library and threads:
+ * median GFLOP/s of 5 sgemm 2048^3 after 2 warm-ups (bench_peak's gemm_peak
+ * measures the same, with more detail). */
+static double measure_peak(ptdp_gemm_lib lib) {
+    const int64_t n = 2048;
+    float *A = malloc(sizeof(float) * (size_t)(n * n)),
+          *B = malloc(sizeof(float) * (size_t)(n * n)), *C = calloc((size_t)(n * n), sizeof(float));
+    if (!A || !B || !C) {
+        free(A), free(B), free(C);
+        return 0;
+    }
+    for (int64_t i = 0; i < n * n; i++) {
+        A[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
+        B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
+    }
+    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
+    double t[5];
+    for (int r = -2; r < 5; r++) {
+        double t0 = omp_get_wtime();
+        o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        if (r >= 0) t[r] = omp_get_wtime() - t0;
+    }
+    qsort(t, 5, sizeof t[0], cmp_double);
+    const double gflops = 2.0 * (double)n * n * n / t[2] * 1e-9;
+    printf("{\"bench\":\"train_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+           "\"threads\":%d,\"reps\":5,\"gflops_median\":%.1f}\n",
+           ptdp_gemm_lib_name(lib), (long long)n, (long long)n, (long long)n, omp_get_max_threads(),
+           gflops);
+    fflush(stdout);
+    free(A), free(B), free(C);
+    return gflops;
 }
 
 /* Runs one configuration; returns 0, or 1 after printing why it could not. */
@@ -191,6 +228,9 @@ int main(int argc, char **argv) {
                 precision);
         return 2;
     }
+    int known = !strcmp(which, "all");
+    for (int i = 0; i < NCONFIGS; i++) known |= !strcmp(which, configs[i].name);
+    if (known && peak <= 0) peak = measure_peak(lib);
     int found = 0, rc = 0;
     for (int i = 0; i < NCONFIGS; i++) {
         if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;
