@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "sgemm_rate.h"
 
 /* Independent accumulators must cover FMA latency (4 cycles) x 2 pipes = 8;
  * AVX-512 has 32 registers (use 16), AVX2 16 (use 12, leaving room for the
@@ -110,34 +111,12 @@ static double fma_peak(int threads, int avx512, int64_t iters) {
     return best;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *coretype) {
-    float *A = malloc(sizeof(float) * (size_t)(n * n)),
-          *B = malloc(sizeof(float) * (size_t)(n * n)),
-          *C = malloc(sizeof(float) * (size_t)(n * n));
-    if (!A || !B || !C) {
+    double t[8];
+    if (bench_sgemm_times(lib, n, reps, t)) {
         fprintf(stderr, "bench_peak: out of memory for n=%lld\n", (long long)n);
         exit(1);
     }
-    for (int64_t i = 0; i < n * n; i++) {
-        A[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
-        B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
-        C[i] = 0.0f;
-    }
-    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
-    /* warm-up: JIT, thread pools, clocks (the first calls of a process are slow) */
-    for (int w = 0; w < 2; w++) o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-    double t[8];
-    for (int r = 0; r < reps; r++) {
-        double t0 = omp_get_wtime();
-        o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-        t[r] = omp_get_wtime() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     double flop = 2.0 * (double)n * n * n;
     printf(
         "{\"bench\":\"gemm_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"ta\":0,\"tb\":1,"
@@ -147,9 +126,6 @@ static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *corety
         reps, t[reps / 2] * 1e3, t[0] * 1e3, flop / t[0] * 1e-9, flop / t[reps / 2] * 1e-9,
         coretype, openblas_get_corename());
     fflush(stdout);
-    free(A);
-    free(B);
-    free(C);
 }
 
 static void bf16_unavailable(const char *why, dnnl_status_t st) {
@@ -228,7 +204,7 @@ static void gemm_peak_bf16(int64_t n, int reps) {
         dnnl_check(dnnl_stream_wait(strm), "stream wait");
         t[r] = omp_get_wtime() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
     double flop = 2.0 * (double)n * n * n;
     printf("{\"bench\":\"gemm_peak_bf16\",\"lib\":\"onednn\",\"available\":true,\"impl\":\"%s\","
            "\"a\":\"bf16\",\"b\":\"bf16\",\"c\":\"f32\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "sgemm_rate.h"
 #include "train/train.h"
 
 typedef struct {
@@ -39,11 +40,6 @@ static const bench_config configs[] = {
 };
 #define NCONFIGS (int)(sizeof configs / sizeof configs[0])
 
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -56,31 +52,14 @@ static void usage(FILE *f) {
  * measures the same, with more detail). */
 static double measure_peak(ptdp_gemm_lib lib) {
     const int64_t n = 2048;
-    float *A = malloc(sizeof(float) * (size_t)(n * n)),
-          *B = malloc(sizeof(float) * (size_t)(n * n)), *C = calloc((size_t)(n * n), sizeof(float));
-    if (!A || !B || !C) {
-        free(A), free(B), free(C);
-        return 0;
-    }
-    for (int64_t i = 0; i < n * n; i++) {
-        A[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
-        B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
-    }
-    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
     double t[5];
-    for (int r = -2; r < 5; r++) {
-        double t0 = omp_get_wtime();
-        o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-        if (r >= 0) t[r] = omp_get_wtime() - t0;
-    }
-    qsort(t, 5, sizeof t[0], cmp_double);
+    if (bench_sgemm_times(lib, n, 5, t)) return 0;
     const double gflops = 2.0 * (double)n * n * n / t[2] * 1e-9;
     printf("{\"bench\":\"train_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
            "\"threads\":%d,\"reps\":5,\"gflops_median\":%.1f}\n",
            ptdp_gemm_lib_name(lib), (long long)n, (long long)n, (long long)n, omp_get_max_threads(),
            gflops);
     fflush(stdout);
-    free(A), free(B), free(C);
     return gflops;
 }
 
@@ -136,7 +115,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     }
     double *sorted = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
     memcpy(sorted, ms, sizeof(double) * (size_t)iters);
-    qsort(sorted, (size_t)iters, sizeof(double), cmp_double);
+    qsort(sorted, (size_t)iters, sizeof(double), bench_cmp_double);
     double med = iters % 2 ? sorted[iters / 2] : 0.5 * (sorted[iters / 2 - 1] + sorted[iters / 2]);
     double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
     double tflops = flops / (med / 1e3) / 1e12;

@@ -201,12 +201,15 @@ int ptdp_cmd_schedule(int argc, char **argv) {
                 printf("schedule %s: p=%d m=%d v=%d; per chunk: forward %g backward %g; comm %g\n",
                        ptdp_schedule_kind_name(s.params.kind), sp.p, sp.m, sp.v, c.forward,
                        c.backward, c.comm);
-            if (s.params.kind == PTDP_SCHED_ZBV)
-                printf("zb-v list scheduler costs F,B,W = %d,%d,%d%s\n", sp.cost_f ? sp.cost_f : 1,
-                       sp.cost_b ? sp.cost_b : 1, sp.cost_w ? sp.cost_w : 1,
+            if (s.params.kind == PTDP_SCHED_ZBV) {
+                int cost[PTDP_ACT_COUNT];
+                ptdp_schedule_played_costs(&sp, cost);
+                printf("zb-v list scheduler costs F,B,W = %d,%d,%d%s\n", cost[PTDP_ACT_FWD],
+                       cost[PTDP_ACT_BWD], cost[PTDP_ACT_WGT],
                        zb_costs    ? " (--zb-costs)"
                        : sp.cost_f ? " (from the times, the cheapest scaled to 4)"
                                    : " (unit)");
+            }
             printf("makespan %g\n", res.makespan);
             printf("ideal time %g (busiest rank's compute)\n", res.ideal);
             if (st) /* no closed form for uneven stages */

@@ -16,10 +16,12 @@ struct ptdp_executor {
     ptdp_executor_params p;
     ptdp_action *acts; /* this rank's list */
     int nacts;
-    int64_t msg;   /* floats per message: b*s*h */
-    int K;         /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs;   /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
-    int *recv_act; /* [nrecv]: the actions that receive a message, in order */
+    int64_t msg; /* floats per message: b*s*h */
+    int K;       /* send ring slots per direction (ptdp_schedule_send_buffers) */
+    float *bufs; /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
+    struct {
+        int act, peer, tag; /* the action, the pipeline rank it receives from, the tag */
+    } * recvs;              /* [nrecv]: this rank's receives in order, fixed by its list */
     int nrecv;
     int next_recv; /* the receive posted and not yet waited for (nrecv: none) */
     ptdp_comm_req recv_req;
@@ -74,15 +76,15 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
         ptdp_schedule_free(&all);
     }
     ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
-    ex->recv_act = calloc((size_t)ex->nacts + 1, sizeof(int));
+    ex->recvs = calloc((size_t)ex->nacts + 1, sizeof *ex->recvs);
     ptdp_executor_bind(ex, p->mem);
     ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->local = calloc((size_t)(2 * m), sizeof(float *));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->recv_act || !ex->send_reqs || !ex->slot_of || !ex->slot_used ||
-        !ex->local || (p->max_events && !ex->events)) {
+    if (!ex->acts || !ex->recvs || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
+        (p->max_events && !ex->events)) {
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
     }
@@ -93,8 +95,12 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     for (int i = 0; i < ex->nacts; i++) {
         ptdp_p2p in, out;
         ptdp_action_p2p(&p->sched, p->pp_rank, &ex->acts[i], &in, &out);
-        if (ex->acts[i].kind != PTDP_ACT_WGT && in.peer_rank >= 0 && in.peer_rank != p->pp_rank)
-            ex->recv_act[ex->nrecv++] = i;
+        const ptdp_action *a = &ex->acts[i];
+        if (a->kind == PTDP_ACT_WGT || in.peer_rank < 0 || in.peer_rank == p->pp_rank) continue;
+        const int stage = ptdp_schedule_stage(&p->sched, p->pp_rank, a->chunk);
+        ex->recvs[ex->nrecv].act = i;
+        ex->recvs[ex->nrecv].peer = in.peer_rank;
+        ex->recvs[ex->nrecv++].tag = ptdp_p2p_tag(&p->sched, a->kind, a->microbatch, stage);
     }
     ex->next_recv = ex->nrecv;
     ex->recv_req = PTDP_COMM_REQ_NULL;
@@ -115,7 +121,7 @@ void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m) {
 void ptdp_executor_free(ptdp_executor *ex) {
     if (!ex) return;
     free(ex->acts);
-    free(ex->recv_act);
+    free(ex->recvs);
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);
@@ -172,18 +178,13 @@ static float *recv_buffer(const ptdp_executor *ex, int j) { return ex->bufs + (j
 static void post_recv(ptdp_executor *ex, int j) {
     ex->next_recv = j;
     if (j >= ex->nrecv) return;
-    const ptdp_action *a = &ex->acts[ex->recv_act[j]];
-    ptdp_p2p in, out;
-    ptdp_action_p2p(&ex->p.sched, ex->p.pp_rank, a, &in, &out);
-    const int stage = ptdp_schedule_stage(&ex->p.sched, ex->p.pp_rank, a->chunk);
-    const int tag = ptdp_p2p_tag(&ex->p.sched, a->kind, a->microbatch, stage);
+    const int peer = ex->recvs[j].peer, tag = ex->recvs[j].tag;
     float *buf = recv_buffer(ex, j);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
-        ptdp_irecv_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, in.peer_rank, tag,
-                       &ex->recv_req);
+        ptdp_irecv_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, peer, tag, &ex->recv_req);
     } else {
-        ptdp_irecv_f32(ex->p.pipeline, buf, ex->msg, in.peer_rank, tag, &ex->recv_req);
+        ptdp_irecv_f32(ex->p.pipeline, buf, ex->msg, peer, tag, &ex->recv_req);
     }
 }
 
@@ -198,7 +199,7 @@ static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind,
         return x;
     }
     const int j = ex->next_recv;
-    PTDP_ASSERT(j < ex->nrecv && ex->recv_act[j] == i);
+    PTDP_ASSERT(j < ex->nrecv && ex->recvs[j].act == i && ex->recvs[j].peer == peer->peer_rank);
     double t0 = ptdp_executor_now(ex);
     float *buf = recv_buffer(ex, j);
     ptdp_wait(&ex->recv_req);

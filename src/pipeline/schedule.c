@@ -63,6 +63,12 @@ void ptdp_schedule_flop_costs(int64_t seq_length, int64_t hidden, int64_t ffn,
     ptdp_schedule_scale_costs(G + A, G + 2.0 * A, G, sp);
 }
 
+void ptdp_schedule_played_costs(const ptdp_schedule_params *sp, int cost[PTDP_ACT_COUNT]) {
+    cost[PTDP_ACT_FWD] = sp->cost_f > 0 ? sp->cost_f : 1;
+    cost[PTDP_ACT_BWD] = sp->cost_b > 0 ? sp->cost_b : 1;
+    cost[PTDP_ACT_WGT] = sp->cost_w > 0 ? sp->cost_w : 1;
+}
+
 int ptdp_schedule_parse_costs(const char *str, const char *flag, ptdp_schedule_params *sp) {
     int c[3];
     const char *q = str ? str : "";
@@ -142,8 +148,9 @@ int ptdp_schedule_check(const ptdp_schedule_params *sp) {
     int kind = ptdp_schedule_resolve_kind(sp);
     /* zb-v's player keeps an int clock, which ends before every rank's work
      * one after another: p * 2m chunks of F + B + W */
-    const long long work = (sp->cost_f > 0 ? sp->cost_f : 1) + (sp->cost_b > 0 ? sp->cost_b : 1) +
-                           (sp->cost_w > 0 ? sp->cost_w : 1);
+    int cost[PTDP_ACT_COUNT];
+    ptdp_schedule_played_costs(sp, cost);
+    const long long work = (long long)cost[PTDP_ACT_FWD] + cost[PTDP_ACT_BWD] + cost[PTDP_ACT_WGT];
     if (kind == PTDP_SCHED_ZBV && (long long)sp->p * 2 * sp->m * work > 2000000000LL)
         return ptdp_errorf(PTDP_EINVAL,
                            "zb-v: --num-microbatches %d x --pipeline-model-parallel-size %d with "

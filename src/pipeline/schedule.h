@@ -109,6 +109,10 @@ void ptdp_schedule_scale_costs(double f, double b, double w, ptdp_schedule_param
 void ptdp_schedule_flop_costs(int64_t seq_length, int64_t hidden, int64_t ffn,
                               ptdp_schedule_params *sp);
 
+/* The costs zb-v's list scheduler plays, indexed by ptdp_action_kind:
+ * cost_f, cost_b, cost_w, each 0 read as 1 (unit). */
+void ptdp_schedule_played_costs(const ptdp_schedule_params *sp, int cost[PTDP_ACT_COUNT]);
+
 /* Parses "F,B,W" (three positive integers <= PTDP_SCHEDULE_MAX_COST) into
  * sp's costs. Returns PTDP_OK or PTDP_EINVAL with a message naming `flag`. */
 int ptdp_schedule_parse_costs(const char *str, const char *flag, ptdp_schedule_params *sp);

@@ -107,10 +107,8 @@ int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_acti
     for (size_t i = 0; i < ndone; i++) pl.done[i] = NOT_YET;
     memset(pl.next, 0, sizeof(int) * (size_t)p * 9);
     static const int order[3] = {PTDP_ACT_BWD, PTDP_ACT_FWD, PTDP_ACT_WGT};
-    /* 0 is unit cost: zeroed params give the unit-cost lists */
-    const int cost[3] = {[PTDP_ACT_FWD] = sp->cost_f > 0 ? sp->cost_f : 1,
-                         [PTDP_ACT_BWD] = sp->cost_b > 0 ? sp->cost_b : 1,
-                         [PTDP_ACT_WGT] = sp->cost_w > 0 ? sp->cost_w : 1};
+    int cost[PTDP_ACT_COUNT]; /* 0 is unit cost: zeroed params give the unit-cost lists */
+    ptdp_schedule_played_costs(sp, cost);
     int finished = 0, rc = PTDP_OK;
     for (int now = 0; finished < p;) {
         /* Nothing changes between two finishing times (an input arrives when

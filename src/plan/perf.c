@@ -424,13 +424,9 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     rc = ptdp_schedule_init(&sched, &sp);
     ptdp_sim_result res;
     if (rc == PTDP_OK) {
-        const ptdp_sim_costs costs = {.forward = 0,
-                                      .backward = 0,
-                                      .weight = 0,
-                                      .comm = 0,
-                                      .stage_forward = sf,
-                                      .stage_backward = sb,
-                                      .stage_weight = sw};
+        /* per-stage costs only (the scalar ones, zero-initialised, are unused) */
+        const ptdp_sim_costs costs = {
+            .stage_forward = sf, .stage_backward = sb, .stage_weight = sw};
         rc = ptdp_sim_run(&sched, &costs, &res);
         ptdp_schedule_free(&sched);
     }

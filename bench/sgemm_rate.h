@@ -1,0 +1,42 @@
+/* sgemm_rate.h - the fp32 GEMM timing bench_peak and bench_train share:
+ * C = A B^T on n x n matrices through ptdp's CPU GEMM of library `lib`, 2
+ * warm-up calls (JIT, thread pools, clocks), then `reps` timed ones (at most
+ * 8), their times in seconds sorted ascending into t. Returns 0, or 1 when
+ * the matrices could not be allocated. A header of static functions: each
+ * bench is one translation unit. */
+#ifndef PTDP_BENCH_SGEMM_RATE_H
+#define PTDP_BENCH_SGEMM_RATE_H
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include "kernels/kernels.h"
+
+static int bench_cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static int bench_sgemm_times(ptdp_gemm_lib lib, int64_t n, int reps, double *t) {
+    float *A = malloc(sizeof(float) * (size_t)(n * n)),
+          *B = malloc(sizeof(float) * (size_t)(n * n)), *C = calloc((size_t)(n * n), sizeof(float));
+    if (!A || !B || !C) {
+        free(A), free(B), free(C);
+        return 1;
+    }
+    for (int64_t i = 0; i < n * n; i++) {
+        A[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
+        B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
+    }
+    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
+    for (int r = -2; r < reps; r++) {
+        const double t0 = omp_get_wtime();
+        o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        if (r >= 0) t[r] = omp_get_wtime() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
+    free(A), free(B), free(C);
+    return 0;
+}
+
+#endif
