@@ -129,9 +129,20 @@ static void test_precision_tables(void) {
         ptdp_dropout nod = {0};
         h->attention_fwd(qkv, c16, sv16, scr, s, b, al, hd, nod);
         f->attention_fwd(qkv, c32, sv32, scr, s, b, al, hd, nod);
-        check_arr("16-bit attention ctx", c16, c32, s * b * al * hd, u, atol);
+        /* bf16 tiles (AVX512_BF16) round the probabilities before P V: each
+         * term P_k v_k moves by at most u P_k |v_k|, so ctx = sum P_k v_k / l
+         * (sum P_k = l) by at most u max|v|, besides its own rounding; the
+         * scores are the same exact products summed in another order */
+        const int tiles = strstr(h->name, "native") && !strstr(h->name, "native-gemm");
+        double vmax = 0.0;
+        for (int64_t e = 0; e < s * b * al; e++)
+            for (int64_t d = 0; d < hd; d++) vmax = fmax(vmax, fabs(qkv[e * 3 * hd + 2 * hd + d]));
+        check_arr("16-bit attention ctx", c16, c32, s * b * al * hd, u, atol + tiles * u * vmax);
         CHECK(off_grid(c16, s * b * al * hd, dt) == 0);
-        CHECK(memcmp(sv16, sv32, sizeof(float) * (size_t)(b * al * s)) == 0);
+        if (tiles)
+            check_arr("16-bit attention logsumexp", sv16, sv32, b * al * s, 1e-6, 1e-6);
+        else
+            CHECK(memcmp(sv16, sv32, sizeof(float) * (size_t)(b * al * s)) == 0);
         /* quantize is idempotent and rounds to nearest: 1 + 2^-10 is between
          * bf16 neighbours 1 and 1 + 2^-7 (-> 1) and exact in fp16 */
         float x[3] = {1.0f + 1.0f / 1024, 70000.0f, -3.0f};

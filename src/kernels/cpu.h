@@ -42,6 +42,13 @@ void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout d
  * tests check both give every element ptdp__dropout_keep's mask. */
 void ptdp__dropout_apply_path(const float *src, float *dst, int64_t n, ptdp_dropout drop,
                               uint64_t base, int wide);
+/* attention's tile products for the bf16 table (attn_bf16.c; only where
+ * ptdp__gemm_tile_bf16_available, i.e. AVX512_BF16): both operands rounded to
+ * bf16, products summed in fp32, C = alpha op(A) op(B) + beta C. */
+void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                          float *C, int64_t ldc);
+int ptdp__gemm_tile_bf16_available(void);
 /* attention's per-tile GEMMs run through `gemm`, the table's library; lse
  * [b, al, s] is the saved logsumexp of every row (scaled scores) */
 void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,

@@ -10,7 +10,10 @@
  * GEMMs of on-grid inputs are exact products summed in fp32, i.e. a 16-bit
  * GEMM with fp32 accumulation; the bf16 table over oneDNN runs oneDNN's
  * native bf16 matmul instead where the CPU has one (gemm_bf16.c: same
- * products, fp32 accumulation, in another order). Not here: 16-bit storage. */
+ * products, fp32 accumulation, in another order) and, with AVX512_BF16,
+ * attention's tile products in bf16 (attn_bf16.c: the probabilities and dS
+ * rounded to bf16 first, as Megatron rounds them). Not here: 16-bit
+ * storage. */
 #include "kernels/cpu.h"
 
 /* C [M, N] with row stride ldc, rounded row by row */
@@ -110,6 +113,21 @@ static void bf16_gemm_native(int ta, int tb, int64_t M, int64_t N, int64_t K, fl
     if (beta == 0.0f) round_rows(ptdp_round_bf16_n, C, M, N, ldc);
 }
 
+/* bf16 with AVX512_BF16: attention's tile products in bf16 (attn_bf16.c),
+ * the probabilities and dS rounded to bf16 before their products */
+static void bf16_attn_fwd_native(const float *qkv, float *ctx, float *saved, float *scratch,
+                                 int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    ptdp__attention_fwd(ptdp__gemm_tile_bf16, qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    ptdp_round_bf16_n(ctx, s * b * al * hd);
+}
+static void bf16_attn_bwd_native(const float *dctx, const float *qkv, const float *ctx,
+                                 const float *saved, float *dqkv, float *scratch, int64_t s,
+                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    ptdp__attention_bwd(ptdp__gemm_tile_bf16, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
+                        drop);
+    ptdp_round_bf16_n(dqkv, s * b * al * 3 * hd);
+}
+
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, openblas)
@@ -154,8 +172,14 @@ static void build_tables(void) {
     PTDP__SET_COMMON(tables[0][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
     PTDP__SET_LIB(tables[0][PTDP_DTYPE_BF16], bf16, onednn);
     if (ptdp__gemm_bf16_available(NULL)) { /* checked at run time, never assumed */
-        tables[0][PTDP_DTYPE_BF16].name = "cpu/onednn/bf16-native";
-        tables[0][PTDP_DTYPE_BF16].gemm = bf16_gemm_native;
+        ptdp_ops *t = &tables[0][PTDP_DTYPE_BF16];
+        t->name = "cpu/onednn/bf16-native-gemm";
+        t->gemm = bf16_gemm_native;
+        if (ptdp__gemm_tile_bf16_available()) {
+            t->name = "cpu/onednn/bf16-native";
+            t->attention_fwd = bf16_attn_fwd_native;
+            t->attention_bwd = bf16_attn_bwd_native;
+        }
     }
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);
     PTDP__SET_COMMON(tables[1][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);

@@ -92,13 +92,16 @@ void ptdp__log_start(ptdp_run *r) {
                      ls->scale, (long long)ls->window, ls->hysteresis);
         else if (ls->scale != 1.0)
             snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
-        ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
-                  "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
-                  "its outputs); compute table %s (GEMMs: %s)",
-                  ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
-                  tp->ops->name,
-                  strstr(tp->ops->name, "native") ? "oneDNN's native bf16 matmul, fp32 accumulation"
-                                                  : "fp32 on 16-bit-valued inputs");
+        ptdp_log0(
+            "mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
+            "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
+            "its outputs); compute table %s (GEMMs: %s)",
+            ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype), tp->ops->name,
+            strstr(tp->ops->name, "native-gemm") ? "oneDNN's native bf16 matmul, fp32 accumulation"
+            : strstr(tp->ops->name, "native")
+                ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "
+                  "bf16 with AVX512_BF16"
+                : "fp32 on 16-bit-valued inputs");
     }
     if (r->tb)
         ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),

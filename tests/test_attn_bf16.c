@@ -1,0 +1,184 @@
+/* test_attn_bf16.c - attention's bf16 tile products (src/kernels/attn_bf16.c),
+ * which the bf16 table runs where the CPU has AVX512_BF16 (skipped, exit 77,
+ * elsewhere).
+ *
+ * The tile GEMM rounds both operands to bf16 and sums the exact products in
+ * fp32: it must equal an fp32 GEMM of the bf16-rounded operands up to the
+ * order of the sums. Each order's error is at most (K + 1) 2^-24 times the
+ * sum of |terms| (K products and beta C), so the two differ by at most twice
+ * that. The attention forward and backward through the tile GEMM are checked
+ * the same way against the fp32 attention whose tile GEMM rounds its
+ * operands first (the same semantics: probabilities and dS rounded to bf16),
+ * and the bf16 table's attention must be exactly that, rounded to bf16. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static float frand(uint64_t *st) { /* deterministic normal-ish values */
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = (double)(*st >> 11) / 9007199254740992.0;
+    return (float)(2.0 * (u - 0.5) * (1.0 + 3.0 * u * u));
+}
+static float *filled(int64_t n, uint64_t seed) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = frand(&seed);
+    return x;
+}
+
+/* the reference: round copies of op(A) and op(B) to bf16, then the fp32 GEMM */
+#define RMAX (320 * 320)
+static _Thread_local float ra[RMAX], rb[RMAX];
+static void round_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                       int64_t ldc) {
+    const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    PTDP_ASSERT(ar * ac <= RMAX && br * bc <= RMAX);
+    for (int64_t i = 0; i < ar; i++) memcpy(ra + i * ac, A + i * lda, sizeof(float) * (size_t)ac);
+    for (int64_t i = 0; i < br; i++) memcpy(rb + i * bc, B + i * ldb, sizeof(float) * (size_t)bc);
+    ptdp_round_bf16_n(ra, ar * ac);
+    ptdp_round_bf16_n(rb, br * bc);
+    ptdp__gemm_onednn(ta, tb, M, N, K, alpha, ra, ac, rb, bc, beta, C, ldc);
+}
+
+static void check_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+    const int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+    float *A = filled(na, 1 + M), *B = filled(nb, 2 + N), *C0 = filled(nc, 3 + K);
+    float *C = malloc(sizeof(float) * (size_t)nc), *R = malloc(sizeof(float) * (size_t)nc);
+    memcpy(C, C0, sizeof(float) * (size_t)nc);
+    memcpy(R, C0, sizeof(float) * (size_t)nc);
+    ptdp__gemm_tile_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    round_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    float *Ar = malloc(sizeof(float) * (size_t)na), *Br = malloc(sizeof(float) * (size_t)nb);
+    memcpy(Ar, A, sizeof(float) * (size_t)na);
+    memcpy(Br, B, sizeof(float) * (size_t)nb);
+    ptdp_round_bf16_n(Ar, na);
+    ptdp_round_bf16_n(Br, nb);
+    int64_t bad = 0, outside = 0;
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+            double mag = fabs((double)beta * C0[i * ldc + j]);
+            for (int64_t k = 0; k < K; k++)
+                mag += fabs((double)alpha * (ta ? Ar[k * lda + i] : Ar[i * lda + k]) *
+                            (tb ? Br[j * ldb + k] : Br[k * ldb + j]));
+            const double bound = 2.0 * (double)(K + 1) * ldexp(1.0, -24) * mag;
+            if (!(fabs((double)C[i * ldc + j] - R[i * ldc + j]) <= bound)) {
+                if (!bad)
+                    printf("  tile gemm ta=%d tb=%d %lldx%lldx%lld: [%lld,%lld] got %.9g want %.9g "
+                           "(bound %.3g)\n",
+                           ta, tb, (long long)M, (long long)N, (long long)K, (long long)i,
+                           (long long)j, C[i * ldc + j], R[i * ldc + j], bound);
+                bad++;
+            }
+        }
+        for (int64_t j = N; j < ldc; j++) outside += C[i * ldc + j] != C0[i * ldc + j];
+    }
+    CHECK(bad == 0);
+    CHECK(outside == 0);
+    free(A), free(B), free(C0), free(C), free(R), free(Ar), free(Br);
+}
+
+/* The two attentions differ by the order of fp32 sums (|got - want| <=
+ * rtol |want| + atol), except where that order decides how a probability or
+ * dS rounds to bf16: a flip moves it by one bf16 ulp (at most 2^-7 of it),
+ * which happens for the rare values within the sums' noise (~1e-7 relative)
+ * of a rounding midpoint. So: at most 1% of the elements beyond the order
+ * tolerance, and none beyond 2^-7 of the array's largest magnitude (the
+ * terms' weights sum to at most 1 per row for ctx; a loose guard against
+ * structural errors for the gradients). */
+static void check_close(const char *what, const float *got, const float *want, int64_t n,
+                        double rtol, double atol) {
+    double wmax = 0.0;
+    for (int64_t i = 0; i < n; i++) wmax = fmax(wmax, fabs((double)want[i]));
+    int64_t flips = 0, bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        if (d <= rtol * fabs((double)want[i]) + atol) continue;
+        flips++;
+        if (!(d <= ldexp(wmax, -7) + atol)) bad++, first = first < 0 ? i : first;
+    }
+    printf("  %s: %lld of %lld beyond the summation-order tolerance\n", what, (long long)flips,
+           (long long)n);
+    if (bad)
+        printf("  %s: %lld differ by more than 2^-7 max|want|; first [%lld] got %.9g want %.9g\n",
+               what, (long long)bad, (long long)first, got[first], want[first]);
+    CHECK(bad == 0);
+    CHECK(flips <= n / 100);
+}
+
+static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p) {
+    const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, ns = b * al * s;
+    float *qkv = filled(nq, 7), *dctx = filled(nc, 8);
+    ptdp_round_bf16_n(qkv, nq); /* activations are on the bf16 grid */
+    ptdp_round_bf16_n(dctx, nc);
+    float *ctx[2], *lse[2], *dqkv[2];
+    for (int v = 0; v < 2; v++) {
+        ctx[v] = calloc((size_t)nc, sizeof(float));
+        lse[v] = calloc((size_t)ns, sizeof(float));
+        dqkv[v] = calloc((size_t)nq, sizeof(float));
+    }
+    float *scr =
+        malloc(sizeof(float) * (size_t)ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    ptdp_dropout drop = {0};
+    if (p > 0.0f)
+        drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(5, "attn-bf16"), .offset = 3};
+    const ptdp__gemm_fn g[2] = {ptdp__gemm_tile_bf16, round_gemm};
+    for (int v = 0; v < 2; v++)
+        ptdp__attention_fwd(g[v], qkv, ctx[v], lse[v], scr, s, b, al, hd, drop);
+    for (int v = 0; v < 2; v++) /* both from the reference's forward */
+        ptdp__attention_bwd(g[v], dctx, qkv, ctx[1], lse[1], dqkv[v], scr, s, b, al, hd, drop);
+    char w[96];
+    snprintf(w, sizeof w, "s=%lld b=%lld al=%lld hd=%lld p=%g", (long long)s, (long long)b,
+             (long long)al, (long long)hd, p);
+    printf("attention with bf16 tiles, %s\n", w);
+    /* sums of up to max(s, hd) exact products of O(1) values in two orders */
+    check_close("ctx", ctx[0], ctx[1], nc, 1e-5, 1e-5);
+    check_close("logsumexp", lse[0], lse[1], ns, 1e-6, 1e-5);
+    check_close("dqkv", dqkv[0], dqkv[1], nq, 1e-4, 1e-5);
+    /* the table: the same kernel, outputs rounded to bf16 */
+    const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    if (!strcmp(h->name, "cpu/onednn/bf16-native")) {
+        float *c = malloc(sizeof(float) * (size_t)nc), *l = malloc(sizeof(float) * (size_t)ns),
+              *d = malloc(sizeof(float) * (size_t)nq);
+        h->attention_fwd(qkv, c, l, scr, s, b, al, hd, drop);
+        h->attention_bwd(dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, hd, drop);
+        ptdp_round_bf16_n(ctx[0], nc);
+        ptdp_round_bf16_n(dqkv[0], nq);
+        CHECK(memcmp(c, ctx[0], sizeof(float) * (size_t)nc) == 0);
+        CHECK(memcmp(l, lse[0], sizeof(float) * (size_t)ns) == 0);
+        CHECK(memcmp(d, dqkv[0], sizeof(float) * (size_t)nq) == 0);
+        free(c), free(l), free(d);
+    }
+    for (int v = 0; v < 2; v++) free(ctx[v]), free(lse[v]), free(dqkv[v]);
+    free(qkv), free(dctx), free(scr);
+}
+
+int main(void) {
+    if (!ptdp__gemm_tile_bf16_available()) {
+        printf("test_attn_bf16: skipped (this CPU has no AVX512_BF16; the bf16 table keeps fp32 "
+               "tiles)\n");
+        return 77;
+    }
+    CHECK(!strcmp(ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->name,
+                  "cpu/onednn/bf16-native"));
+    /* the attention's shapes, then odd ones: tails of 16 lanes, of the 6-row
+     * block and of K pairs, K and N past one 128 block */
+    const int64_t shapes[][3] = {{128, 128, 64}, {128, 64, 128}, {37, 29, 13},   {7, 70, 131},
+                                 {1, 1, 1},      {6, 64, 2},     {200, 300, 260}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                check_gemm(ta, tb, shapes[k][0], shapes[k][1], shapes[k][2], 1.0f, 0.0f);
+                check_gemm(ta, tb, shapes[k][0], shapes[k][1], shapes[k][2], 0.5f, 1.0f);
+            }
+    check_attention(300, 2, 2, 24, 0.0f); /* tiles of 128 and a tail of 44 */
+    check_attention(300, 2, 2, 24, 0.1f);
+    check_attention(64, 1, 3, 64, 0.0f);
+    return test_done("test_attn_bf16");
+}
