@@ -14,6 +14,9 @@ void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
  * the bf16 grid in fp32 storage; falls back to the fp32 GEMM for what it
  * cannot run. Available once checked: 1, or 0 with the reason in *why. */
 int ptdp__gemm_bf16_available(const char **why);
+/* the native bf16 table's weights_changed (kernels.h): weight copies in range
+ * w[0..n) are converted again at their next use */
+void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n);
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc);

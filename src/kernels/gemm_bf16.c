@@ -1,28 +1,55 @@
 /* gemm_bf16.c - the bf16 table's GEMM on CPUs with native bf16 (AVX512_BF16,
  * AMX): oneDNN's matmul with bf16 inputs and fp32 accumulation and output.
- * The bf16 table keeps its values in fp32 storage (precision.c), so the two
+ * The bf16 table keeps its values in fp32 storage (precision.c), so the
  * inputs are converted, exactly (they are on the bf16 grid), into bf16
- * scratch first; beta = 1 (weight gradients) is oneDNN's sum post-op into the
- * fp32 C. Where oneDNN has no native bf16 matmul (it answers unimplemented,
- * or only its reference code, on AVX2 machines) the caller keeps the fp32
- * GEMM. One primitive per GEMM shape, created on first use and kept (a model
- * has a few dozen shapes); the scratch grows to the largest inputs during the
- * first iteration and is then reused. Not reentrant: the layer GEMMs are
- * issued by one thread (attention's per-head GEMMs, inside OpenMP regions,
- * keep the fp32 GEMM). */
+ * first; beta = 1 (weight gradients) is oneDNN's sum post-op into the fp32 C.
+ * Where oneDNN has no native bf16 matmul (it answers unimplemented, or only
+ * its reference code, on AVX2 machines) the caller keeps the fp32 GEMM.
+ *
+ * Weights: B operands inside a range the trainer declared with
+ * weights_changed (a chunk's flat weights) are converted once per
+ * declaration, by a oneDNN reorder straight into the blocked bf16 layout the
+ * matmul reads best (no per-call copy of B inside oneDNN either), and the
+ * copy is kept: one per (weight, orientation), about 2 bytes per parameter
+ * for each of the forward (W^T) and input-gradient (W) uses. Everything else
+ * is converted into plain bf16 scratch at every call. With
+ * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
+ * the fp32 weights still hash as they did when converted.
+ *
+ * One primitive per GEMM shape, created on first use and kept (a model has a
+ * few dozen shapes); scratch and weight copies are made during the first
+ * iteration and reused. Not reentrant: the layer GEMMs are issued by one
+ * thread (attention's tiles have their own kernels). */
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
 
-#define MAX_SHAPES 128
+#define MAX_SHAPES 256
+#define MAX_RANGES 64
+#define MAX_WEIGHTS 2048
 
 typedef struct {
-    int ta, tb, sum;
-    int64_t M, N, K, ldc;
+    int ta, tb, sum, blocked;
+    int64_t M, N, K, ldb, ldc;
     dnnl_primitive_t prim;
 } shape;
+
+typedef struct { /* a declared weights range and its generation */
+    const float *lo, *hi;
+    uint64_t gen;
+} wrange;
+
+typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout */
+    const float *src;
+    int tb;
+    int64_t K, N, ldb;
+    uint64_t gen, hash;
+    void *buf;
+    dnnl_memory_t mem;
+    dnnl_primitive_t reorder;
+} wcopy;
 
 static struct {
     int state; /* 0 unknown, 1 available, -1 not */
@@ -33,22 +60,35 @@ static struct {
     int nshapes;
     uint16_t *a, *b; /* bf16 scratch */
     size_t acap, bcap;
+    wrange ranges[MAX_RANGES];
+    int nranges;
+    uint64_t gen;
+    wcopy *w; /* [MAX_WEIGHTS], allocated on first use */
+    int nw;
+    int check; /* PTDP_CHECK_WEIGHT_COPIES */
 } g;
 
-static dnnl_primitive_t make_prim(int ta, int tb, int sum, int64_t M, int64_t N, int64_t K,
-                                  int64_t ldc, char *impl_out, size_t cap) {
+static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
+    d[0] = K, d[1] = N;
+    st[0] = tb ? 1 : ldb, st[1] = tb ? ldb : 1;
+}
+
+static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
     dnnl_memory_desc_t amd, bmd, cmd;
-    dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
-    dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {ldc, 1};
+    dnnl_dims_t ad = {s->M, s->K}, bd, cd = {s->M, s->N};
+    dnnl_dims_t as = {s->ta ? 1 : s->K, s->ta ? s->M : 1}, bs, cs = {s->ldc, 1};
+    b_dims(s->tb, s->K, s->N, s->tb ? s->K : s->N, bd, bs);
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) != dnnl_success ||
+        (s->blocked
+             ? dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, dnnl_format_tag_any)
+             : dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
         return NULL;
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success) return NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    if (sum) {
+    if (s->sum) {
         if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
         dnnl_post_ops_create(&po);
         dnnl_post_ops_append_sum(po, 1.0f);
@@ -75,7 +115,8 @@ int ptdp__gemm_bf16_available(const char **why) {
         if (dnnl_engine_create(&g.eng, dnnl_cpu, 0) == dnnl_success &&
             dnnl_stream_create(&g.strm, g.eng, dnnl_stream_default_flags) == dnnl_success) {
             char impl[64] = "";
-            dnnl_primitive_t p = make_prim(0, 1, 0, 64, 64, 64, 64, impl, sizeof impl);
+            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, 64, NULL};
+            dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
                 g.state = 1;
@@ -85,10 +126,100 @@ int ptdp__gemm_bf16_available(const char **why) {
                          impl[0] ? ": " : "", impl);
             }
         }
+        const char *c = getenv("PTDP_CHECK_WEIGHT_COPIES");
+        g.check = c && c[0] && strcmp(c, "0") != 0;
     }
     if (why) *why = g.why;
     return g.state == 1;
 }
+
+/* ---- weights converted once per declaration ------------------------------ */
+
+void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n) {
+    const float *hi = w + n;
+    for (int i = 0; i < g.nranges; i++) {
+        wrange *r = &g.ranges[i];
+        if (r->lo == w && r->hi == hi) {
+            r->gen = ++g.gen;
+            return;
+        }
+        /* a range that overlaps another is never used for copies */
+        PTDP_ASSERT_MSG(hi <= r->lo || w >= r->hi, "overlapping weight ranges");
+    }
+    if (g.nranges < MAX_RANGES) g.ranges[g.nranges++] = (wrange){w, hi, ++g.gen};
+}
+
+/* the generation of the declared range holding [p, end), or 0 */
+static uint64_t range_gen(const float *p, const float *end) {
+    for (int i = 0; i < g.nranges; i++)
+        if (p >= g.ranges[i].lo && end <= g.ranges[i].hi) return g.ranges[i].gen;
+    return 0;
+}
+
+/* FNV-1a over the fp32 rows of op(B) (the check of PTDP_CHECK_WEIGHT_COPIES) */
+static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) {
+    uint64_t h = PTDP_FNV1A_INIT;
+    for (int64_t r = 0; r < rows; r++) h = ptdp_fnv1a(B + r * ldb, sizeof(float) * (size_t)cols, h);
+    return h;
+}
+
+/* The blocked bf16 copy of weights op(B) for prim, made or refreshed as
+ * needed; NULL when it cannot be had (the caller converts as usual). */
+static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
+    const int64_t rows = sh->tb ? sh->N : sh->K, cols = sh->tb ? sh->K : sh->N;
+    wcopy *w = NULL;
+    for (int i = 0; i < g.nw && !w; i++) {
+        wcopy *c = &g.w[i];
+        if (c->src == B && c->tb == sh->tb && c->K == sh->K && c->N == sh->N && c->ldb == ldb)
+            w = c;
+    }
+    if (!w) {
+        if (!g.w && !(g.w = calloc(MAX_WEIGHTS, sizeof *g.w))) return NULL;
+        if (g.nw == MAX_WEIGHTS) return NULL;
+        const_dnnl_primitive_desc_t pd;
+        dnnl_primitive_get_primitive_desc(sh->prim, &pd);
+        const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        dnnl_memory_desc_t src;
+        dnnl_dims_t d, st;
+        b_dims(sh->tb, sh->K, sh->N, ldb, d, st);
+        dnnl_primitive_desc_t rpd = NULL;
+        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL};
+        if (dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) != dnnl_success ||
+            dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) != dnnl_success)
+            return NULL;
+        const int ok = dnnl_primitive_create(&c.reorder, rpd) == dnnl_success &&
+                       (c.buf = malloc(dnnl_memory_desc_get_size(dst))) != NULL &&
+                       dnnl_memory_create(&c.mem, dst, g.eng, c.buf) == dnnl_success;
+        dnnl_primitive_desc_destroy(rpd);
+        if (!ok) {
+            if (c.reorder) dnnl_primitive_destroy(c.reorder);
+            free(c.buf);
+            return NULL;
+        }
+        w = &g.w[g.nw++];
+        *w = c;
+    }
+    if (w->gen != gen) {
+        const_dnnl_primitive_desc_t rpd;
+        dnnl_primitive_get_primitive_desc(w->reorder, &rpd);
+        dnnl_memory_t msrc;
+        dnnl_status_t st = dnnl_memory_create(
+            &msrc, dnnl_primitive_desc_query_md(rpd, dnnl_query_src_md, 0), g.eng, (void *)B);
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, msrc}, {DNNL_ARG_TO, w->mem}};
+        if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g.strm, 2, args);
+        if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
+        PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
+        dnnl_memory_destroy(msrc);
+        w->gen = gen;
+        if (g.check) w->hash = hash_b(B, rows, cols, ldb);
+    } else if (g.check) {
+        PTDP_ASSERT_MSG(w->hash == hash_b(B, rows, cols, ldb),
+                        "weights changed without weights_changed(): their bf16 copy is stale");
+    }
+    return w->mem;
+}
+
+/* ---- the GEMM ------------------------------------------------------------- */
 
 /* rows x cols of x (row stride ld) into packed bf16 */
 static void pack(uint16_t *dst, const float *x, int64_t rows, int64_t cols, int64_t ld) {
@@ -105,48 +236,65 @@ static int grow(uint16_t **p, size_t *cap, size_t n) {
     return 1;
 }
 
+static shape *find_shape(const shape *key) {
+    for (int i = 0; i < g.nshapes; i++) {
+        shape *s = &g.shapes[i];
+        if (s->ta == key->ta && s->tb == key->tb && s->sum == key->sum &&
+            s->blocked == key->blocked && s->M == key->M && s->N == key->N && s->K == key->K &&
+            s->ldc == key->ldc)
+            return s;
+    }
+    if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
+    shape s = *key;
+    if (!(s.prim = make_prim(&s, NULL, 0))) return NULL;
+    g.shapes[g.nshapes] = s;
+    return &g.shapes[g.nshapes++];
+}
+
+static dnnl_memory_t memory(const shape *sh, dnnl_query_t what, void *data) {
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(sh->prim, &pd);
+    dnnl_memory_t m;
+    dnnl_status_t st =
+        dnnl_memory_create(&m, dnnl_primitive_desc_query_md(pd, what, 0), g.eng, data);
+    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN bf16 matmul: memory objects");
+    return m;
+}
+
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     const int sum = beta != 0.0f;
-    shape *sh = NULL;
-    for (int i = 0; i < g.nshapes && !sh; i++) {
-        shape *s = &g.shapes[i];
-        if (s->ta == ta && s->tb == tb && s->sum == sum && s->M == M && s->N == N && s->K == K &&
-            s->ldc == ldc)
-            sh = s;
-    }
-    if (!sh && g.nshapes < MAX_SHAPES && g.state == 1) {
-        dnnl_primitive_t p = make_prim(ta, tb, sum, M, N, K, ldc, NULL, 0);
-        if (p) {
-            sh = &g.shapes[g.nshapes++];
-            *sh = (shape){ta, tb, sum, M, N, K, ldc, p};
-        }
-    }
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    if (!sh || alpha != 1.0f || (sum && beta != 1.0f) || K == 0 ||
-        !grow(&g.a, &g.acap, (size_t)(ar * ac)) || !grow(&g.b, &g.bcap, (size_t)(br * bc))) {
+    if (alpha != 1.0f || (sum && beta != 1.0f) || K == 0 || g.state != 1 ||
+        !grow(&g.a, &g.acap, (size_t)(ar * ac))) {
         ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    /* weights: their blocked copy; anything else: packed at this call */
+    const uint64_t gen = range_gen(B, B + (br - 1) * ldb + bc);
+    dnnl_memory_t mb = NULL;
+    shape key = {ta, tb, sum, gen != 0, M, N, K, tb ? K : N, ldc, NULL}, *sh = NULL;
+    if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
+    if (!mb) {
+        key.blocked = 0;
+        sh = find_shape(&key);
+        if (!sh || !grow(&g.b, &g.bcap, (size_t)(br * bc))) {
+            ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        pack(g.b, B, br, bc, ldb);
+    }
     pack(g.a, A, ar, ac, lda);
-    pack(g.b, B, br, bc, ldb);
-    dnnl_memory_t ma, mb, mc;
-    const_dnnl_primitive_desc_t pd;
-    dnnl_primitive_get_primitive_desc(sh->prim, &pd);
-    const dnnl_memory_desc_t *amd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-                             *bmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
-                             *cmd = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    dnnl_status_t st = dnnl_memory_create(&ma, amd, g.eng, g.a);
-    if (st == dnnl_success) st = dnnl_memory_create(&mb, bmd, g.eng, g.b);
-    if (st == dnnl_success) st = dnnl_memory_create(&mc, cmd, g.eng, C);
-    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN bf16 matmul: memory objects");
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    st = dnnl_primitive_execute(sh->prim, g.strm, 3, args);
+    dnnl_memory_t ma = memory(sh, dnnl_query_src_md, g.a), mc = memory(sh, dnnl_query_dst_md, C),
+                  mbp = mb ? NULL : memory(sh, dnnl_query_weights_md, g.b);
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb ? mb : mbp}, {DNNL_ARG_DST, mc}};
+    dnnl_status_t st = dnnl_primitive_execute(sh->prim, g.strm, 3, args);
     if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
     PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN bf16 matmul failed");
     dnnl_memory_destroy(ma);
-    dnnl_memory_destroy(mb);
     dnnl_memory_destroy(mc);
+    if (mbp) dnnl_memory_destroy(mbp);
 }

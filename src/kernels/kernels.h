@@ -190,6 +190,15 @@ typedef struct ptdp_ops {
     void (*scale)(float *x, float a, int64_t n);
     /* returns sum of x (double accumulation): losses */
     double (*sum)(const float *x, int64_t n);
+
+    /* OPTIONAL (NULL: nothing to do): w[0..n) holds a chunk's weights, whose
+     * values may have changed since the last call. A table that keeps the
+     * weights converted for its GEMMs (the native bf16 table keeps them in
+     * bf16, in oneDNN's blocked layout) converts each one again at its next
+     * use, then reuses the copy until the next call. The trainer calls it
+     * before every step and every evaluation; GEMMs on weights it was never
+     * told of convert them at every call. */
+    void (*weights_changed)(const float *w, int64_t n);
 } ptdp_ops;
 
 /* The CPU backend: one constant table per GEMM library (the library is the

@@ -175,6 +175,7 @@ static void build_tables(void) {
         ptdp_ops *t = &tables[0][PTDP_DTYPE_BF16];
         t->name = "cpu/onednn/bf16-native-gemm";
         t->gemm = bf16_gemm_native;
+        t->weights_changed = ptdp__gemm_bf16_weights_changed;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_native;

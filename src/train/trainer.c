@@ -364,11 +364,23 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
     return total;
 }
 
+/* Every step and evaluation starts by telling the table the weights may have
+ * changed since it last ran (optimizer step, ZeRO-1's all-gather, a load, a
+ * test's perturbation): a table that keeps them converted (the native bf16
+ * one) converts each once per step instead of at every use. */
+static void weights_changed(ptdp_trainer *tr) {
+    if (!tr->p.ops->weights_changed) return;
+    for (int c = 0; c < tr->v; c++)
+        tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]),
+                                   ptdp_gpt_chunk_numel(tr->chunks[c]));
+}
+
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     const int64_t counted = loss_scales(tr, batch);
+    weights_changed(tr);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
     if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
@@ -443,6 +455,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
+    weights_changed(tr);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
@@ -525,8 +538,11 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
         ptdp_log0(
             "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
             "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
-            "--use-distributed-optimizer 12/d = %.2f B, without 12 B",
-            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d);
+            "--use-distributed-optimizer 12/d = %.2f B, without 12 B%s",
+            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d,
+            tr->p.ops->weights_changed ? "; outside the plan, the native GEMMs' bf16 copies of the "
+                                         "weights, about 4 B (two layouts of 2 B)"
+                                       : "");
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {

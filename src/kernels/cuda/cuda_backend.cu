@@ -144,6 +144,7 @@ static const ptdp_ops cuda_ops = {
     .sumsq = ptdp__cuda_sumsq,
     .scale = ptdp__cuda_scale,
     .sum = ptdp__cuda_sum,
+    .weights_changed = NULL, /* fp32: nothing converted */
 };
 
 /* Loads cuBLAS (see cuda_internal.h); PTDP_EBACKEND naming the library and

@@ -1,6 +1,8 @@
-/* test_attn_bf16.c - attention's bf16 tile products (src/kernels/attn_bf16.c),
- * which the bf16 table runs where the CPU has AVX512_BF16 (skipped, exit 77,
- * elsewhere).
+/* test_bf16_native.c - the native bf16 table's own pieces, where the CPU has
+ * them (skipped, exit 77, elsewhere): attention's bf16 tile products
+ * (src/kernels/attn_bf16.c, AVX512_BF16) and the bf16 copies of the weights
+ * that its oneDNN GEMM keeps between weights_changed() calls
+ * (src/kernels/gemm_bf16.c).
  *
  * The tile GEMM rounds both operands to bf16 and sums the exact products in
  * fp32: it must equal an fp32 GEMM of the bf16-rounded operands up to the
@@ -9,7 +11,15 @@
  * that. The attention forward and backward through the tile GEMM are checked
  * the same way against the fp32 attention whose tile GEMM rounds its
  * operands first (the same semantics: probabilities and dS rounded to bf16),
- * and the bf16 table's attention must be exactly that, rounded to bf16. */
+ * and the bf16 table's attention must be exactly that, rounded to bf16.
+ *
+ * Weight copies: a GEMM on declared weights (either orientation, at an
+ * offset inside the declared range) equals the same GEMM on undeclared ones
+ * up to summation order (the same bound); after the weights change and
+ * weights_changed() is called it follows the new values, and until then it
+ * keeps using the copy (the contract the trainer keeps by calling it before
+ * every step and evaluation; PTDP_CHECK_WEIGHT_COPIES=1, set for every other
+ * test, turns a stale copy into an error). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -159,11 +169,73 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     free(qkv), free(dctx), free(scr);
 }
 
+/* C [M, N] = 0 + X W-op, as a GEMM with beta = 1 (no output rounding) */
+static void wgemm(const ptdp_ops *h, int tb, int64_t M, int64_t N, int64_t K, const float *X,
+                  const float *W, float *C) {
+    memset(C, 0, sizeof(float) * (size_t)(M * N));
+    h->gemm(0, tb, M, N, K, 1.0f, X, K, W, tb ? K : N, 1.0f, C, N);
+}
+
+static int64_t differ(const float *a, const float *b, int64_t n, double tol) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += !(fabs((double)a[i] - b[i]) <= tol * (1.0 + fabs(b[i])));
+    return k;
+}
+
+static void test_weight_copies(void) {
+    const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    CHECK(h->weights_changed != NULL);
+    const int64_t M = 40, N = 72, K = 96, np = 3 * N * K;
+    float *P = filled(np, 21), *X = filled(M * K, 22), *Y = filled(M * N, 23);
+    ptdp_round_bf16_n(P, np);
+    ptdp_round_bf16_n(X, M * K);
+    ptdp_round_bf16_n(Y, M * N);
+    float *W = P + N * K + 5; /* [N, K] inside the range, not at its start */
+    float *ref = malloc(sizeof(float) * (size_t)(M * N)),
+          *got = malloc(sizeof(float) * (size_t)(M * N)),
+          *refx = malloc(sizeof(float) * (size_t)(M * K)),
+          *gotx = malloc(sizeof(float) * (size_t)(M * K));
+    /* K products of O(1) values in two orders: 2 K 2^-24 of about K */
+    const double tol = 2.0 * K * K * ldexp(1.0, -24);
+    wgemm(h, 1, M, N, K, X, W, ref);  /* forward use, W^T: not declared yet */
+    wgemm(h, 0, M, K, N, Y, W, refx); /* input-gradient use, W */
+    h->weights_changed(P, np);
+    wgemm(h, 1, M, N, K, X, W, got);
+    wgemm(h, 0, M, K, N, Y, W, gotx);
+    CHECK(differ(got, ref, M * N, tol) == 0);
+    CHECK(differ(gotx, refx, M * K, tol) == 0);
+    wgemm(h, 1, M, N, K, X, W, got); /* the copy again */
+    CHECK(differ(got, ref, M * N, tol) == 0);
+    /* new values: followed once declared */
+    for (int64_t i = 0; i < N * K; i++) W[i] = -W[i];
+    h->weights_changed(P, np);
+    wgemm(h, 1, M, N, K, X, W, got);
+    for (int64_t i = 0; i < M * N; i++) ref[i] = -ref[i];
+    CHECK(differ(got, ref, M * N, tol) == 0);
+    /* undeclared change: the copy stays (what the check mode catches) */
+    for (int64_t i = 0; i < N * K; i++) W[i] = 0.0f;
+    wgemm(h, 1, M, N, K, X, W, got);
+    CHECK(differ(got, ref, M * N, tol) == 0);
+    h->weights_changed(P, np);
+    wgemm(h, 1, M, N, K, X, W, got);
+    int64_t nz = 0; /* zero weights now, declared: a zero product */
+    for (int64_t i = 0; i < M * N; i++) nz += got[i] != 0.0f;
+    CHECK(nz == 0);
+    free(P), free(X), free(Y), free(ref), free(got), free(refx), free(gotx);
+}
+
 int main(void) {
-    if (!ptdp__gemm_tile_bf16_available()) {
-        printf("test_attn_bf16: skipped (this CPU has no AVX512_BF16; the bf16 table keeps fp32 "
-               "tiles)\n");
+    unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
+    const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
+    if (!tiles && !copies) {
+        printf("test_bf16_native: skipped (no AVX512_BF16 and no native bf16 matmul in oneDNN on "
+               "this CPU: the bf16 table emulates bf16 with fp32 GEMMs)\n");
         return 77;
+    }
+    if (copies) test_weight_copies();
+    if (!tiles) {
+        printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
+        return test_done("test_bf16_native");
     }
     CHECK(!strcmp(ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->name,
                   "cpu/onednn/bf16-native"));
@@ -180,5 +252,5 @@ int main(void) {
     check_attention(300, 2, 2, 24, 0.0f); /* tiles of 128 and a tail of 44 */
     check_attention(300, 2, 2, 24, 0.1f);
     check_attention(64, 1, 3, 64, 0.0f);
-    return test_done("test_attn_bf16");
+    return test_done("test_bf16_native");
 }
