@@ -113,7 +113,7 @@ static double fma_peak(int threads, int avx512, int64_t iters) {
 
 static void gemm_peak(ptdp_gemm_lib lib, int64_t n, int reps, const char *coretype) {
     double t[8];
-    if (bench_sgemm_times(lib, n, reps, t)) {
+    if (bench_gemm_times(lib, PTDP_DTYPE_FP32, n, reps, t)) {
         fprintf(stderr, "bench_peak: out of memory for n=%lld\n", (long long)n);
         exit(1);
     }

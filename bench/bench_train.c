@@ -5,10 +5,11 @@
  * bf16|fp16 runs the 16-bit tables (fp16 with a constant loss scale of
  * 1024, so no iteration is skipped). Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
- * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the fp32 GEMM peak:
- * --peak-gflops, or else measured first on this machine (the median of 5
- * oneDNN/OpenBLAS sgemm 2048^3 after 2 warm-ups, the GEMM library and
- * threads of the run; printed as a "train_peak" line).
+ * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the GEMM peak of the
+ * run's precision: --peak-gflops, or else measured first on this machine (the
+ * median of 5 GEMMs 2048^3 after 2 warm-ups through the run's table: its GEMM
+ * library, threads and precision, so bf16 is held to the bf16 matmul's rate;
+ * printed as a "train_peak" line).
  * Not here: parallel runs (mpirun), memory peaks.
  *
  * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
@@ -47,18 +48,20 @@ static void usage(FILE *f) {
         "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16]\n");
 }
 
-/* The fp32 GEMM rate of this machine with the run's library and threads:
- * median GFLOP/s of 5 sgemm 2048^3 after 2 warm-ups (bench_peak's gemm_peak
- * measures the same, with more detail). */
-static double measure_peak(ptdp_gemm_lib lib) {
+/* The GEMM rate of this machine with the run's library, threads and
+ * precision (the table's gemm: bf16 is oneDNN's bf16 matmul where the CPU has
+ * one, fp16 the fp32 GEMM on fp16 values): median GFLOP/s of 5 GEMMs 2048^3
+ * after 2 warm-ups (bench_peak's gemm_peak and gemm_peak_bf16 measure the
+ * same, with more detail). */
+static double measure_peak(ptdp_gemm_lib lib, ptdp_dtype dtype) {
     const int64_t n = 2048;
     double t[5];
-    if (bench_sgemm_times(lib, n, 5, t)) return 0;
+    if (bench_gemm_times(lib, dtype, n, 5, t)) return 0;
     const double gflops = 2.0 * (double)n * n * n / t[2] * 1e-9;
-    printf("{\"bench\":\"train_peak\",\"lib\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
-           "\"threads\":%d,\"reps\":5,\"gflops_median\":%.1f}\n",
-           ptdp_gemm_lib_name(lib), (long long)n, (long long)n, (long long)n, omp_get_max_threads(),
-           gflops);
+    printf("{\"bench\":\"train_peak\",\"lib\":\"%s\",\"precision\":\"%s\",\"table\":\"%s\","
+           "\"M\":%lld,\"N\":%lld,\"K\":%lld,\"threads\":%d,\"reps\":5,\"gflops_median\":%.1f}\n",
+           ptdp_gemm_lib_name(lib), ptdp_dtype_name(dtype), ptdp_cpu_ops_prec(lib, dtype)->name,
+           (long long)n, (long long)n, (long long)n, omp_get_max_threads(), gflops);
     fflush(stdout);
     return gflops;
 }
@@ -209,7 +212,7 @@ int main(int argc, char **argv) {
     }
     int known = !strcmp(which, "all");
     for (int i = 0; i < NCONFIGS; i++) known |= !strcmp(which, configs[i].name);
-    if (known && peak <= 0) peak = measure_peak(lib);
+    if (known && peak <= 0) peak = measure_peak(lib, dtype);
     int found = 0, rc = 0;
     for (int i = 0; i < NCONFIGS; i++) {
         if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;

@@ -1,9 +1,10 @@
-/* sgemm_rate.h - the fp32 GEMM timing bench_peak and bench_train share:
- * C = A B^T on n x n matrices through ptdp's CPU GEMM of library `lib`, 2
- * warm-up calls (JIT, thread pools, clocks), then `reps` timed ones (at most
- * 8), their times in seconds sorted ascending into t. Returns 0, or 1 when
- * the matrices could not be allocated. A header of static functions: each
- * bench is one translation unit. */
+/* sgemm_rate.h - the GEMM timing bench_peak and bench_train share: C = A B^T
+ * on n x n matrices through the gemm of a CPU table (ptdp_cpu_ops_prec(lib,
+ * dtype): fp32, or the 16-bit tables on inputs already on their grid, as
+ * training gives them), 2 warm-up calls (JIT, thread pools, clocks), then
+ * `reps` timed ones (at most 8), their times in seconds sorted ascending into
+ * t. Returns 0, or 1 when the matrices could not be allocated. A header of
+ * static functions: each bench is one translation unit. */
 #ifndef PTDP_BENCH_SGEMM_RATE_H
 #define PTDP_BENCH_SGEMM_RATE_H
 
@@ -17,7 +18,7 @@ static int bench_cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-static int bench_sgemm_times(ptdp_gemm_lib lib, int64_t n, int reps, double *t) {
+static int bench_gemm_times(ptdp_gemm_lib lib, ptdp_dtype dtype, int64_t n, int reps, double *t) {
     float *A = malloc(sizeof(float) * (size_t)(n * n)),
           *B = malloc(sizeof(float) * (size_t)(n * n)), *C = calloc((size_t)(n * n), sizeof(float));
     if (!A || !B || !C) {
@@ -28,7 +29,11 @@ static int bench_sgemm_times(ptdp_gemm_lib lib, int64_t n, int reps, double *t) 
         A[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
         B[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
     }
-    const ptdp_ops *o = ptdp_cpu_ops_lib(lib);
+    const ptdp_ops *o = ptdp_cpu_ops_prec(lib, dtype);
+    if (dtype != PTDP_DTYPE_FP32) {
+        o->quantize(A, n * n);
+        o->quantize(B, n * n);
+    }
     for (int r = -2; r < reps; r++) {
         const double t0 = omp_get_wtime();
         o->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
