@@ -107,25 +107,21 @@ BF16_TARGET static void panel(int64_t M, int64_t N, int64_t K2, const uint32_t *
                   ldc);
         const uint32_t *Ai = A + i0 * ars;
         float *Ci = C + i0 * ldc + j0;
-        switch (M - i0) { /* constant row counts keep each block in registers */
-        case 5:
-            block(5, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc);
-            break;
-        case 4:
-            block(4, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc);
-            break;
-        case 3:
-            block(3, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc);
-            break;
-        case 2:
-            block(2, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc);
-            break;
-        case 1:
-            block(1, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc);
-            break;
+        /* the tail's row count as a constant, so each block keeps its registers */
+#define TAIL(r)                                                           \
+    case r:                                                               \
+        block(r, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc); \
+        break
+        switch (M - i0) {
+            TAIL(5);
+            TAIL(4);
+            TAIL(3);
+            TAIL(2);
+            TAIL(1);
         default:
             break;
         }
+#undef TAIL
     }
 }
 
