@@ -56,8 +56,8 @@ static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
  * (scaled units) and sum l, returns the factor the row's context so far must
  * be multiplied by. Out of line for the same reason as the old softmax row:
  * inlined into the tile loops gcc left the exp loop scalar. */
-static __attribute__((noinline)) float online_row(float *pr, int64_t n, int64_t cb, float scale,
-                                                  float *m, float *l, int first) {
+PTDP__ROW_CLONES static float online_row(float *pr, int64_t n, int64_t cb, float scale, float *m,
+                                         float *l, int first) {
     float mx = pr[0];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < n; j++) mx = pr[j] > mx ? pr[j] : mx;
@@ -78,16 +78,16 @@ static __attribute__((noinline)) float online_row(float *pr, int64_t n, int64_t 
 }
 
 /* P = exp(scale * S - lse) on the first n entries of a tile row, zeros after. */
-static __attribute__((noinline)) void recompute_row(float *pr, int64_t n, int64_t cb, float scale,
-                                                    float lse) {
+PTDP__ROW_CLONES static void recompute_row(float *pr, int64_t n, int64_t cb, float scale,
+                                           float lse) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) pr[j] = ptdp__expf(scale * pr[j] - lse);
     for (int64_t j = n; j < cb; j++) pr[j] = 0.0f;
 }
 
 /* dS = scale * P * (dP - D) in place over dP on the first n entries, zeros after. */
-static __attribute__((noinline)) void ds_row(const float *pr, float *dr, int64_t n, int64_t cb,
-                                             float scale, float D) {
+PTDP__ROW_CLONES static void ds_row(const float *pr, float *dr, int64_t n, int64_t cb, float scale,
+                                    float D) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) dr[j] = scale * pr[j] * (dr[j] - D);
     for (int64_t j = n; j < cb; j++) dr[j] = 0.0f;

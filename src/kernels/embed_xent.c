@@ -73,6 +73,19 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
     }
 }
 
+/* l[c] <- exp(l[c] - m) for c < n, returns their sum (AVX-512 clone: exp is
+ * the cost of this pass) */
+PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t c = 0; c < n; c++) {
+        float e = ptdp__expf(l[c] - m);
+        l[c] = e;
+        acc += e;
+    }
+    return acc;
+}
+
 void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V) {
@@ -82,16 +95,9 @@ void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, i
         float *l = logits + n * Vl;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
         tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f; /* before l is overwritten */
-        float m = gmax[n], acc = 0.0f;
         /* the exponentials stay in l for xent_bwd: exp runs once per logit */
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < nv; c++) {
-            float e = ptdp__expf(l[c] - m);
-            l[c] = e;
-            acc += e;
-        }
+        sumexp[n] = exp_row(l, nv, gmax[n]);
         for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
-        sumexp[n] = acc;
     }
 }
 

@@ -10,6 +10,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* For the row functions of compute-bound loops (exp, tanh): an AVX-512 clone
+ * beside the build's baseline, the CPU choosing at load time (GCC's
+ * target_clones, x86-64 only). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PTDP__ROW_CLONES __attribute__((noinline, target_clones("avx512f", "default")))
+#else
+#define PTDP__ROW_CLONES __attribute__((noinline))
+#endif
+
 /* exp(x) = 2^k * exp(r), r = x - k ln2 in [-ln2/2, ln2/2], degree-6 poly. */
 static inline float ptdp__expf(float x) {
     x = x < -87.0f ? -87.0f : x; /* exp underflows to ~1e-38: fine for softmax */
