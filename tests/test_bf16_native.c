@@ -221,6 +221,23 @@ static void test_weight_copies(void) {
     int64_t nz = 0; /* zero weights now, declared: a zero product */
     for (int64_t i = 0; i < M * N; i++) nz += got[i] != 0.0f;
     CHECK(nz == 0);
+    /* forgotten (n = 0, as the trainer does when it frees its chunks): the
+     * weights are converted at every call again, so a change shows at once */
+    h->weights_changed(P, 0);
+    for (int64_t i = 0; i < N * K; i++) W[i] = 1.0f;
+    wgemm(h, 1, M, N, K, X, W, got);
+    nz = 0;
+    for (int64_t i = 0; i < M * N; i++) nz += got[i] == 0.0f;
+    CHECK(nz < M * N / 10); /* sums of K values of x, hardly ever exactly 0 */
+    /* a range overlapping a declared one replaces it */
+    h->weights_changed(P, np);
+    wgemm(h, 1, M, N, K, X, W, ref);
+    h->weights_changed(P + 1, np - 1);
+    for (int64_t i = 0; i < N * K; i++) W[i] = 2.0f;
+    h->weights_changed(P + 1, np - 1);
+    wgemm(h, 1, M, N, K, X, W, got);
+    for (int64_t i = 0; i < M * N; i++) ref[i] *= 2.0f; /* exact: powers of 2 */
+    CHECK(differ(got, ref, M * N, 0.0) == 0);
     free(P), free(X), free(Y), free(ref), free(got), free(refx), free(gotx);
 }
 

@@ -32,7 +32,7 @@
 
 typedef struct {
     int ta, tb, sum, blocked;
-    int64_t M, N, K, ldb, ldc;
+    int64_t M, N, K, ldc;
     dnnl_primitive_t prim;
 } shape;
 
@@ -49,6 +49,7 @@ typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout *
     void *buf;
     dnnl_memory_t mem;
     dnnl_primitive_t reorder;
+    dnnl_memory_desc_t md; /* the layout, chosen by the matmul that first used it */
 } wcopy;
 
 static struct {
@@ -115,7 +116,7 @@ int ptdp__gemm_bf16_available(const char **why) {
         if (dnnl_engine_create(&g.eng, dnnl_cpu, 0) == dnnl_success &&
             dnnl_stream_create(&g.strm, g.eng, dnnl_stream_default_flags) == dnnl_success) {
             char impl[64] = "";
-            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, 64, NULL};
+            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, NULL};
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -137,16 +138,17 @@ int ptdp__gemm_bf16_available(const char **why) {
 
 void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n) {
     const float *hi = w + n;
+    /* forget the range at w (n = 0: its owner frees it) and any the new one
+     * overlaps (memory reused by another owner); copies of forgotten ranges
+     * are never used again unless declared anew, then at a new generation */
+    int k = 0;
     for (int i = 0; i < g.nranges; i++) {
-        wrange *r = &g.ranges[i];
-        if (r->lo == w && r->hi == hi) {
-            r->gen = ++g.gen;
-            return;
-        }
-        /* a range that overlaps another is never used for copies */
-        PTDP_ASSERT_MSG(hi <= r->lo || w >= r->hi, "overlapping weight ranges");
+        const wrange *r = &g.ranges[i];
+        if (r->lo == w || (n > 0 && hi > r->lo && w < r->hi)) continue;
+        g.ranges[k++] = *r;
     }
-    if (g.nranges < MAX_RANGES) g.ranges[g.nranges++] = (wrange){w, hi, ++g.gen};
+    g.nranges = k;
+    if (n > 0 && g.nranges < MAX_RANGES) g.ranges[g.nranges++] = (wrange){w, hi, ++g.gen};
 }
 
 /* the generation of the declared range holding [p, end), or 0 */
@@ -167,23 +169,24 @@ static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) 
  * needed; NULL when it cannot be had (the caller converts as usual). */
 static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
     const int64_t rows = sh->tb ? sh->N : sh->K, cols = sh->tb ? sh->K : sh->N;
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(sh->prim, &pd);
+    const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     wcopy *w = NULL;
     for (int i = 0; i < g.nw && !w; i++) {
         wcopy *c = &g.w[i];
-        if (c->src == B && c->tb == sh->tb && c->K == sh->K && c->N == sh->N && c->ldb == ldb)
+        if (c->src == B && c->tb == sh->tb && c->K == sh->K && c->N == sh->N && c->ldb == ldb &&
+            dnnl_memory_desc_equal(&c->md, dst))
             w = c;
     }
     if (!w) {
         if (!g.w && !(g.w = calloc(MAX_WEIGHTS, sizeof *g.w))) return NULL;
         if (g.nw == MAX_WEIGHTS) return NULL;
-        const_dnnl_primitive_desc_t pd;
-        dnnl_primitive_get_primitive_desc(sh->prim, &pd);
-        const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         dnnl_memory_desc_t src;
         dnnl_dims_t d, st;
         b_dims(sh->tb, sh->K, sh->N, ldb, d, st);
         dnnl_primitive_desc_t rpd = NULL;
-        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL};
+        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, *dst};
         if (dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) != dnnl_success ||
             dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) != dnnl_success)
             return NULL;
@@ -275,7 +278,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     /* weights: their blocked copy; anything else: packed at this call */
     const uint64_t gen = range_gen(B, B + (br - 1) * ldb + bc);
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, tb ? K : N, ldc, NULL}, *sh = NULL;
+    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, NULL}, *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;

@@ -196,8 +196,9 @@ typedef struct ptdp_ops {
      * weights converted for its GEMMs (the native bf16 table keeps them in
      * bf16, in oneDNN's blocked layout) converts each one again at its next
      * use, then reuses the copy until the next call. The trainer calls it
-     * before every step and every evaluation; GEMMs on weights it was never
-     * told of convert them at every call. */
+     * before every step and every evaluation, and with n = 0 (forget w) when
+     * it frees the chunk; GEMMs on weights it was never told of convert them
+     * at every call. */
     void (*weights_changed)(const float *w, int64_t n);
 } ptdp_ops;
 

@@ -253,6 +253,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
 
 void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
+    for (int c = 0; c < PTDP_MAX_CHUNKS; c++) /* the table forgets their weight copies */
+        if (tr->chunks[c] && tr->p.ops->weights_changed)
+            tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]), 0);
     for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
         if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
         ptdp_ddp_free(tr->ddp[c]);
