@@ -136,16 +136,34 @@ int ptdp__gemm_bf16_available(const char **why) {
 
 /* ---- weights converted once per declaration ------------------------------ */
 
+/* frees the copies of weights in [lo, hi) */
+static void drop_copies(const float *lo, const float *hi) {
+    int k = 0;
+    for (int i = 0; i < g.nw; i++) {
+        wcopy *c = &g.w[i];
+        if (c->src >= lo && c->src < hi) {
+            dnnl_memory_destroy(c->mem);
+            dnnl_primitive_destroy(c->reorder);
+            free(c->buf);
+        } else {
+            g.w[k++] = *c;
+        }
+    }
+    g.nw = k;
+}
+
 void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n) {
     const float *hi = w + n;
     /* forget the range at w (n = 0: its owner frees it) and any the new one
-     * overlaps (memory reused by another owner); copies of forgotten ranges
-     * are never used again unless declared anew, then at a new generation */
+     * overlaps (memory reused by another owner), with their copies */
     int k = 0;
     for (int i = 0; i < g.nranges; i++) {
-        const wrange *r = &g.ranges[i];
-        if (r->lo == w || (n > 0 && hi > r->lo && w < r->hi)) continue;
-        g.ranges[k++] = *r;
+        const wrange r = g.ranges[i];
+        if (r.lo == w || (n > 0 && hi > r.lo && w < r.hi)) {
+            if (r.lo != w || n == 0) drop_copies(r.lo, r.hi);
+            continue;
+        }
+        g.ranges[k++] = r;
     }
     g.nranges = k;
     if (n > 0 && g.nranges < MAX_RANGES) g.ranges[g.nranges++] = (wrange){w, hi, ++g.gen};

@@ -83,50 +83,42 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         R(logits, s *b *Vl);                                                                       \
     }
 
-/* GEMM and attention, for one type P and one library L. */
-#define PTDP__PREC_LIB(P, R, L)                                                                    \
+/* Attention for one type P whose tile products run through ptdp__gemm_L. */
+#define PTDP__PREC_ATTN(P, R, L)                                                                \
+    static void P##_attn_fwd_##L(const float *qkv, float *ctx, float *saved, float *scratch,    \
+                                 int64_t s, int64_t b, int64_t al, int64_t hd,                  \
+                                 ptdp_dropout drop) {                                           \
+        ptdp__attention_fwd(ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, hd, drop);      \
+        R(ctx, s *b *al *hd);                                                                   \
+    }                                                                                           \
+    static void P##_attn_bwd_##L(const float *dctx, const float *qkv, const float *ctx,         \
+                                 const float *saved, float *dqkv, float *scratch, int64_t s,    \
+                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {        \
+        ptdp__attention_bwd(ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, \
+                            drop);                                                              \
+        R(dqkv, s *b *al * 3 * hd);                                                             \
+    }
+
+/* The GEMM for one type P over ptdp__gemm_L: its output rounded (weight
+ * gradients, beta != 0, accumulate in fp32 and are not). */
+#define PTDP__PREC_GEMM(P, R, L)                                                                   \
     static void P##_gemm_##L(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,         \
                              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, \
                              float *C, int64_t ldc) {                                              \
         ptdp__gemm_##L(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                      \
         if (beta == 0.0f) round_rows(R, C, M, N, ldc);                                             \
-    }                                                                                              \
-    static void P##_attn_fwd_##L(const float *qkv, float *ctx, float *saved, float *scratch,       \
-                                 int64_t s, int64_t b, int64_t al, int64_t hd,                     \
-                                 ptdp_dropout drop) {                                              \
-        ptdp__attention_fwd(ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, hd, drop);         \
-        R(ctx, s *b *al *hd);                                                                      \
-    }                                                                                              \
-    static void P##_attn_bwd_##L(const float *dctx, const float *qkv, const float *ctx,            \
-                                 const float *saved, float *dqkv, float *scratch, int64_t s,       \
-                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {           \
-        ptdp__attention_bwd(ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,    \
-                            drop);                                                                 \
-        R(dqkv, s *b *al * 3 * hd);                                                                \
     }
 
-/* bf16 over oneDNN with a native bf16 matmul: the inputs are on the grid */
-static void bf16_gemm_native(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                             float *C, int64_t ldc) {
-    ptdp__gemm_onednn_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (beta == 0.0f) round_rows(ptdp_round_bf16_n, C, M, N, ldc);
-}
+/* GEMM and attention, for one type P and one library L. */
+#define PTDP__PREC_LIB(P, R, L) PTDP__PREC_GEMM(P, R, L) PTDP__PREC_ATTN(P, R, L)
+
+/* bf16 over oneDNN with a native bf16 matmul (gemm_bf16.c): the inputs are on
+ * the grid */
+PTDP__PREC_GEMM(bf16, ptdp_round_bf16_n, onednn_bf16)
 
 /* bf16 with AVX512_BF16: attention's tile products in bf16 (attn_bf16.c),
  * the probabilities and dS rounded to bf16 before their products */
-static void bf16_attn_fwd_native(const float *qkv, float *ctx, float *saved, float *scratch,
-                                 int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_fwd(ptdp__gemm_tile_bf16, qkv, ctx, saved, scratch, s, b, al, hd, drop);
-    ptdp_round_bf16_n(ctx, s * b * al * hd);
-}
-static void bf16_attn_bwd_native(const float *dctx, const float *qkv, const float *ctx,
-                                 const float *saved, float *dqkv, float *scratch, int64_t s,
-                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_bwd(ptdp__gemm_tile_bf16, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
-                        drop);
-    ptdp_round_bf16_n(dqkv, s * b * al * 3 * hd);
-}
+PTDP__PREC_ATTN(bf16, ptdp_round_bf16_n, tile_bf16)
 
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
@@ -174,12 +166,12 @@ static void build_tables(void) {
     if (ptdp__gemm_bf16_available(NULL)) { /* checked at run time, never assumed */
         ptdp_ops *t = &tables[0][PTDP_DTYPE_BF16];
         t->name = "cpu/onednn/bf16-native-gemm";
-        t->gemm = bf16_gemm_native;
+        t->gemm = bf16_gemm_onednn_bf16;
         t->weights_changed = ptdp__gemm_bf16_weights_changed;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
-            t->attention_fwd = bf16_attn_fwd_native;
-            t->attention_bwd = bf16_attn_bwd_native;
+            t->attention_fwd = bf16_attn_fwd_tile_bf16;
+            t->attention_bwd = bf16_attn_bwd_tile_bf16;
         }
     }
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);

@@ -251,11 +251,22 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     return PTDP_OK;
 }
 
+/* Every step and evaluation starts by telling the table the weights may have
+ * changed since it last ran (optimizer step, ZeRO-1's all-gather, a load, a
+ * test's perturbation): a table that keeps them converted (the native bf16
+ * one) converts each once per step instead of at every use. forget: the
+ * chunks are being freed, the table drops its copies. */
+static void weights_changed(ptdp_trainer *tr, int forget) {
+    if (!tr->p.ops || !tr->p.ops->weights_changed) return;
+    for (int c = 0; c < PTDP_MAX_CHUNKS; c++)
+        if (tr->chunks[c])
+            tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]),
+                                       forget ? 0 : ptdp_gpt_chunk_numel(tr->chunks[c]));
+}
+
 void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
-    for (int c = 0; c < PTDP_MAX_CHUNKS; c++) /* the table forgets their weight copies */
-        if (tr->chunks[c] && tr->p.ops->weights_changed)
-            tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]), 0);
+    weights_changed(tr, 1); /* the table forgets their weight copies */
     for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
         if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
         ptdp_ddp_free(tr->ddp[c]);
@@ -367,23 +378,12 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
     return total;
 }
 
-/* Every step and evaluation starts by telling the table the weights may have
- * changed since it last ran (optimizer step, ZeRO-1's all-gather, a load, a
- * test's perturbation): a table that keeps them converted (the native bf16
- * one) converts each once per step instead of at every use. */
-static void weights_changed(ptdp_trainer *tr) {
-    if (!tr->p.ops->weights_changed) return;
-    for (int c = 0; c < tr->v; c++)
-        tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]),
-                                   ptdp_gpt_chunk_numel(tr->chunks[c]));
-}
-
 void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_trainer_params *p = &tr->p;
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     const int64_t counted = loss_scales(tr, batch);
-    weights_changed(tr);
+    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
     if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
@@ -458,7 +458,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
-    weights_changed(tr);
+    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
