@@ -78,6 +78,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_args_free(keep);
         return status;
     }
+    if (a.exit_signal_handler) ptdp_run_catch_sigterm(); /* before any thread starts */
     ptdp_comm comm;
     if (ptdp_comm_init(&comm, &argc, &argv)) {
         ptdp_log_error("%s", ptdp_last_error());

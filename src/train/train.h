@@ -250,6 +250,10 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p);
  * logging, evaluation, periodic checkpoints. Returns 0, or 1 when a
  * checkpoint could not be written (message logged). Collective. */
 int ptdp_run_loop(ptdp_run *r);
+/* --exit-signal-handler: catches SIGTERM and blocks it in the calling thread,
+ * for the loop to poll between iterations. Call before MPI and OpenMP start
+ * threads (they inherit the mask). */
+void ptdp_run_catch_sigterm(void);
 /* Final checkpoint (when the loop ended well and the last iteration is not
  * saved), end-of-run report, trace and weights. Takes the loop's status and
  * returns the run's. Collective. */
