@@ -6,22 +6,39 @@
 
 #include "kernels/cpu.h"
 
+/* A row's sums run in 16 fixed lanes (element i adds into lane i % 16) and
+ * the lanes are added pairwise at the end: the same order, so the same bits,
+ * on AVX2 and AVX-512, and vector adds where one running sum would be a chain
+ * of dependent scalar adds (4 cycles each: the forward ran at 13 GB/s). */
+enum { LANES = 16 };
+
+static inline float lanes_total(float *acc) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
 void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
                          float *rstd, int64_t N, int64_t h, float eps) {
+    const int64_t hv = h - h % LANES;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * h;
         float *o = out + n * h;
-        float m = 0.0f;
-        for (int64_t i = 0; i < h; i++) m += xr[i];
-        m /= (float)h;
-        float v = 0.0f;
-        for (int64_t i = 0; i < h; i++) {
-            float d = xr[i] - m;
-            v += d * d;
-        }
-        v /= (float)h;
-        float r = 1.0f / sqrtf(v + eps);
+        float acc[LANES] = {0};
+        for (int64_t i = 0; i < hv; i += LANES)
+            for (int j = 0; j < LANES; j++) acc[j] += xr[i + j];
+        for (int64_t i = hv; i < h; i++) acc[i - hv] += xr[i];
+        const float m = lanes_total(acc) / (float)h;
+        float acc2[LANES] = {0};
+        for (int64_t i = 0; i < hv; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                float d = xr[i + j] - m;
+                acc2[j] += d * d;
+            }
+        for (int64_t i = hv; i < h; i++) acc2[i - hv] += (xr[i] - m) * (xr[i] - m);
+        const float v = lanes_total(acc2) / (float)h;
+        const float r = 1.0f / sqrtf(v + eps);
         for (int64_t i = 0; i < h; i++) o[i] = (xr[i] - m) * r * w[i] + b[i];
         mean[n] = m;
         rstd[n] = r;
@@ -51,17 +68,20 @@ void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, cons
             const float *g = dout + n * h, *xr = x + n * h;
             float *d = dx + n * h;
             float m = mean[n], r = rstd[n];
-            float sg = 0.0f, sgx = 0.0f;
-            for (int64_t i = 0; i < h; i++) {
-                float xh = (xr[i] - m) * r;
-                float gi = g[i] * w[i];
-                sg += gi;
-                sgx += gi * xh;
-                dwl[i] += g[i] * xh;
-                dbl[i] += g[i];
+            float ag[LANES] = {0}, agx[LANES] = {0};
+            for (int64_t i0 = 0; i0 < h; i0 += LANES) {
+                const int64_t len = h - i0 < LANES ? h - i0 : LANES;
+                for (int64_t j = 0; j < len; j++) {
+                    const int64_t i = i0 + j;
+                    float xh = (xr[i] - m) * r;
+                    float gi = g[i] * w[i];
+                    ag[j] += gi;
+                    agx[j] += gi * xh;
+                    dwl[i] += g[i] * xh;
+                    dbl[i] += g[i];
+                }
             }
-            sg /= (float)h;
-            sgx /= (float)h;
+            const float sg = lanes_total(ag) / (float)h, sgx = lanes_total(agx) / (float)h;
             for (int64_t i = 0; i < h; i++) {
                 float xh = (xr[i] - m) * r;
                 d[i] += r * (g[i] * w[i] - sg - xh * sgx);

@@ -1,0 +1,120 @@
+/* bench_kernels.c - the fp32 memory-bound kernels of one layer (LayerNorm,
+ * bias + GeLU, the bias gradient, bias + residual add) on the token rows of
+ * the benchmark configurations (N = s * b = 1024 rows of h or 4h floats, as
+ * bench_gemm.c describes them). Each kernel runs --reps times (default 50)
+ * after 3 warm-ups; one JSON line per (config, kernel) with the median and
+ * the bytes it must move at least (every input read once, every output
+ * written once) over that time. Speed goals are read off bench_train; this
+ * is where a kernel change is measured alone.
+ *
+ * Usage: bench_kernels [--config b|c|d] [--reps N] */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/cpu.h"
+
+typedef struct {
+    const char *name;
+    int64_t h;
+} config;
+
+static const config CONFIGS[] = {{"b", 256}, {"c", 384}, {"d", 768}};
+enum { N_ROWS = 1024 };
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    float *x, *y, *dy, *dx, *w, *bias, *dw, *db, *mean, *rstd, *resid;
+    int64_t N, h;
+} bufs;
+
+static void run(int k, bufs *B) {
+    const int64_t N = B->N, h = B->h;
+    ptdp_dropout nodrop = {0};
+    switch (k) {
+    case 0:
+        ptdp__layernorm_fwd(B->x, B->w, B->bias, B->y, B->mean, B->rstd, N, h, 1e-5f);
+        break;
+    case 1:
+        ptdp__layernorm_bwd(B->dy, B->x, B->w, B->mean, B->rstd, B->dx, B->dw, B->db, N, h);
+        break;
+    case 2:
+        ptdp__bias_gelu_fwd(B->x, B->bias, B->y, N, 4 * h);
+        break;
+    case 3:
+        ptdp__bias_gelu_bwd(B->dy, B->x, B->bias, B->dx, B->db, N, 4 * h);
+        break;
+    case 4:
+        ptdp__bias_bwd(B->dy, B->db, N, 3 * h);
+        break;
+    default:
+        ptdp__bias_dropout_add_fwd(B->x, B->bias, B->resid, B->y, N, h, nodrop);
+        break;
+    }
+}
+
+static const char *NAMES[] = {"layernorm_fwd", "layernorm_bwd", "bias_gelu_fwd",
+                              "bias_gelu_bwd", "bias_bwd (3h)", "bias_add_residual"};
+
+/* floats each kernel must read and write at least, per row of h */
+static const double FLOATS_PER_H[] = {2, 4, 8, 12, 3, 3};
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    int reps = 50;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            only = argv[++i];
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: bench_kernels [--config b|c|d] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    double *t = malloc((size_t)reps * sizeof *t);
+    for (size_t c = 0; c < sizeof CONFIGS / sizeof *CONFIGS; c++) {
+        if (only && strcmp(only, CONFIGS[c].name)) continue;
+        const int64_t N = N_ROWS, h = CONFIGS[c].h, big = N * 4 * h;
+        bufs B = {.N = N, .h = h};
+        float **all[] = {&B.x, &B.y, &B.dy, &B.dx, &B.resid};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+            *all[i] = malloc((size_t)big * sizeof(float));
+            for (int64_t e = 0; e < big; e++) (*all[i])[e] = (float)((e * 7919 + i) % 1000) * 1e-3f;
+        }
+        B.w = calloc((size_t)4 * h, sizeof(float));
+        B.bias = calloc((size_t)4 * h, sizeof(float));
+        B.dw = calloc((size_t)4 * h, sizeof(float));
+        B.db = calloc((size_t)4 * h, sizeof(float));
+        B.mean = calloc((size_t)N, sizeof(float));
+        B.rstd = calloc((size_t)N, sizeof(float));
+        for (int64_t i = 0; i < 4 * h; i++) B.w[i] = 1.0f + 1e-3f * (float)(i % 7);
+        ptdp__layernorm_fwd(B.x, B.w, B.bias, B.y, B.mean, B.rstd, N, h, 1e-5f);
+        for (int k = 0; k < 6; k++) {
+            for (int r = 0; r < 3; r++) run(k, &B);
+            for (int r = 0; r < reps; r++) {
+                double t0 = ptdp_now();
+                run(k, &B);
+                t[r] = ptdp_now() - t0;
+            }
+            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            double med = t[reps / 2], bytes = FLOATS_PER_H[k] * (double)(N * h) * 4.0;
+            printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"%s\",\"rows\":%lld,"
+                   "\"h\":%lld,\"threads\":%d,\"reps\":%d,\"ms_median\":%.4f,\"ms_best\":%.4f,"
+                   "\"gb_per_s\":%.1f}\n",
+                   CONFIGS[c].name, NAMES[k], (long long)N, (long long)h, omp_get_max_threads(),
+                   reps, med * 1e3, t[0] * 1e3, bytes / med * 1e-9);
+        }
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]);
+        free(B.w), free(B.bias), free(B.dw), free(B.db), free(B.mean), free(B.rstd);
+    }
+    free(t);
+    return 0;
+}
