@@ -206,6 +206,20 @@ rc=$?
 n=$(cat "$tmp/sig2/latest_checkpointed_iteration.txt" 2>/dev/null)
 [ -n "$rank1" ] && [ $rc = 0 ] && grep -q "exiting after iteration $n (SIGTERM received" "$tmp/sig2.out" && ok ||
     bad "SIGTERM to rank 1 of 2: status $rc, pid '$rank1', checkpoint '$n': $(tail -2 "$tmp/sig2.out")"
+# a signal handler run inside oneDNN's JIT sgemm writes its frame into the heap (its kernels
+# point rsp there; docs/reliability.md): SIGTERM every 2 ms through an iteration of a one-thread
+# run made of oneDNN GEMMs must stop it cleanly (a handler that only set a flag aborted 6 of 6)
+OMP_NUM_THREADS=1 "$PTDP" train --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 \
+    --vocab-size 8192 --micro-batch-size 4 --global-batch-size 8 --train-iters 400 --lr 1e-4 --mock-data \
+    --exit-signal-handler --save "$tmp/sig3" --log-jsonl "$tmp/sig3.jsonl" >"$tmp/sig3.out" 2>&1 &
+pid=$!
+for i in $(seq 1 1200); do [ "$(lines "$tmp/sig3.jsonl")" -ge 1 ] 2>/dev/null && break; sleep 0.02; done
+while kill -TERM $pid 2>/dev/null; do sleep 0.002; done
+wait $pid
+rc=$?
+n=$(cat "$tmp/sig3/latest_checkpointed_iteration.txt" 2>/dev/null)
+[ $rc = 0 ] && [ -n "$n" ] && "$PTDP" checkpoint verify "$tmp/sig3" >/dev/null 2>&1 && ok ||
+    bad "SIGTERM every 2 ms: status $rc, checkpoint '$n': $(tail -2 "$tmp/sig3.out")"
 
 # ---- commands and help ------------------------------------------------------
 "$PTDP" >/dev/null 2>&1

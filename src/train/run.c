@@ -291,13 +291,13 @@ static void report_nonfinite(ptdp_run *r) {
 
 /* --exit-signal-handler: SIGTERM (a scheduler's preemption notice) stops the
  * loop after the iteration in flight. The signal is blocked from before MPI
- * and OpenMP start their threads (ptdp_run_catch_sigterm), so it interrupts
- * no thread: it stays pending until the loop takes it between iterations.
- * Delivered asynchronously, a handler that did nothing but set a flag left a
- * corrupted heap (aborts in later frees inside oneDNN, Open MPI or ptdp) in
- * about one preempted 4-rank job in four; which code cannot bear the
- * interruption was not found. The handler stays for threads that started
- * before main (OpenBLAS's), to which the kernel may now deliver the signal. */
+ * and OpenMP start their threads (ptdp_run_catch_sigterm), so no handler
+ * runs on a computing thread: it stays pending until the loop takes it
+ * between iterations. A handler must not run there: oneDNN's JIT sgemm
+ * kernels (Debian's 2.6; fixed upstream in 2026, oneDNN pull request 4855)
+ * point rsp into a heap workspace, and the kernel writes the signal frame
+ * below rsp, into the heap. The handler stays for threads that started
+ * before main (OpenBLAS's), which never run oneDNN. */
 volatile sig_atomic_t ptdp__sigterm_received = 0;
 static void on_sigterm(int sig) {
     (void)sig;
