@@ -2,8 +2,9 @@
 # bench.sh BUILD_DIR - `make bench`: this machine's peaks (bench_peak), the
 # GEMM candidates (bench_gemm), the layer's memory-bound kernels
 # (bench_kernels), then whole training iterations (bench_train) with
-# "% of peak" measured against the best oneDNN GEMM rate bench_peak found. Prints every JSON line and appends them to out/bench.jsonl, each
-# batch preceded by a {"bench":"env",...} line recording the machine state.
+# "% of peak" measured against the best oneDNN GEMM rate bench_peak found.
+# Prints every JSON line and appends them to out/bench.jsonl, each batch
+# preceded by a {"bench":"env",...} line recording the machine state.
 # Extra arguments for bench_train go in BENCH_TRAIN_ARGS (e.g.
 # BENCH_TRAIN_ARGS="--config a" for a quick run); the default runs a, b, c, d.
 set -eu
