@@ -1,11 +1,14 @@
 /* bench_kernels.c - the fp32 memory-bound kernels of one layer (LayerNorm,
  * bias + GeLU, the bias gradient, bias + residual add) on the token rows of
  * the benchmark configurations (N = s * b = 1024 rows of h or 4h floats, as
- * bench_gemm.c describes them). Each kernel runs --reps times (default 50)
- * after 3 warm-ups; one JSON line per (config, kernel) with the median and
- * the bytes it must move at least (every input read once, every output
- * written once) over that time. Speed goals are read off bench_train; this
- * is where a kernel change is measured alone.
+ * bench_gemm.c describes them), then one layer's attention, forward and
+ * backward, through the fp32 table and the bf16 one (native bf16 tiles where
+ * the CPU has AVX512_BF16). Each kernel runs --reps times (default 50; the
+ * attention a fifth of that) after 3 warm-ups; one JSON line per (config,
+ * kernel) with the median and, for the element-wise kernels, the bytes they
+ * must move at least (every input read once, every output written once) over
+ * that time. Speed goals are read off bench_train; this is where a kernel
+ * change is measured alone.
  *
  * Usage: bench_kernels [--config b|c|d] [--reps N] */
 #include <omp.h>
@@ -15,18 +18,50 @@
 
 #include "base/base.h"
 #include "kernels/cpu.h"
+#include "kernels/kernels.h"
 
 typedef struct {
     const char *name;
-    int64_t h;
+    int64_t h, s, b; /* s * b = N_ROWS; heads of 64 */
 } config;
 
-static const config CONFIGS[] = {{"b", 256}, {"c", 384}, {"d", 768}};
+static const config CONFIGS[] = {{"b", 256, 128, 8}, {"c", 384, 256, 4}, {"d", 768, 1024, 1}};
 enum { N_ROWS = 1024 };
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* one layer's attention (al = h / 64 heads) through the table of dtype */
+static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t) {
+    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt);
+    const int64_t s = c->s, b = c->b, hd = 64, al = c->h / hd, n = s * b * al * hd;
+    float *qkv = malloc(sizeof(float) * 3 * n), *ctx = malloc(sizeof(float) * n),
+          *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * 3 * n),
+          *saved = malloc(sizeof(float) * o->attention_saved_floats(s, b, al)),
+          *scr = malloc(sizeof(float) * ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    for (int64_t e = 0; e < 3 * n; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
+    for (int64_t e = 0; e < n; e++) dctx[e] = (float)((e * 104729) % 1000) * 1e-3f - 0.5f;
+    ptdp_dropout nodrop = {0};
+    for (int k = 0; k < 2; k++) {
+        for (int r = 0; r < 3 + reps; r++) {
+            double t0 = ptdp_now();
+            if (k == 0)
+                o->attention_fwd(qkv, ctx, saved, scr, s, b, al, hd, nodrop);
+            else
+                o->attention_bwd(dctx, qkv, ctx, saved, dqkv, scr, s, b, al, hd, nodrop);
+            if (r >= 3) t[r - 3] = ptdp_now() - t0;
+        }
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        printf(
+            "{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"attention_%s\",\"table\":\"%s\","
+            "\"s\":%lld,\"b\":%lld,\"heads\":%lld,\"threads\":%d,\"reps\":%d,"
+            "\"ms_median\":%.4f,\"ms_best\":%.4f}\n",
+            c->name, k ? "bwd" : "fwd", o->name, (long long)s, (long long)b, (long long)al,
+            omp_get_max_threads(), reps, t[reps / 2] * 1e3, t[0] * 1e3);
+    }
+    free(qkv), free(ctx), free(dctx), free(dqkv), free(saved), free(scr);
 }
 
 typedef struct {
@@ -114,6 +149,9 @@ int main(int argc, char **argv) {
         }
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]);
         free(B.w), free(B.bias), free(B.dw), free(B.db), free(B.mean), free(B.rstd);
+        const int areps = reps / 5 > 1 ? reps / 5 : 1;
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, areps, t);
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, areps, t);
     }
     free(t);
     return 0;
