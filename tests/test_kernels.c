@@ -283,6 +283,32 @@ static void test_mask_rows(const ptdp_ops *o) {
     CHECK(exact);
 }
 
+/* x W^T with K >= 2N, M >= 256 and dense rows goes to oneDNN's matmul
+ * primitive (gemm.c) where oneDNN runs its AVX-512 brgemm on it; beta 0 over
+ * NaN, against the double reference with the bound of test_gemm_case */
+static void test_gemm_long_k(void) {
+    const ptdp_ops *o = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    const int64_t M = 300, N = 40, K = 100;
+    float *A = fmalloc(M * K), *B = fmalloc(N * K), *C = fmalloc(M * N), *R = fmalloc(M * N);
+    const int64_t calls0 = ptdp__gemm_onednn_matmul_calls();
+    for (int rep = 0; rep < 2; rep++) { /* the second call reuses the primitive */
+        fill_normal(A, M * K, 160 + rep, 1.0f);
+        fill_normal(B, N * K, 170 + rep, 1.0f);
+        fill_const(C, M * N, NAN);
+        fill_const(R, M * N, NAN);
+        o->gemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+        ptdp_ref_gemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, R, N);
+        check_arr("gemm long K (oneDNN matmul)", C, R, M * N, 2e-5, 1e-5 * (double)K);
+    }
+    const int64_t ran = ptdp__gemm_onednn_matmul_calls() - calls0;
+    printf("gemm: %lld of 2 long-K x W^T calls ran on oneDNN's matmul primitive\n", (long long)ran);
+    if (__builtin_cpu_supports("avx512f")) CHECK(ran == 2); /* where it was measured faster */
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+}
+
 static void test_gemm(const ptdp_ops *o) {
     const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
     const int64_t sizes[][3] = {{13, 7, 19}, {1, 9, 5}, {67, 45, 33}, {5, 64, 1}};
@@ -297,6 +323,7 @@ static void test_gemm(const ptdp_ops *o) {
                         test_gemm_case(ol, ta, tb, sizes[sz][0], sizes[sz][1], sizes[sz][2],
                                        bb ? 1.0f : 0.75f, bb ? 1.0f : 0.0f, seed++);
     }
+    test_gemm_long_k();
     CHECK(ptdp_cpu_ops() == ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
     ptdp_gemm_lib lib;
     CHECK_OK(ptdp_gemm_lib_parse("openblas", &lib));

@@ -7,6 +7,9 @@
 
 void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* how many of ptdp__gemm_onednn's calls ran on oneDNN's matmul primitive (the
+ * long-K x W^T shape, gemm.c) rather than dnnl_sgemm */
+int64_t ptdp__gemm_onednn_matmul_calls(void);
 void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                          float *C, int64_t ldc);
