@@ -283,25 +283,34 @@ static void test_mask_rows(const ptdp_ops *o) {
     CHECK(exact);
 }
 
-/* x W^T with K >= 2N, M >= 256 and dense rows goes to oneDNN's matmul
- * primitive (gemm.c) where oneDNN runs its AVX-512 brgemm on it; beta 0 over
- * NaN, against the double reference with the bound of test_gemm_case */
-static void test_gemm_long_k(void) {
+/* Two shapes with dense rows go to oneDNN's matmul primitive (gemm.c) where
+ * oneDNN runs its AVX-512 brgemm on them: x W^T with K >= 2N and M >= 256
+ * (beta 0, over NaN), and a weight gradient C += A^T B with N <= 256 and
+ * 4N <= M; each against the double reference with test_gemm_case's bound,
+ * twice (the second call reuses the primitive) */
+static void test_gemm_matmul_case(int ta, int64_t M, int64_t N, int64_t K, float beta,
+                                  uint64_t seed) {
     const ptdp_ops *o = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
-    const int64_t M = 300, N = 40, K = 100;
+    const int tb = !ta;
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
     float *A = fmalloc(M * K), *B = fmalloc(N * K), *C = fmalloc(M * N), *R = fmalloc(M * N);
     const int64_t calls0 = ptdp__gemm_onednn_matmul_calls();
-    for (int rep = 0; rep < 2; rep++) { /* the second call reuses the primitive */
-        fill_normal(A, M * K, 160 + rep, 1.0f);
-        fill_normal(B, N * K, 170 + rep, 1.0f);
-        fill_const(C, M * N, NAN);
-        fill_const(R, M * N, NAN);
-        o->gemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
-        ptdp_ref_gemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, R, N);
-        check_arr("gemm long K (oneDNN matmul)", C, R, M * N, 2e-5, 1e-5 * (double)K);
+    for (int rep = 0; rep < 2; rep++) {
+        fill_normal(A, M * K, seed + 3 * (uint64_t)rep, 1.0f);
+        fill_normal(B, N * K, seed + 3 * (uint64_t)rep + 1, 1.0f);
+        if (beta == 0.0f) {
+            fill_const(C, M * N, NAN);
+        } else {
+            fill_normal(C, M * N, seed + 3 * (uint64_t)rep + 2, 1.0f);
+        }
+        memcpy(R, C, sizeof(float) * (size_t)(M * N));
+        o->gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+        ptdp_ref_gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, R, N);
+        check_arr("gemm on oneDNN's matmul", C, R, M * N, 2e-5, 1e-5 * (double)K);
     }
     const int64_t ran = ptdp__gemm_onednn_matmul_calls() - calls0;
-    printf("gemm: %lld of 2 long-K x W^T calls ran on oneDNN's matmul primitive\n", (long long)ran);
+    printf("gemm: ta=%d tb=%d M=%lld N=%lld K=%lld: %lld of 2 calls ran on oneDNN's matmul\n", ta,
+           tb, (long long)M, (long long)N, (long long)K, (long long)ran);
     if (__builtin_cpu_supports("avx512f")) CHECK(ran == 2); /* where it was measured faster */
     free(A);
     free(B);
@@ -323,7 +332,8 @@ static void test_gemm(const ptdp_ops *o) {
                         test_gemm_case(ol, ta, tb, sizes[sz][0], sizes[sz][1], sizes[sz][2],
                                        bb ? 1.0f : 0.75f, bb ? 1.0f : 0.0f, seed++);
     }
-    test_gemm_long_k();
+    test_gemm_matmul_case(0, 300, 40, 100, 0.0f, 160);
+    test_gemm_matmul_case(1, 1024, 64, 100, 1.0f, 170);
     CHECK(ptdp_cpu_ops() == ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
     ptdp_gemm_lib lib;
     CHECK_OK(ptdp_gemm_lib_parse("openblas", &lib));

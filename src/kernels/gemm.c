@@ -3,8 +3,8 @@
  * (default: its JIT picks AVX-512 kernels at run time and ignores
  * OPENBLAS_CORETYPE) or OpenBLAS's cblas_sgemm. Called from inside an OpenMP
  * parallel region (attention's per-head GEMMs) both run single-threaded, which
- * is what we want there. One shape goes to oneDNN's matmul primitive instead
- * (long_k_matmul below). Not here: batched or low-precision GEMMs. */
+ * is what we want there. Two shapes go to oneDNN's matmul primitive instead
+ * (matmul below). Not here: batched or low-precision GEMMs. */
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -39,19 +39,25 @@ void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
                 C, (blasint)ldc);
 }
 
-/* C = A B^T with K >= 2N (the MLP's second GEMM, x W2^T with K = 4h, and its
- * recomputation): dnnl_sgemm packs such a transposed B slowly. oneDNN's matmul
- * primitive over the same strided view runs its brgemm kernels instead:
- * measured alone on 2 Zen 5 cores, M = 1024: 15.3 to 12.4 ms at (d)'s shape
- * (N 768, K 3072), 3.39 to 3.08 ms at (c)'s, 1.64 to 1.42 ms at (b)'s; on
- * the other layer shapes it was up to 5% slower, so only this one. A
+/* Two GEMM shapes run faster on oneDNN's matmul primitive (its AVX-512
+ * brgemm kernels, over the same strided views, no copies) than in dnnl_sgemm.
+ * Measured alone on 2 Zen 5 cores (docs/performance.md):
+ * - C = A B^T with K >= 2N (the MLP's second GEMM, x W2^T with K = 4h, and
+ *   its recomputation): dnnl_sgemm packs such a transposed B slowly; M =
+ *   1024: 15.3 to 12.4 ms at (d)'s shape (N 768, K 3072), 3.39 to 3.08 ms at
+ *   (c)'s, 1.64 to 1.42 ms at (b)'s. Taken for M >= 256 (training's token
+ *   rows, not generation's varying few, each new shape of which would cost a
+ *   primitive).
+ * - C += A^T B with N <= 256 and 4N <= M <= 16384 (weight gradients of
+ *   narrow models: (b)'s MLP-in, M 1024, and its head, M 8192, N 256): 2.1 to
+ *   1.65 ms and 18 to 15 ms; at N = 384 and 768, or M = 50304, brgemm was
+ *   no faster or slower, so not there.
+ * On every other layer shape brgemm was as fast or up to 30% slower. A
  * primitive per shape, made on first use and kept; only where oneDNN picks
- * its AVX-512 brgemm (the measured kernel), else dnnl_sgemm as before; and
- * for M >= 256 rows only (training's token rows, not generation's varying
- * few, whose every new shape would cost a primitive). Not reentrant: taken
- * only outside OpenMP parallel regions (the layer GEMMs are issued by one
- * thread). Returns 0 where it did not run the GEMM. */
-#define LONG_K_SHAPES 64
+ * its AVX-512 brgemm (the measured kernel), else dnnl_sgemm as before. Not
+ * reentrant: taken only outside OpenMP parallel regions (the layer GEMMs are
+ * issued by one thread). Returns 0 where it did not run the GEMM. */
+#define MATMUL_SHAPES 64
 static struct {
     dnnl_engine_t eng;
     dnnl_stream_t strm;
@@ -59,23 +65,45 @@ static struct {
     int n;
     int64_t calls; /* GEMMs it ran (tests) */
     struct {
+        int ta, tb, sum;
         int64_t M, N, K, lda, ldb, ldc;
         dnnl_primitive_t prim; /* NULL: this shape stays with dnnl_sgemm */
-    } s[LONG_K_SHAPES];
-} lk;
+    } s[MATMUL_SHAPES];
+} mm;
 
-static dnnl_primitive_t long_k_prim(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                                    int64_t ldc) {
+static int matmul_shape(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    if (alpha != 1.0f) return 0;
+    if (!ta && tb) return beta == 0.0f && K >= 2 * N && M >= 256;
+    if (ta && !tb) return beta == 1.0f && N <= 256 && M >= 4 * N && M <= 16384;
+    return 0;
+}
+
+static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t N, int64_t K,
+                                    int64_t lda, int64_t ldb, int64_t ldc) {
     dnnl_memory_desc_t amd, bmd, cmd;
-    dnnl_dims_t ad = {M, K}, as = {lda, 1}, bd = {K, N}, bs = {1, ldb}, cd = {M, N}, cs = {ldc, 1};
+    dnnl_dims_t ad = {M, K}, as = {ta ? 1 : lda, ta ? lda : 1}, bd = {K, N},
+                bs = {tb ? 1 : ldb, tb ? ldb : 1}, cd = {M, N}, cs = {ldc, 1};
     dnnl_matmul_desc_t md;
-    dnnl_primitive_desc_t pd = NULL;
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success ||
-        dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &md, NULL, lk.eng, NULL) != dnnl_success)
+        dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success)
         return NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    if (sum && (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+                dnnl_post_ops_create(&po) != dnnl_success ||
+                dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+                dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        return NULL;
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, mm.eng, NULL);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) return NULL;
     const char *impl = "";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     dnnl_primitive_t prim = NULL;
@@ -84,28 +112,31 @@ static dnnl_primitive_t long_k_prim(int64_t M, int64_t N, int64_t K, int64_t lda
     return prim;
 }
 
-static int long_k_matmul(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float *C, int64_t ldc) {
+static int matmul(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (omp_in_parallel()) return 0;
-    if (lk.state == 0)
-        lk.state =
-            dnnl_engine_create(&lk.eng, dnnl_cpu, 0) == dnnl_success &&
-                    dnnl_stream_create(&lk.strm, lk.eng, dnnl_stream_default_flags) == dnnl_success
+    if (mm.state == 0)
+        mm.state =
+            dnnl_engine_create(&mm.eng, dnnl_cpu, 0) == dnnl_success &&
+                    dnnl_stream_create(&mm.strm, mm.eng, dnnl_stream_default_flags) == dnnl_success
                 ? 1
                 : -1;
-    if (lk.state != 1) return 0;
+    if (mm.state != 1) return 0;
+    const int sum = beta != 0.0f;
     int i = 0;
-    while (i < lk.n && !(lk.s[i].M == M && lk.s[i].N == N && lk.s[i].K == K && lk.s[i].lda == lda &&
-                         lk.s[i].ldb == ldb && lk.s[i].ldc == ldc))
+    while (i < mm.n && !(mm.s[i].ta == ta && mm.s[i].tb == tb && mm.s[i].sum == sum &&
+                         mm.s[i].M == M && mm.s[i].N == N && mm.s[i].K == K && mm.s[i].lda == lda &&
+                         mm.s[i].ldb == ldb && mm.s[i].ldc == ldc))
         i++;
-    if (i == lk.n) {
-        if (lk.n == LONG_K_SHAPES) return 0;
-        lk.s[i].M = M, lk.s[i].N = N, lk.s[i].K = K;
-        lk.s[i].lda = lda, lk.s[i].ldb = ldb, lk.s[i].ldc = ldc;
-        lk.s[i].prim = long_k_prim(M, N, K, lda, ldb, ldc);
-        lk.n++;
+    if (i == mm.n) {
+        if (mm.n == MATMUL_SHAPES) return 0;
+        mm.s[i].ta = ta, mm.s[i].tb = tb, mm.s[i].sum = sum;
+        mm.s[i].M = M, mm.s[i].N = N, mm.s[i].K = K;
+        mm.s[i].lda = lda, mm.s[i].ldb = ldb, mm.s[i].ldc = ldc;
+        mm.s[i].prim = matmul_prim(ta, tb, sum, M, N, K, lda, ldb, ldc);
+        mm.n++;
     }
-    dnnl_primitive_t prim = lk.s[i].prim;
+    dnnl_primitive_t prim = mm.s[i].prim;
     if (!prim) return 0;
     const_dnnl_primitive_desc_t pd;
     dnnl_primitive_get_primitive_desc(prim, &pd);
@@ -114,27 +145,27 @@ static int long_k_matmul(int64_t M, int64_t N, int64_t K, const float *A, int64_
     void *data[3] = {(void *)A, (void *)B, C};
     dnnl_status_t st = dnnl_success;
     for (int k = 0; k < 3 && st == dnnl_success; k++)
-        st = dnnl_memory_create(&m[k], dnnl_primitive_desc_query_md(pd, what[k], 0), lk.eng,
+        st = dnnl_memory_create(&m[k], dnnl_primitive_desc_query_md(pd, what[k], 0), mm.eng,
                                 data[k]);
     dnnl_exec_arg_t args[3] = {
         {DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
-    if (st == dnnl_success) st = dnnl_primitive_execute(prim, lk.strm, 3, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(lk.strm);
+    if (st == dnnl_success) st = dnnl_primitive_execute(prim, mm.strm, 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(mm.strm);
     for (int k = 0; k < 3; k++)
         if (m[k]) dnnl_memory_destroy(m[k]);
     PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN fp32 matmul failed");
-    lk.calls++;
+    mm.calls++;
     return 1;
 }
 
-int64_t ptdp__gemm_onednn_matmul_calls(void) { return lk.calls; }
+int64_t ptdp__gemm_onednn_matmul_calls(void) { return mm.calls; }
 
 void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                        int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                        int64_t ldc) {
     if (M == 0 || N == 0) return;
-    if (!ta && tb && K >= 2 * N && M >= 256 && alpha == 1.0f && beta == 0.0f &&
-        long_k_matmul(M, N, K, A, lda, B, ldb, C, ldc))
+    if (matmul_shape(ta, tb, M, N, K, alpha, beta) &&
+        matmul(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc))
         return;
     dnnl_status_t st =
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
