@@ -3,13 +3,22 @@
 #ifndef PTDP_KERNELS_CPU_H
 #define PTDP_KERNELS_CPU_H
 
+#include <dnnl.h>
+
 #include "kernels/kernels.h"
 
 void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* how many of ptdp__gemm_onednn's calls ran on oneDNN's matmul primitive (the
- * long-K x W^T shape, gemm.c) rather than dnnl_sgemm */
+ * two shape classes of gemm.c) rather than dnnl_sgemm */
 int64_t ptdp__gemm_onednn_matmul_calls(void);
+/* oneDNN's matmul primitive descriptor for C = A B (sum: C += A B) on eng,
+ * and the name of the implementation it picked (*impl, valid while the
+ * descriptor lives); NULL where oneDNN has none (gemm.c, gemm_bf16.c) */
+dnnl_primitive_desc_t ptdp__onednn_matmul_pd(dnnl_engine_t eng, const dnnl_memory_desc_t *a,
+                                             const dnnl_memory_desc_t *b,
+                                             const dnnl_memory_desc_t *c, int sum,
+                                             const char **impl);
 void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                          float *C, int64_t ldc);

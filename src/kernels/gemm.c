@@ -78,17 +78,12 @@ static int matmul_shape(int ta, int tb, int64_t M, int64_t N, int64_t K, float a
     return 0;
 }
 
-static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t N, int64_t K,
-                                    int64_t lda, int64_t ldb, int64_t ldc) {
-    dnnl_memory_desc_t amd, bmd, cmd;
-    dnnl_dims_t ad = {M, K}, as = {ta ? 1 : lda, ta ? lda : 1}, bd = {K, N},
-                bs = {tb ? 1 : ldb, tb ? ldb : 1}, cd = {M, N}, cs = {ldc, 1};
+dnnl_primitive_desc_t ptdp__onednn_matmul_pd(dnnl_engine_t eng, const dnnl_memory_desc_t *a,
+                                             const dnnl_memory_desc_t *b,
+                                             const dnnl_memory_desc_t *c, int sum,
+                                             const char **impl) {
     dnnl_matmul_desc_t md;
-    if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success ||
-        dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success)
-        return NULL;
+    if (dnnl_matmul_desc_init(&md, a, b, NULL, c) != dnnl_success) return NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     if (sum && (dnnl_primitive_attr_create(&attr) != dnnl_success ||
@@ -100,14 +95,29 @@ static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t 
         return NULL;
     }
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, mm.eng, NULL);
+    if (dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) != dnnl_success) pd = NULL;
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st != dnnl_success) return NULL;
-    const char *impl = "";
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    *impl = "";
+    if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl);
+    if (!*impl) *impl = "";
+    return pd;
+}
+
+static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t N, int64_t K,
+                                    int64_t lda, int64_t ldb, int64_t ldc) {
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t ad = {M, K}, as = {ta ? 1 : lda, ta ? lda : 1}, bd = {K, N},
+                bs = {tb ? 1 : ldb, tb ? ldb : 1}, cd = {M, N}, cs = {ldc, 1};
+    if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
+        return NULL;
+    const char *impl;
+    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(mm.eng, &amd, &bmd, &cmd, sum, &impl);
+    if (!pd) return NULL;
     dnnl_primitive_t prim = NULL;
-    if (impl && !strncmp(impl, "brg:avx512", 10)) dnnl_primitive_create(&prim, pd);
+    if (!strncmp(impl, "brg:avx512", 10)) dnnl_primitive_create(&prim, pd);
     dnnl_primitive_desc_destroy(pd);
     return prim;
 }

@@ -85,26 +85,12 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
              : dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
         return NULL;
-    dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd) != dnnl_success) return NULL;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    if (s->sum) {
-        if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
-        dnnl_post_ops_create(&po);
-        dnnl_post_ops_append_sum(po, 1.0f);
-        dnnl_primitive_attr_set_post_ops(attr, po);
-    }
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, g.eng, NULL);
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st != dnnl_success) return NULL;
-    const char *impl = "";
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    if (impl_out) snprintf(impl_out, cap, "%s", impl ? impl : "");
+    const char *impl;
+    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(g.eng, &amd, &bmd, &cmd, s->sum, &impl);
+    if (!pd) return NULL;
+    if (impl_out) snprintf(impl_out, cap, "%s", impl);
     dnnl_primitive_t prim = NULL;
-    if (strncmp(impl ? impl : "ref", "ref", 3) != 0) dnnl_primitive_create(&prim, pd);
+    if (strncmp(impl[0] ? impl : "ref", "ref", 3) != 0) dnnl_primitive_create(&prim, pd);
     dnnl_primitive_desc_destroy(pd);
     return prim;
 }
