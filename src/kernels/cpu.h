@@ -12,13 +12,25 @@ void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
 /* how many of ptdp__gemm_onednn's calls ran on oneDNN's matmul primitive (the
  * two shape classes of gemm.c) rather than dnnl_sgemm */
 int64_t ptdp__gemm_onednn_matmul_calls(void);
-/* oneDNN's matmul primitive descriptor for C = A B (sum: C += A B) on eng,
- * and the name of the implementation it picked (*impl, valid while the
- * descriptor lives); NULL where oneDNN has none (gemm.c, gemm_bf16.c) */
-dnnl_primitive_desc_t ptdp__onednn_matmul_pd(dnnl_engine_t eng, const dnnl_memory_desc_t *a,
+/* The CPU backend's one oneDNN engine and stream, made on first use; 0 where
+ * oneDNN has none (gemm.c). */
+int ptdp__onednn(dnnl_engine_t *eng, dnnl_stream_t *strm);
+/* oneDNN's matmul primitive descriptor for C = A B (sum: C += A B), and the
+ * name of the implementation it picked (*impl, valid while the descriptor
+ * lives); NULL where oneDNN has none (gemm.c, gemm_bf16.c) */
+dnnl_primitive_desc_t ptdp__onednn_matmul_pd(const dnnl_memory_desc_t *a,
                                              const dnnl_memory_desc_t *b,
                                              const dnnl_memory_desc_t *c, int sum,
                                              const char **impl);
+/* A matmul primitive and its three memory objects, made at its first run
+ * and pointed at each run's data (nothing allocated after the first). */
+typedef struct {
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem[3]; /* src, weights, dst */
+} ptdp__onednn_mm;
+/* Runs m on A, B (or the ready weights memory bmem, when not NULL) and C. */
+void ptdp__onednn_mm_run(ptdp__onednn_mm *m, const void *A, const void *B, dnnl_memory_t bmem,
+                         void *C);
 void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                          float *C, int64_t ldc);

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu.h"
 
 static const char *const gemm_names[] = {
 #define PTDP__GEMM_NAME(e, s) s,
@@ -59,17 +59,53 @@ void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float 
  * issued by one thread). Returns 0 where it did not run the GEMM. */
 #define MATMUL_SHAPES 64
 static struct {
-    dnnl_engine_t eng;
-    dnnl_stream_t strm;
-    int state; /* 0 untried, 1 engine ready, -1 none */
     int n;
     int64_t calls; /* GEMMs it ran (tests) */
     struct {
         int ta, tb, sum;
         int64_t M, N, K, lda, ldb, ldc;
-        dnnl_primitive_t prim; /* NULL: this shape stays with dnnl_sgemm */
+        ptdp__onednn_mm mm; /* prim NULL: this shape stays with dnnl_sgemm */
     } s[MATMUL_SHAPES];
 } mm;
+
+int ptdp__onednn(dnnl_engine_t *eng, dnnl_stream_t *strm) {
+    static int state; /* 0 untried, 1 ready, -1 none */
+    static dnnl_engine_t e;
+    static dnnl_stream_t st;
+    if (state == 0)
+        state = dnnl_engine_create(&e, dnnl_cpu, 0) == dnnl_success &&
+                        dnnl_stream_create(&st, e, dnnl_stream_default_flags) == dnnl_success
+                    ? 1
+                    : -1;
+    if (eng) *eng = e;
+    if (strm) *strm = st;
+    return state == 1;
+}
+
+void ptdp__onednn_mm_run(ptdp__onednn_mm *m, const void *A, const void *B, dnnl_memory_t bmem,
+                         void *C) {
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    PTDP_ASSERT(ptdp__onednn(&eng, &strm));
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(m->prim, &pd);
+    const dnnl_query_t what[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+    void *data[3] = {(void *)A, (void *)B, C};
+    dnnl_status_t st = dnnl_success;
+    for (int k = 0; k < 3 && st == dnnl_success; k++) {
+        if (k == 1 && bmem) continue;
+        if (!m->mem[k])
+            st = dnnl_memory_create(&m->mem[k], dnnl_primitive_desc_query_md(pd, what[k], 0), eng,
+                                    DNNL_MEMORY_NONE);
+        if (st == dnnl_success) st = dnnl_memory_set_data_handle(m->mem[k], data[k]);
+    }
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m->mem[0]},
+                               {DNNL_ARG_WEIGHTS, bmem ? bmem : m->mem[1]},
+                               {DNNL_ARG_DST, m->mem[2]}};
+    if (st == dnnl_success) st = dnnl_primitive_execute(m->prim, strm, 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(strm);
+    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN matmul failed");
+}
 
 static int matmul_shape(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
     if (alpha != 1.0f) return 0;
@@ -78,12 +114,14 @@ static int matmul_shape(int ta, int tb, int64_t M, int64_t N, int64_t K, float a
     return 0;
 }
 
-dnnl_primitive_desc_t ptdp__onednn_matmul_pd(dnnl_engine_t eng, const dnnl_memory_desc_t *a,
+dnnl_primitive_desc_t ptdp__onednn_matmul_pd(const dnnl_memory_desc_t *a,
                                              const dnnl_memory_desc_t *b,
                                              const dnnl_memory_desc_t *c, int sum,
                                              const char **impl) {
+    dnnl_engine_t eng;
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, a, b, NULL, c) != dnnl_success) return NULL;
+    if (!ptdp__onednn(&eng, NULL) || dnnl_matmul_desc_init(&md, a, b, NULL, c) != dnnl_success)
+        return NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     if (sum && (dnnl_primitive_attr_create(&attr) != dnnl_success ||
@@ -114,7 +152,7 @@ static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t 
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
         return NULL;
     const char *impl;
-    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(mm.eng, &amd, &bmd, &cmd, sum, &impl);
+    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(&amd, &bmd, &cmd, sum, &impl);
     if (!pd) return NULL;
     dnnl_primitive_t prim = NULL;
     if (!strncmp(impl, "brg:avx512", 10)) dnnl_primitive_create(&prim, pd);
@@ -124,14 +162,7 @@ static dnnl_primitive_t matmul_prim(int ta, int tb, int sum, int64_t M, int64_t 
 
 static int matmul(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    if (omp_in_parallel()) return 0;
-    if (mm.state == 0)
-        mm.state =
-            dnnl_engine_create(&mm.eng, dnnl_cpu, 0) == dnnl_success &&
-                    dnnl_stream_create(&mm.strm, mm.eng, dnnl_stream_default_flags) == dnnl_success
-                ? 1
-                : -1;
-    if (mm.state != 1) return 0;
+    if (omp_in_parallel() || !ptdp__onednn(NULL, NULL)) return 0;
     const int sum = beta != 0.0f;
     int i = 0;
     while (i < mm.n && !(mm.s[i].ta == ta && mm.s[i].tb == tb && mm.s[i].sum == sum &&
@@ -143,27 +174,11 @@ static int matmul(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *
         mm.s[i].ta = ta, mm.s[i].tb = tb, mm.s[i].sum = sum;
         mm.s[i].M = M, mm.s[i].N = N, mm.s[i].K = K;
         mm.s[i].lda = lda, mm.s[i].ldb = ldb, mm.s[i].ldc = ldc;
-        mm.s[i].prim = matmul_prim(ta, tb, sum, M, N, K, lda, ldb, ldc);
+        mm.s[i].mm = (ptdp__onednn_mm){matmul_prim(ta, tb, sum, M, N, K, lda, ldb, ldc), {0}};
         mm.n++;
     }
-    dnnl_primitive_t prim = mm.s[i].prim;
-    if (!prim) return 0;
-    const_dnnl_primitive_desc_t pd;
-    dnnl_primitive_get_primitive_desc(prim, &pd);
-    dnnl_memory_t m[3] = {NULL, NULL, NULL};
-    const dnnl_query_t what[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
-    void *data[3] = {(void *)A, (void *)B, C};
-    dnnl_status_t st = dnnl_success;
-    for (int k = 0; k < 3 && st == dnnl_success; k++)
-        st = dnnl_memory_create(&m[k], dnnl_primitive_desc_query_md(pd, what[k], 0), mm.eng,
-                                data[k]);
-    dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
-    if (st == dnnl_success) st = dnnl_primitive_execute(prim, mm.strm, 3, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(mm.strm);
-    for (int k = 0; k < 3; k++)
-        if (m[k]) dnnl_memory_destroy(m[k]);
-    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN fp32 matmul failed");
+    if (!mm.s[i].mm.prim) return 0;
+    ptdp__onednn_mm_run(&mm.s[i].mm, A, B, NULL, C);
     mm.calls++;
     return 1;
 }

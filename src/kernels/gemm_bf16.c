@@ -16,9 +16,10 @@
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
  *
- * One primitive per GEMM shape, created on first use and kept (a model has a
- * few dozen shapes); scratch and weight copies are made during the first
- * iteration and reused. Not reentrant: the layer GEMMs are issued by one
+ * One primitive per GEMM shape with its memory objects (gemm.c's
+ * ptdp__onednn_mm, on the backend's one engine), created on first use and
+ * kept (a model has a few dozen shapes); scratch and weight copies are made
+ * during the first iteration and reused. Not reentrant: the layer GEMMs are issued by one
  * thread (attention's tiles have their own kernels). */
 #include <dnnl.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@
 typedef struct {
     int ta, tb, sum, blocked;
     int64_t M, N, K, ldc;
-    dnnl_primitive_t prim;
+    ptdp__onednn_mm mm;
 } shape;
 
 typedef struct { /* a declared weights range and its generation */
@@ -86,7 +87,7 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
         return NULL;
     const char *impl;
-    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(g.eng, &amd, &bmd, &cmd, s->sum, &impl);
+    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(&amd, &bmd, &cmd, s->sum, &impl);
     if (!pd) return NULL;
     if (impl_out) snprintf(impl_out, cap, "%s", impl);
     dnnl_primitive_t prim = NULL;
@@ -99,10 +100,9 @@ int ptdp__gemm_bf16_available(const char **why) {
     if (g.state == 0) {
         g.state = -1;
         snprintf(g.why, sizeof g.why, "oneDNN has no engine");
-        if (dnnl_engine_create(&g.eng, dnnl_cpu, 0) == dnnl_success &&
-            dnnl_stream_create(&g.strm, g.eng, dnnl_stream_default_flags) == dnnl_success) {
+        if (ptdp__onednn(&g.eng, &g.strm)) {
             char impl[64] = "";
-            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, NULL};
+            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, {NULL, {NULL}}};
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -174,7 +174,7 @@ static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) 
 static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
     const int64_t rows = sh->tb ? sh->N : sh->K, cols = sh->tb ? sh->K : sh->N;
     const_dnnl_primitive_desc_t pd;
-    dnnl_primitive_get_primitive_desc(sh->prim, &pd);
+    dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
     const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     wcopy *w = NULL;
     for (int i = 0; i < g.nw && !w; i++) {
@@ -253,19 +253,9 @@ static shape *find_shape(const shape *key) {
     }
     if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
     shape s = *key;
-    if (!(s.prim = make_prim(&s, NULL, 0))) return NULL;
+    if (!(s.mm.prim = make_prim(&s, NULL, 0))) return NULL;
     g.shapes[g.nshapes] = s;
     return &g.shapes[g.nshapes++];
-}
-
-static dnnl_memory_t memory(const shape *sh, dnnl_query_t what, void *data) {
-    const_dnnl_primitive_desc_t pd;
-    dnnl_primitive_get_primitive_desc(sh->prim, &pd);
-    dnnl_memory_t m;
-    dnnl_status_t st =
-        dnnl_memory_create(&m, dnnl_primitive_desc_query_md(pd, what, 0), g.eng, data);
-    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN bf16 matmul: memory objects");
-    return m;
 }
 
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -282,7 +272,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     /* weights: their blocked copy; anything else: packed at this call */
     const uint64_t gen = range_gen(B, B + (br - 1) * ldb + bc);
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, NULL}, *sh = NULL;
+    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}}, *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;
@@ -294,14 +284,5 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         pack(g.b, B, br, bc, ldb);
     }
     pack(g.a, A, ar, ac, lda);
-    dnnl_memory_t ma = memory(sh, dnnl_query_src_md, g.a), mc = memory(sh, dnnl_query_dst_md, C),
-                  mbp = mb ? NULL : memory(sh, dnnl_query_weights_md, g.b);
-    dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb ? mb : mbp}, {DNNL_ARG_DST, mc}};
-    dnnl_status_t st = dnnl_primitive_execute(sh->prim, g.strm, 3, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
-    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN bf16 matmul failed");
-    dnnl_memory_destroy(ma);
-    dnnl_memory_destroy(mc);
-    if (mbp) dnnl_memory_destroy(mbp);
+    ptdp__onednn_mm_run(&sh->mm, g.a, mb ? NULL : g.b, mb, C);
 }

@@ -298,10 +298,10 @@ static void report_nonfinite(ptdp_run *r) {
  * point rsp into a heap workspace, and the kernel writes the signal frame
  * below rsp, into the heap. The handler stays for threads that started
  * before main (OpenBLAS's), which never run oneDNN. */
-volatile sig_atomic_t ptdp__sigterm_received = 0;
+static volatile sig_atomic_t sigterm_flag = 0;
 static void on_sigterm(int sig) {
     (void)sig;
-    ptdp__sigterm_received = 1;
+    sigterm_flag = 1;
 }
 
 void ptdp_run_catch_sigterm(void) {
@@ -320,14 +320,14 @@ void ptdp_run_catch_sigterm(void) {
 /* Whether a SIGTERM has come, taking a pending one. */
 static int sigterm_received(void) {
     sigset_t pend;
-    if (!ptdp__sigterm_received && sigpending(&pend) == 0 && sigismember(&pend, SIGTERM)) {
+    if (!sigterm_flag && sigpending(&pend) == 0 && sigismember(&pend, SIGTERM)) {
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         const struct timespec zero = {0, 0};
-        if (sigtimedwait(&set, NULL, &zero) == SIGTERM) ptdp__sigterm_received = 1;
+        if (sigtimedwait(&set, NULL, &zero) == SIGTERM) sigterm_flag = 1;
     }
-    return ptdp__sigterm_received != 0;
+    return sigterm_flag != 0;
 }
 
 int ptdp_run_loop(ptdp_run *r) {

@@ -38,9 +38,6 @@ struct ptdp_run {
 int ptdp__log_open(ptdp_run *r);
 void ptdp__log_start(ptdp_run *r);
 void ptdp__log_iteration(ptdp_run *r, double dt, int last);
-#include <signal.h>
-extern volatile sig_atomic_t ptdp__sigterm_received; /* --exit-signal-handler (run.c) */
-
 /* `set`: NULL during training, else "validation" or "test" (the end of
  * training: Megatron's "iteration N on validation set" lines). */
 void ptdp__log_validation(ptdp_run *r, double loss, const char *set);
