@@ -91,7 +91,7 @@ def main():
                 times.append(dt)
         times.sort()
         ms = times[len(times) // 2] * 1e3
-        flops = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + V / (16.0 * l * h))
+        flops = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + V / (12.0 * l * h))  # logits: 6 b s h V
         print(json.dumps({"bench": "torch_train", "config": name, "torch": torch.__version__,
                           "threads": args.threads, "precision": "bf16-autocast" if args.bf16 else "fp32",
                           "ms_median": round(ms, 2),

@@ -58,7 +58,7 @@ def run(mode, l, h, a, s, V, b, iters, warmup):
             times.append(t0.elapsed_time(t1))
     times.sort()
     ms = times[len(times) // 2]
-    flops = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + V / (16.0 * l * h))
+    flops = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + V / (12.0 * l * h))  # logits: 6 b s h V
     print(json.dumps({"bench": "torch_gpu_train", "mode": mode, "torch": torch.__version__,
                       "gpu": torch.cuda.get_device_name(), "l": l, "h": h, "s": s, "b": b,
                       "ms_median": round(ms, 2), "tokens_per_s": round(b * s / (ms / 1e3), 1),

@@ -301,7 +301,7 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);
     printf("  T_iter = pipeline + data + embedding + optimizer + overhead = %.6g s\n",
            e->iteration_s);
-    printf("  F = %d B s l h^2 (1 + s/(6h)%s + V/(16 l h)) = %.6g FLOP; F / (n T_iter) = %.4g "
+    printf("  F = %d B s l h^2 (1 + s/(6h)%s) + 6 B s h V = %.6g FLOP; F / (n T_iter) = %.4g "
            "TFLOP/s per device\n",
            L->recompute && !selective ? 96 : 72, selective ? " + s/(18h)" : "", e->model_flops,
            e->model_flops / (n * e->iteration_s) / 1e12);

@@ -204,9 +204,12 @@ void ptdp_gpt_chunk_bwd_weight(ptdp_gpt_chunk *c, int slot);
  * generation. */
 void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld, float *logits);
 
-/* The paper's FLOPs per iteration: 72 B s l h^2 (1 + s/6h + V/16lh), 96
- * instead of 72 with full recomputation, + 4 B s^2 h l (core attention rerun)
- * with selective. recompute: PTDP_RECOMPUTE_* (0: none). */
+/* Model FLOPs per iteration, the paper's count: 72 B s l h^2 (1 + s/6h) for
+ * the layers (96 with full recomputation, + 4 B s^2 h l for selective's
+ * core-attention rerun) plus 6 B s h V for the logit layer, which is never
+ * recomputed: the paper's eq. (3), 96 B s l h^2 (1 + s/6h + V/16lh), with
+ * full recomputation, and 72 B s l h^2 (1 + s/6h + V/12lh) without.
+ * recompute: PTDP_RECOMPUTE_* (0: none). */
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t global_batch, int recompute);
 /* Megatron-LM's num_floating_point_operations for this GPT (dense GeLU MLP of
  * ffn_hidden, one key/value per head, causal attention counted at half the

@@ -59,8 +59,11 @@ double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int
                  h = (double)job->h, V = (double)vocab_padded;
     const int selective = recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     /* selective reruns core attention's two s x s GEMMs: 4 B s^2 h l */
+    /* the logit layer (6 B s h V) is never recomputed: the paper's
+     * V / (16 l h) term belongs to its 96 only */
     return (recompute && !selective ? 96.0 : 72.0) * B * s * l * h * h *
-           (1.0 + s / (6.0 * h) + (selective ? s / (18.0 * h) : 0.0) + V / (16.0 * l * h));
+               (1.0 + s / (6.0 * h) + (selective ? s / (18.0 * h) : 0.0)) +
+           6.0 * B * s * h * V;
 }
 
 /* Ring all-reduce of `bytes` over n devices joined by a link of bus

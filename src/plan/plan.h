@@ -282,7 +282,7 @@ typedef struct {
     int64_t vocab_padded;
     double iteration_s;       /* the prediction */
     double tflops_per_device; /* the paper's model FLOPs / (iteration_s * n) / 1e12 */
-    double model_flops;       /* the paper's F = 96 (72 without recomputation) B s l h^2 (...) */
+    double model_flops;       /* the paper's F (ptdp_plan_model_flops) */
     double bubble_fraction;   /* from the simulator: (makespan - ideal) / ideal */
     double pipeline_s;        /* the simulated makespan of the forward and backward passes */
     double comm_s[PTDP_COMM_COUNT]; /* per iteration, on the busiest rank's critical path */
@@ -308,8 +308,10 @@ typedef struct {
 int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
                               const ptdp_plan_layout *L, ptdp_plan_estimate *est);
 
-/* The paper's FLOPs of one iteration (eq. 3): 96 B s l h^2 (1 + s/(6h) +
- * V/(16 l h)) with full recomputation, 72 without; V padded. Selective
+/* The paper's FLOPs of one iteration: its eq. (3), 96 B s l h^2 (1 + s/(6h) +
+ * V/(16 l h)), with full recomputation; without, the layers' 72 B s l h^2
+ * (1 + s/(6h)) and the logit layer's 6 B s h V, which no recomputation
+ * reruns (72 B s l h^2 (1 + s/(6h) + V/(12 l h))); V padded. Selective
  * recomputation (job->recompute_method) adds 4 B s^2 h l. */
 double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute);
 

@@ -114,7 +114,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const ptdp_step_stats *st = &r->st;
     const int64_t B = p->trainer.global_batch, s = p->trainer.cfg.seq_length;
     const int n = r->comm->world_size;
-    /* the paper's 96 instead of 72: full recomputation reruns the forward */
+    /* the paper's count: full recomputation reruns the layers' forward */
     const double flops = ptdp_gpt_flops_per_iter(&p->trainer.cfg, B, p->trainer.recompute_method);
     r->t_interval += dt;
     r->t_total += dt;
