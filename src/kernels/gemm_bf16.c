@@ -48,7 +48,7 @@ typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout *
     int64_t K, N, ldb;
     uint64_t gen, hash;
     void *buf;
-    dnnl_memory_t mem;
+    dnnl_memory_t mem, from; /* the copy; the fp32 weights (pointed at src at each refresh) */
     dnnl_primitive_t reorder;
     dnnl_memory_desc_t md; /* the layout, chosen by the matmul that first used it */
 } wcopy;
@@ -129,6 +129,7 @@ static void drop_copies(const float *lo, const float *hi) {
         wcopy *c = &g.w[i];
         if (c->src >= lo && c->src < hi) {
             dnnl_memory_destroy(c->mem);
+            dnnl_memory_destroy(c->from);
             dnnl_primitive_destroy(c->reorder);
             free(c->buf);
         } else {
@@ -190,15 +191,17 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
         dnnl_dims_t d, st;
         b_dims(sh->tb, sh->K, sh->N, ldb, d, st);
         dnnl_primitive_desc_t rpd = NULL;
-        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, *dst};
+        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, NULL, *dst};
         if (dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) != dnnl_success ||
             dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) != dnnl_success)
             return NULL;
         const int ok = dnnl_primitive_create(&c.reorder, rpd) == dnnl_success &&
                        (c.buf = malloc(dnnl_memory_desc_get_size(dst))) != NULL &&
-                       dnnl_memory_create(&c.mem, dst, g.eng, c.buf) == dnnl_success;
+                       dnnl_memory_create(&c.mem, dst, g.eng, c.buf) == dnnl_success &&
+                       dnnl_memory_create(&c.from, &src, g.eng, DNNL_MEMORY_NONE) == dnnl_success;
         dnnl_primitive_desc_destroy(rpd);
         if (!ok) {
+            if (c.mem) dnnl_memory_destroy(c.mem);
             if (c.reorder) dnnl_primitive_destroy(c.reorder);
             free(c.buf);
             return NULL;
@@ -207,16 +210,11 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
         *w = c;
     }
     if (w->gen != gen) {
-        const_dnnl_primitive_desc_t rpd;
-        dnnl_primitive_get_primitive_desc(w->reorder, &rpd);
-        dnnl_memory_t msrc;
-        dnnl_status_t st = dnnl_memory_create(
-            &msrc, dnnl_primitive_desc_query_md(rpd, dnnl_query_src_md, 0), g.eng, (void *)B);
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, msrc}, {DNNL_ARG_TO, w->mem}};
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, w->from}, {DNNL_ARG_TO, w->mem}};
+        dnnl_status_t st = dnnl_memory_set_data_handle(w->from, (void *)B);
         if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g.strm, 2, args);
         if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
         PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
-        dnnl_memory_destroy(msrc);
         w->gen = gen;
         if (g.check) w->hash = hash_b(B, rows, cols, ldb);
     } else if (g.check) {
