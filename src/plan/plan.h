@@ -280,11 +280,11 @@ typedef struct {
     int m;        /* micro-batches per pipeline, B / (b d) */
     int schedule; /* resolved kind */
     int64_t vocab_padded;
-    double iteration_s;       /* the prediction */
-    double tflops_per_device; /* the paper's model FLOPs / (iteration_s * n) / 1e12 */
-    double model_flops;       /* the paper's F (ptdp_plan_model_flops) */
-    double bubble_fraction;   /* from the simulator: (makespan - ideal) / ideal */
-    double pipeline_s;        /* the simulated makespan of the forward and backward passes */
+    double iteration_s;             /* the prediction */
+    double tflops_per_device;       /* the paper's model FLOPs / (iteration_s * n) / 1e12 */
+    double model_flops;             /* the paper's F (ptdp_plan_model_flops) */
+    double bubble_fraction;         /* from the simulator: (makespan - ideal) / ideal */
+    double pipeline_s;              /* the simulated makespan of the forward and backward passes */
     double comm_s[PTDP_COMM_COUNT]; /* per iteration, on the busiest rank's critical path */
     double optimizer_s;             /* the optimizer step (memory bound) */
     double overhead_s;              /* the cluster's fixed cost */
