@@ -213,6 +213,14 @@ typedef enum {
 /* PTDP_RECOMPUTE_* for a name of the table ("uniform", ...), or -1. */
 int ptdp_recompute_method_parse(const char *name);
 const char *ptdp_recompute_method_name(int method);
+/* Model FLOPs of one iteration of a GPT (global batch B, sequence s, l layers,
+ * hidden h, padded vocabulary V), the paper's count: 72 B s l h^2 (1 + s/6h)
+ * for the layers (96 with full recomputation, uniform or block; selective adds
+ * core attention's rerun, 4 B s^2 h l) plus 6 B s h V for the logit layer,
+ * which nothing recomputes. So the paper's eq. (3), 96 B s l h^2 (1 + s/6h +
+ * V/16lh), with full recomputation and 72 B s l h^2 (1 + s/6h + V/12lh)
+ * without. The one formula `ptdp train`, bench_train and the planner report. */
+double ptdp_model_flops(double B, double s, double l, double h, double V, int recompute);
 
 /* ---- fault injection (tests) -------------------------------------------- */
 /* The one hook through which tests make ptdp fail on purpose. It is compiled

@@ -234,3 +234,11 @@ const char *ptdp_recompute_method_name(int method) {
     PTDP_ASSERT(method >= 0 && method < (int)(sizeof recompute_names / sizeof recompute_names[0]));
     return recompute_names[method];
 }
+
+double ptdp_model_flops(double B, double s, double l, double h, double V, int recompute) {
+    const int full = recompute == PTDP_RECOMPUTE_UNIFORM || recompute == PTDP_RECOMPUTE_BLOCK;
+    /* selective reruns core attention's two s x s GEMMs: 72 B s l h^2 * s / (18 h) */
+    const double rerun = recompute == PTDP_RECOMPUTE_SELECTIVE ? s / (18.0 * h) : 0.0;
+    return (full ? 96.0 : 72.0) * B * s * l * h * h * (1.0 + s / (6.0 * h) + rerun) +
+           6.0 * B * s * h * V;
+}

@@ -154,18 +154,8 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
 }
 
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recompute) {
-    double s = (double)cfg->seq_length, l = (double)cfg->num_layers, h = (double)cfg->hidden;
-    double V = (double)cfg->vocab_padded;
-    const int full = recompute != PTDP_RECOMPUTE_NONE && recompute != PTDP_RECOMPUTE_SELECTIVE;
-    /* selective reruns core attention's two s x s GEMMs, 4 B s^2 h per layer
-     * (Korthikanti et al.'s hardware FLOPs): 72 B s l h^2 * s / (18 h) */
-    const double rerun_attention = recompute == PTDP_RECOMPUTE_SELECTIVE ? s / (18.0 * h) : 0.0;
-    /* the logit layer is never recomputed: 6 B s h V (forward, input and
-     * weight gradients) whatever the layers do, which is the paper's
-     * V / (16 l h) of its 96 and V / (12 l h) of 72 */
-    return (full ? 96.0 : 72.0) * (double)B * s * l * h * h *
-               (1.0 + s / (6.0 * h) + rerun_attention) +
-           6.0 * (double)B * s * h * V;
+    return ptdp_model_flops((double)B, (double)cfg->seq_length, (double)cfg->num_layers,
+                            (double)cfg->hidden, (double)cfg->vocab_padded, recompute);
 }
 
 double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t B) {

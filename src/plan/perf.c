@@ -55,15 +55,12 @@ ptdp_plan_job ptdp_plan_job_default_params(void) {
 }
 
 double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int recompute) {
-    const double B = (double)job->global_batch, s = (double)job->s, l = (double)job->layers,
-                 h = (double)job->h, V = (double)vocab_padded;
-    const int selective = recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
-    /* selective reruns core attention's two s x s GEMMs: 4 B s^2 h l */
-    /* the logit layer (6 B s h V) is never recomputed: the paper's
-     * V / (16 l h) term belongs to its 96 only */
-    return (recompute && !selective ? 96.0 : 72.0) * B * s * l * h * h *
-               (1.0 + s / (6.0 * h) + (selective ? s / (18.0 * h) : 0.0)) +
-           6.0 * B * s * h * V;
+    return ptdp_model_flops((double)job->global_batch, (double)job->s, (double)job->layers,
+                            (double)job->h, (double)vocab_padded,
+                            !recompute ? PTDP_RECOMPUTE_NONE
+                            : job->recompute_method == PTDP_RECOMPUTE_SELECTIVE
+                                ? PTDP_RECOMPUTE_SELECTIVE
+                                : PTDP_RECOMPUTE_UNIFORM);
 }
 
 /* Ring all-reduce of `bytes` over n devices joined by a link of bus
