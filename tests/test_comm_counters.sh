@@ -4,7 +4,8 @@
 # ZeRO-1's reduce-scatter and all-gather (--use-distributed-optimizer), the
 # embedding group's tied-embedding all-reduce (p > 1), and the model group's
 # gradient-norm all-reduce, and sequence parallelism's all-gathers and
-# reduce-scatters in the tensor group. Every expected number is derived below from the
+# reduce-scatters in the tensor group, and the 16-bit messages of --bf16 and
+# --fp16. Every expected number is derived below from the
 # configuration alone (parameter shapes, 16-float alignment, padding of the
 # flat buffer to 16*d, bucket cuts of --ddp-bucket-size); rank 0's whole
 # `--log-comm` report must equal it line for line.
@@ -108,4 +109,36 @@ pipeline recv $((iters * m)) $((iters * m * 4 * Ns * h))
 model all-reduce $iters $((iters * 16))
 embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
 expect "t=2 p=2 --sequence-parallel" "$got" "$want"
+
+# 5. The same under --bf16: the activations and their gradients travel as
+# 16-bit values (2 bytes each: the all-gathers, the reduce-scatters, the
+# pipeline's messages); the gradients of the replicated parameters, the tied
+# embedding's and the norm's stay fp32 (Megatron's main_grad).
+got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
+    --sequence-parallel --bf16)
+want="$WORLD
+tensor all-reduce $((iters * 7)) $((iters * 4 * (s * h + 6 * h)))
+tensor all-gather $((iters * m * 7)) $((iters * m * 7 * 2 * Ns * h))
+tensor reduce-scatter $((iters * m * 5)) $((iters * m * 5 * 2 * N * h))
+pipeline send $((iters * m)) $((iters * m * 2 * Ns * h))
+pipeline recv $((iters * m)) $((iters * m * 2 * Ns * h))
+model all-reduce $iters $((iters * 16))
+embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
+expect "t=2 p=2 --sequence-parallel --bf16" "$got" "$want"
+
+# 6. --fp16, t=2, p=2 without sequence parallelism: per micro-batch the
+# embedding's all-reduce and the layer's two forward and two backward ones
+# of N*h 16-bit values; the pipeline's messages are scattered (each tensor
+# rank sends N*h/t values) and the received gradient is all-gathered over
+# the tensor group (the paper's scatter/gather).
+got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
+    --fp16)
+want="$WORLD
+tensor all-reduce $((iters * m * 5)) $((iters * m * 5 * 2 * N * h))
+tensor all-gather $((iters * m)) $((iters * m * 2 * N * h / t))
+pipeline send $((iters * m)) $((iters * m * 2 * N * h / t))
+pipeline recv $((iters * m)) $((iters * m * 2 * N * h / t))
+model all-reduce $iters $((iters * 16))
+embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
+expect "t=2 p=2 --fp16" "$got" "$want"
 finish

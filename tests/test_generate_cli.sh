@@ -76,5 +76,12 @@ rm "$TMP/h.config.json"
 tp=$("$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 \
     --temperature 0 --tensor-model-parallel-size 2 2>"$TMP/err_tp")
 [ "$tp" = "$greedy" ] && ok || fail "t=2 greedy '$tp' differs from t=1 '$greedy' ($(cat "$TMP/err_tp"))"
+# the same in 16 bits (the tensor all-reduces move 16-bit values)
+for prec in bf16 fp16; do
+    one=$("$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 --temperature 0 --$prec 2>/dev/null)
+    two=$("$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 \
+        --temperature 0 --tensor-model-parallel-size 2 --$prec 2>"$TMP/err_tp")
+    [ -n "$one" ] && [ "$two" = "$one" ] && ok || fail "--$prec t=2 greedy '$two' differs from t=1 '$one' ($(cat "$TMP/err_tp"))"
+done
 
 finish

@@ -217,8 +217,56 @@ static void test_known(void) {
     CHECK(ptdp_f32_to_f16(bitsf(0x7f802000u)) == 0x7e01);
 }
 
+/* ptdp_pack_n / ptdp_unpack_n (the 16-bit messages of --bf16/--fp16): in
+ * place, and into an overlapping place below the source (the all-gather's
+ * block r moves from 4 r n to 2 r n bytes), bit for bit the scalar
+ * conversions, for lengths around the 1024-value blocks. */
+static void test_pack(ptdp_dtype dt) {
+    const int64_t lens[] = {0, 1, 1023, 1024, 1025, 3000};
+    const int bf16 = dt == PTDP_DTYPE_BF16;
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        const int64_t n = lens[k];
+        float *x = fmalloc(2 * n + 1), *src = fmalloc(n + 1);
+        uint64_t st = 12345 + (uint64_t)n;
+        for (int64_t i = 0; i < n; i++) { /* off-grid values of many magnitudes */
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const float m = (float)((st >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+            src[i] = ldexpf(m, (int)((st >> 20) % 40) - 20);
+        }
+        int bad = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 0: in place; pass 1: from x + n floats to x + n/2 */
+            float *from = x + (pass ? n : 0);
+            void *to = pass ? (void *)((uint16_t *)(void *)x + n) : (void *)from;
+            memcpy(from, src, (size_t)n * 4);
+            ptdp_pack_n(to, from, n, dt);
+            for (int64_t i = 0; i < n; i++) {
+                const uint16_t want = bf16 ? ptdp_f32_to_bf16(src[i]) : ptdp_f32_to_f16(src[i]);
+                uint16_t got;
+                memcpy(&got, (char *)to + 2 * i, 2);
+                bad += got != want;
+            }
+            ptdp_unpack_n(from, to, n, dt);
+            for (int64_t i = 0; i < n; i++) {
+                const uint16_t h = bf16 ? ptdp_f32_to_bf16(src[i]) : ptdp_f32_to_f16(src[i]);
+                const float want = bf16 ? ptdp_bf16_to_f32(h) : ptdp_f16_to_f32(h);
+                bad += fbits(from[i]) != fbits(want);
+            }
+        }
+        CHECK(bad == 0);
+        free(x);
+        free(src);
+    }
+    float one = 1.5f; /* fp32: a no-op in place */
+    ptdp_pack_n(&one, &one, 1, PTDP_DTYPE_FP32);
+    ptdp_unpack_n(&one, &one, 1, PTDP_DTYPE_FP32);
+    CHECK(one == 1.5f);
+}
+
 int main(void) {
     printf("bulk conversions use: %s\n", ptdp_half_simd());
+    test_pack(PTDP_DTYPE_BF16);
+    test_pack(PTDP_DTYPE_FP16);
     test_known();
     test_widen(0);
     test_widen(1);

@@ -354,6 +354,17 @@ typedef enum {
 } ptdp_dtype;
 const char *ptdp_dtype_name(ptdp_dtype d);
 
+/* Messages of a 16-bit run: the n values of src (fp32 storage) as n
+ * 16-bit values of dt at dst (bf16, fp16; fp32: the floats themselves),
+ * rounded as ptdp_f32_to_bf16/f16 round (exact for values on the grid).
+ * dst may overlap src if it does not start after it (packing in place:
+ * dst == src). Single-threaded, fixed-size stack blocks, no allocation. */
+void ptdp_pack_n(void *dst, const float *src, int64_t n, ptdp_dtype dt);
+/* The inverse, exact: dst may overlap src if it does not start before it
+ * (unpacking in place: dst == src, the 16-bit values in its first 2 n
+ * bytes). */
+void ptdp_unpack_n(float *dst, const void *src, int64_t n, ptdp_dtype dt);
+
 /* Which instructions the bulk functions use on this CPU: "f16c+avx512bf16",
  * "f16c" or "portable" (for logs and tests). */
 const char *ptdp_half_simd(void);

@@ -226,3 +226,46 @@ const char *ptdp_dtype_name(ptdp_dtype d) {
     };
     return d >= 0 && d < (int)(sizeof names / sizeof names[0]) ? names[d] : "?";
 }
+
+/* ---- packing 16-bit messages (in place) --------------------------------------- */
+
+enum { PACK_BLK = 1024 };
+
+void ptdp_pack_n(void *dst, const float *src, int64_t n, ptdp_dtype dt) {
+    if (dt == PTDP_DTYPE_FP32) {
+        if (dst != src && n > 0) memmove(dst, src, (size_t)n * 4);
+        return;
+    }
+    /* forwards, a block at a time through the stack: block k is read before
+     * any of it is written over, and the 16-bit output at dst + 2 i never
+     * reaches the floats after i, which are still to be read */
+    unsigned char *d = dst;
+    for (int64_t i0 = 0; i0 < n; i0 += PACK_BLK) {
+        uint16_t h[PACK_BLK];
+        const int64_t m = n - i0 < PACK_BLK ? n - i0 : PACK_BLK;
+        if (dt == PTDP_DTYPE_BF16)
+            ptdp_f32_to_bf16_n(h, src + i0, m);
+        else
+            ptdp_f32_to_f16_n(h, src + i0, m);
+        memcpy(d + 2 * i0, h, (size_t)m * 2);
+    }
+}
+
+void ptdp_unpack_n(float *dst, const void *src, int64_t n, ptdp_dtype dt) {
+    if (dt == PTDP_DTYPE_FP32) {
+        if (dst != src && n > 0) memmove(dst, src, (size_t)n * 4);
+        return;
+    }
+    /* backwards: the floats written at dst + 4 i lie above the 16-bit values
+     * before i, which are still to be read */
+    const unsigned char *s = src;
+    for (int64_t i0 = (n - 1) / PACK_BLK * PACK_BLK; n > 0 && i0 >= 0; i0 -= PACK_BLK) {
+        uint16_t h[PACK_BLK];
+        const int64_t m = n - i0 < PACK_BLK ? n - i0 : PACK_BLK;
+        memcpy(h, s + 2 * i0, (size_t)m * 2);
+        if (dt == PTDP_DTYPE_BF16)
+            ptdp_bf16_to_f32_n(dst + i0, h, m);
+        else
+            ptdp_f16_to_f32_n(dst + i0, h, m);
+    }
+}

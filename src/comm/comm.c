@@ -233,22 +233,70 @@ void ptdp_barrier(ptdp_group *g) {
     inflight_end(g);
 }
 
-void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
+void ptdp_allgather_dt(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
     PTDP_ASSERT(n >= 0 && n <= INT32_MAX);
-    count(g, PTDP_OP_ALLGATHER, n * 4);
+    count(g, PTDP_OP_ALLGATHER, n * (int64_t)ptdp_comm_dtype_size(dt));
     inflight_begin(g, PTDP_OP_ALLGATHER, -1);
-    ops_of(g)->allgather(g, buf, n, PTDP_COMM_F32);
+    ops_of(g)->allgather(g, buf, n, dt);
     inflight_end(g);
 }
+void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n) {
+    ptdp_allgather_dt(g, buf, n, PTDP_COMM_F32);
+}
 
-void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n) {
-    PTDP_ASSERT(n >= 0 && (int64_t)n * (g->size > 1 ? g->size : 1) <= INT32_MAX);
-    PTDP_ASSERT_MSG(send + n * (g->size > 1 ? g->size : 1) <= recv || recv + n <= send,
+static void reduce_scatter_sum(ptdp_group *g, const void *send, void *recv, int64_t n,
+                               ptdp_comm_dtype dt) {
+    const int64_t blocks = g->size > 1 ? g->size : 1, es = (int64_t)ptdp_comm_dtype_size(dt);
+    const char *s = send, *r = recv;
+    PTDP_ASSERT(n >= 0 && n * blocks <= INT32_MAX);
+    PTDP_ASSERT_MSG(s + n * blocks * es <= r || r + n * es <= s,
                     "reduce-scatter: send and recv overlap");
-    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * 4);
+    count(g, PTDP_OP_REDUCE_SCATTER, n * g->size * es);
     inflight_begin(g, PTDP_OP_REDUCE_SCATTER, -1);
-    ops_of(g)->reduce_scatter(g, send, recv, n, PTDP_COMM_F32);
+    ops_of(g)->reduce_scatter(g, send, recv, n, dt);
     inflight_end(g);
+}
+void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n) {
+    reduce_scatter_sum(g, send, recv, n, PTDP_COMM_F32);
+}
+
+ptdp_comm_dtype ptdp_comm_act_dtype(ptdp_dtype dt) {
+    return dt == PTDP_DTYPE_BF16   ? PTDP_COMM_BF16
+           : dt == PTDP_DTYPE_FP16 ? PTDP_COMM_F16
+                                   : PTDP_COMM_F32;
+}
+
+void ptdp_allreduce_sum_act(ptdp_group *g, float *buf, int64_t n, ptdp_dtype dt) {
+    if (dt == PTDP_DTYPE_FP32 || g->size <= 1) {
+        ptdp_allreduce_sum_f32(g, buf, n);
+        return;
+    }
+    ptdp_pack_n(buf, buf, n, dt);
+    allreduce(g, buf, n, ptdp_comm_act_dtype(dt), PTDP_COMM_SUM);
+    ptdp_unpack_n(buf, buf, n, dt);
+}
+
+void ptdp_allgather_act(ptdp_group *g, float *buf, int64_t n, ptdp_dtype dt) {
+    if (dt == PTDP_DTYPE_FP32 || g->size <= 1) {
+        ptdp_allgather_f32(g, buf, n);
+        return;
+    }
+    /* this member's block to its place among 16-bit blocks: 2 r n bytes in,
+     * not after its fp32 place at 4 r n */
+    ptdp_pack_n((uint16_t *)(void *)buf + (int64_t)g->rank * n, buf + (int64_t)g->rank * n, n, dt);
+    ptdp_allgather_dt(g, buf, n, ptdp_comm_act_dtype(dt));
+    ptdp_unpack_n(buf, buf, n * g->size, dt);
+}
+
+void ptdp_reduce_scatter_sum_act(ptdp_group *g, float *send, float *recv, int64_t n,
+                                 ptdp_dtype dt) {
+    if (dt == PTDP_DTYPE_FP32 || g->size <= 1) {
+        ptdp_reduce_scatter_sum_f32(g, send, recv, n);
+        return;
+    }
+    ptdp_pack_n(send, send, n * g->size, dt);
+    reduce_scatter_sum(g, send, recv, n, ptdp_comm_act_dtype(dt));
+    ptdp_unpack_n(recv, recv, n, dt);
 }
 
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root) {
@@ -308,29 +356,37 @@ void *ptdp_gatherv_bytes(ptdp_group *g, const void *send, int64_t nbytes, int64_
     return out;
 }
 
-void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag,
-                    ptdp_comm_req *req) {
+void ptdp_isend_dt(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                   ptdp_comm_req *req) {
     PTDP_ASSERT(g->size > 1 && n >= 0 && n <= INT32_MAX && peer >= 0 && peer < g->size);
     const ptdp_comm_ops *ops = ops_of(g);
     *req = PTDP_COMM_REQ_NULL;
-    count(g, PTDP_OP_SEND, n * 4);
-    ops->isend(g, buf, n, PTDP_COMM_F32, peer, tag, req);
+    count(g, PTDP_OP_SEND, n * (int64_t)ptdp_comm_dtype_size(dt));
+    ops->isend(g, buf, n, dt, peer, tag, req);
     req->ops = ops;
     req->group = g;
     req->op = PTDP_OP_SEND;
     req->peer = peer;
 }
+void ptdp_isend_f32(ptdp_group *g, const float *buf, int64_t n, int peer, int tag,
+                    ptdp_comm_req *req) {
+    ptdp_isend_dt(g, buf, n, PTDP_COMM_F32, peer, tag, req);
+}
 
-void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
+void ptdp_irecv_dt(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                   ptdp_comm_req *req) {
     PTDP_ASSERT(g->size > 1 && n >= 0 && n <= INT32_MAX && peer >= 0 && peer < g->size);
     const ptdp_comm_ops *ops = ops_of(g);
     *req = PTDP_COMM_REQ_NULL;
-    count(g, PTDP_OP_RECV, n * 4);
-    ops->irecv(g, buf, n, PTDP_COMM_F32, peer, tag, req);
+    count(g, PTDP_OP_RECV, n * (int64_t)ptdp_comm_dtype_size(dt));
+    ops->irecv(g, buf, n, dt, peer, tag, req);
     req->ops = ops;
     req->group = g;
     req->op = PTDP_OP_RECV;
     req->peer = peer;
+}
+void ptdp_irecv_f32(ptdp_group *g, float *buf, int64_t n, int peer, int tag, ptdp_comm_req *req) {
+    ptdp_irecv_dt(g, buf, n, PTDP_COMM_F32, peer, tag, req);
 }
 
 void ptdp_wait(ptdp_comm_req *req) {

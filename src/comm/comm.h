@@ -51,13 +51,15 @@ typedef enum {
 const char *ptdp_comm_op_name(ptdp_comm_op op);
 
 /* Element types and reductions the backends must support (name, bytes). */
-#define PTDP_COMM_DTYPES(X)    \
-    X(PTDP_COMM_F32, "f32", 4) \
-    X(PTDP_COMM_F64, "f64", 8) \
-    X(PTDP_COMM_I32, "i32", 4) \
-    X(PTDP_COMM_I64, "i64", 8) \
-    X(PTDP_COMM_U64, "u64", 8) \
-    X(PTDP_COMM_BYTE, "byte", 1)
+#define PTDP_COMM_DTYPES(X)      \
+    X(PTDP_COMM_F32, "f32", 4)   \
+    X(PTDP_COMM_F64, "f64", 8)   \
+    X(PTDP_COMM_I32, "i32", 4)   \
+    X(PTDP_COMM_I64, "i64", 8)   \
+    X(PTDP_COMM_U64, "u64", 8)   \
+    X(PTDP_COMM_BYTE, "byte", 1) \
+    X(PTDP_COMM_BF16, "bf16", 2) \
+    X(PTDP_COMM_F16, "f16", 2)
 typedef enum {
 #define PTDP__DT_ENUM(e, s, n) e,
     PTDP_COMM_DTYPES(PTDP__DT_ENUM)
@@ -215,6 +217,32 @@ void ptdp_allgather_f32(ptdp_group *g, float *buf, int64_t n);
  * the tensor group's all-reduce split in two). Counts n*size floats, the
  * bytes an all-reduce of `send` would count. */
 void ptdp_reduce_scatter_sum_f32(ptdp_group *g, const float *send, float *recv, int64_t n);
+/* Activations of a 16-bit run on the wire. Under --bf16/--fp16 the model's
+ * activations and their gradients are bf16/fp16 values held in fp32 storage
+ * (kernels.h); these move them as 16-bit values, as Megatron's bf16/fp16
+ * tensors travel: half the bytes (counted as such). Each packs the values in
+ * place (ptdp_pack_n), runs the operation on the 16-bit values and unpacks
+ * the result into fp32 storage. The all-reduce and the reduce-scatter sum in
+ * fp32 and round each partial sum to the 16-bit grid (what NCCL does with
+ * bf16/fp16 buffers): over two members that is the rounded fp32 sum. With dt
+ * fp32, and on a group of one, each is its _f32 call. */
+void ptdp_allreduce_sum_act(ptdp_group *g, float *buf, int64_t n, ptdp_dtype dt);
+/* As ptdp_allgather_f32: block `rank` of buf [size, n] is this member's. */
+void ptdp_allgather_act(ptdp_group *g, float *buf, int64_t n, ptdp_dtype dt);
+/* As ptdp_reduce_scatter_sum_f32; a 16-bit dt packs `send` in place (its
+ * contents are lost). */
+void ptdp_reduce_scatter_sum_act(ptdp_group *g, float *send, float *recv, int64_t n, ptdp_dtype dt);
+/* The 16-bit building blocks of the pipeline's messages (the executor packs
+ * and unpacks around them): buf holds n values of dt (PTDP_COMM_F32, BF16 or
+ * F16) in its first n * size bytes. */
+void ptdp_allgather_dt(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt);
+void ptdp_isend_dt(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                   ptdp_comm_req *req);
+void ptdp_irecv_dt(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt, int peer, int tag,
+                   ptdp_comm_req *req);
+/* The element type a training precision's activations travel as. */
+ptdp_comm_dtype ptdp_comm_act_dtype(ptdp_dtype dt);
+
 /* Gathers n floats from every member into recv [size, n] on `root` (recv
  * may be NULL elsewhere). Counts n floats. */
 void ptdp_gather_f32(ptdp_group *g, const float *send, int64_t n, float *recv, int root);

@@ -42,13 +42,47 @@ static MPI_Datatype mpi_type(ptdp_comm_dtype dt) {
         return MPI_UINT64_T;
     case PTDP_COMM_BYTE:
         return MPI_BYTE;
+    case PTDP_COMM_BF16:
+    case PTDP_COMM_F16:
+        return MPI_UINT16_T;
     default:
         break;
     }
     PTDP_ASSERT_MSG(0, "unknown communication data type");
     return MPI_DATATYPE_NULL;
 }
-static MPI_Op mpi_op(ptdp_comm_reduce op) { return op == PTDP_COMM_MAX ? MPI_MAX : MPI_SUM; }
+/* Sums of bf16 / fp16 values (MPI has neither type): each pair is added in
+ * fp32 and the sum rounded back to 16 bits, as NCCL reduces such buffers.
+ * Created at init, freed before MPI_Finalize. */
+static MPI_Op g_sum16[2] = {MPI_OP_NULL, MPI_OP_NULL};
+static void sum16(const void *in, void *inout, int len, ptdp_dtype dt) {
+    enum { BLK = 512 };
+    float a[BLK], b[BLK];
+    for (int i0 = 0; i0 < len; i0 += BLK) {
+        const int m = len - i0 < BLK ? len - i0 : BLK;
+        uint16_t *io = (uint16_t *)inout + i0;
+        ptdp_unpack_n(a, (const uint16_t *)in + i0, m, dt);
+        ptdp_unpack_n(b, io, m, dt);
+        for (int i = 0; i < m; i++) a[i] += b[i];
+        ptdp_pack_n(io, a, m, dt);
+    }
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *ty) {
+    (void)ty;
+    sum16(in, inout, *len, PTDP_DTYPE_BF16);
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *ty) {
+    (void)ty;
+    sum16(in, inout, *len, PTDP_DTYPE_FP16);
+}
+
+static MPI_Op mpi_op(ptdp_comm_reduce op, ptdp_comm_dtype dt) {
+    if (dt == PTDP_COMM_BF16 || dt == PTDP_COMM_F16) {
+        PTDP_ASSERT_MSG(op == PTDP_COMM_SUM, "16-bit reductions are sums only");
+        return g_sum16[dt == PTDP_COMM_F16];
+    }
+    return op == PTDP_COMM_MAX ? MPI_MAX : MPI_SUM;
+}
 
 static void mpi_abort_hook(void) {
     int init = 0, fin = 0;
@@ -70,6 +104,8 @@ static int mpi_init(ptdp_comm *c, int *argc, char ***argv) {
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
     ptdp_set_abort_hook(mpi_abort_hook);
+    MPI_CHECK(MPI_Op_create(sum_bf16, 1, &g_sum16[0]));
+    MPI_CHECK(MPI_Op_create(sum_f16, 1, &g_sum16[1]));
     c->world.impl = c->world_size > 1 ? box(MPI_COMM_WORLD) : NULL;
     return PTDP_OK;
 }
@@ -101,6 +137,8 @@ static void mpi_group_free(ptdp_group *g) {
 
 static void mpi_finalize(ptdp_comm *c) {
     mpi_group_free(&c->world);
+    for (int i = 0; i < 2; i++)
+        if (g_sum16[i] != MPI_OP_NULL) MPI_CHECK(MPI_Op_free(&g_sum16[i]));
     MPI_CHECK(MPI_Finalize());
 }
 
@@ -120,7 +158,7 @@ static int mpi_node_size(const ptdp_comm *c) {
 
 static void mpi_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                           ptdp_comm_reduce op) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g)));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op, dt), comm_of(g)));
 }
 
 static void mpi_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
@@ -156,21 +194,22 @@ static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *r
 
 static void mpi_reduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
                                ptdp_comm_dtype dt) {
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g)));
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_op(PTDP_COMM_SUM, dt),
+                                       comm_of(g)));
 }
 
 static void mpi_barrier(ptdp_group *g) { MPI_CHECK(MPI_Barrier(comm_of(g))); }
 
 static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                            ptdp_comm_reduce op, ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op), comm_of(g),
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op, dt), comm_of(g),
                              req_of(req)));
 }
 
 static void mpi_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
                                 ptdp_comm_dtype dt, ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), MPI_SUM, comm_of(g),
-                                        req_of(req)));
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_op(PTDP_COMM_SUM, dt),
+                                        comm_of(g), req_of(req)));
 }
 
 static void mpi_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer,

@@ -65,8 +65,9 @@ typedef struct {
  * tables of this version hold 16-bit values in fp32 storage: every op writes
  * its activation outputs rounded to the dtype's grid (gemm: C when beta == 0;
  * beta != 0 accumulates a weight gradient, kept fp32), so the values, and so
- * the results, are those of 16-bit tensors, while memory and messages still
- * take 4 bytes per element. */
+ * the results, are those of 16-bit tensors, while memory still takes 4 bytes
+ * per element (messages between ranks are packed to 2: comm.h's _act
+ * collectives, the pipeline executor). */
 typedef struct ptdp_ops {
     const char *name;
     ptdp_dtype dtype; /* the grid of activations and working weights */

@@ -170,10 +170,8 @@ static void attend(ptdp_generator *g, int64_t i, int64_t n, int64_t pos0) {
 }
 
 static void allreduce(ptdp_generator *g, float *buf, int64_t n) {
-    if (g->t > 1) {
-        ptdp_allreduce_sum_f32(g->tp, buf, n);
-        g->ops->quantize(buf, n); /* back to the table's grid (16-bit runs) */
-    }
+    /* 16-bit runs: 16-bit values on the wire, the sum back on the grid */
+    if (g->t > 1) ptdp_allreduce_sum_act(g->tp, buf, n, g->ops->dtype);
 }
 
 /* Runs n <= C new rows through the model, appending to the cache. */

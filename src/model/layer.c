@@ -57,29 +57,27 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
-/* The sums of the tensor group are of 16-bit tensors under --bf16/--fp16:
- * the result goes back to the table's grid (a no-op in fp32). */
+/* The tensor group's collectives move the table's precision: under
+ * --bf16/--fp16 16-bit tensors (half the bytes), summed with each partial
+ * sum rounded to the grid, so their results are on it (comm.h). */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {
-    ptdp_allreduce_sum_f32(c->p.tp, dx, n);
-    if (c->t > 1) c->ops->quantize(dx, n);
+    ptdp_allreduce_sum_act(c->p.tp, dx, n, c->ops->dtype);
 }
 void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
-    ptdp_allreduce_sum_f32(c->p.tp, x, n);
-    if (c->t > 1) c->ops->quantize(x, n);
+    ptdp_allreduce_sum_act(c->p.tp, x, n, c->ops->dtype);
 }
 
 void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out) {
     const int64_t n = c->Ns * c->h;
     c->ops->copy(out + (int64_t)c->tp * n, xs, n);
-    ptdp_allgather_f32(c->p.tp, out, n);
+    ptdp_allgather_act(c->p.tp, out, n, c->ops->dtype);
 }
 float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs) {
     ptdp__sp_gather_into(c, xs, c->gath);
     return c->gath;
 }
-void ptdp__sp_scatter(const ptdp_gpt_chunk *c, const float *full, float *out) {
-    ptdp_reduce_scatter_sum_f32(c->p.tp, full, out, c->Ns * c->h);
-    c->ops->quantize(out, c->Ns * c->h);
+void ptdp__sp_scatter(const ptdp_gpt_chunk *c, float *full, float *out) {
+    ptdp_reduce_scatter_sum_act(c->p.tp, full, out, c->Ns * c->h, c->ops->dtype);
 }
 
 /* g's forward after a row-parallel GEMM into c->tmp [s, b, h]: the summed

@@ -177,11 +177,12 @@ void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n);
  * c->sp. gather: this rank's shard xs [s/t, b, h] -> the whole sequence
  * c->gath [s, b, h] (f's forward, g's backward). scatter: the partial sums
  * full [s, b, h] -> their sum's shard out [s/t, b, h] (g's forward, f's
- * backward; out must not overlap full). Collective over the tensor group. */
+ * backward; out must not overlap full; under --bf16/--fp16 full's contents
+ * are lost, packed to 16 bits in place). Collective over the tensor group. */
 float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs);
 /* the same gather into out [s, b, h] (which must not be xs) */
 void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out);
-void ptdp__sp_scatter(const ptdp_gpt_chunk *c, const float *full, float *out);
+void ptdp__sp_scatter(const ptdp_gpt_chunk *c, float *full, float *out);
 /* layer.c: layer i of the chunk on slot sa; forward writes its output to y
  * (normally sa->x[i+1]). The backward in two halves: _b takes d(out) in
  * c->dres and leaves d(x) there, accumulating the bias and LayerNorm

@@ -175,16 +175,29 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
  * to computing, waits for the sender's next MPI call. */
 static float *recv_buffer(const ptdp_executor *ex, int j) { return ex->bufs + (j & 1) * ex->msg; }
 
+/* Messages travel in the table's precision (Megatron's bf16/fp16 tensors):
+ * a 16-bit run packs the values in place before a send and unpacks them
+ * after the receive (and the scatter/gather all-gather), half the bytes. */
+static ptdp_comm_dtype msg_dtype(const ptdp_executor *ex) {
+    return ptdp_comm_act_dtype(ex->p.ops->dtype);
+}
+/* Element i of a message buffer as the dtype packs it. */
+static char *msg_at(const ptdp_executor *ex, float *buf, int64_t i) {
+    return (char *)buf + i * (int64_t)ptdp_comm_dtype_size(msg_dtype(ex));
+}
+
 static void post_recv(ptdp_executor *ex, int j) {
     ex->next_recv = j;
     if (j >= ex->nrecv) return;
     const int peer = ex->recvs[j].peer, tag = ex->recvs[j].tag;
     float *buf = recv_buffer(ex, j);
+    const ptdp_comm_dtype dt = msg_dtype(ex);
     if (sliced(ex)) {
         const int64_t n = ex->msg / ex->p.tensor->size;
-        ptdp_irecv_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, peer, tag, &ex->recv_req);
+        ptdp_irecv_dt(ex->p.pipeline, msg_at(ex, buf, ex->p.tensor->rank * n), n, dt, peer, tag,
+                      &ex->recv_req);
     } else {
-        ptdp_irecv_f32(ex->p.pipeline, buf, ex->msg, peer, tag, &ex->recv_req);
+        ptdp_irecv_dt(ex->p.pipeline, buf, ex->msg, dt, peer, tag, &ex->recv_req);
     }
 }
 
@@ -203,7 +216,9 @@ static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind,
     double t0 = ptdp_executor_now(ex);
     float *buf = recv_buffer(ex, j);
     ptdp_wait(&ex->recv_req);
-    if (sliced(ex)) ptdp_allgather_f32(ex->p.tensor, buf, ex->msg / ex->p.tensor->size);
+    if (sliced(ex))
+        ptdp_allgather_dt(ex->p.tensor, buf, ex->msg / ex->p.tensor->size, msg_dtype(ex));
+    ptdp_unpack_n(buf, buf, ex->msg, ex->p.ops->dtype);
     record(ex, PTDP_EV_RECV, t0, &ex->acts[i], it);
     post_recv(ex, j + 1);
     return buf;
@@ -217,12 +232,15 @@ static void send_to(ptdp_executor *ex, float *buf, const ptdp_p2p *peer, int kin
         return;
     }
     const int tag = ptdp_p2p_tag(&ex->p.sched, kind, mb, peer->peer_stage);
+    const ptdp_comm_dtype dt = msg_dtype(ex);
+    int64_t i0 = 0, n = ex->msg;
     if (sliced(ex)) {
-        const int64_t n = ex->msg / ex->p.tensor->size;
-        ptdp_isend_f32(ex->p.pipeline, buf + ex->p.tensor->rank * n, n, peer->peer_rank, tag, req);
-    } else {
-        ptdp_isend_f32(ex->p.pipeline, buf, ex->msg, peer->peer_rank, tag, req);
+        n = ex->msg / ex->p.tensor->size;
+        i0 = ex->p.tensor->rank * n;
     }
+    char *at = msg_at(ex, buf, i0); /* not after buf + i0: packing may overlap */
+    ptdp_pack_n(at, buf + i0, n, ex->p.ops->dtype);
+    ptdp_isend_dt(ex->p.pipeline, at, n, dt, peer->peer_rank, tag, req);
 }
 
 /* Moves the pending sends on: a message longer than the eager limit needs
