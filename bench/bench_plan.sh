@@ -8,16 +8,19 @@
 # ranks), one JSON line per layout and a table at the end. Not a test: the
 # times depend on the machine and on what else runs on it.
 #
-# usage: bench/bench_plan.sh [BUILD_DIR] [--iters N] [--cluster NAME|FILE]
+# usage: bench/bench_plan.sh [BUILD_DIR] [--iters N] [--cluster NAME|FILE] [--bf16|--fp16]
 #   BUILD_DIR: where ptdp is (default: build); N timed iterations (default 5,
-#   after 2 warm-up iterations); the cluster defaults to local.
+#   after 2 warm-up iterations); the cluster defaults to local; --bf16/--fp16
+#   plan and train every layout in that precision (ptdp's CPU 16-bit runs).
 set -u
 build=build
 iters=5
 cluster=local
+prec=""
 while [ $# -gt 0 ]; do
     case $1 in
     --iters) iters=$2; shift 2 ;;
+    --bf16|--fp16) prec=$1; shift ;;
     --cluster) cluster=$2; shift 2 ;;
     *) build=$1; shift ;;
     esac
@@ -53,7 +56,7 @@ for lay in "${layouts[@]}"; do
     read -r cfg n t p v b B sched rc <<<"$lay"
     model=$model_b
     [ "$cfg" = c ] && model=$model_c
-    flags="$model --global-batch-size $B --micro-batch-size $b --tensor-model-parallel-size $t --pipeline-model-parallel-size $p"
+    flags="$model --global-batch-size $B --micro-batch-size $b --tensor-model-parallel-size $t --pipeline-model-parallel-size $p $prec"
     [ "$v" -gt 1 ] && flags="$flags --virtual-pipeline-model-parallel-size $v"
     [ "$sched" != - ] && flags="$flags --pipeline-schedule $sched"
     if [ "$rc" = full ]; then
@@ -81,7 +84,7 @@ for lay in "${layouts[@]}"; do
         echo "bench_plan: train failed for '$lay': $(tail -3 "$tmp/run.out")" >&2
         continue
     fi
-    line=$(python3 - "$tmp/plan.json" "$tmp/run.jsonl" "$tmp/run.out" "$lay" <<'PY'
+    line=$(python3 - "$tmp/plan.json" "$tmp/run.jsonl" "$tmp/run.out" "$lay" "${prec:---fp32}" <<'PY'
 import json, re, statistics, sys
 plan = json.load(open(sys.argv[1]))["layouts"][0]
 its = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
@@ -89,7 +92,7 @@ ms = statistics.median([x["elapsed_ms"] for x in its[2:]])
 mem = max(int(m) for m in re.findall(r"memory plan total .*?\((\d+) bytes\)", open(sys.argv[3]).read()))
 cfg, n, t, p, v, b, B, sched, rc = sys.argv[4].split()
 out = dict(config=cfg, ranks=int(n), t=int(t), p=int(p), d=plan["d"], v=int(v), b=int(b), B=int(B),
-           schedule=plan["schedule"], recompute=rc,
+           schedule=plan["schedule"], recompute=rc, precision=sys.argv[5][2:],
            predicted_ms=round(plan["iteration_s"] * 1e3, 1), measured_ms=round(ms, 1),
            time_error=round(plan["iteration_s"] * 1e3 / ms - 1, 4),
            predicted_bytes=int(plan["memory_bytes_per_device"]), measured_plan_bytes=mem,

@@ -113,4 +113,29 @@ done
 "$PTDP" plan --cluster local --num-devices 4 --num-layers 4 --hidden-size 256 --num-attention-heads 4 \
     --seq-length 128 --vocab-size 8192 --global-batch-size 16 --json >"$tmp/local"
 [ $? -eq 0 ] && ok || bad "plan --cluster local failed"
+
+# ... and its --bf16/--fp16 runs as ptdp's CPU tables run them (16-bit values in fp32 storage,
+# fp32 master weights): the predicted memory is the plan ptdp train allocates, to the byte,
+# 4 bytes per parameter more than fp32's; the table says which storage it predicts.
+small=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256
+    --global-batch-size 4 --micro-batch-size 2)
+for prec in "" --bf16 --fp16; do
+    "$PTDP" plan --cluster local --num-devices 1 "${small[@]}" $prec --no-recompute --threads 1 --json \
+        >"$tmp/lp$prec" 2>&1 || bad "plan --cluster local $prec failed: $(cat "$tmp/lp$prec")"
+    OMP_NUM_THREADS=1 "$PTDP" train "${small[@]}" $prec --mock-data --train-iters 1 --lr 1e-4 \
+        >"$tmp/lt$prec" 2>&1 || bad "train $prec failed: $(tail -3 "$tmp/lt$prec")"
+    pred=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["layouts"][0]["memory_bytes_per_device"]))' "$tmp/lp$prec")
+    got=$(grep -o "memory plan total .*(\([0-9]*\) bytes)" "$tmp/lt$prec" | grep -o "([0-9]* bytes)" | tr -dc 0-9)
+    [ -n "$got" ] && [ "$pred" = "$got" ] && ok || bad "local ${prec:-fp32}: planned $pred bytes, train allocates $got"
+    eval "mem${prec#--}=$pred"
+done
+# the master weights: half the fp32 run's AdamW moments (4 of its 8 bytes per parameter)
+opt=$(awk '$1 == "optimizer" && $2 == "state" { print $3; exit }' "$tmp/lt")
+[ -n "$opt" ] && [ "$((membf16 - mem))" = "$((opt / 2))" ] && [ "$membf16" = "$memfp16" ] && ok ||
+    bad "local: bf16 $membf16, fp16 $memfp16, fp32 $mem bytes (fp32 optimizer state $opt): 16-bit runs add the master weights"
+"$PTDP" plan --cluster local --num-devices 1 "${small[@]}" --bf16 --no-recompute >"$tmp/lpt" 2>&1
+grep -q "this prediction is for ptdp's CPU bf16: 16-bit values in fp32 storage" "$tmp/lpt" && ok ||
+    bad "local --bf16: the table does not say which storage it predicts: $(tail -4 "$tmp/lpt")"
+grep -q "^ptdp train .* --bf16 --train-iters N" "$tmp/lpt" && ok ||
+    bad "local --bf16: the best layout's flags lack --bf16: $(grep '^ptdp train' "$tmp/lpt")"
 finish

@@ -117,6 +117,8 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
         fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
     if (job->zero) fprintf(f, " --use-distributed-optimizer");
     if (!job->overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
+    if (job->precision != PTDP_PREC_FP32)
+        fprintf(f, " --%s", ptdp_plan_precision_name(job->precision));
 }
 
 static void json_layout(FILE *f, const ptdp_plan_job *job, const ptdp_plan_candidate *k) {
@@ -217,7 +219,11 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
     if (F->n > 1) printf("mpirun -np %lld ", (long long)F->n);
     print_flags(stdout, F, job, &cand[0]);
     printf(" --train-iters N --lr X --mock-data\n");
-    if (job->precision != PTDP_PREC_FP32)
+    if (ptdp_plan_fp32_storage(c, job))
+        printf("(this prediction is for ptdp's CPU %s: 16-bit values in fp32 storage, fp32 "
+               "gradients and master weights, 2-byte messages)\n",
+               ptdp_plan_precision_name(job->precision));
+    else if (job->precision != PTDP_PREC_FP32)
         printf("(this prediction is for %s storage as in Megatron; ptdp train --bf16/--fp16 "
                "computes in 16 bits but stores fp32 today)\n",
                ptdp_plan_precision_name(job->precision));
@@ -244,7 +250,9 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
                           const ptdp_plan_candidate *k) {
     const ptdp_plan_layout *L = &k->layout;
     const ptdp_plan_estimate *e = &k->est;
-    const double w = ptdp_plan_precision_bytes(job->precision), n = (double)L->t * L->p * L->d;
+    const int cpu16 = ptdp_plan_fp32_storage(c, job);
+    const double wm = ptdp_plan_precision_bytes(job->precision), w = cpu16 ? 4.0 : wm,
+                 n = (double)L->t * L->p * L->d;
     const int64_t ffn = job->ffn ? job->ffn : 4 * job->h;
     char b1[32];
     printf("layout t=%d p=%d d=%d v=%d b=%d m=B/(b d)=%d recompute=%s schedule=%s on %s\n", L->t,
@@ -254,15 +262,17 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            "g(x) = x/(x + %.4g)\n",
            c->peak_flops[job->precision], ptdp_plan_precision_name(job->precision),
            c->gemm_efficiency, c->gemm_half_dim);
-    printf("\none layer, one micro-batch, one device (N = s b = %lld tokens, w = %.0f bytes):\n",
-           (long long)(job->s * L->b), w);
+    printf("\none layer, one micro-batch, one device (N = s b = %lld tokens, w = %.0f bytes "
+           "stored, w_m = %.0f in messages%s):\n",
+           (long long)(job->s * L->b), w, wm,
+           cpu16 ? ": ptdp's CPU 16-bit values in fp32 storage" : "");
     printf("  GEMMs forward       T_gemm = sum 2 M N K / (peak eff) = %.6g s (MLP-in GEMM eff "
            "%.3f)\n",
            e->layer_gemm_fwd_s, e->gemm_efficiency);
     printf("  memory-bound fwd    T_ew = [w (10 N h + 4 S + 2 N f/t) + S + 2 N h] / (%.4g B/s x "
            "%.3g) = %.6g s  (S = b a/t s^2, f = %lld)\n",
            c->mem_bandwidth, c->elementwise_efficiency, e->layer_elementwise_fwd_s, (long long)ffn);
-    printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w / %.4g + 2 (t-1) %.3g] = %.6g s\n",
+    printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w_m / %.4g + 2 (t-1) %.3g] = %.6g s\n",
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
     const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
@@ -270,7 +280,7 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     if (seqp)
         printf("  sequence parallelism: each all-reduce is a reduce-scatter + all-gather (same "
                "ring time); T_ew's 10 N h and 2 N h terms on N/t rows; the backward gathers both "
-               "LayerNorm outputs again: T_tp,b = T_tp + 2 x (t-1)/t N h w / bw + ...\n");
+               "LayerNorm outputs again: T_tp,b = T_tp + 2 x (t-1)/t N h w_m / bw + ...\n");
     printf("  backward T_b = 2 T_gemm + 2 T_ew + T_tp%s%s = %.6g s\n", seqp ? ",b" : "",
            selective      ? " + core attention's forward (selective recomputation)"
            : L->recompute ? " + T_f (recomputed forward)"
@@ -281,7 +291,7 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            "chunk(s) per rank; loss head %.6g s, embedding %.6g s per micro-batch\n",
            ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf), L->v,
            e->head_s, e->embedding_s);
-    printf("  one transfer between stages T_p2p = lat + N h w%s / bw%s = %.6g s (two per action "
+    printf("  one transfer between stages T_p2p = lat + N h w_m%s / bw%s = %.6g s (two per action "
            "inside the pipeline)\n",
            L->t > 1 && (job->scatter_gather || job->sequence_parallel) ? " / t" : "",
            L->t > 1 && job->sequence_parallel ? " (the sequence shard)"
@@ -294,8 +304,8 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     printf("\niteration:\n");
     printf("  data-parallel reduction of %.4g parameters x %s gradients over d=%d: %.6g s, "
            "exposed %.6g s%s\n",
-           e->params_per_device, job->precision == PTDP_PREC_FP16 ? "2-byte" : "4-byte", L->d,
-           e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
+           e->params_per_device, job->precision == PTDP_PREC_FP16 && !cpu16 ? "2-byte" : "4-byte",
+           L->d, e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
            job->overlap_grad_reduce ? " (overlapped with the last micro-batch's backward)" : "");
     printf("  tied-embedding all-reduce %.6g s, optimizer step %.6g s, fixed overhead %.6g s\n",
            e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);

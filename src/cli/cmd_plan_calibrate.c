@@ -10,8 +10,10 @@
  *   - under mpirun -np 2 or more: MPI all-reduce (bus bandwidth and
  *     per-step latency) and point-to-point between ranks 0 and 1.
  * The node is one machine whose ranks share its cores (shared_node: their
- * number); the
- * 16-bit peaks are the fp32 one (ptdp's CPU kernels are fp32).
+ * number). The bf16 peak is the bf16 table's GEMM on the same shapes (the
+ * fit's x_half kept) where that table runs oneDNN's native bf16 matmul, else
+ * the fp32 one; the fp16 peak is the fp32 one (fp16 runs fp32 GEMMs on the
+ * CPU).
  *
  * Deliberately not here: measuring more than one node, or thread scaling. */
 #define _POSIX_C_SOURCE 200809L
@@ -163,17 +165,20 @@ int ptdp__cli_plan_calibrate(const char *out) {
         return 1;
     }
     for (int64_t i = 0; i < 2048 * 2048 * 3; i++) A[i] = (float)((i * 7) % 13) * 0.01f;
-    for (int i = 0; i < ns; i++) {
-        gemm_ctx g = {.ops = ops,
-                      .M = shapes[i][0],
-                      .N = shapes[i][1],
-                      .K = shapes[i][2],
+    const ptdp_ops *bf16 = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    const int native = strstr(bf16->name, "native") != NULL;
+    double rate16[32];
+    for (int i = 0; i < ns * (1 + native); i++) {
+        gemm_ctx g = {.ops = i < ns ? ops : bf16,
+                      .M = shapes[i % ns][0],
+                      .N = shapes[i % ns][1],
+                      .K = shapes[i % ns][2],
                       .A = A,
                       .B = A + 2048 * 2048,
                       .C = A + 2 * 2048 * 2048};
         const double flops = 2.0 * g.M * g.N * g.K;
         const int reps = flops > 4e9 ? 3 : flops > 2e8 ? 10 : 50;
-        rate[i] = n * flops / best_of_all(&comm, run_gemm, &g, reps);
+        (i < ns ? rate : rate16)[i % ns] = n * flops / best_of_all(&comm, run_gemm, &g, reps);
     }
     free(A);
     /* fit log rate = log P + sum log g(dim) over x_half on a grid */
@@ -195,6 +200,15 @@ int ptdp__cli_plan_calibrate(const char *out) {
         if (err < best_err) best_err = err, best_x0 = x0, best_P = exp(logP);
     }
     for (int p = 0; p < PTDP_PREC_COUNT; p++) c.peak_flops[p] = best_P;
+    if (native) { /* the same shape factor: log P16 = mean log(rate16 / g) */
+        double sum = 0;
+        for (int i = 0; i < ns; i++) {
+            double g = 1;
+            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + best_x0);
+            sum += log(rate16[i] / g);
+        }
+        c.peak_flops[PTDP_PREC_BF16] = exp(sum / ns);
+    }
     c.gemm_efficiency = 1.0;
     c.gemm_half_dim = best_x0;
 
@@ -325,8 +339,10 @@ int ptdp__cli_plan_calibrate(const char *out) {
     if (root) {
         fprintf(stderr,
                 "calibrate: %d rank(s), %d threads each: GEMM %.4g GFLOP/s (x_half %.0f), "
-                "memory %.3g GB/s, bias+GeLU %.3g GB/s\n",
-                n, omp_get_max_threads(), best_P / 1e9, best_x0, bw / 1e9, gelu / 1e9);
+                "bf16 GEMM %.4g GFLOP/s (%s), memory %.3g GB/s, bias+GeLU %.3g GB/s\n",
+                n, omp_get_max_threads(), best_P / 1e9, best_x0, c.peak_flops[PTDP_PREC_BF16] / 1e9,
+                native ? "oneDNN's native bf16 matmul" : "emulated: the fp32 GEMM", bw / 1e9,
+                gelu / 1e9);
         FILE *f = out ? fopen(out, "w") : stdout;
         if (!f) {
             ptdp_log_error("--out: cannot open '%s' for writing", out);

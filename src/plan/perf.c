@@ -63,6 +63,10 @@ double ptdp_plan_model_flops(const ptdp_plan_job *job, int64_t vocab_padded, int
                                 : PTDP_RECOMPUTE_UNIFORM);
 }
 
+int ptdp_plan_fp32_storage(const ptdp_cluster *c, const ptdp_plan_job *job) {
+    return c->shared_node > 0 && job->precision != PTDP_PREC_FP32;
+}
+
 /* Ring all-reduce of `bytes` over n devices joined by a link of bus
  * bandwidth bw and per-step latency lat: 2 (n-1)/n bytes/bw + 2 (n-1) lat. */
 static double allreduce_s(double bytes, int n, double bw, double lat) {
@@ -211,11 +215,14 @@ static void memory_16bit(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     *params = P;
 }
 
-/* Memory of one pipeline rank at fp32: memory.c's exact plan. */
+/* Memory of one pipeline rank in fp32 storage: memory.c's exact plan (of
+ * fp32 runs, and of ptdp's CPU --bf16/--fp16 runs, which add fp32 master
+ * weights). */
 static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
                        const ptdp_schedule_params *sp, int rank, int64_t ffn, int64_t Vp,
                        double mem[PTDP_PMEM_COUNT], double *params) {
     ptdp_plan_rank r = ptdp_plan_rank_default_params();
+    r.master_weights = job->precision != PTDP_PREC_FP32; /* ptdp's CPU --bf16/--fp16 */
     r.layers = job->layers;
     r.h = job->h;
     r.a = job->a;
@@ -263,8 +270,12 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int t = L->t, p = L->p, d = L->d, v = L->v, dpn = c->devices_per_node;
     const int64_t mult = job->vocab_divisible_by * t;
     const int64_t Vp = (job->vocab + mult - 1) / mult * mult;
-    const double w = ptdp_plan_precision_bytes(job->precision),
-                 wg = job->precision == PTDP_PREC_FP16 ? 2.0 : 4.0;
+    /* w: bytes of a stored activation; wm: of one in a message; wg: of a
+     * gradient. ptdp's CPU tables keep 16-bit values in fp32 storage with
+     * fp32 gradients and send 16-bit messages (ptdp_plan_fp32_storage). */
+    const int cpu16 = ptdp_plan_fp32_storage(c, job);
+    const double wm = ptdp_plan_precision_bytes(job->precision), w = cpu16 ? 4.0 : wm,
+                 wg = job->precision == PTDP_PREC_FP16 && !cpu16 ? 2.0 : 4.0;
     /* Processes sharing a node's C cores (shared_node = C): k ranks on the
      * node, each with max(1, C/k) threads, run at the node's rate times
      * min(1/k, 1/C) while they run; when k > C they also take turns (below). */
@@ -299,10 +310,10 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const double ew_bytes = w * (10 * Nr * h + 4 * S + 2 * N * fl) + (S + 2 * Nr * h);
     const double ew_f = ew_bytes / ew_bw;
     /* an all-reduce, or its reduce-scatter + all-gather halves: the same ring time */
-    const double ar_act = allreduce_s(N * h * w, t, tp_bw, tp_lat);
+    const double ar_act = allreduce_s(N * h * wm, t, tp_bw, tp_lat);
     const double tp_f = 2 * ar_act;
     /* ptdp's sequence-parallel backward gathers both LayerNorm outputs again */
-    const double tp_b = tp_f + (seqp ? 2 * half_ring_s(N * h * w, t, tp_bw, tp_lat) : 0);
+    const double tp_b = tp_f + (seqp ? 2 * half_ring_s(N * h * wm, t, tp_bw, tp_lat) : 0);
     est->layer_gemm_fwd_s = gemm_f;
     est->layer_elementwise_fwd_s = ew_f;
     est->layer_tp_fwd_s = tp_f;
@@ -333,8 +344,8 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int sg = job->scatter_gather && t > 1 && !seqp;
     double p2p = 0;
     if (p > 1) {
-        p2p = pp_lat + N * h * w / (sg || seqp ? t : 1) / pp_bw;
-        if (sg) p2p += half_ring_s(N * h * w, t, tp_bw, tp_lat);
+        p2p = pp_lat + N * h * wm / (sg || seqp ? t : 1) / pp_bw;
+        if (sg) p2p += half_ring_s(N * h * wm, t, tp_bw, tp_lat);
     }
     est->p2p_s = p2p;
 
@@ -357,7 +368,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int even = ptdp_stage_layout_is_even(&L->stages);
     for (int r = 0; r < p; r += (p > 2 && even ? p - 1 : 1)) {
         double mem[PTDP_PMEM_COUNT], P = 0, total = 0;
-        if (job->precision == PTDP_PREC_FP32) {
+        if (job->precision == PTDP_PREC_FP32 || ptdp_plan_fp32_storage(c, job)) {
             rc = memory_fp32(job, L, &sp, r, ffn, Vp, mem, &P);
             if (rc) return rc;
         } else {
@@ -471,7 +482,12 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
             : 0;
     /* optimizer: read gradient, weight, m, v; write weight, m, v (and the
      * 16-bit copy); the gradient norm reads the gradients, zeroing writes them */
-    const double opt_bytes = (job->precision == PTDP_PREC_FP32 ? 28.0 : 24.0 + wg + w) + 2 * wg;
+    /* ptdp's CPU 16-bit runs: AdamW on the fp32 master (28), then the master
+     * copied to the working weights and rounded in place (16) */
+    const double opt_bytes = (job->precision == PTDP_PREC_FP32 ? 28.0
+                              : cpu16                          ? 44.0
+                                                               : 24.0 + wg + w) +
+                             2 * wg;
     est->optimizer_s = P / (job->zero ? d : 1) * opt_bytes / ew_bw;
     est->overhead_s = c->overhead_s;
     /* what the rank spends communicating inside the pipeline passes */

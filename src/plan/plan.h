@@ -307,6 +307,13 @@ typedef struct {
  * est->memory_bytes with c->memory_bytes. Pure. */
 int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
                               const ptdp_plan_layout *L, ptdp_plan_estimate *est);
+/* 1 when a 16-bit job on this cluster is modelled as ptdp's CPU tables run
+ * it: a cluster of processes sharing a node's cores (shared_node > 0, what
+ * `--calibrate` writes) with --bf16/--fp16 keeps 16-bit values in fp32
+ * storage (memory.c's exact plan with fp32 master weights; 4-byte
+ * activations and gradients) and sends 2-byte messages. Elsewhere (GPU
+ * clusters) 16 bits mean Megatron's 16-bit storage. */
+int ptdp_plan_fp32_storage(const ptdp_cluster *c, const ptdp_plan_job *job);
 
 /* The paper's FLOPs of one iteration: its eq. (3), 96 B s l h^2 (1 + s/(6h) +
  * V/(16 l h)), with full recomputation; without, the layers' 72 B s l h^2
