@@ -95,7 +95,7 @@ void ptdp__log_start(ptdp_run *r) {
         ptdp_log0(
             "mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
             "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
-            "its outputs); compute table %s (GEMMs: %s)",
+            "its outputs), 16-bit messages between ranks; compute table %s (GEMMs: %s)",
             ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype), tp->ops->name,
             strstr(tp->ops->name, "native-gemm") ? "oneDNN's native bf16 matmul, fp32 accumulation"
             : strstr(tp->ops->name, "native")
