@@ -14,8 +14,9 @@
 # shapes, micro-batch grouping of weight gradients), so each rounded value
 # may land one ulp away from the single process's; over more than two tensor
 # ranks the 16-bit all-reduces and reduce-scatters also round each partial
-# sum (as NCCL sums bf16 buffers), a few such roundings more per value (t=4
-# measured 4.6e-5 on the loss and 2.3e-3 on the grad norm). Losses average many token
+# sum (as NCCL sums bf16 buffers), a few such roundings more per value (t=4,
+# with and without sequence parallelism, measured up to 4.6e-5 on the loss and
+# 2.3e-3 on the grad norm). Losses average many token
 # losses and agree to u/2 (rtol 2^-9); gradient norms, after a few updates
 # from such gradients, to one ulp (rtol 2^-7: with native bf16 GEMMs tensor
 # parallelism measured 4.1e-3 at iteration 6, 2.0e-3 with fp32 GEMMs).
