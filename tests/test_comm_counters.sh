@@ -96,35 +96,27 @@ expect "p=2 d=2 ZeRO-1" "$got" "$want"
 # bias, ln2 w, b, MLP-out bias: 6 of [h]) are all-reduced over the tensor
 # group, 7 calls; pipeline messages carry the shard [s/t, b, h]; the tied
 # embedding is V/t rows (V padded to 256 = 128*t).
-t=2 m=2
-N=$((s * b)) Ns=$((s * b / 2))
-got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
-    --sequence-parallel)
-want="$WORLD
-tensor all-reduce $((iters * 7)) $((iters * 4 * (s * h + 6 * h)))
-tensor all-gather $((iters * m * 7)) $((iters * m * 7 * 4 * Ns * h))
-tensor reduce-scatter $((iters * m * 5)) $((iters * m * 5 * 4 * N * h))
-pipeline send $((iters * m)) $((iters * m * 4 * Ns * h))
-pipeline recv $((iters * m)) $((iters * m * 4 * Ns * h))
-model all-reduce $iters $((iters * 16))
-embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
-expect "t=2 p=2 --sequence-parallel" "$got" "$want"
-
+#
 # 5. The same under --bf16: the activations and their gradients travel as
 # 16-bit values (2 bytes each: the all-gathers, the reduce-scatters, the
 # pipeline's messages); the gradients of the replicated parameters, the tied
 # embedding's and the norm's stay fp32 (Megatron's main_grad).
-got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
-    --sequence-parallel --bf16)
-want="$WORLD
+t=2 m=2
+N=$((s * b)) Ns=$((s * b / 2))
+for case in "4:" "2:--bf16"; do
+    a=${case%%:*} prec=${case#*:} # bytes of an activation on the wire
+    got=$(report 4 --global-batch-size $m --tensor-model-parallel-size $t --pipeline-model-parallel-size 2 \
+        --sequence-parallel $prec)
+    want="$WORLD
 tensor all-reduce $((iters * 7)) $((iters * 4 * (s * h + 6 * h)))
-tensor all-gather $((iters * m * 7)) $((iters * m * 7 * 2 * Ns * h))
-tensor reduce-scatter $((iters * m * 5)) $((iters * m * 5 * 2 * N * h))
-pipeline send $((iters * m)) $((iters * m * 2 * Ns * h))
-pipeline recv $((iters * m)) $((iters * m * 2 * Ns * h))
+tensor all-gather $((iters * m * 7)) $((iters * m * 7 * a * Ns * h))
+tensor reduce-scatter $((iters * m * 5)) $((iters * m * 5 * a * N * h))
+pipeline send $((iters * m)) $((iters * m * a * Ns * h))
+pipeline recv $((iters * m)) $((iters * m * a * Ns * h))
 model all-reduce $iters $((iters * 16))
 embedding all-reduce $iters $((iters * 4 * 256 / t * h))"
-expect "t=2 p=2 --sequence-parallel --bf16" "$got" "$want"
+    expect "t=2 p=2 --sequence-parallel $prec" "$got" "$want"
+done
 
 # 6. --fp16, t=2, p=2 without sequence parallelism: per micro-batch the
 # embedding's all-reduce and the layer's two forward and two backward ones

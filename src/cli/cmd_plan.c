@@ -251,8 +251,7 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     const ptdp_plan_layout *L = &k->layout;
     const ptdp_plan_estimate *e = &k->est;
     const int cpu16 = ptdp_plan_fp32_storage(c, job);
-    const double wm = ptdp_plan_precision_bytes(job->precision), w = cpu16 ? 4.0 : wm,
-                 n = (double)L->t * L->p * L->d;
+    const double n = (double)L->t * L->p * L->d;
     const int64_t ffn = job->ffn ? job->ffn : 4 * job->h;
     char b1[32];
     printf("layout t=%d p=%d d=%d v=%d b=%d m=B/(b d)=%d recompute=%s schedule=%s on %s\n", L->t,
@@ -264,7 +263,7 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            c->gemm_efficiency, c->gemm_half_dim);
     printf("\none layer, one micro-batch, one device (N = s b = %lld tokens, w = %.0f bytes "
            "stored, w_m = %.0f in messages%s):\n",
-           (long long)(job->s * L->b), w, wm,
+           (long long)(job->s * L->b), e->act_bytes, e->msg_bytes,
            cpu16 ? ": ptdp's CPU 16-bit values in fp32 storage" : "");
     printf("  GEMMs forward       T_gemm = sum 2 M N K / (peak eff) = %.6g s (MLP-in GEMM eff "
            "%.3f)\n",
@@ -304,8 +303,8 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     printf("\niteration:\n");
     printf("  data-parallel reduction of %.4g parameters x %s gradients over d=%d: %.6g s, "
            "exposed %.6g s%s\n",
-           e->params_per_device, job->precision == PTDP_PREC_FP16 && !cpu16 ? "2-byte" : "4-byte",
-           L->d, e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
+           e->params_per_device, e->grad_bytes == 2.0 ? "2-byte" : "4-byte", L->d,
+           e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
            job->overlap_grad_reduce ? " (overlapped with the last micro-batch's backward)" : "");
     printf("  tied-embedding all-reduce %.6g s, optimizer step %.6g s, fixed overhead %.6g s\n",
            e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);

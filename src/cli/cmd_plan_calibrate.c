@@ -30,6 +30,19 @@
 
 typedef void (*bench_fn)(void *ctx);
 
+/* The model's GEMM shape factor g(M) g(N) g(K), g(x) = x / (x + x0). */
+static double shape_factor(const int64_t shape[3], double x0) {
+    double g = 1;
+    for (int k = 0; k < 3; k++) g *= (double)shape[k] / ((double)shape[k] + x0);
+    return g;
+}
+/* log P that fits rate = P g(shape) best in the log: mean log(rate / g). */
+static double mean_log_peak(const int64_t (*shapes)[3], const double *rate, int ns, double x0) {
+    double sum = 0;
+    for (int i = 0; i < ns; i++) sum += log(rate[i] / shape_factor(shapes[i], x0));
+    return sum / ns;
+}
+
 typedef struct {
     const ptdp_ops *ops;
     int64_t M, N, K;
@@ -184,31 +197,17 @@ int ptdp__cli_plan_calibrate(const char *out) {
     /* fit log rate = log P + sum log g(dim) over x_half on a grid */
     double best_err = 1e30, best_x0 = 0, best_P = 0;
     for (double x0 = 0; x0 <= 256; x0 += 2) {
-        double sum = 0, err = 0;
+        const double logP = mean_log_peak(shapes, rate, ns, x0);
+        double err = 0;
         for (int i = 0; i < ns; i++) {
-            double g = 1;
-            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + x0);
-            sum += log(rate[i] / g);
-        }
-        const double logP = sum / ns;
-        for (int i = 0; i < ns; i++) {
-            double g = 1;
-            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + x0);
-            const double r = log(rate[i]) - logP - log(g);
+            const double r = log(rate[i]) - logP - log(shape_factor(shapes[i], x0));
             err += r * r;
         }
         if (err < best_err) best_err = err, best_x0 = x0, best_P = exp(logP);
     }
     for (int p = 0; p < PTDP_PREC_COUNT; p++) c.peak_flops[p] = best_P;
-    if (native) { /* the same shape factor: log P16 = mean log(rate16 / g) */
-        double sum = 0;
-        for (int i = 0; i < ns; i++) {
-            double g = 1;
-            for (int k = 0; k < 3; k++) g *= shapes[i][k] / (shapes[i][k] + best_x0);
-            sum += log(rate16[i] / g);
-        }
-        c.peak_flops[PTDP_PREC_BF16] = exp(sum / ns);
-    }
+    if (native) /* the same shape factor */
+        c.peak_flops[PTDP_PREC_BF16] = exp(mean_log_peak(shapes, rate16, ns, best_x0));
     c.gemm_efficiency = 1.0;
     c.gemm_half_dim = best_x0;
 

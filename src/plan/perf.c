@@ -276,6 +276,9 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int cpu16 = ptdp_plan_fp32_storage(c, job);
     const double wm = ptdp_plan_precision_bytes(job->precision), w = cpu16 ? 4.0 : wm,
                  wg = job->precision == PTDP_PREC_FP16 && !cpu16 ? 2.0 : 4.0;
+    est->act_bytes = w;
+    est->msg_bytes = wm;
+    est->grad_bytes = wg;
     /* Processes sharing a node's C cores (shared_node = C): k ranks on the
      * node, each with max(1, C/k) threads, run at the node's rate times
      * min(1/k, 1/C) while they run; when k > C they also take turns (below). */
@@ -368,7 +371,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int even = ptdp_stage_layout_is_even(&L->stages);
     for (int r = 0; r < p; r += (p > 2 && even ? p - 1 : 1)) {
         double mem[PTDP_PMEM_COUNT], P = 0, total = 0;
-        if (job->precision == PTDP_PREC_FP32 || ptdp_plan_fp32_storage(c, job)) {
+        if (job->precision == PTDP_PREC_FP32 || cpu16) {
             rc = memory_fp32(job, L, &sp, r, ffn, Vp, mem, &P);
             if (rc) return rc;
         } else {

@@ -298,6 +298,8 @@ typedef struct {
     double p2p_s;                    /* one point-to-point transfer between stages */
     double dp_allreduce_s;           /* the whole gradient reduction, before overlap */
     double params_per_device;        /* on the most loaded pipeline rank */
+    double act_bytes, msg_bytes;     /* of an activation stored, and in a message */
+    double grad_bytes;               /* of a gradient */
 } ptdp_plan_estimate;
 
 /* Checks the layout against the job and cluster (divisibility, t within a
