@@ -19,7 +19,13 @@
  * weights_changed() is called it follows the new values, and until then it
  * keeps using the copy (the contract the trainer keeps by calling it before
  * every step and evaluation; PTDP_CHECK_WEIGHT_COPIES=1, set for every other
- * test, turns a stale copy into an error). */
+ * test, turns a stale copy into an error).
+ *
+ * The copies are written by ptdp's own packer (src/kernels/bf16_blocked.c)
+ * where the matmul's layout is one it writes: for the model's shapes and
+ * odd ones (tails of 16 lanes, of 32-value steps of K, K and N not whole
+ * blocks, a row stride longer than the row), both orientations, its bytes
+ * must equal oneDNN's reorder of the same weights, padding included. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -241,6 +247,47 @@ static void test_weight_copies(void) {
     free(P), free(X), free(Y), free(ref), free(got), free(refx), free(gotx);
 }
 
+static void test_own_pack(void) {
+    /* {M, N, K}: layers of configs (b) (c) (d), their heads, odd shapes */
+    const int64_t shapes[][3] = {{1024, 768, 256},  {1024, 256, 1024}, {1024, 1152, 384},
+                                 {1024, 384, 1536}, {1024, 2304, 768}, {1024, 768, 3072},
+                                 {1024, 8192, 256}, {1024, 256, 8192}, {512, 50304, 384},
+                                 {64, 37, 29},      {64, 13, 131},     {33, 100, 65},
+                                 {16, 1, 1},        {128, 17, 33},     {256, 200, 300}};
+    int checked = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int pad = 0; pad < 2; pad++) {
+                const int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+                const int64_t rows = tb ? N : K, cols = tb ? K : N, ldb = cols + 3 * pad;
+                float *B = filled(rows * ldb, 77 + i);
+                size_t n_own = 0, n_ref = 0;
+                if (ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 1, NULL, 0, &n_own, NULL, 1,
+                                               NULL, NULL)) {
+                    free(B);
+                    continue;
+                }
+                uint8_t *own = malloc(n_own), *ref = malloc(n_own);
+                CHECK(ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 1, own, n_own, NULL, NULL, 1,
+                                                 NULL, NULL) == 0);
+                CHECK(ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 0, ref, n_own, &n_ref, NULL,
+                                                 1, NULL, NULL) == 0);
+                const int r = n_ref == n_own && memcmp(own, ref, n_own) == 0;
+                free(own), free(ref);
+                checked++;
+                if (r != 1)
+                    printf("own bf16 pack differs from oneDNN's reorder: tb %d, M %lld N %lld K "
+                           "%lld ldb %lld\n",
+                           tb, (long long)M, (long long)N, (long long)K, (long long)ldb);
+                CHECK(r == 1);
+                free(B);
+            }
+    /* where AVX512_BF16 is there, oneDNN's layout here is one the packer writes */
+    if (ptdp__gemm_tile_bf16_available()) CHECK(checked > 0);
+    printf("test_bf16_native: own weight packer checked against oneDNN's reorder on %d cases\n",
+           checked);
+}
+
 int main(void) {
     unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
     const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
@@ -250,6 +297,7 @@ int main(void) {
         return 77;
     }
     if (copies) test_weight_copies();
+    if (copies) test_own_pack();
     if (!tiles) {
         printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
         return test_done("test_bf16_native");

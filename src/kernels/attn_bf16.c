@@ -13,7 +13,7 @@
 #include "kernels/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "kernels/bf16_simd.h"
 
 #define MR 6
 #define KC 128 /* K per pass: 64 pairs */
@@ -25,32 +25,20 @@ static _Thread_local uint32_t pa[MC * K2C] __attribute__((aligned(64)));
 static _Thread_local uint32_t pb[K2C * NC] __attribute__((aligned(64)));
 static _Thread_local uint32_t pt[NC * K2C] __attribute__((aligned(64)));
 
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
-
-static inline __mmask16 lanes(int64_t left) {
-    return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-}
+#define lanes ptdp__lanes16
 
 /* dst[t] = pair (x[2t], x[2t+1]) for t < ceil(n/2): a row contiguous in K */
 BF16_TARGET static void pack_k_row(uint32_t *dst, const float *x, int64_t n) {
-    for (int64_t j = 0; j < n; j += 32) {
-        const __m512 lo = _mm512_maskz_loadu_ps(lanes(n - j), x + j),
-                     hi = _mm512_maskz_loadu_ps(lanes(n - j - 16), x + j + 16);
-        const __m512i p = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-        _mm512_mask_storeu_epi32(dst + j / 2, lanes((n - j + 1) / 2), p);
-    }
+    for (int64_t j = 0; j < n; j += 32)
+        _mm512_mask_storeu_epi32(dst + j / 2, lanes((n - j + 1) / 2),
+                                 ptdp__bf16_row32(x + j, n - j));
 }
 
 /* dst[t] = pair (r0[t], r1[t]) for t < n: two rows, K = their index; r1 may be NULL (zero) */
 BF16_TARGET static void pack_row_pair(uint32_t *dst, const float *r0, const float *r1, int64_t n) {
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 m = lanes(n - j);
-        const __m256i w0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + j));
-        const __m256i w1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + j))
-                              : _mm256_setzero_si256();
-        const __m512i p = _mm512_or_si512(_mm512_cvtepu16_epi32(w0),
-                                          _mm512_slli_epi32(_mm512_cvtepu16_epi32(w1), 16));
-        _mm512_mask_storeu_epi32(dst + j, m, p);
+        _mm512_mask_storeu_epi32(dst + j, m, ptdp__bf16_pairs16(r0 + j, r1 ? r1 + j : NULL, m));
     }
 }
 

@@ -44,6 +44,28 @@ void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n);
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc);
+/* The blocked bf16 weight layout of oneDNN's bf16 matmul, as bf16_blocked.c
+ * writes it: blocks of kb values of K by nb of N, placed by the outer strides
+ * sk and sn (elements), pairs along K inside. */
+typedef struct {
+    int64_t kb, nb, sk, sn;
+} ptdp__bf16_blocking;
+/* 1 and *b where md is such a layout and the CPU has AVX512_BF16, else 0 */
+int ptdp__bf16_blocking_of(const dnnl_memory_desc_t *md, ptdp__bf16_blocking *b);
+/* op(B) [K, N] (tb: B holds W [N, K] with row stride ldb, op(B) = W^T) into
+ * dst in layout b, rounded to bf16; entries of the padding are not written */
+void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
+                             int64_t K, int64_t N, int64_t ldb);
+/* test and bench hook: the weight copy of op(B) [K, N] for a bf16 GEMM of M
+ * rows, made by bf16_blocked.c (own) or by oneDNN's reorder (its padding
+ * filled with 0xff first, so the reorder must write it) and converted reps
+ * times (at least once; between(ctx) before each but the first, where
+ * given): its size in *bytes, its bytes into out where cap holds them, each
+ * conversion's time in seconds[0..reps). -1 without a native bf16 matmul,
+ * or with own where the layout is not one bf16_blocked.c writes. */
+int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
+                               int own, void *out, size_t cap, size_t *bytes, double *seconds,
+                               int reps, void (*between)(void *), void *ctx);
 typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                               float *C, int64_t ldc);

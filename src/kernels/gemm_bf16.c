@@ -48,8 +48,9 @@ typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout *
     int64_t K, N, ldb;
     uint64_t gen, hash;
     void *buf;
-    dnnl_memory_t mem, from; /* the copy; the fp32 weights (pointed at src at each refresh) */
-    dnnl_primitive_t reorder;
+    dnnl_memory_t mem, from;  /* the copy; the fp32 weights (pointed at src at each refresh) */
+    dnnl_primitive_t reorder; /* NULL where bf16_blocked.c writes the layout (own) */
+    ptdp__bf16_blocking own;
     dnnl_memory_desc_t md; /* the layout, chosen by the matmul that first used it */
 } wcopy;
 
@@ -68,6 +69,8 @@ static struct {
     wcopy *w; /* [MAX_WEIGHTS], allocated on first use */
     int nw;
     int check; /* PTDP_CHECK_WEIGHT_COPIES */
+    int own;   /* weight copies by bf16_blocked.c where it writes the layout; 0 with
+                * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
 } g;
 
 static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
@@ -115,6 +118,8 @@ int ptdp__gemm_bf16_available(const char **why) {
         }
         const char *c = getenv("PTDP_CHECK_WEIGHT_COPIES");
         g.check = c && c[0] && strcmp(c, "0") != 0;
+        c = getenv("PTDP_BF16_REORDER");
+        g.own = !(c && c[0] && strcmp(c, "0") != 0);
     }
     if (why) *why = g.why;
     return g.state == 1;
@@ -122,16 +127,21 @@ int ptdp__gemm_bf16_available(const char **why) {
 
 /* ---- weights converted once per declaration ------------------------------ */
 
+/* frees one copy's buffer and oneDNN objects */
+static void drop_one(wcopy *c) {
+    dnnl_memory_destroy(c->mem);
+    if (c->from) dnnl_memory_destroy(c->from);
+    if (c->reorder) dnnl_primitive_destroy(c->reorder);
+    free(c->buf);
+}
+
 /* frees the copies of weights in [lo, hi) */
 static void drop_copies(const float *lo, const float *hi) {
     int k = 0;
     for (int i = 0; i < g.nw; i++) {
         wcopy *c = &g.w[i];
         if (c->src >= lo && c->src < hi) {
-            dnnl_memory_destroy(c->mem);
-            dnnl_memory_destroy(c->from);
-            dnnl_primitive_destroy(c->reorder);
-            free(c->buf);
+            drop_one(c);
         } else {
             g.w[k++] = *c;
         }
@@ -170,6 +180,55 @@ static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) 
     return h;
 }
 
+/* c's buffer and memory object in layout dst (zeroed: the layout's padding
+ * stays zero), with oneDNN's reorder from the fp32 weights where
+ * bf16_blocked.c does not write that layout or own is 0. 0 when it cannot
+ * (c holds nothing then). */
+static int make_copy(wcopy *c, const dnnl_memory_desc_t *dst, int own) {
+    const size_t size = dnnl_memory_desc_get_size(dst);
+    own = own && ptdp__bf16_blocking_of(dst, &c->own);
+    if (!own) memset(&c->own, 0, sizeof c->own);
+    c->buf = aligned_alloc(64, (size + 63) / 64 * 64);
+    if (!c->buf) return 0;
+    memset(c->buf, 0, size);
+    int ok = dnnl_memory_create(&c->mem, dst, g.eng, c->buf) == dnnl_success;
+    if (ok && !own) {
+        dnnl_memory_desc_t src;
+        dnnl_dims_t d, st;
+        b_dims(c->tb, c->K, c->N, c->ldb, d, st);
+        dnnl_primitive_desc_t rpd = NULL;
+        ok = dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) == dnnl_success &&
+             dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) ==
+                 dnnl_success &&
+             dnnl_primitive_create(&c->reorder, rpd) == dnnl_success &&
+             dnnl_memory_create(&c->from, &src, g.eng, DNNL_MEMORY_NONE) == dnnl_success;
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+    }
+    if (!ok) {
+        if (c->mem) dnnl_memory_destroy(c->mem);
+        if (c->from) dnnl_memory_destroy(c->from);
+        if (c->reorder) dnnl_primitive_destroy(c->reorder);
+        free(c->buf);
+        c->mem = c->from = NULL;
+        c->reorder = NULL;
+        c->buf = NULL;
+    }
+    return ok;
+}
+
+/* w's copy converted from the fp32 weights at B */
+static void refresh(wcopy *w, const float *B) {
+    if (!w->reorder) {
+        ptdp__bf16_pack_blocked(&w->own, w->buf, B, w->tb, w->K, w->N, w->ldb);
+        return;
+    }
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, w->from}, {DNNL_ARG_TO, w->mem}};
+    dnnl_status_t st = dnnl_memory_set_data_handle(w->from, (void *)B);
+    if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g.strm, 2, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
+    PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
+}
+
 /* The blocked bf16 copy of weights op(B) for prim, made or refreshed as
  * needed; NULL when it cannot be had (the caller converts as usual). */
 static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
@@ -187,34 +246,13 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
     if (!w) {
         if (!g.w && !(g.w = calloc(MAX_WEIGHTS, sizeof *g.w))) return NULL;
         if (g.nw == MAX_WEIGHTS) return NULL;
-        dnnl_memory_desc_t src;
-        dnnl_dims_t d, st;
-        b_dims(sh->tb, sh->K, sh->N, ldb, d, st);
-        dnnl_primitive_desc_t rpd = NULL;
-        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, NULL, *dst};
-        if (dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) != dnnl_success ||
-            dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) != dnnl_success)
-            return NULL;
-        const int ok = dnnl_primitive_create(&c.reorder, rpd) == dnnl_success &&
-                       (c.buf = malloc(dnnl_memory_desc_get_size(dst))) != NULL &&
-                       dnnl_memory_create(&c.mem, dst, g.eng, c.buf) == dnnl_success &&
-                       dnnl_memory_create(&c.from, &src, g.eng, DNNL_MEMORY_NONE) == dnnl_success;
-        dnnl_primitive_desc_destroy(rpd);
-        if (!ok) {
-            if (c.mem) dnnl_memory_destroy(c.mem);
-            if (c.reorder) dnnl_primitive_destroy(c.reorder);
-            free(c.buf);
-            return NULL;
-        }
+        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, NULL, {0, 0, 0, 0}, *dst};
+        if (!make_copy(&c, dst, g.own)) return NULL;
         w = &g.w[g.nw++];
         *w = c;
     }
     if (w->gen != gen) {
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, w->from}, {DNNL_ARG_TO, w->mem}};
-        dnnl_status_t st = dnnl_memory_set_data_handle(w->from, (void *)B);
-        if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g.strm, 2, args);
-        if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
-        PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
+        refresh(w, B);
         w->gen = gen;
         if (g.check) w->hash = hash_b(B, rows, cols, ldb);
     } else if (g.check) {
@@ -283,4 +321,34 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     }
     pack(g.a, A, ar, ac, lda);
     ptdp__onednn_mm_run(&sh->mm, g.a, mb ? NULL : g.b, mb, C);
+}
+
+int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
+                               int own, void *out, size_t cap, size_t *bytes, double *seconds,
+                               int reps, void (*between)(void *), void *ctx) {
+    if (!ptdp__gemm_bf16_available(NULL)) return -1;
+    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}};
+    const shape *sh = find_shape(&key);
+    if (!sh) return -1;
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
+    const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    wcopy c = {B, tb, K, N, ldb, 0, 0, NULL, NULL, NULL, NULL, {0, 0, 0, 0}, *dst};
+    if (!make_copy(&c, dst, own)) return -1;
+    if (own && c.reorder) { /* not a layout bf16_blocked.c writes */
+        drop_one(&c);
+        return -1;
+    }
+    const size_t size = dnnl_memory_desc_get_size(dst);
+    if (!own) memset(c.buf, 0xff, size); /* the reorder must write the padding too */
+    for (int r = 0; r < (reps > 1 ? reps : 1); r++) {
+        if (r > 0 && between) between(ctx);
+        const double t0 = ptdp_now();
+        refresh(&c, B);
+        if (seconds) seconds[r] = ptdp_now() - t0;
+    }
+    if (bytes) *bytes = size;
+    if (out && size <= cap) memcpy(out, c.buf, size);
+    drop_one(&c);
+    return 0;
 }

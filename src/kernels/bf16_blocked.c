@@ -1,0 +1,181 @@
+/* bf16_blocked.c - the native bf16 table's weight copies (gemm_bf16.c):
+ * fp32 weights op(B) [K, N] converted into the blocked bf16 layout oneDNN's
+ * bf16 matmul reads, in one pass, with AVX-512 (AVX512_BF16 for the
+ * conversion). oneDNN's own reorder does the same job at 6-20 GB/s here; the
+ * transposed orientation (B = W^T, the forward's) is the slow one for a
+ * plain loop as well, since each pair of the output comes from another row
+ * of W.
+ *
+ * The layout (oneDNN's tag BA16a64b2a on AVX512_BF16 machines; any
+ * {kb/2}a{nb}b2a with nb a multiple of 16 is accepted): blocks of kb rows of
+ * K by nb columns of N, each stored as kb/2 rows of nb pairs (the values at
+ * k and k+1 side by side, the layout vdpbf16ps reads), blocks placed by the
+ * descriptor's two outer strides. Element (k, n) sits at
+ *
+ *     (k / kb) sk + (n / nb) sn + ((k % kb) / 2) 2 nb + 2 (n % nb) + k % 2
+ *
+ * Entries past K or N (the layout pads both to whole blocks) are never
+ * written: the caller zeroes the buffer once. Rounding is vcvtne2ps2bf16's:
+ * to nearest even, fp32 subnormals flushed to zero, as oneDNN's reorder
+ * rounds on these CPUs (test_bf16_native compares the two byte for byte).
+ *
+ *   - op(B) = W [K, N] (tb = 0, the input gradient's dY W): two rows of W
+ *     side by side, 16 columns at a time;
+ *   - op(B) = W^T (tb = 1, the forward's x W^T, W stored [N, K]): 16 rows of
+ *     W, 32 values of K each, become 16 x 16 pairs, transposed in registers,
+ *     so every store writes 16 pairs in a row of the block. */
+#include <string.h>
+
+#include "kernels/cpu.h"
+
+int ptdp__bf16_blocking_of(const dnnl_memory_desc_t *md, ptdp__bf16_blocking *b) {
+    memset(b, 0, sizeof *b);
+    if (!ptdp__gemm_tile_bf16_available() || md->ndims != 2 || md->data_type != dnnl_bf16 ||
+        md->format_kind != dnnl_blocked || md->offset0 != 0 || md->extra.flags != 0)
+        return 0;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    if (bd->inner_nblks != 3 || bd->inner_idxs[0] != 0 || bd->inner_idxs[1] != 1 ||
+        bd->inner_idxs[2] != 0 || bd->inner_blks[2] != 2 || bd->inner_blks[1] % 16 != 0)
+        return 0;
+    b->kb = 2 * bd->inner_blks[0];
+    b->nb = bd->inner_blks[1];
+    b->sk = bd->strides[0];
+    b->sn = bd->strides[1];
+    /* the blocks must not overlap (each holds kb nb values), and every 16
+     * pairs of a block row start a 64-byte line (the stores are whole lines) */
+    return b->kb > 0 && b->nb > 0 && b->sk % 32 == 0 && b->sn % 32 == 0 &&
+           md->padded_dims[0] % b->kb == 0 && md->padded_dims[1] % b->nb == 0 &&
+           (b->sk >= b->kb * b->nb || b->sn >= b->kb * b->nb);
+}
+
+/* where the pair of (k, n), k even, starts */
+static inline int64_t at(const ptdp__bf16_blocking *b, int64_t k, int64_t n) {
+    return (k / b->kb) * b->sk + (n / b->nb) * b->sn + ((k % b->kb) / 2) * 2 * b->nb +
+           2 * (n % b->nb);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/bf16_simd.h"
+
+#define lanes ptdp__lanes16
+
+/* 16 pairs at dst (64-byte aligned where m is full: the layout's rows of
+ * pairs are whole cache lines, and the copy's buffer is aligned). A copy is
+ * made right before the GEMM that reads it, so a small one is stored
+ * through the caches, where that GEMM finds it; one of more than STREAM
+ * bytes, which would not stay there anyway, is stored past them. */
+#define STREAM ((int64_t)8 << 20)
+BF16_TARGET static inline void put16(uint16_t *dst, __mmask16 m, __m512i v, int stream) {
+    if (stream && m == 0xffff)
+        _mm512_stream_si512((void *)dst, v);
+    else
+        _mm512_mask_storeu_epi32(dst, m, v);
+}
+
+/* tb = 0: the pair rows k, k + 1 (r1 NULL past K) for n0 <= n < n1, all in
+ * one block column (16 | nb, so 16 values never straddle two blocks) */
+BF16_TARGET static void pairs_of_rows(const ptdp__bf16_blocking *b, uint16_t *dst, const float *r0,
+                                      const float *r1, int64_t k, int64_t n0, int64_t n1,
+                                      int stream) {
+    uint16_t *d = dst + at(b, k, n0); /* then 16 pairs (32 values) per 16 columns */
+    for (int64_t n = n0; n < n1; n += 16, d += 32) {
+        const __mmask16 m = lanes(n1 - n);
+        const __m512i p = ptdp__bf16_pairs16(r0 + n, r1 ? r1 + n : NULL, m);
+        put16(d, m, p, stream);
+    }
+}
+
+/* r[i] <- the 16 x 16 transpose of r, 32-bit elements */
+BF16_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* each 128-bit lane now holds a transposed 4 x 4 tile; the two lane
+     * shuffles below move the tiles to their places */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* tb = 1: rows n0 .. n0 + rows of W (rows <= 16, one block column), values
+ * k0 .. k0 + 32 of each (K past k0 + kc not read; kc <= 32 within one block
+ * row): pair (k0 + 2j, n0 + i) from row i's pair j */
+BF16_TARGET static void tile_of_wt(const ptdp__bf16_blocking *b, uint16_t *dst, const float *W,
+                                   int64_t ldw, int64_t n0, int rows, int64_t k0, int64_t kc,
+                                   int stream) {
+    __m512i r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = i < rows ? ptdp__bf16_row32(W + (n0 + i) * ldw + k0, kc) : _mm512_setzero_si512();
+    transpose16(r);
+    const __mmask16 m = lanes(rows);
+    const int pairs = (int)((kc + 1) / 2);
+    uint16_t *d = dst + at(b, k0, n0); /* a row of pairs further per j */
+    for (int j = 0; j < pairs; j++) put16(d + 2 * b->nb * j, m, r[j], stream);
+}
+
+BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B,
+                                    int tb, int64_t K, int64_t N, int64_t ldb) {
+    const int stream = 2 * K * N > STREAM;
+    if (!tb) {
+        const int64_t pairs = (K + 1) / 2;
+#pragma omp parallel for schedule(static) if (K * N > 65536)
+        for (int64_t t = 0; t < pairs; t++) {
+            const float *r0 = B + 2 * t * ldb, *r1 = 2 * t + 1 < K ? r0 + ldb : NULL;
+            for (int64_t n0 = 0; n0 < N; n0 += b->nb) {
+                const int64_t n1 = n0 + b->nb < N ? n0 + b->nb : N;
+                pairs_of_rows(b, dst, r0, r1, 2 * t, n0, n1, stream);
+            }
+        }
+        _mm_sfence();
+        return;
+    }
+    /* tb = 1: one block column (nb rows of W) at a time, its blocks written
+     * whole in turn; 32 values of K a step (kb is even; a step stops at each
+     * block row's end when 32 does not divide kb) */
+    const int64_t cols = (N + b->nb - 1) / b->nb;
+#pragma omp parallel for schedule(static) if (K * N > 65536)
+    for (int64_t c = 0; c < cols; c++) {
+        const int64_t nend = (c + 1) * b->nb < N ? (c + 1) * b->nb : N;
+        for (int64_t k0 = 0; k0 < K;) {
+            const int64_t end_blk = (k0 / b->kb + 1) * b->kb, lim = end_blk < K ? end_blk : K;
+            const int64_t kc = lim - k0 < 32 ? lim - k0 : 32;
+            for (int64_t n0 = c * b->nb; n0 < nend; n0 += 16)
+                tile_of_wt(b, dst, B, ldb, n0, (int)(nend - n0 < 16 ? nend - n0 : 16), k0, kc,
+                           stream);
+            k0 += kc;
+        }
+    }
+    _mm_sfence();
+}
+
+void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
+                             int64_t K, int64_t N, int64_t ldb) {
+    PTDP_ASSERT_MSG(b->kb > 0 && b->nb % 16 == 0 && ((uintptr_t)dst & 63) == 0,
+                    "bf16 blocked pack without a layout or a 64-byte aligned buffer");
+    pack_avx512(b, dst, B, tb, K, N, ldb);
+}
+#else
+void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
+                             int64_t K, int64_t N, int64_t ldb) {
+    (void)b, (void)dst, (void)B, (void)tb, (void)K, (void)N, (void)ldb;
+    (void)at;
+    PTDP_ASSERT_MSG(0, "bf16 blocked pack without AVX512_BF16");
+}
+#endif

@@ -1,0 +1,36 @@
+/* bf16_simd.h - internal: the AVX-512 pieces the bf16 kernels share
+ * (attn_bf16.c's tile products, bf16_blocked.c's weight copies): a lane
+ * mask and the pairing of two fp32 rows into bf16 pairs along K, the layout
+ * vdpbf16ps reads. x86-64 only; the callers check AVX512_BF16 at run time. */
+#ifndef PTDP_KERNELS_BF16_SIMD_H
+#define PTDP_KERNELS_BF16_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* the first min(16, max(0, left)) lanes */
+static inline __mmask16 ptdp__lanes16(int64_t left) {
+    return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+}
+
+/* pairs (r0[j], r1[j]) rounded to bf16 for the lanes j of m, r0's in the low
+ * half of each 32-bit lane; r1 NULL gives zeros there */
+BF16_TARGET static inline __m512i ptdp__bf16_pairs16(const float *r0, const float *r1,
+                                                     __mmask16 m) {
+    const __m256i w0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
+    const __m256i w1 =
+        r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)) : _mm256_setzero_si256();
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(w0),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(w1), 16));
+}
+
+/* pairs (x[2t], x[2t+1]) rounded to bf16 for t < 16, of a row with n
+ * values left (x[j] for j >= n read as 0) */
+BF16_TARGET static inline __m512i ptdp__bf16_row32(const float *x, int64_t n) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(ptdp__lanes16(n - 16), x + 16),
+                                        _mm512_maskz_loadu_ps(ptdp__lanes16(n), x));
+}
+
+#endif
