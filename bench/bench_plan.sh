@@ -9,19 +9,24 @@
 # times depend on the machine and on what else runs on it.
 #
 # usage: bench/bench_plan.sh [BUILD_DIR] [--iters N] [--cluster NAME|FILE] [--bf16|--fp16]
+#                            [--compare NAME|FILE]
 #   BUILD_DIR: where ptdp is (default: build); N timed iterations (default 5,
 #   after 2 warm-up iterations); the cluster defaults to local; --bf16/--fp16
-#   plan and train every layout in that precision (ptdp's CPU 16-bit runs).
+#   plan and train every layout in that precision (ptdp's CPU 16-bit runs);
+#   --compare adds a second description's predictions of the same runs (two
+#   calibrations, or two models, judged on one set of measurements).
 set -u
 build=build
 iters=5
 cluster=local
+compare=""
 prec=""
 while [ $# -gt 0 ]; do
     case $1 in
     --iters) iters=$2; shift 2 ;;
     --bf16|--fp16) prec=$1; shift ;;
     --cluster) cluster=$2; shift 2 ;;
+    --compare) compare=$2; shift 2 ;;
     *) build=$1; shift ;;
     esac
 done
@@ -75,6 +80,13 @@ for lay in "${layouts[@]}"; do
         echo "bench_plan: plan failed for '$lay': $(cat "$tmp/plan.err")" >&2
         continue
     fi
+    echo '{"layouts":[{"iteration_s":0}]}' >"$tmp/plan2.json"
+    # shellcheck disable=SC2086
+    if [ -n "$compare" ] && ! "$ptdp" plan --cluster "$compare" --num-devices "$n" $flags $planrc --threads "$threads" \
+        --even-stages-only --virtual-pipeline-model-parallel-size "$v" --json >"$tmp/plan2.json" 2>"$tmp/plan.err"; then
+        echo "bench_plan: plan --cluster $compare failed for '$lay': $(cat "$tmp/plan.err")" >&2
+        continue
+    fi
     # shellcheck disable=SC2086
     # one rank runs without mpirun: Open MPI would bind it to one core
     launch=("$mpirun" --bind-to none -np "$n") # each rank takes cores / ranks threads
@@ -84,9 +96,10 @@ for lay in "${layouts[@]}"; do
         echo "bench_plan: train failed for '$lay': $(tail -3 "$tmp/run.out")" >&2
         continue
     fi
-    line=$(python3 - "$tmp/plan.json" "$tmp/run.jsonl" "$tmp/run.out" "$lay" "${prec:---fp32}" <<'PY'
+    line=$(python3 - "$tmp/plan.json" "$tmp/run.jsonl" "$tmp/run.out" "$lay" "${prec:---fp32}" "$tmp/plan2.json" <<'PY'
 import json, re, statistics, sys
 plan = json.load(open(sys.argv[1]))["layouts"][0]
+plan2 = json.load(open(sys.argv[6]))["layouts"][0]
 its = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 ms = statistics.median([x["elapsed_ms"] for x in its[2:]])
 mem = max(int(m) for m in re.findall(r"memory plan total .*?\((\d+) bytes\)", open(sys.argv[3]).read()))
@@ -98,6 +111,9 @@ out = dict(config=cfg, ranks=int(n), t=int(t), p=int(p), d=plan["d"], v=int(v), 
            predicted_bytes=int(plan["memory_bytes_per_device"]), measured_plan_bytes=mem,
            memory_error=round(plan["memory_bytes_per_device"] / mem - 1, 4),
            load=float(open("/proc/loadavg").read().split()[0]))
+if plan2["iteration_s"] > 0:
+    out.update(compare_predicted_ms=round(plan2["iteration_s"] * 1e3, 1),
+               compare_time_error=round(plan2["iteration_s"] * 1e3 / ms - 1, 4))
 print(json.dumps(out))
 PY
 )
@@ -113,4 +129,7 @@ for r in rows:
 ok_t = sum(abs(r["time_error"]) <= 0.15 for r in rows)
 ok_m = sum(abs(r["memory_error"]) <= 0.05 for r in rows)
 print("%d layouts: time within 15%%: %d, memory within 5%%: %d; load average during the runs %.1f to %.1f" % (len(rows), ok_t, ok_m, min(r["load"] for r in rows), max(r["load"] for r in rows)))
+cmp = [r for r in rows if "compare_time_error" in r]
+if cmp:
+    print("the compared description on the same runs: time within 15%%: %d of %d (errors %s)" % (sum(abs(r["compare_time_error"]) <= 0.15 for r in cmp), len(cmp), " ".join("%+.1f%%" % (100 * r["compare_time_error"]) for r in cmp)))
 '

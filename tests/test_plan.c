@@ -28,7 +28,7 @@ static ptdp_cluster round_cluster(void) {
     c.inter_latency = 0;
     c.gemm_efficiency = 1;
     c.gemm_half_dim = 0;
-    c.elementwise_efficiency = 1;
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) c.elementwise_efficiency[p] = 1;
     c.overhead_s = 0;
     return c;
 }
@@ -300,7 +300,79 @@ static void test_cluster_file(void) {
     ptdp_cluster c2;
     CHECK_OK(ptdp_cluster_parse(buf, "written", &c2));
     CHECK(c2.inter_latency == c.inter_latency && c2.devices_per_node == 4);
+    CHECK(c2.elementwise_efficiency[PTDP_PREC_BF16] == 0.5 && c2.attention_flops[0] == 0);
     free(buf);
+    /* elementwise_efficiency per precision and the optional attention_flops
+     * (what --calibrate writes): read, written and read back */
+    snprintf(bad, sizeof bad, "%s",
+             "{\"name\": \"x\", \"peak_flops\": {\"fp32\": 1, \"fp16\": 2, \"bf16\": 2},"
+             " \"memory_bytes\": 1e9, \"devices_per_node\": 4, \"shared_node\": 2,"
+             " \"mem_bandwidth\": 1e9, \"intra_bandwidth\": 1e9, \"intra_latency\": 0,"
+             " \"inter_bandwidth\": 1e8, \"inter_latency\": 1e-5, \"gemm_efficiency\": 0.5,"
+             " \"gemm_half_dim\": 8, \"overhead_s\": 0,"
+             " \"elementwise_efficiency\": {\"fp32\": 0.8, \"fp16\": 0.6, \"bf16\": 0.7},"
+             " \"attention_flops\": {\"fp32\": 2e11, \"fp16\": 1.8e11, \"bf16\": 2.7e11}}");
+    CHECK_OK(ptdp_cluster_parse(bad, "per-precision", &c));
+    CHECK(c.elementwise_efficiency[PTDP_PREC_FP32] == 0.8 &&
+          c.elementwise_efficiency[PTDP_PREC_FP16] == 0.6 &&
+          c.elementwise_efficiency[PTDP_PREC_BF16] == 0.7);
+    CHECK(c.attention_flops[PTDP_PREC_BF16] == 2.7e11);
+    f = open_memstream(&buf, &len);
+    CHECK_OK(ptdp_cluster_write(f, &c));
+    fclose(f);
+    CHECK_OK(ptdp_cluster_parse(buf, "written", &c2));
+    CHECK(!memcmp(c2.elementwise_efficiency, c.elementwise_efficiency,
+                  sizeof c.elementwise_efficiency) &&
+          !memcmp(c2.attention_flops, c.attention_flops, sizeof c.attention_flops));
+    free(buf);
+    /* a precision missing, an efficiency above 1, a rate that is not an object */
+    const char *bads[][2] = {
+        {"\"bf16\": 0.7}", "\"bf17\": 0.7}"},
+        {"\"fp32\": 0.8", "\"fp32\": 1.8"},
+        {"\"attention_flops\": {\"fp32\": 2e11, \"fp16\": 1.8e11, \"bf16\": 2.7e11}",
+         "\"attention_flops\": 2e11"},
+    };
+    const char *names[] = {"elementwise_efficiency.bf16", "elementwise_efficiency.fp32",
+                           "attention_flops"};
+    for (int i = 0; i < 3; i++) {
+        char b2[2048];
+        snprintf(b2, sizeof b2, "%s", bad);
+        char *at = strstr(b2, bads[i][0]);
+        CHECK(at != NULL);
+        if (!at) continue;
+        char tail[2048];
+        snprintf(tail, sizeof tail, "%s", at + strlen(bads[i][0]));
+        snprintf(at, sizeof b2 - (size_t)(at - b2), "%s%s", bads[i][1], tail);
+        CHECK(ptdp_cluster_parse(b2, "bad.json", &c) == PTDP_EFORMAT);
+        CHECK(strstr(ptdp_last_error(), names[i]) != NULL);
+    }
+}
+
+/* With attention_flops, core attention is ptdp's flash attention: its
+ * forward is 4 b (a/t) s^2 (h/a) x the causal tiles' share, at that rate,
+ * and the scores leave the memory-bound bytes. */
+static void test_flash_attention_term(void) {
+    ptdp_cluster c = round_cluster();
+    ptdp_plan_job j = small_job(); /* s = 128: one tile, nothing skipped */
+    j.precision = PTDP_PREC_FP32;
+    ptdp_plan_layout L = {.t = 2, .p = 1, .d = 1, .v = 1, .b = 2, .recompute = 0};
+    ptdp_plan_estimate gemm, flash;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &gemm));
+    /* the paper's GEMMs at 1e12: 2 x 2 b (a/t) s^2 (h/a) */
+    const double al = 4, hd = 32, b = 2, s = 128;
+    CHECK_CLOSE(gemm.layer_attention_fwd_s, 4 * b * al * s * s * hd / 1e12, 1e-9, 0);
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) c.attention_flops[p] = 2.5e11;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &flash));
+    CHECK_CLOSE(flash.layer_attention_fwd_s, 4 * b * al * s * s * hd / 2.5e11, 1e-9, 0);
+    /* the memory-bound bytes lose w 4 S + S (S = b (a/t) s^2) */
+    const double S = b * al * s * s;
+    CHECK_CLOSE(gemm.layer_elementwise_fwd_s - flash.layer_elementwise_fwd_s,
+                (4 * 4 * S + S) / 1e11, 1e-9, 0);
+    /* s = 512: 4 tiles a side, 10 of 16 computed */
+    j.s = 512;
+    CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &flash));
+    CHECK_CLOSE(flash.layer_attention_fwd_s, 4 * b * al * 512.0 * 512 * hd * 10 / 16 / 2.5e11, 1e-9,
+                0);
 }
 
 /* The paper's Table 1: heads, hidden, layers, t, p, GPUs, batch, TFLOP/s. */
@@ -457,6 +529,7 @@ int main(void) {
     test_search();
     test_shared_node();
     test_cluster_file();
+    test_flash_attention_term();
     test_table1();
     return test_done("test_plan");
 }

@@ -1,6 +1,7 @@
 # test_plan_cli.sh - `ptdp plan`: the table, --json (one object, a layouts
 # array best first with the documented fields), pins, --explain, and every
-# documented bad input (exit status 2, one "ptdp: error:" line).
+# documented bad input (exit status 2, one "ptdp: error:" line), and a
+# description --calibrate writes.
 source "$PTDP_SRC/tests/script_lib.sh"
 
 model=(--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048
@@ -138,4 +139,20 @@ grep -q "this prediction is for ptdp's CPU bf16: 16-bit values in fp32 storage" 
     bad "local --bf16: the table does not say which storage it predicts: $(tail -4 "$tmp/lpt")"
 grep -q "^ptdp train .* --bf16 --train-iters N" "$tmp/lpt" && ok ||
     bad "local --bf16: the best layout's flags lack --bf16: $(grep '^ptdp train' "$tmp/lpt")"
+# --calibrate writes a description the planner reads, with ptdp's flash attention and the
+# memory-bound kernels measured per precision, and --explain charges attention as that kernel
+OMP_NUM_THREADS=1 "$PTDP" plan --calibrate --out "$tmp/cal.json" >"$tmp/cal.out" 2>&1 ||
+    bad "plan --calibrate failed: $(tail -3 "$tmp/cal.out")"
+python3 - "$tmp/cal.json" <<'PY' && ok || bad "calibrated description: $(cat "$tmp/cal.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+precs = ("fp32", "fp16", "bf16")
+att, ew = c["attention_flops"], c["elementwise_efficiency"]
+ew = ew if isinstance(ew, dict) else {p: ew for p in precs}
+assert all(att[p] > 1e8 and 0 < ew[p] <= 1 for p in precs), (att, ew)
+PY
+"$PTDP" plan --cluster "$tmp/cal.json" --num-devices 1 "${small[@]}" --no-recompute \
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --explain >"$tmp/cal.explain" 2>&1
+grep -q "core attention: ptdp's flash attention" "$tmp/cal.explain" && ok ||
+    bad "plan on a calibrated description: $(head -12 "$tmp/cal.explain")"
 finish

@@ -265,12 +265,21 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            "stored, w_m = %.0f in messages%s):\n",
            (long long)(job->s * L->b), e->act_bytes, e->msg_bytes,
            cpu16 ? ": ptdp's CPU 16-bit values in fp32 storage" : "");
+    const int flash = c->attention_flops[job->precision] > 0;
     printf("  GEMMs forward       T_gemm = sum 2 M N K / (peak eff) = %.6g s (MLP-in GEMM eff "
            "%.3f)\n",
            e->layer_gemm_fwd_s, e->gemm_efficiency);
+    if (flash)
+        printf("    of which core attention: ptdp's flash attention, 4 b a/t s^2 (h/a) x causal "
+               "tiles / %.4g FLOP/s = %.6g s\n",
+               c->attention_flops[job->precision], e->layer_attention_fwd_s);
+    else
+        printf("    of which core attention: the scores and context GEMMs, %.6g s\n",
+               e->layer_attention_fwd_s);
     printf("  memory-bound fwd    T_ew = [w (10 N h + 4 S + 2 N f/t) + S + 2 N h] / (%.4g B/s x "
-           "%.3g) = %.6g s  (S = b a/t s^2, f = %lld)\n",
-           c->mem_bandwidth, c->elementwise_efficiency, e->layer_elementwise_fwd_s, (long long)ffn);
+           "%.3g) = %.6g s  (S = %s, f = %lld)\n",
+           c->mem_bandwidth, c->elementwise_efficiency[job->precision], e->layer_elementwise_fwd_s,
+           flash ? "0: flash attention keeps no scores" : "b a/t s^2", (long long)ffn);
     printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w_m / %.4g + 2 (t-1) %.3g] = %.6g s\n",
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);

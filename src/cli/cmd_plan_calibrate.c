@@ -5,8 +5,11 @@
  *     layer's GEMMs, every rank at once; the node's rate is their sum. The
  *     fit gives eff_max x peak (written as the peak, gemm_efficiency 1) and
  *     gemm_half_dim of the model's shape factor g(x) = x / (x + x_half);
- *   - memory bandwidth: a streaming triad; elementwise_efficiency: the
- *     effective bandwidth of ptdp's fused bias+GeLU kernel over it;
+ *   - memory bandwidth: a streaming triad; per precision (the fp32, bf16
+ *     and fp16 tables): attention_flops, the rate of ptdp's flash attention
+ *     (its causal tile work), and elementwise_efficiency, one layer's other
+ *     memory-bound kernels' model bytes over their time, as a fraction of
+ *     the triad's bandwidth;
  *   - under mpirun -np 2 or more: MPI all-reduce (bus bandwidth and
  *     per-step latency) and point-to-point between ranks 0 and 1.
  * The node is one machine whose ranks share its cores (shared_node: their
@@ -97,7 +100,8 @@ static void run_pingpong(void *p) {
 }
 
 /* The memory-bound kernels of one layer (forward and backward) at config
- * (c)'s shape, through ptdp's own table: what the model's T_ew stands for. */
+ * (c)'s shape, through ptdp's own table: what the model's T_ew stands for;
+ * and its attention, timed apart (the description's attention_flops). */
 typedef struct {
     const ptdp_ops *ops;
     int64_t s, b, h, al, hd, f;
@@ -116,11 +120,17 @@ static void run_layer_ew(void *p) {
     }
     o->bias_add(L->qkv, L->bias, N, 3 * h);
     o->bias_bwd(L->qkv, L->bias + h, N, 3 * h);
+    o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
+    o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
+}
+/* ptdp's flash attention of one layer, forward and backward */
+static void run_attention(void *p) {
+    layer_ctx *L = p;
+    const ptdp_ops *o = L->ops;
+    const ptdp_dropout nod = {.p = 0};
     o->attention_fwd(L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
     o->attention_bwd(L->y, L->qkv, L->ctx, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd,
                      nod);
-    o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
-    o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
 }
 
 /* Every rank runs fn at the same time: a barrier, then each rank's time;
@@ -236,12 +246,16 @@ int ptdp__cli_plan_calibrate(const char *out) {
     free(s.bias);
     c.mem_bandwidth = bw;
     /* elementwise_efficiency: the model's bytes of one layer's memory-bound
-     * work, forward and backward (3 x bytes_ew, docs/planner.md), over the
-     * time ptdp's kernels take for it, less the attention GEMMs they contain
-     * (at the fitted GEMM rate), as a fraction of the triad's bandwidth */
-    double ew_eff = gelu / bw;
+     * work, forward and backward (3 x bytes_ew with no scores in memory,
+     * docs/planner.md), over the time ptdp's kernels take for it, as a
+     * fraction of the triad's bandwidth; attention_flops: the causal tile
+     * work of ptdp's flash attention (12 b a s^2 (h/a) x causal, forward and
+     * backward) over its time. Both through each precision's table: the
+     * 16-bit ones add a rounding pass to every op, and bf16's attention
+     * tiles may run natively. */
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) c.elementwise_efficiency[p] = gelu / bw;
     {
-        layer_ctx L = {.ops = ops, .s = 256, .b = 4, .h = 384, .al = 6, .hd = 64, .f = 1536};
+        layer_ctx L = {.s = 256, .b = 4, .h = 384, .al = 6, .hd = 64, .f = 1536};
         const int64_t N = L.s * L.b, S = L.b * L.al * L.s * L.s;
         const int th = omp_get_max_threads();
         const int64_t sizes[] = {N * L.h, N * L.h,     N * L.h,
@@ -260,26 +274,30 @@ int ptdp__cli_plan_calibrate(const char *out) {
             for (int64_t i = 0; i < N * L.h; i++) L.x[i] = (float)(i % 11) * 0.1f;
             for (int64_t i = 0; i < 3 * N * L.h; i++) L.qkv[i] = (float)(i % 7) * 0.01f;
             for (int64_t i = 0; i < L.h; i++) L.w[i] = 1.0f;
-            const double t_layer = best_of_all(&comm, run_layer_ew, &L, 5);
-            /* the attention's GEMMs: scores and context, forward and backward */
-            double g = 1;
-            const double dims[3] = {(double)L.s, (double)L.s, (double)L.hd};
-            for (int k = 0; k < 3; k++) g *= dims[k] / (dims[k] + best_x0);
-            const double t_att_gemm =
-                3.0 * 2 * 2.0 * L.b * L.al * L.s * L.s * L.hd / (best_P / n * g);
-            const double bytes =
-                3.0 * (4.0 * (10.0 * N * L.h + 4.0 * S + 2.0 * N * L.f) + S + 2.0 * N * L.h);
-            const double rest = t_layer - t_att_gemm;
-            if (rest > 0) ew_eff = bytes / rest / (bw / n);
-            if (root)
-                fprintf(stderr,
-                        "calibrate: one layer's memory-bound kernels at config (c)'s shape: "
-                        "%.3g ms (attention GEMMs %.3g ms of it)\n",
-                        t_layer * 1e3, t_att_gemm * 1e3);
+            /* s = 2 tiles of 128: 3 of the 4 tiles are at or below the diagonal */
+            const double attn_work = 12.0 * L.b * L.al * L.s * L.s * L.hd * 0.75;
+            const double bytes = 3.0 * (4.0 * (10.0 * N * L.h + 2.0 * N * L.f) + 2.0 * N * L.h);
+            static const ptdp_dtype dts[PTDP_PREC_COUNT] = {[PTDP_PREC_FP32] = PTDP_DTYPE_FP32,
+                                                            [PTDP_PREC_FP16] = PTDP_DTYPE_FP16,
+                                                            [PTDP_PREC_BF16] = PTDP_DTYPE_BF16};
+            for (int p = 0; p < PTDP_PREC_COUNT; p++) {
+                L.ops = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dts[p]);
+                const double t_attn = best_of_all(&comm, run_attention, &L, 5);
+                const double t_rest = best_of_all(&comm, run_layer_ew, &L, 5);
+                c.attention_flops[p] = n * attn_work / t_attn;
+                const double eff = bytes / t_rest / (bw / n);
+                c.elementwise_efficiency[p] = eff < 1 ? eff : 1;
+                if (root)
+                    fprintf(stderr,
+                            "calibrate: one layer at config (c)'s shape, %s: flash attention "
+                            "%.3g ms (%.4g GFLOP/s of tile work), other memory-bound kernels "
+                            "%.3g ms (%.3g of the triad's bandwidth)\n",
+                            ptdp_plan_precision_name(p), t_attn * 1e3, c.attention_flops[p] / 1e9,
+                            t_rest * 1e3, eff);
+            }
         }
         for (int i = 0; i < 14; i++) free(*ptrs[i]);
     }
-    c.elementwise_efficiency = ew_eff < 1 ? ew_eff : 1;
 
     /* links: one node, every rank a device */
     c.devices_per_node = 8;

@@ -10,9 +10,11 @@
  *    "inter_bandwidth": 2.5e10, "inter_latency": 1e-5,
  *    "gemm_efficiency": 0.8, "gemm_half_dim": 64, "elementwise_efficiency": 0.7,
  *    "overhead_s": 0.0, "shared_node": 0}
- * Unknown keys are refused (a misspelt key would otherwise silently keep a
- * default). Deliberately not here: heterogeneous devices, topologies other
- * than nodes of equal size joined by one fabric. */
+ * "elementwise_efficiency" may also be an object per precision, as
+ * peak_flops is; "attention_flops" (such an object) is optional: ptdp's
+ * flash attention measured by `--calibrate`. Unknown keys are refused (a misspelt key would
+ * otherwise silently keep a default). Deliberately not here: heterogeneous devices, topologies
+ * other than nodes of equal size joined by one fabric. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
@@ -69,8 +71,7 @@ typedef struct {
 static const field fields[] = {
     FIELD(memory_bytes, 0),    FIELD(mem_bandwidth, 0),   FIELD(intra_bandwidth, 0),
     FIELD(intra_latency, 1),   FIELD(inter_bandwidth, 0), FIELD(inter_latency, 1),
-    FIELD(gemm_efficiency, 0), FIELD(gemm_half_dim, 1),   FIELD(elementwise_efficiency, 0),
-    FIELD(overhead_s, 1),
+    FIELD(gemm_efficiency, 0), FIELD(gemm_half_dim, 1),   FIELD(overhead_s, 1),
 };
 #undef FIELD
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
@@ -81,6 +82,31 @@ static int number(const cJSON *root, const char *key, const char *origin, double
     if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
         return ptdp_errorf(PTDP_EFORMAT, "cluster %s: key \"%s\" must be a number", origin, key);
     *out = it->valuedouble;
+    return PTDP_OK;
+}
+
+/* key: an object {fp32, fp16, bf16} of positive numbers into out (each at
+ * most 1 with frac), or with scalar_ok one number for all three. */
+static int per_precision(const cJSON *root, const char *key, const char *origin, int scalar_ok,
+                         int frac, double *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    const char *what =
+        scalar_ok ? "a number or an object: fp32, fp16, bf16" : "an object: fp32, fp16, bf16";
+    if (!it)
+        return ptdp_errorf(PTDP_EFORMAT, "cluster %s: missing key \"%s\" (%s)", origin, key, what);
+    const int scalar = scalar_ok && cJSON_IsNumber(it);
+    if (!scalar && !cJSON_IsObject(it))
+        return ptdp_errorf(PTDP_EFORMAT, "cluster %s: key \"%s\" must be %s", origin, key, what);
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) {
+        const char *prec = ptdp_plan_precision_name(p);
+        const cJSON *v = scalar ? it : cJSON_GetObjectItemCaseSensitive(it, prec);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble) ||
+            (frac && v->valuedouble > 1))
+            return ptdp_errorf(PTDP_EFORMAT, "cluster %s: missing or bad \"%s%s%s\" (%s)", origin,
+                               key, scalar ? "" : ".", scalar ? "" : prec,
+                               frac ? "a fraction of peak, above 0 and at most 1" : "positive");
+        out[p] = v->valuedouble;
+    }
     return PTDP_OK;
 }
 
@@ -98,7 +124,9 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
     for (cJSON *it = root->child; it && rc == PTDP_OK; it = it->next) {
         int known = !strcmp(it->string, "name") || !strcmp(it->string, "peak_flops") ||
                     !strcmp(it->string, "devices_per_node") || !strcmp(it->string, "shared_node") ||
-                    !strcmp(it->string, "description");
+                    !strcmp(it->string, "description") ||
+                    !strcmp(it->string, "elementwise_efficiency") ||
+                    !strcmp(it->string, "attention_flops");
         for (int i = 0; i < NFIELDS; i++) known |= !strcmp(it->string, fields[i].key);
         if (!known)
             rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: unknown key \"%s\"", origin, it->string);
@@ -143,11 +171,14 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
             rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: \"%s\" must be %s (got %g)", origin,
                              fields[i].key, fields[i].zero_ok ? "non-negative" : "positive", *dst);
     }
-    if (rc == PTDP_OK && (c->gemm_efficiency > 1 || c->elementwise_efficiency > 1))
+    if (rc == PTDP_OK && c->gemm_efficiency > 1)
         rc = ptdp_errorf(PTDP_EFORMAT,
-                         "cluster %s: \"gemm_efficiency\" and \"elementwise_efficiency\" are "
-                         "fractions of peak (at most 1)",
+                         "cluster %s: \"gemm_efficiency\" is a fraction of peak (at most 1)",
                          origin);
+    if (rc == PTDP_OK)
+        rc = per_precision(root, "elementwise_efficiency", origin, 1, 1, c->elementwise_efficiency);
+    if (rc == PTDP_OK && cJSON_GetObjectItemCaseSensitive(root, "attention_flops"))
+        rc = per_precision(root, "attention_flops", origin, 0, 0, c->attention_flops);
     cJSON_Delete(root);
     if (rc) memset(c, 0, sizeof *c);
     return rc;
@@ -163,6 +194,13 @@ int ptdp_cluster_load(const char *path, ptdp_cluster *c) {
     return rc;
 }
 
+static void write_per_precision(FILE *f, const char *key, const double *v) {
+    fprintf(f, ",\n  \"%s\": {", key);
+    for (int p = 0; p < PTDP_PREC_COUNT; p++)
+        fprintf(f, "%s\"%s\": %.6g", p ? ", " : "", ptdp_plan_precision_name(p), v[p]);
+    fprintf(f, "}");
+}
+
 int ptdp_cluster_write(FILE *f, const ptdp_cluster *c) {
     fprintf(f, "{\n  \"name\": \"%s\",\n  \"peak_flops\": {", c->name);
     for (int p = 0; p < PTDP_PREC_COUNT; p++)
@@ -172,6 +210,14 @@ int ptdp_cluster_write(FILE *f, const ptdp_cluster *c) {
     for (int i = 0; i < NFIELDS; i++)
         fprintf(f, ",\n  \"%s\": %.6g", fields[i].key,
                 *(const double *)((const char *)c + fields[i].off));
+    const double *ew = c->elementwise_efficiency;
+    int same = 1;
+    for (int p = 1; p < PTDP_PREC_COUNT; p++) same &= ew[p] == ew[0];
+    if (same)
+        fprintf(f, ",\n  \"elementwise_efficiency\": %.6g", ew[0]);
+    else
+        write_per_precision(f, "elementwise_efficiency", ew);
+    if (c->attention_flops[0] > 0) write_per_precision(f, "attention_flops", c->attention_flops);
     fprintf(f, "\n}\n");
     return ferror(f) ? ptdp_errorf(PTDP_EIO, "cannot write the cluster description") : PTDP_OK;
 }

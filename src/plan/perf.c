@@ -286,7 +286,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int cores = c->shared_node;
     const double share = cores ? 1.0 / (double)(k_node > cores ? cores : k_node) : 1.0;
     const double peak = c->peak_flops[job->precision] * share;
-    const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency * share;
+    const double ew_bw = c->mem_bandwidth * c->elementwise_efficiency[job->precision] * share;
     const double h = (double)job->h, s = (double)job->s, b = (double)L->b, a = (double)job->a;
     const double N = s * b, hl = h / t, fl = (double)ffn / t, al = a / t, hd = h / a;
     /* links: the tensor group lives in a node; the data group spans nodes
@@ -298,14 +298,24 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const double pp_bw = pp_inter ? c->inter_bandwidth : c->intra_bandwidth,
                  pp_lat = pp_inter ? c->inter_latency : c->intra_latency;
 
+    /* core attention forward: the paper's two batched GEMMs (scores Q K^T,
+     * context P V), or where the description measured ptdp's flash attention,
+     * its forward's share (a third) of the tile work at that rate: the
+     * causal tiles of 128 (nt (nt + 1) / 2 of nt^2), and no scores in memory */
+    const int flash = c->attention_flops[job->precision] > 0;
+    const double tile = s < 128 ? s : 128, nt = ceil(s / tile);
+    const double causal = fmin(1.0, nt * (nt + 1) / 2 * tile * tile / (s * s));
+    const double attn_core =
+        flash ? 4 * b * al * s * s * hd * causal / (c->attention_flops[job->precision] * share)
+              : gemm_s(c, peak, b * al, s, s, hd) + gemm_s(c, peak, b * al, s, hd, s);
+    est->layer_attention_fwd_s = attn_core;
     /* one layer, one micro-batch, one device: forward */
-    const double gemm_f = gemm_s(c, peak, 1, N, 3 * hl, h) +  /* QKV, column-parallel */
-                          gemm_s(c, peak, b * al, s, s, hd) + /* scores Q K^T */
-                          gemm_s(c, peak, b * al, s, hd, s) + /* context P V */
-                          gemm_s(c, peak, 1, N, h, hl) +      /* attention out, row-parallel */
-                          gemm_s(c, peak, 1, N, fl, h) +      /* MLP in */
-                          gemm_s(c, peak, 1, N, h, fl);       /* MLP out */
-    const double S = b * al * s * s;                          /* attention scores on this device */
+    const double gemm_f = gemm_s(c, peak, 1, N, 3 * hl, h) + /* QKV, column-parallel */
+                          attn_core +                        /* scores and context */
+                          gemm_s(c, peak, 1, N, h, hl) +     /* attention out, row-parallel */
+                          gemm_s(c, peak, 1, N, fl, h) +     /* MLP in */
+                          gemm_s(c, peak, 1, N, h, fl);      /* MLP out */
+    const double S = flash ? 0 : b * al * s * s; /* attention scores in memory on this device */
     /* sequence parallelism: the residual stream's element-wise work (LayerNorms,
      * dropouts, adds) on s/t positions */
     const int seqp = job->sequence_parallel && t > 1;
@@ -326,8 +336,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     est->layer_fwd_s = fwd;
     /* selective recomputation reruns core attention only: its two s x s
      * GEMMs and the softmax/dropout over the scores */
-    const double attn_f = gemm_s(c, peak, b * al, s, s, hd) + gemm_s(c, peak, b * al, s, hd, s) +
-                          (w * 4 * S + S) / ew_bw;
+    const double attn_f = attn_core + (w * 4 * S + S) / ew_bw;
     const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     const double rerun = selective ? attn_f : fwd;
     est->layer_bwd_s = bwd + (L->recompute ? rerun : 0);

@@ -187,10 +187,17 @@ typedef struct {
     double mem_bandwidth; /* device memory bandwidth, bytes/s */
     double intra_bandwidth, intra_latency;
     double inter_bandwidth, inter_latency;
-    double gemm_efficiency;        /* best fraction of peak a large GEMM reaches */
-    double gemm_half_dim;          /* a GEMM dimension of this size halves its factor */
-    double elementwise_efficiency; /* fraction of mem_bandwidth memory-bound kernels reach */
-    double overhead_s;             /* fixed cost per iteration (launches, logging, data) */
+    double gemm_efficiency; /* best fraction of peak a large GEMM reaches */
+    double gemm_half_dim;   /* a GEMM dimension of this size halves its factor */
+    /* fraction of mem_bandwidth memory-bound kernels reach, per precision
+     * (the file gives one number for all, or an object like peak_flops) */
+    double elementwise_efficiency[PTDP_PREC_COUNT];
+    /* optional (0: absent): ptdp's flash attention measured on this device,
+     * FLOP/s of its tile work (the causal tiles only); where given, core
+     * attention is that work at this rate, with no s x s scores in memory,
+     * instead of the paper's two batched GEMMs and softmax traffic */
+    double attention_flops[PTDP_PREC_COUNT];
+    double overhead_s; /* fixed cost per iteration (launches, logging, data) */
     /* 0: every device has its own compute and memory (GPUs). C > 0: the
      * devices of a node are processes sharing its C CPU cores (`local`):
      * peak_flops and mem_bandwidth are the whole node's; each of the k =
@@ -292,6 +299,7 @@ typedef struct {
     double memory_bytes;            /* their sum */
     /* terms of one layer, one micro-batch, one device */
     double layer_gemm_fwd_s, layer_elementwise_fwd_s, layer_tp_fwd_s;
+    double layer_attention_fwd_s;    /* core attention's share of layer_gemm_fwd_s */
     double layer_fwd_s, layer_bwd_s; /* backward includes the recomputed forward */
     double gemm_efficiency;          /* of the layer's largest GEMM */
     double head_s, embedding_s;      /* loss head (forward + backward) and embedding */
