@@ -11,8 +11,11 @@
  * once per step (both orientations of one layer's four weights, and of the
  * tied embedding), by ptdp's own packer and by oneDNN's reorder in turn, each
  * after 64 MiB of other writes (the weights come from memory in training);
- * skipped without a native bf16 matmul. Speed goals are read off
- * bench_train; this is where a kernel change is measured alone.
+ * skipped without a native bf16 matmul. Then the bf16 table's optimizer step
+ * on the configuration's parameter count: AdamW on the fp32 masters with the
+ * rounded working copy written in the same pass (adamw_master), against
+ * AdamW, then the copy and its rounding as passes of their own. Speed goals
+ * are read off bench_train; this is where a kernel change is measured alone.
  *
  * Usage: bench_kernels [--config b|c|d] [--reps N] */
 #include <omp.h>
@@ -27,9 +30,11 @@
 typedef struct {
     const char *name;
     int64_t h, s, b; /* s * b = N_ROWS; heads of 64 */
+    int64_t l;       /* layers */
 } config;
 
-static const config CONFIGS[] = {{"b", 256, 128, 8}, {"c", 384, 256, 4}, {"d", 768, 1024, 1}};
+static const config CONFIGS[] = {
+    {"b", 256, 128, 8, 4}, {"c", 384, 256, 4, 6}, {"d", 768, 1024, 1, 12}};
 enum { N_ROWS = 1024 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -103,6 +108,49 @@ static void bench_weight_copies(const config *c, int reps) {
         }
 done:
     free(B), free(flush), free(t);
+}
+
+/* The bf16 table's optimizer step over n parameters (a GPT of h, l, V):
+ * fused (adamw_master) and in three passes (adamw, copy, quantize). */
+static void bench_optimizer(const config *c, int reps) {
+    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    const int64_t h = c->h, V = c->h == 256 ? 8192 : 50304;
+    const int64_t n = c->l * 12 * h * h + V * h + 1024 * h;
+    float *a[5];
+    for (int i = 0; i < 5; i++) {
+        a[i] = malloc(sizeof(float) * (size_t)n);
+        if (!a[i]) return;
+        for (int64_t e = 0; e < n; e++)
+            a[i][e] = i == 3 ? 0.0f : (float)((e * 7919 + i) % 1000) * 1e-3f;
+    }
+    float *master = a[0], *work = a[1], *grad = a[2], *m = a[3], *v = a[4];
+    double *t = malloc(sizeof(double) * (size_t)reps * 2);
+    for (int r = 0; r < 1 + reps; r++)
+        for (int fused = 1; fused >= 0; fused--) {
+            const double t0 = ptdp_now();
+            if (fused) {
+                o->adamw_master(master, work, grad, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                r + 1);
+            } else {
+                o->adamw(master, grad, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
+                o->copy(work, master, n);
+                o->quantize(work, n);
+            }
+            if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
+        }
+    for (int fused = 1; fused >= 0; fused--) {
+        double *u = malloc(sizeof(double) * (size_t)reps);
+        for (int r = 0; r < reps; r++) u[r] = t[r * 2 + fused];
+        qsort(u, (size_t)reps, sizeof *u, cmp_double);
+        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_optimizer_step\","
+               "\"impl\":\"%s\",\"params\":%lld,\"threads\":%d,\"reps\":%d,\"ms_median\":%.3f,"
+               "\"ms_best\":%.3f}\n",
+               c->name, fused ? "adamw_master" : "adamw_copy_quantize", (long long)n,
+               omp_get_max_threads(), reps, u[reps / 2] * 1e3, u[0] * 1e3);
+        free(u);
+    }
+    free(t);
+    for (int i = 0; i < 5; i++) free(a[i]);
 }
 
 typedef struct {
@@ -194,6 +242,7 @@ int main(int argc, char **argv) {
         bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, areps, t);
         bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, areps, t);
         bench_weight_copies(&CONFIGS[c], areps);
+        bench_optimizer(&CONFIGS[c], areps);
     }
     free(t);
     return 0;

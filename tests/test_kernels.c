@@ -781,6 +781,41 @@ static void test_adamw(const ptdp_ops *o) {
     check_arr("adamw v", v, vr, n, 1e-5, 1e-10);
 }
 
+/* The 16-bit tables' adamw_master (AdamW on the master, the working copy
+ * written and rounded in the same pass, block by block) gives exactly what
+ * adamw, copy and quantize give: master, m, v and the working copy, bit for
+ * bit, over several blocks and a tail. */
+static void test_adamw_master(void) {
+    const int64_t n = 3 * 16384 + 777;
+    float *p = fmalloc(n), *m = fmalloc(n), *v = fmalloc(n), *g = fmalloc(n), *w = fmalloc(n);
+    float *p2 = fmalloc(n), *m2 = fmalloc(n), *v2 = fmalloc(n), *w2 = fmalloc(n);
+    const ptdp_dtype dts[] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
+    for (int lib = 0; lib < 2; lib++)
+        for (int k = 0; k < 2; k++) {
+            const ptdp_ops *o =
+                ptdp_cpu_ops_prec(lib ? PTDP_GEMM_OPENBLAS : PTDP_GEMM_ONEDNN, dts[k]);
+            CHECK(o->adamw_master != NULL);
+            if (!o->adamw_master) continue;
+            fill_normal(p, n, 31, 1.0f);
+            memcpy(p2, p, sizeof(float) * (size_t)n);
+            memset(m, 0, sizeof(float) * (size_t)n), memset(v, 0, sizeof(float) * (size_t)n);
+            memset(m2, 0, sizeof(float) * (size_t)n), memset(v2, 0, sizeof(float) * (size_t)n);
+            for (int step = 1; step <= 3; step++) {
+                fill_normal(g, n, 40 + (uint64_t)step, 1.0f);
+                o->adamw_master(p, w, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+                o->adamw(p2, g, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+                o->copy(w2, p2, n);
+                o->quantize(w2, n);
+            }
+            CHECK(!memcmp(p, p2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(m, m2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(v, v2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(w, w2, sizeof(float) * (size_t)n));
+            CHECK(memcmp(w, p, sizeof(float) * (size_t)n) != 0); /* the copy is rounded */
+        }
+    free(p), free(m), free(v), free(g), free(w), free(p2), free(m2), free(v2), free(w2);
+}
+
 static void test_reductions(const ptdp_ops *o) {
     const int64_t n = 100003;
     float *x = fmalloc(n), *y = fmalloc(n);
@@ -962,6 +997,7 @@ int main(void) {
     test_xent_split(o, 2);
     test_xent_split(o, 3); /* third slice lies wholly in the padding */
     test_adamw(o);
+    test_adamw_master();
     test_reductions(o);
     test_fastmath();
     test_dropout(o);

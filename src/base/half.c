@@ -194,10 +194,11 @@ void ptdp_f32_to_f16_n(void *dst, const float *src, int64_t n) {
 
 /* ---- rounding in place (mixed precision over fp32 storage) ------------------ */
 
-void ptdp_round_bf16_n(float *x, int64_t n) {
-    uint32_t *u = (uint32_t *)(void *)x;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) {
+/* Each rounds x[i0, i1). Up to 65536 values run on the calling thread
+ * without entering OpenMP (callers inside a parallel region, such as the
+ * optimizer's blocks, call them by the thousand). */
+static void round_bf16_range(uint32_t *u, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
         uint32_t v = u[i];
         /* NaN: quiet, payload top bits kept (as ptdp_f32_to_bf16) */
         uint32_t r =
@@ -206,16 +207,38 @@ void ptdp_round_bf16_n(float *x, int64_t n) {
     }
 }
 
-void ptdp_round_f16_n(float *x, int64_t n) {
-    enum { BLK = 512 };
-    const int64_t nb = (n + BLK - 1) / BLK;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t k = 0; k < nb; k++) {
-        uint16_t h[BLK];
-        const int64_t i0 = k * BLK, m = n - i0 < BLK ? n - i0 : BLK;
+enum { ROUND_SERIAL = 65536, F16_BLK = 512 };
+
+static void round_f16_blocks(float *x, int64_t n, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k++) {
+        uint16_t h[F16_BLK];
+        const int64_t i0 = k * F16_BLK, m = n - i0 < F16_BLK ? n - i0 : F16_BLK;
         ptdp_f32_to_f16_n(h, x + i0, m);
         ptdp_f16_to_f32_n(x + i0, h, m);
     }
+}
+
+void ptdp_round_bf16_n(float *x, int64_t n) {
+    uint32_t *u = (uint32_t *)(void *)x;
+    if (n <= ROUND_SERIAL) {
+        round_bf16_range(u, 0, n);
+        return;
+    }
+    const int64_t nb = (n + ROUND_SERIAL - 1) / ROUND_SERIAL;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nb; k++)
+        round_bf16_range(u, k * ROUND_SERIAL,
+                         k * ROUND_SERIAL + ROUND_SERIAL < n ? k * ROUND_SERIAL + ROUND_SERIAL : n);
+}
+
+void ptdp_round_f16_n(float *x, int64_t n) {
+    const int64_t nb = (n + F16_BLK - 1) / F16_BLK;
+    if (n <= ROUND_SERIAL) {
+        round_f16_blocks(x, n, 0, nb);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nb; k++) round_f16_blocks(x, n, k, k + 1);
 }
 
 const char *ptdp_dtype_name(ptdp_dtype d) {

@@ -125,6 +125,12 @@ void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, 
                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float wd, int64_t step);
+/* AdamW on the fp32 master weights, each block of them then copied to work
+ * and rounded there by round, in the same pass (the 16-bit tables'
+ * adamw_master); the same values as ptdp__adamw, copy and round */
+void ptdp__adamw_master(float *master, float *work, void (*round)(float *, int64_t),
+                        const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
+                        float beta2, float eps, float wd, int64_t step);
 double ptdp__sumsq(const float *x, int64_t n);
 double ptdp__sum(const float *x, int64_t n);
 int64_t ptdp__mask_rows(float *x, int64_t width, const int32_t *tokens, int64_t ld, int64_t s,

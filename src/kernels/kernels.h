@@ -186,6 +186,13 @@ typedef struct ptdp_ops {
      * elements; step is 1-based. */
     void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int64_t step);
+    /* OPTIONAL (NULL: adamw on the master, then copy and quantize): the
+     * 16-bit tables' step, AdamW on the fp32 master weights (as adamw) that
+     * also writes work = the updated master on the table's grid, in the
+     * same pass over memory */
+    void (*adamw_master)(float *master, float *work, const float *grad, float *m, float *v,
+                         int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                         int64_t step);
     /* returns sum of squares (accumulated in double) */
     double (*sumsq)(const float *x, int64_t n);
     void (*scale)(float *x, float a, int64_t n);

@@ -76,6 +76,11 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         ptdp__pos_add_fwd(out, wpe, s, b, h);                                                      \
         R(out, s *b *h);                                                                           \
     }                                                                                              \
+    static void P##_adamw_master(float *master, float *work, const float *grad, float *m,          \
+                                 float *v, int64_t n, float lr, float beta1, float beta2,          \
+                                 float eps, float wd, int64_t step) {                              \
+        ptdp__adamw_master(master, work, R, grad, m, v, n, lr, beta1, beta2, eps, wd, step);       \
+    }                                                                                              \
     static void P##_xent_bwd(float *logits, const float *sumexp, const int32_t *targets,           \
                              int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,  \
                              float scale) {                                                        \
@@ -149,6 +154,7 @@ static ptdp_ops make_table(const ptdp_ops *base, const char *name, ptdp_dtype dt
     (t).dropout_bwd = P##_dropout;                       \
     (t).embed_fwd = P##_embed_fwd;                       \
     (t).pos_add_fwd = P##_pos_add_fwd;                   \
+    (t).adamw_master = P##_adamw_master;                 \
     (t).xent_bwd = P##_xent_bwd
 #define PTDP__SET_LIB(t, P, L)            \
     (t).gemm = P##_gemm_##L;              \

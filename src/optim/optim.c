@@ -122,9 +122,15 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad
         const ptdp_optim_run *r = &o->runs[i];
         if (mult != 1.0) o->ops->scale(r->grad, (float)mult, r->len);
         float *w = o->master ? o->master + r->state : o->params + r->off;
+        const float wd = r->wd ? (float)o->hp.weight_decay : 0.0f;
+        if (o->master && o->ops->adamw_master) { /* the working copy in the same pass */
+            o->ops->adamw_master(w, o->params + r->off, r->grad, o->m + r->state, o->v + r->state,
+                                 r->len, (float)lr, (float)o->hp.beta1, (float)o->hp.beta2,
+                                 (float)o->hp.eps, wd, o->step);
+            continue;
+        }
         o->ops->adamw(w, r->grad, o->m + r->state, o->v + r->state, r->len, (float)lr,
-                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps,
-                      r->wd ? (float)o->hp.weight_decay : 0.0f, o->step);
+                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
         if (o->master) { /* the working copy: the master on the table's grid */
             o->ops->copy(o->params + r->off, w, r->len);
             o->ops->quantize(o->params + r->off, r->len);

@@ -494,10 +494,10 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
             : 0;
     /* optimizer: read gradient, weight, m, v; write weight, m, v (and the
      * 16-bit copy); the gradient norm reads the gradients, zeroing writes them */
-    /* ptdp's CPU 16-bit runs: AdamW on the fp32 master (28), then the master
-     * copied to the working weights and rounded in place (16) */
+    /* ptdp's CPU 16-bit runs: AdamW on the fp32 master (28) writing the
+     * rounded working copy in the same pass (4) */
     const double opt_bytes = (job->precision == PTDP_PREC_FP32 ? 28.0
-                              : cpu16                          ? 44.0
+                              : cpu16                          ? 32.0
                                                                : 24.0 + wg + w) +
                              2 * wg;
     est->optimizer_s = P / (job->zero ? d : 1) * opt_bytes / ew_bw;

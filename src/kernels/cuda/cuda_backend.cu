@@ -141,6 +141,7 @@ static const ptdp_ops cuda_ops = {
     .xent_bwd = ptdp__cuda_xent_bwd,
     .mask_rows = NULL, /* optional (--eod-mask-loss): not on the GPU yet */
     .adamw = ptdp__cuda_adamw,
+    .adamw_master = NULL, /* fp32 only: no master weights */
     .sumsq = ptdp__cuda_sumsq,
     .scale = ptdp__cuda_scale,
     .sum = ptdp__cuda_sum,
