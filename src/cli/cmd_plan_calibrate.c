@@ -274,8 +274,8 @@ int ptdp__cli_plan_calibrate(const char *out) {
             for (int64_t i = 0; i < N * L.h; i++) L.x[i] = (float)(i % 11) * 0.1f;
             for (int64_t i = 0; i < 3 * N * L.h; i++) L.qkv[i] = (float)(i % 7) * 0.01f;
             for (int64_t i = 0; i < L.h; i++) L.w[i] = 1.0f;
-            /* s = 2 tiles of 128: 3 of the 4 tiles are at or below the diagonal */
-            const double attn_work = 12.0 * L.b * L.al * L.s * L.s * L.hd * 0.75;
+            const double attn_work =
+                12.0 * L.b * L.al * L.s * L.s * L.hd * ptdp_plan_flash_causal(L.s);
             const double bytes = 3.0 * (4.0 * (10.0 * N * L.h + 2.0 * N * L.f) + 2.0 * N * L.h);
             static const ptdp_dtype dts[PTDP_PREC_COUNT] = {[PTDP_PREC_FP32] = PTDP_DTYPE_FP32,
                                                             [PTDP_PREC_FP16] = PTDP_DTYPE_FP16,

@@ -8,11 +8,11 @@
  *
  * Weights: B operands inside a range the trainer declared with
  * weights_changed (a chunk's flat weights) are converted once per
- * declaration, by a oneDNN reorder straight into the blocked bf16 layout the
- * matmul reads best (no per-call copy of B inside oneDNN either), and the
- * copy is kept: one per (weight, orientation), about 2 bytes per parameter
- * for each of the forward (W^T) and input-gradient (W) uses. Everything else
- * is converted into plain bf16 scratch at every call. With
+ * declaration straight into the blocked bf16 layout the matmul reads best
+ * (no per-call copy of B inside oneDNN either), by bf16_blocked.c where it
+ * writes that layout, else by a oneDNN reorder, and the copy is kept: one per (weight,
+ * orientation), about 2 bytes per parameter for each of the forward (W^T) and input-gradient (W)
+ * uses. Everything else is converted into plain bf16 scratch at every call. With
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
  *
@@ -127,12 +127,25 @@ int ptdp__gemm_bf16_available(const char **why) {
 
 /* ---- weights converted once per declaration ------------------------------ */
 
-/* frees one copy's buffer and oneDNN objects */
+/* frees one copy's buffer and oneDNN objects (those it has) */
 static void drop_one(wcopy *c) {
-    dnnl_memory_destroy(c->mem);
+    if (c->mem) dnnl_memory_destroy(c->mem);
     if (c->from) dnnl_memory_destroy(c->from);
     if (c->reorder) dnnl_primitive_destroy(c->reorder);
     free(c->buf);
+    c->mem = c->from = NULL;
+    c->reorder = NULL;
+    c->buf = NULL;
+}
+
+/* a copy of op(B) [K, N] of the weights at B (row stride ldb) in layout md,
+ * nothing made yet */
+static wcopy new_copy(const float *B, int tb, int64_t K, int64_t N, int64_t ldb,
+                      const dnnl_memory_desc_t *md) {
+    wcopy c;
+    memset(&c, 0, sizeof c);
+    c.src = B, c.tb = tb, c.K = K, c.N = N, c.ldb = ldb, c.md = *md;
+    return c;
 }
 
 /* frees the copies of weights in [lo, hi) */
@@ -204,15 +217,7 @@ static int make_copy(wcopy *c, const dnnl_memory_desc_t *dst, int own) {
              dnnl_memory_create(&c->from, &src, g.eng, DNNL_MEMORY_NONE) == dnnl_success;
         if (rpd) dnnl_primitive_desc_destroy(rpd);
     }
-    if (!ok) {
-        if (c->mem) dnnl_memory_destroy(c->mem);
-        if (c->from) dnnl_memory_destroy(c->from);
-        if (c->reorder) dnnl_primitive_destroy(c->reorder);
-        free(c->buf);
-        c->mem = c->from = NULL;
-        c->reorder = NULL;
-        c->buf = NULL;
-    }
+    if (!ok) drop_one(c);
     return ok;
 }
 
@@ -246,7 +251,7 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
     if (!w) {
         if (!g.w && !(g.w = calloc(MAX_WEIGHTS, sizeof *g.w))) return NULL;
         if (g.nw == MAX_WEIGHTS) return NULL;
-        wcopy c = {B, sh->tb, sh->K, sh->N, ldb, 0, 0, NULL, NULL, NULL, NULL, {0, 0, 0, 0}, *dst};
+        wcopy c = new_copy(B, sh->tb, sh->K, sh->N, ldb, dst);
         if (!make_copy(&c, dst, g.own)) return NULL;
         w = &g.w[g.nw++];
         *w = c;
@@ -333,7 +338,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
     const_dnnl_primitive_desc_t pd;
     dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
     const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    wcopy c = {B, tb, K, N, ldb, 0, 0, NULL, NULL, NULL, NULL, {0, 0, 0, 0}, *dst};
+    wcopy c = new_copy(B, tb, K, N, ldb, dst);
     if (!make_copy(&c, dst, own)) return -1;
     if (own && c.reorder) { /* not a layout bf16_blocked.c writes */
         drop_one(&c);

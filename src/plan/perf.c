@@ -258,6 +258,11 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
     return PTDP_OK;
 }
 
+double ptdp_plan_flash_causal(int64_t s) {
+    const double sd = (double)s, tile = sd < 128 ? sd : 128, nt = ceil(sd / tile);
+    return fmin(1.0, nt * (nt + 1) / 2 * tile * tile / (sd * sd));
+}
+
 /* time_if_oom 0: stop after the memory model when the layout does not fit
  * (the search needs no time for a rejected layout). */
 int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const ptdp_plan_layout *L,
@@ -303,10 +308,9 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
      * its forward's share (a third) of the tile work at that rate: the
      * causal tiles of 128 (nt (nt + 1) / 2 of nt^2), and no scores in memory */
     const int flash = c->attention_flops[job->precision] > 0;
-    const double tile = s < 128 ? s : 128, nt = ceil(s / tile);
-    const double causal = fmin(1.0, nt * (nt + 1) / 2 * tile * tile / (s * s));
     const double attn_core =
-        flash ? 4 * b * al * s * s * hd * causal / (c->attention_flops[job->precision] * share)
+        flash ? 4 * b * al * s * s * hd * ptdp_plan_flash_causal(job->s) /
+                    (c->attention_flops[job->precision] * share)
               : gemm_s(c, peak, b * al, s, s, hd) + gemm_s(c, peak, b * al, s, hd, s);
     est->layer_attention_fwd_s = attn_core;
     /* one layer, one micro-batch, one device: forward */

@@ -206,6 +206,11 @@ typedef struct {
     int shared_node;
 } ptdp_cluster;
 
+/* The share of the s x s scores ptdp's flash attention computes: its tiles
+ * of 128 at or below the diagonal, n (n + 1) / 2 of n^2 (n = ceil(s / 128)),
+ * 1 for s <= 128 (the attention_flops model, docs/planner.md) */
+double ptdp_plan_flash_causal(int64_t s);
+
 /* Parses a cluster description from JSON text; `origin` names it in
  * messages. PTDP_EFORMAT naming the file and the missing or bad key. */
 int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c);
