@@ -25,7 +25,9 @@
  * where the matmul's layout is one it writes: for the model's shapes and
  * odd ones (tails of 16 lanes, of 32-value steps of K, K and N not whole
  * blocks, a row stride longer than the row), both orientations, its bytes
- * must equal oneDNN's reorder of the same weights, padding included. */
+ * must equal oneDNN's reorder of the same weights, padding included. The
+ * weight gradients' packs (A^T into plain rows, B blocked) put every value
+ * where it belongs, and those GEMMs keep the summation-order bound. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -288,6 +290,54 @@ static void test_own_pack(void) {
            checked);
 }
 
+/* A^T into plain bf16 rows: each value where it belongs, rounded as the
+ * scalar conversion rounds it; and the weight gradients C += A^T B that use
+ * it (with B in the blocked layout) equal the fp32 GEMM of the rounded
+ * operands up to summation order. */
+static void test_wgrad_packs(void) {
+    const int64_t shapes[][3] = {{37, 29, 13},     {16, 64, 32}, {100, 300, 65},
+                                 {768, 256, 1024}, {1, 1, 1},    {33, 17, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        const int64_t lda = M + 3, ldb = N + 5;
+        float *A = filled(K * lda, 90 + i), *B = filled(K * ldb, 91 + i);
+        uint16_t *T = malloc(sizeof(uint16_t) * (size_t)(M * K));
+        ptdp__bf16_pack_transposed(T, A, K, M, lda);
+        int64_t wrong = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++)
+                wrong += T[m * K + k] != ptdp_f32_to_bf16(A[k * lda + m]);
+        if (wrong)
+            printf("A^T pack: %lld of %lld wrong at M %lld K %lld\n", (long long)wrong,
+                   (long long)(M * K), (long long)M, (long long)K);
+        CHECK(wrong == 0);
+        /* the GEMM: operands on the grid, as the model's are */
+        for (int64_t e = 0; e < K * lda; e++) A[e] = ptdp_bf16_to_f32(ptdp_f32_to_bf16(A[e]));
+        for (int64_t e = 0; e < K * ldb; e++) B[e] = ptdp_bf16_to_f32(ptdp_f32_to_bf16(B[e]));
+        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16),
+                       *f = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+        float *got = malloc(sizeof(float) * (size_t)(M * N)),
+              *ref = malloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t e = 0; e < M * N; e++) got[e] = ref[e] = 0.25f;
+        const int64_t before = ptdp__gemm_bf16_wgrad_calls();
+        h->gemm(1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, got, N);
+        f->gemm(1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, ref, N);
+        CHECK(ptdp__gemm_bf16_wgrad_calls() == before + 1);
+        /* each: K products and C, summed in some order in fp32 */
+        int64_t bad = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double mag = 0.25;
+                for (int64_t k = 0; k < K; k++)
+                    mag += fabs((double)A[k * lda + m] * B[k * ldb + n]);
+                bad +=
+                    fabs((double)got[m * N + n] - ref[m * N + n]) > 2.0 * (K + 1) * 0x1p-24 * mag;
+            }
+        CHECK(bad == 0);
+        free(A), free(B), free(T), free(got), free(ref);
+    }
+}
+
 int main(void) {
     unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
     const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
@@ -298,6 +348,7 @@ int main(void) {
     }
     if (copies) test_weight_copies();
     if (copies) test_own_pack();
+    if (copies && tiles) test_wgrad_packs();
     if (!tiles) {
         printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
         return test_done("test_bf16_native");

@@ -23,7 +23,12 @@
  *     side by side, 16 columns at a time;
  *   - op(B) = W^T (tb = 1, the forward's x W^T, W stored [N, K]): 16 rows of
  *     W, 32 values of K each, become 16 x 16 pairs, transposed in registers,
- *     so every store writes 16 pairs in a row of the block. */
+ *     so every store writes 16 pairs in a row of the block.
+ *
+ * Also here, for the weight gradients' C += A^T B (both operands stored
+ * with K, the tokens, as rows): A^T into plain bf16 rows, the same register
+ * transpose over pairs of A's rows (ptdp__bf16_pack_transposed); their B is
+ * packed into the blocked layout like a weight. */
 #include <string.h>
 
 #include "kernels/cpu.h"
@@ -165,6 +170,45 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
     _mm_sfence();
 }
 
+/* dst [M, K] row-major = A^T rounded to bf16, A stored [K, M] with row
+ * stride lda. A thread takes 256 columns of A (one 1 KiB piece of each row)
+ * and walks down the rows 32 at a time; each 16 columns of those 32 rows
+ * are paired as rows k, k + 1 (the values of a row of dst at k and k + 1,
+ * side by side), then transposed in registers, so that each store writes 32
+ * values of one row of dst. */
+enum { TCOLS = 256 };
+BF16_TARGET static void transpose_avx512(uint16_t *dst, const float *A, int64_t K, int64_t M,
+                                         int64_t lda) {
+    const int64_t blocks = (M + TCOLS - 1) / TCOLS;
+#pragma omp parallel for schedule(static) if (K * M > 65536)
+    for (int64_t bi = 0; bi < blocks; bi++) {
+        const int64_t mend = (bi + 1) * TCOLS < M ? (bi + 1) * TCOLS : M;
+        for (int64_t k0 = 0; k0 < K; k0 += 32) {
+            const int64_t left = K - k0;
+            const __mmask32 kmask =
+                left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+            for (int64_t m0 = bi * TCOLS; m0 < mend; m0 += 16) {
+                const int rows = (int)(mend - m0 < 16 ? mend - m0 : 16);
+                const __mmask16 m = lanes(rows);
+                __m512i r[16];
+                for (int j = 0; j < 16; j++) {
+                    const int64_t k = k0 + 2 * j;
+                    r[j] = k < K ? ptdp__bf16_pairs16(A + k * lda + m0,
+                                                      k + 1 < K ? A + (k + 1) * lda + m0 : NULL, m)
+                                 : _mm512_setzero_si512();
+                }
+                transpose16(r);
+                for (int i = 0; i < rows; i++)
+                    _mm512_mask_storeu_epi16(dst + (m0 + i) * K + k0, kmask, r[i]);
+            }
+        }
+    }
+}
+
+void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda) {
+    transpose_avx512(dst, A, K, M, lda);
+}
+
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
                              int64_t K, int64_t N, int64_t ldb) {
     PTDP_ASSERT_MSG(b->kb > 0 && b->nb % 16 == 0 && ((uintptr_t)dst & 63) == 0,
@@ -172,6 +216,10 @@ void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const 
     pack_avx512(b, dst, B, tb, K, N, ldb);
 }
 #else
+void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda) {
+    (void)dst, (void)A, (void)K, (void)M, (void)lda;
+    PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
+}
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
                              int64_t K, int64_t N, int64_t ldb) {
     (void)b, (void)dst, (void)B, (void)tb, (void)K, (void)N, (void)ldb;

@@ -56,6 +56,13 @@ int ptdp__bf16_blocking_of(const dnnl_memory_desc_t *md, ptdp__bf16_blocking *b)
  * dst in layout b, rounded to bf16; entries of the padding are not written */
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
                              int64_t K, int64_t N, int64_t ldb);
+/* dst [M, K] row-major (plain bf16 rows) = A^T rounded to bf16, where A is
+ * stored [K, M] with row stride lda (AVX512_BF16 only: where
+ * ptdp__bf16_blocking_of says yes) */
+void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda);
+/* how many weight gradients C += A^T B the bf16 GEMM ran with A^T and B
+ * packed by bf16_blocked.c (the test checks the path runs) */
+int64_t ptdp__gemm_bf16_wgrad_calls(void);
 /* test and bench hook: the weight copy of op(B) [K, N] for a bf16 GEMM of M
  * rows, made by bf16_blocked.c (own) or by oneDNN's reorder (its padding
  * filled with 0xff first, so the reorder must write it) and converted reps

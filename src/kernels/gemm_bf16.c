@@ -12,7 +12,10 @@
  * (no per-call copy of B inside oneDNN either), by bf16_blocked.c where it
  * writes that layout, else by a oneDNN reorder, and the copy is kept: one per (weight,
  * orientation), about 2 bytes per parameter for each of the forward (W^T) and input-gradient (W)
- * uses. Everything else is converted into plain bf16 scratch at every call. With
+ * uses. Weight gradients of activations (C += A^T B) are packed at every
+ * call by bf16_blocked.c, A^T into plain rows and B into the blocked layout
+ * (a buffer per shape), which the brgemm reads faster than a transposed A.
+ * Everything else is converted into plain bf16 scratch at every call. With
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
  *
@@ -31,10 +34,16 @@
 #define MAX_RANGES 64
 #define MAX_WEIGHTS 2048
 
+/* blocked: 0 B plain; 1 B a weight copy in the matmul's blocked layout; 2 a
+ * weight gradient (ta, sum) whose A^T and B ptdp packs itself: A^T into
+ * plain rows, B into the shape's own blocked buffer */
 typedef struct {
     int ta, tb, sum, blocked;
     int64_t M, N, K, ldc;
     ptdp__onednn_mm mm;
+    ptdp__bf16_blocking blk; /* blocked 2: B's layout, its buffer and memory object */
+    void *bbuf;
+    dnnl_memory_t bmem;
 } shape;
 
 typedef struct { /* a declared weights range and its generation */
@@ -68,9 +77,10 @@ static struct {
     uint64_t gen;
     wcopy *w; /* [MAX_WEIGHTS], allocated on first use */
     int nw;
-    int check; /* PTDP_CHECK_WEIGHT_COPIES */
-    int own;   /* weight copies by bf16_blocked.c where it writes the layout; 0 with
-                * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
+    int check;           /* PTDP_CHECK_WEIGHT_COPIES */
+    int64_t wgrad_calls; /* weight gradients through ptdp's own packs (the test reads it) */
+    int own;             /* weight copies by bf16_blocked.c where it writes the layout; 0 with
+                          * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
 } g;
 
 static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
@@ -81,7 +91,8 @@ static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnn
 static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_dims_t ad = {s->M, s->K}, bd, cd = {s->M, s->N};
-    dnnl_dims_t as = {s->ta ? 1 : s->K, s->ta ? s->M : 1}, bs, cs = {s->ldc, 1};
+    const int ta = s->ta && s->blocked != 2; /* blocked 2: A^T comes packed in plain rows */
+    dnnl_dims_t as = {ta ? 1 : s->K, ta ? s->M : 1}, bs, cs = {s->ldc, 1};
     b_dims(s->tb, s->K, s->N, s->tb ? s->K : s->N, bd, bs);
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
         (s->blocked
@@ -105,7 +116,8 @@ int ptdp__gemm_bf16_available(const char **why) {
         snprintf(g.why, sizeof g.why, "oneDNN has no engine");
         if (ptdp__onednn(&g.eng, &g.strm)) {
             char impl[64] = "";
-            const shape probe = {0, 1, 0, 0, 64, 64, 64, 64, {NULL, {NULL}}};
+            const shape probe = {0,    1,   0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
+                                 NULL, NULL};
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -275,10 +287,13 @@ static void pack(uint16_t *dst, const float *x, int64_t rows, int64_t cols, int6
     for (int64_t r = 0; r < rows; r++) ptdp_f32_to_bf16_n(dst + r * cols, x + r * ld, cols);
 }
 
+/* scratch of at least n values, 64-byte aligned (the packs store whole
+ * lines), its contents not kept */
 static int grow(uint16_t **p, size_t *cap, size_t n) {
     if (n <= *cap) return 1;
-    uint16_t *q = realloc(*p, n * sizeof(uint16_t));
+    uint16_t *q = aligned_alloc(64, (n * sizeof(uint16_t) + 63) / 64 * 64);
     if (!q) return 0;
+    free(*p);
     *p = q;
     *cap = n;
     return 1;
@@ -295,6 +310,19 @@ static shape *find_shape(const shape *key) {
     if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
     shape s = *key;
     if (!(s.mm.prim = make_prim(&s, NULL, 0))) return NULL;
+    if (s.blocked == 2) { /* B's buffer in the layout the matmul chose, if ptdp writes it */
+        const_dnnl_primitive_desc_t pd;
+        dnnl_primitive_get_primitive_desc(s.mm.prim, &pd);
+        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        const size_t size = dnnl_memory_desc_get_size(md);
+        if (!ptdp__bf16_blocking_of(md, &s.blk) ||
+            !(s.bbuf = aligned_alloc(64, (size + 63) / 64 * 64)) ||
+            dnnl_memory_create(&s.bmem, md, g.eng, memset(s.bbuf, 0, size)) != dnnl_success) {
+            free(s.bbuf); /* kept without them: the caller takes the plain path */
+            dnnl_primitive_destroy(s.mm.prim);
+            s.mm.prim = NULL, s.bbuf = NULL, s.bmem = NULL;
+        }
+    }
     g.shapes[g.nshapes] = s;
     return &g.shapes[g.nshapes++];
 }
@@ -312,8 +340,24 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     }
     /* weights: their blocked copy; anything else: packed at this call */
     const uint64_t gen = range_gen(B, B + (br - 1) * ldb + bc);
+    if (sum && ta && !tb && !gen && g.own) {
+        /* a weight gradient C += A^T B of activations: oneDNN's brgemm reads a
+         * transposed A and a plain B slowly (620-650 against 810-850 GFLOP/s
+         * for the other GEMMs here), so ptdp packs A^T into plain rows and B
+         * into the blocked layout itself (docs/performance.md) */
+        shape wk = {ta, tb, sum, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+        shape *ws = find_shape(&wk);
+        if (ws && ws->bmem) {
+            ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
+            ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, K, N, ldb);
+            ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, C);
+            g.wgrad_calls++;
+            return;
+        }
+    }
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}}, *sh = NULL;
+    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL},
+          *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;
@@ -332,7 +376,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,
                                int reps, void (*between)(void *), void *ctx) {
     if (!ptdp__gemm_bf16_available(NULL)) return -1;
-    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}};
+    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
     const shape *sh = find_shape(&key);
     if (!sh) return -1;
     const_dnnl_primitive_desc_t pd;
@@ -357,3 +401,5 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
     drop_one(&c);
     return 0;
 }
+
+int64_t ptdp__gemm_bf16_wgrad_calls(void) { return g.wgrad_calls; }
