@@ -61,6 +61,26 @@ static inline void fill_normal(float *x, int64_t n, uint64_t seed, float scale) 
     for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
 }
 
+/* One check per array: all |got - want| <= atol + rtol |want|; prints the
+ * first offender and the count. */
+static inline void check_arr(const char *what, const float *got, const float *want, int64_t n,
+                             double rtol, double atol) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        int ok =
+            (isnan(w) && isnan(g)) || (isinf(w) && g == w) || fabs(g - w) <= atol + rtol * fabs(w);
+        if (!ok) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] got %.9g want %.9g\n", what,
+                (long long)bad, (long long)n, (long long)first, got[first], want[first]);
+    CHECK(bad == 0);
+}
+
 static inline int test_done(const char *name) {
     printf("%s: %d checks passed, %d failed\n", name, test__pass, test__fail);
     return test__fail ? 1 : (test__pass ? 0 : 1); /* a test that checked nothing fails */

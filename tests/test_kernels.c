@@ -5,8 +5,8 @@
  * backward against double loops), embedding and
  * position lookups on a vocabulary slice, the vocabulary-parallel
  * cross-entropy pieces split over t = 2 and 3 slices with padded columns,
- * AdamW against PyTorch's formula, the reductions, the fast exp/tanh, and the
- * dropout masks. Gradients are checked by finite differences in
+ * the fast exp/tanh, and the dropout masks (the optimizer's kernels:
+ * test_optim_ops.c). Gradients are checked by finite differences in
  * test_kernels_grad.c, not here.
  *
  * Tolerances: fp32 kernels against double references. A length-K dot product
@@ -25,26 +25,6 @@
 
 static void fill_const(float *x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
-}
-
-/* One check per array: all |got - want| <= atol + rtol |want|; prints the
- * first offender and the count. */
-static void check_arr(const char *what, const float *got, const float *want, int64_t n, double rtol,
-                      double atol) {
-    int64_t bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i];
-        int ok =
-            (isnan(w) && isnan(g)) || (isinf(w) && g == w) || fabs(g - w) <= atol + rtol * fabs(w);
-        if (!ok) {
-            if (first < 0) first = i;
-            bad++;
-        }
-    }
-    if (bad)
-        fprintf(stderr, "  %s: %lld of %lld differ; first [%lld] got %.9g want %.9g\n", what,
-                (long long)bad, (long long)n, (long long)first, got[first], want[first]);
-    CHECK(bad == 0);
 }
 
 /* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
@@ -744,105 +724,6 @@ static void test_xent_split(const ptdp_ops *o, int T) {
     free(sl);
 }
 
-/* ---- optimizer ops --------------------------------------------------------- */
-
-static void test_adamw(const ptdp_ops *o) {
-    const int64_t n = 37;
-    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
-    float p[37], m[37], v[37], g[37];
-    double pd[37], md[37], vd[37];
-    fill_normal(p, n, 11, 1.0f);
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = v[i] = 0.0f;
-        pd[i] = p[i];
-        md[i] = vd[i] = 0.0;
-    }
-    for (int step = 1; step <= 3; step++) {
-        fill_normal(g, n, 20 + (uint64_t)step, 1.0f);
-        g[0] = 0.0f; /* pure decay on one element */
-        o->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
-        double bc1 = 1.0 - pow((double)b1, step), bc2 = 1.0 - pow((double)b2, step);
-        for (int64_t i = 0; i < n; i++) {
-            pd[i] *= 1.0 - (double)lr * wd;
-            md[i] = (double)b1 * md[i] + (1.0 - (double)b1) * g[i];
-            vd[i] = (double)b2 * vd[i] + (1.0 - (double)b2) * (double)g[i] * g[i];
-            pd[i] -= (double)lr / bc1 * md[i] / (sqrt(vd[i]) / sqrt(bc2) + eps);
-        }
-    }
-    float pr[37], mr[37], vr[37];
-    for (int64_t i = 0; i < n; i++) {
-        pr[i] = (float)pd[i];
-        mr[i] = (float)md[i];
-        vr[i] = (float)vd[i];
-    }
-    /* updates are lr-sized (1e-2) on O(1) params: fp32 keeps ~1e-7 of p */
-    check_arr("adamw param", p, pr, n, 1e-6, 1e-7);
-    check_arr("adamw m", m, mr, n, 1e-5, 1e-8);
-    check_arr("adamw v", v, vr, n, 1e-5, 1e-10);
-}
-
-/* The 16-bit tables' adamw_master (AdamW on the master, the working copy
- * written and rounded in the same pass, block by block) gives exactly what
- * adamw, copy and quantize give: master, m, v and the working copy, bit for
- * bit, over several blocks and a tail. */
-static void test_adamw_master(void) {
-    const int64_t n = 3 * 16384 + 777;
-    float *p = fmalloc(n), *m = fmalloc(n), *v = fmalloc(n), *g = fmalloc(n), *w = fmalloc(n);
-    float *p2 = fmalloc(n), *m2 = fmalloc(n), *v2 = fmalloc(n), *w2 = fmalloc(n);
-    const ptdp_dtype dts[] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
-    for (int lib = 0; lib < 2; lib++)
-        for (int k = 0; k < 2; k++) {
-            const ptdp_ops *o =
-                ptdp_cpu_ops_prec(lib ? PTDP_GEMM_OPENBLAS : PTDP_GEMM_ONEDNN, dts[k]);
-            CHECK(o->adamw_master != NULL);
-            if (!o->adamw_master) continue;
-            fill_normal(p, n, 31, 1.0f);
-            memcpy(p2, p, sizeof(float) * (size_t)n);
-            memset(m, 0, sizeof(float) * (size_t)n), memset(v, 0, sizeof(float) * (size_t)n);
-            memset(m2, 0, sizeof(float) * (size_t)n), memset(v2, 0, sizeof(float) * (size_t)n);
-            for (int step = 1; step <= 3; step++) {
-                fill_normal(g, n, 40 + (uint64_t)step, 1.0f);
-                o->adamw_master(p, w, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-                o->adamw(p2, g, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-                o->copy(w2, p2, n);
-                o->quantize(w2, n);
-            }
-            CHECK(!memcmp(p, p2, sizeof(float) * (size_t)n));
-            CHECK(!memcmp(m, m2, sizeof(float) * (size_t)n));
-            CHECK(!memcmp(v, v2, sizeof(float) * (size_t)n));
-            CHECK(!memcmp(w, w2, sizeof(float) * (size_t)n));
-            CHECK(memcmp(w, p, sizeof(float) * (size_t)n) != 0); /* the copy is rounded */
-        }
-    free(p), free(m), free(v), free(g), free(w), free(p2), free(m2), free(v2), free(w2);
-}
-
-static void test_reductions(const ptdp_ops *o) {
-    const int64_t n = 100003;
-    float *x = fmalloc(n), *y = fmalloc(n);
-    fill_normal(x, n, 12, 1.0f);
-    double s = 0, q = 0;
-    for (int64_t i = 0; i < n; i++) {
-        s += x[i];
-        q += (double)x[i] * x[i];
-    }
-    CHECK_CLOSE(o->sum(x, n), s, 1e-12, 1e-9);
-    CHECK_CLOSE(o->sumsq(x, n), q, 1e-12, 1e-9);
-    CHECK(o->sum(x, 0) == 0.0 && o->sumsq(x, 0) == 0.0);
-    memcpy(y, x, sizeof(float) * (size_t)n);
-    o->scale(y, 0.37f, n);
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += y[i] != x[i] * 0.37f;
-    CHECK(bad == 0);
-    o->zero(y, n);
-    bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += y[i] != 0.0f;
-    CHECK(bad == 0);
-    o->copy(y, x, n);
-    CHECK(memcmp(x, y, sizeof(float) * (size_t)n) == 0);
-    free(x);
-    free(y);
-}
-
 /* ---- fastmath -------------------------------------------------------------- */
 
 /* fastmath.h promises < 3e-7 relative for exp and tanh (tanh uses a Taylor
@@ -996,9 +877,6 @@ int main(void) {
     test_embed(o);
     test_xent_split(o, 2);
     test_xent_split(o, 3); /* third slice lies wholly in the padding */
-    test_adamw(o);
-    test_adamw_master();
-    test_reductions(o);
     test_fastmath();
     test_dropout(o);
     return test_done("test_kernels");
