@@ -14,7 +14,9 @@
  * skipped without a native bf16 matmul. Then the bf16 table's optimizer step
  * on the configuration's parameter count: AdamW on the fp32 masters with the
  * rounded working copy written in the same pass (adamw_master), against
- * AdamW, then the copy and its rounding as passes of their own. Speed goals
+ * AdamW, then the copy and its rounding as passes of their own. Then the
+ * bf16 table's loss-head backward, its one op against the composition
+ * (bench_head). Speed goals
  * are read off bench_train; this is where a kernel change is measured alone.
  *
  * Usage: bench_kernels [--config b|c|d] [--reps N] */
@@ -153,6 +155,57 @@ static void bench_optimizer(const config *c, int reps) {
     for (int i = 0; i < 5; i++) free(a[i]);
 }
 
+/* The bf16 table's loss-head backward (cross-entropy gradient and the two
+ * logits GEMMs) over the configuration's N x V logits: the table's head_bwd
+ * (dl made in bf16 straight from e) against the composition (xent_bwd, its
+ * rounding, then the GEMMs converting dl twice), alternating; e is copied
+ * back (untimed) before each. Skipped where the table has no head_bwd. */
+static void bench_head(const config *c, int reps) {
+    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    if (!o->head_bwd) return;
+    const int64_t h = c->h, V = c->h == 256 ? 8192 : 50304, N = N_ROWS;
+    float *e0 = malloc(sizeof(float) * (size_t)(N * V)),
+          *e = malloc(sizeof(float) * (size_t)(N * V));
+    float *sumexp = malloc(sizeof(float) * N), *x = malloc(sizeof(float) * (size_t)(N * h)),
+          *wte = malloc(sizeof(float) * (size_t)(V * h)), *dw = calloc((size_t)(V * h), 4),
+          *dx = malloc(sizeof(float) * (size_t)(N * h));
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(N + c->b));
+    double *t = malloc(sizeof(double) * (size_t)reps * 2);
+    if (!e0 || !e || !sumexp || !x || !wte || !dw || !dx || !tok || !t) return;
+    for (int64_t i = 0; i < N * V; i++) e0[i] = (float)((i * 7919) % 1000) * 1e-6f;
+    for (int64_t n = 0; n < N; n++) sumexp[n] = 1.0f + (float)V * 5e-4f;
+    for (int64_t i = 0; i < N * h; i++) x[i] = (float)((i * 31) % 200) * 1e-2f - 1.0f;
+    for (int64_t i = 0; i < V * h; i++) wte[i] = (float)((i * 17) % 300) * 1e-3f - 0.15f;
+    for (int64_t i = 0; i < N + c->b; i++) tok[i] = (int32_t)((i * 104729) % V);
+    o->quantize(x, N * h);
+    o->quantize(wte, V * h);
+    o->weights_changed(wte, V * h);
+    const ptdp_xent_grad xg = {sumexp, tok + 1, c->s + 1, c->s, c->b, V, 0, V, 1.0f / N, NULL, 0};
+    for (int r = 0; r < 1 + reps; r++)
+        for (int fused = 1; fused >= 0; fused--) {
+            memcpy(e, e0, sizeof(float) * (size_t)(N * V));
+            const double t0 = ptdp_now();
+            if (fused)
+                o->head_bwd(e, &xg, x, wte, h, dw, dx);
+            else
+                ptdp_head_bwd_composed(o, e, &xg, x, wte, h, dw, dx);
+            if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
+        }
+    for (int fused = 1; fused >= 0; fused--) {
+        double *u = malloc(sizeof(double) * (size_t)reps);
+        for (int r = 0; r < reps; r++) u[r] = t[r * 2 + fused];
+        qsort(u, (size_t)reps, sizeof *u, cmp_double);
+        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_head_bwd\","
+               "\"impl\":\"%s\",\"N\":%lld,\"V\":%lld,\"h\":%lld,\"threads\":%d,\"reps\":%d,"
+               "\"ms_median\":%.3f,\"ms_best\":%.3f}\n",
+               c->name, fused ? "head_bwd" : "composed", (long long)N, (long long)V, (long long)h,
+               omp_get_max_threads(), reps, u[reps / 2] * 1e3, u[0] * 1e3);
+        free(u);
+    }
+    o->weights_changed(wte, 0);
+    free(e0), free(e), free(sumexp), free(x), free(wte), free(dw), free(dx), free(tok), free(t);
+}
+
 typedef struct {
     float *x, *y, *dy, *dx, *w, *bias, *dw, *db, *mean, *rstd, *resid;
     int64_t N, h;
@@ -243,6 +296,7 @@ int main(int argc, char **argv) {
         bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, areps, t);
         bench_weight_copies(&CONFIGS[c], areps);
         bench_optimizer(&CONFIGS[c], areps);
+        bench_head(&CONFIGS[c], areps);
     }
     free(t);
     return 0;

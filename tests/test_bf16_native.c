@@ -338,6 +338,106 @@ static void test_wgrad_packs(void) {
     }
 }
 
+/* The loss head's backward in one op (head_bwd): dl made in bf16 straight
+ * from e. Its two copies of dl (dl^T for the weight gradient, dl's rows in
+ * place over the logits) must hold exactly xent_bwd's values (then
+ * mask_rows') rounded to bf16; dwte, through the same weight-gradient GEMM
+ * as the composition's, must equal it bit for bit; dx, a GEMM on dl's rows
+ * with another row stride, within the summation-order bound. Shapes: rows
+ * not a multiple of 32, columns not of 16, padding columns past the
+ * vocabulary, a shard at v0 > 0 (targets outside it), masked rows. */
+static void test_head_bwd(void) {
+    const struct {
+        int64_t s, b, Vl, v0, V, h;
+        int mask;
+    } cases[] = {{7, 3, 77, 10, 80, 24, 1},
+                 {32, 2, 160, 0, 160, 64, 0},
+                 {50, 1, 700, 350, 1000, 48, 1},
+                 {1, 1, 16, 0, 5, 16, 0}};
+    const ptdp_ops *t = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    CHECK(t->head_bwd != NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t s = cases[c].s, b = cases[c].b, Vl = cases[c].Vl, h = cases[c].h, N = s * b;
+        const int64_t nv = cases[c].V - cases[c].v0 < Vl ? cases[c].V - cases[c].v0 : Vl;
+        uint64_t st = 500 + c;
+        float *e = malloc(sizeof(float) * (size_t)(N * Vl)), *sumexp = malloc(sizeof(float) * N);
+        for (int64_t n = 0; n < N; n++) {
+            sumexp[n] = 1.0f;
+            for (int64_t v = 0; v < Vl; v++) {
+                e[n * Vl + v] = v < nv ? fabsf(frand(&st)) * 0.25f : 0.0f;
+                sumexp[n] += e[n * Vl + v];
+            }
+        }
+        int32_t *tok = malloc(sizeof(int32_t) * (size_t)(b * (s + 1)));
+        for (int64_t i = 0; i < b * (s + 1); i++) /* targets in and out of the shard */
+            tok[i] = (int32_t)((st = st * 6364136223846793005ull + 1) >> 33) % (int32_t)cases[c].V;
+        const int32_t id = tok[1]; /* a token that occurs: its rows are masked */
+        const ptdp_xent_grad xg = {
+            sumexp, tok + 1,     s + 1,      s,      b,
+            Vl,     cases[c].v0, cases[c].V, 0.125f, cases[c].mask ? tok : NULL,
+            id};
+        float *x = filled(N * h, 600 + c), *wte = filled(Vl * h, 700 + c),
+              *dw0 = filled(Vl * h, 800 + c);
+        ptdp_round_bf16_n(x, N * h);
+        ptdp_round_bf16_n(wte, Vl * h);
+        t->weights_changed(wte, Vl * h); /* the model's wte is a declared weight */
+        /* the composition, leaving dl (rounded) in e1 */
+        float *e1 = malloc(sizeof(float) * (size_t)(N * Vl)),
+              *e2 = malloc(sizeof(float) * (size_t)(N * Vl));
+        float *dw1 = malloc(sizeof(float) * (size_t)(Vl * h)),
+              *dw2 = malloc(sizeof(float) * (size_t)(Vl * h));
+        float *dx1 = malloc(sizeof(float) * (size_t)(N * h)),
+              *dx2 = malloc(sizeof(float) * (size_t)(N * h));
+        memcpy(e1, e, sizeof(float) * (size_t)(N * Vl));
+        memcpy(dw1, dw0, sizeof(float) * (size_t)(Vl * h));
+        memcpy(dw2, dw0, sizeof(float) * (size_t)(Vl * h));
+        ptdp_head_bwd_composed(t, e1, &xg, x, wte, h, dw1, dx1);
+        /* the kernel's two copies of dl */
+        memcpy(e2, e, sizeof(float) * (size_t)(N * Vl));
+        uint16_t *At = malloc(sizeof(uint16_t) * (size_t)(Vl * N));
+        ptdp__bf16_xent_grad(At, e2, &xg);
+        const uint16_t *rows = (const uint16_t *)(const void *)e2;
+        int64_t wrong_t = 0, wrong_r = 0, masked = 0;
+        for (int64_t n = 0; n < N; n++) {
+            masked += cases[c].mask && tok[(n % b) * (s + 1) + n / b] == id;
+            for (int64_t v = 0; v < Vl; v++) {
+                const uint16_t want = ptdp_f32_to_bf16(e1[n * Vl + v]);
+                wrong_t += At[v * N + n] != want;
+                wrong_r += rows[n * 2 * Vl + v] != want;
+            }
+        }
+        if (wrong_t || wrong_r)
+            printf("  head dl: %lld of dl^T, %lld of dl's rows wrong (case %zu)\n",
+                   (long long)wrong_t, (long long)wrong_r, c);
+        CHECK(wrong_t == 0);
+        CHECK(wrong_r == 0);
+        if (cases[c].mask) CHECK(masked > 0);
+        /* the op */
+        memcpy(e2, e, sizeof(float) * (size_t)(N * Vl));
+        const int64_t before = ptdp__gemm_bf16_head_calls();
+        t->head_bwd(e2, &xg, x, wte, h, dw2, dx2);
+        CHECK(ptdp__gemm_bf16_head_calls() == before + 1);
+        CHECK(memcmp(dw1, dw2, sizeof(float) * (size_t)(Vl * h)) == 0);
+        int64_t bad = 0, offgrid = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < h; j++) {
+                double mag = 0.0;
+                for (int64_t v = 0; v < Vl; v++)
+                    mag += fabs((double)e1[n * Vl + v] * wte[v * h + j]);
+                /* both rounded to bf16 from sums within the bound: at most
+                 * one bf16 ulp apart beyond it */
+                const double d = fabs((double)dx1[n * h + j] - dx2[n * h + j]);
+                bad += d > 2.0 * (Vl + 1) * 0x1p-24 * mag + 0x1p-7 * fabs((double)dx1[n * h + j]);
+                offgrid += dx2[n * h + j] != ptdp_bf16_to_f32(ptdp_f32_to_bf16(dx2[n * h + j]));
+            }
+        CHECK(bad == 0);
+        CHECK(offgrid == 0);
+        t->weights_changed(wte, 0);
+        free(e), free(sumexp), free(tok), free(x), free(wte), free(dw0), free(e1), free(e2);
+        free(dw1), free(dw2), free(dx1), free(dx2), free(At);
+    }
+}
+
 int main(void) {
     unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
     const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
@@ -349,6 +449,7 @@ int main(void) {
     if (copies) test_weight_copies();
     if (copies) test_own_pack();
     if (copies && tiles) test_wgrad_packs();
+    if (copies && tiles) test_head_bwd();
     if (!tiles) {
         printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
         return test_done("test_bf16_native");

@@ -60,9 +60,21 @@ void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const 
  * stored [K, M] with row stride lda (AVX512_BF16 only: where
  * ptdp__bf16_blocking_of says yes) */
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda);
+/* The loss head's gradient dl [N = s*b, Vl] (ptdp_xent_grad: xent_bwd's
+ * values, masked rows zero) from e in logits, rounded to bf16, without an
+ * fp32 copy: At [Vl, N] = dl^T in plain rows, and dl's plain rows in place
+ * over the first half of each row of logits (row stride 2 Vl bf16 values).
+ * AVX512_BF16 only, as above. */
+void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg);
+/* the native bf16 table's head_bwd (kernels.h) where it can run it: 1; else
+ * 0, nothing done (the caller composes it) */
+int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
+                             const float *wte, int64_t h, float *dwte, float *dx);
 /* how many weight gradients C += A^T B the bf16 GEMM ran with A^T and B
  * packed by bf16_blocked.c (the test checks the path runs) */
 int64_t ptdp__gemm_bf16_wgrad_calls(void);
+/* how many loss head backwards ptdp__gemm_bf16_head_bwd ran (likewise) */
+int64_t ptdp__gemm_bf16_head_calls(void);
 /* test and bench hook: the weight copy of op(B) [K, N] for a bf16 GEMM of M
  * rows, made by bf16_blocked.c (own) or by oneDNN's reorder (its padding
  * filled with 0xff first, so the reorder must write it) and converted reps

@@ -44,6 +44,7 @@ typedef struct {
     ptdp__bf16_blocking blk; /* blocked 2: B's layout, its buffer and memory object */
     void *bbuf;
     dnnl_memory_t bmem;
+    int64_t lda; /* A's row stride where it is not dense (the loss head's dl), else 0 */
 } shape;
 
 typedef struct { /* a declared weights range and its generation */
@@ -79,6 +80,7 @@ static struct {
     int nw;
     int check;           /* PTDP_CHECK_WEIGHT_COPIES */
     int64_t wgrad_calls; /* weight gradients through ptdp's own packs (the test reads it) */
+    int64_t head_calls;  /* loss head backwards through ptdp__gemm_bf16_head_bwd (likewise) */
     int own;             /* weight copies by bf16_blocked.c where it writes the layout; 0 with
                           * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
 } g;
@@ -92,7 +94,7 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_dims_t ad = {s->M, s->K}, bd, cd = {s->M, s->N};
     const int ta = s->ta && s->blocked != 2; /* blocked 2: A^T comes packed in plain rows */
-    dnnl_dims_t as = {ta ? 1 : s->K, ta ? s->M : 1}, bs, cs = {s->ldc, 1};
+    dnnl_dims_t as = {ta ? 1 : s->lda ? s->lda : s->K, ta ? s->M : 1}, bs, cs = {s->ldc, 1};
     b_dims(s->tb, s->K, s->N, s->tb ? s->K : s->N, bd, bs);
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
         (s->blocked
@@ -116,8 +118,8 @@ int ptdp__gemm_bf16_available(const char **why) {
         snprintf(g.why, sizeof g.why, "oneDNN has no engine");
         if (ptdp__onednn(&g.eng, &g.strm)) {
             char impl[64] = "";
-            const shape probe = {0,    1,   0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
-                                 NULL, NULL};
+            const shape probe = {0,    1,    0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
+                                 NULL, NULL, 0};
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -304,7 +306,7 @@ static shape *find_shape(const shape *key) {
         shape *s = &g.shapes[i];
         if (s->ta == key->ta && s->tb == key->tb && s->sum == key->sum &&
             s->blocked == key->blocked && s->M == key->M && s->N == key->N && s->K == key->K &&
-            s->ldc == key->ldc)
+            s->ldc == key->ldc && s->lda == key->lda)
             return s;
     }
     if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
@@ -345,7 +347,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
          * transposed A and a plain B slowly (620-650 against 810-850 GFLOP/s
          * for the other GEMMs here), so ptdp packs A^T into plain rows and B
          * into the blocked layout itself (docs/performance.md) */
-        shape wk = {ta, tb, sum, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+        shape wk = {ta, tb, sum, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
         shape *ws = find_shape(&wk);
         if (ws && ws->bmem) {
             ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
@@ -356,7 +358,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         }
     }
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL},
+    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0},
           *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
@@ -372,11 +374,38 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     ptdp__onednn_mm_run(&sh->mm, g.a, mb ? NULL : g.b, mb, C);
 }
 
+/* The loss head's backward (kernels.h's head_bwd): dl made in bf16 straight
+ * from e by bf16_blocked.c, dl^T into the A scratch and dl's rows over the
+ * logits, then the two GEMMs as the weight-gradient and weight paths above
+ * run them. Against the composition (xent_bwd and its rounding pass, the
+ * transposing pack and the plain conversion, each a pass over the [N, Vl]
+ * fp32 logits) this reads e once and writes 2 x 2 bytes per logit; the
+ * values are the same (dl rounded to bf16 once either way). */
+int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
+                             const float *wte, int64_t h, float *dwte, float *dx) {
+    const int64_t N = xg->s * xg->b, Vl = xg->Vl;
+    if (g.state != 1 || !g.own || N == 0 || Vl == 0 || h == 0) return 0;
+    const uint64_t gen = range_gen(wte, wte + Vl * h);
+    shape wk = {1, 0, 1, 2, Vl, h, N, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0},
+          dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 2 * Vl};
+    shape *ws = find_shape(&wk), *ds = gen ? find_shape(&dk) : NULL;
+    dnnl_memory_t mb = ds ? weight_copy(ds, wte, h, gen) : NULL;
+    if (!ws || !ws->bmem || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N))) return 0;
+    ptdp__bf16_xent_grad(g.a, logits, xg);
+    ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, x, 0, N, h, h);
+    ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, dwte);
+    ptdp__onednn_mm_run(&ds->mm, logits, NULL, mb, dx);
+    g.head_calls++;
+    return 1;
+}
+
+int64_t ptdp__gemm_bf16_head_calls(void) { return g.head_calls; }
+
 int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,
                                int reps, void (*between)(void *), void *ctx) {
     if (!ptdp__gemm_bf16_available(NULL)) return -1;
-    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
     const shape *sh = find_shape(&key);
     if (!sh) return -1;
     const_dnnl_primitive_desc_t pd;

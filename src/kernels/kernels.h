@@ -51,6 +51,20 @@ typedef struct {
     int64_t b, sample0, width, heads, head0;
 } ptdp_dropout;
 
+/* The cross-entropy's backward as the loss head's one-op backward takes it
+ * (head_bwd below): xent_bwd's arguments, and the loss mask of
+ * --eod-mask-loss (mask_tokens NULL: none; else rows whose input token,
+ * mask_tokens [b, ld] like embed's, is mask_id are zero, as mask_rows makes
+ * them). */
+typedef struct {
+    const float *sumexp;
+    const int32_t *targets;
+    int64_t ld, s, b, Vl, v0, V;
+    float scale;
+    const int32_t *mask_tokens;
+    int32_t mask_id;
+} ptdp_xent_grad;
+
 /* What a backend must provide: every op is REQUIRED unless marked
  * OPTIONAL below (NULL allowed; ptdp_ops_check says which configuration
  * needs it). A new backend (CUDA) fills the required ops, is tested op by op
@@ -208,7 +222,25 @@ typedef struct ptdp_ops {
      * it frees the chunk; GEMMs on weights it was never told of convert them
      * at every call. */
     void (*weights_changed)(const float *w, int64_t n);
+
+    /* OPTIONAL (NULL: ptdp_head_bwd composes it from xent_bwd, mask_rows and
+     * two gemms): the loss head's backward after xent_loss, for a table that
+     * can make its GEMMs' operands straight from e without writing the
+     * logits' gradient dl [N = s*b, Vl] first:
+     *   dl = xent_bwd's result on logits (holding e), masked rows zero
+     *   dwte [Vl, h] += dl^T x    (x [N, h], the final LayerNorm's output)
+     *   dx [N, h] = dl wte        (wte [Vl, h], the tied embedding's rows)
+     * with dx rounded like any gemm output. logits holds garbage afterwards. */
+    void (*head_bwd)(float *logits, const ptdp_xent_grad *xg, const float *x, const float *wte,
+                     int64_t h, float *dwte, float *dx);
 } ptdp_ops;
+
+/* The loss head's backward through o (head_bwd above): o->head_bwd where the
+ * table has it, else the composition (ptdp_head_bwd_composed). */
+void ptdp_head_bwd(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg, const float *x,
+                   const float *wte, int64_t h, float *dwte, float *dx);
+void ptdp_head_bwd_composed(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg,
+                            const float *x, const float *wte, int64_t h, float *dwte, float *dx);
 
 /* The CPU backend: one constant table per GEMM library (the library is the
  * table's state, nothing process-wide); ptdp_cpu_ops() is oneDNN's. */

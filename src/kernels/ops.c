@@ -1,6 +1,7 @@
 /* ops.c - what every compute backend must provide: ptdp_ops_check, the one
  * place that knows which ops of the table are required and which optional
- * ops a run needs. */
+ * ops a run needs; and the compositions that stand in for optional ops a
+ * table leaves out (ptdp_head_bwd). */
 #include <stddef.h>
 
 #include "kernels/kernels.h"
@@ -58,4 +59,23 @@ int ptdp_ops_check(const ptdp_ops *o, int needs) {
                            "compute backend '%s' has no dropout op: run with --hidden-dropout 0",
                            o->name);
     return PTDP_OK;
+}
+
+void ptdp_head_bwd_composed(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg,
+                            const float *x, const float *wte, int64_t h, float *dwte, float *dx) {
+    const int64_t N = xg->s * xg->b, Vl = xg->Vl;
+    o->xent_bwd(logits, xg->sumexp, xg->targets, xg->ld, xg->s, xg->b, Vl, xg->v0, xg->V,
+                xg->scale);
+    if (xg->mask_tokens)
+        o->mask_rows(logits, Vl, xg->mask_tokens, xg->ld, xg->s, xg->b, xg->mask_id);
+    o->gemm(1, 0, Vl, h, N, 1.0f, logits, Vl, x, h, 1.0f, dwte, h);
+    o->gemm(0, 0, N, h, Vl, 1.0f, logits, Vl, wte, h, 0.0f, dx, h);
+}
+
+void ptdp_head_bwd(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg, const float *x,
+                   const float *wte, int64_t h, float *dwte, float *dx) {
+    if (o->head_bwd)
+        o->head_bwd(logits, xg, x, wte, h, dwte, dx);
+    else
+        ptdp_head_bwd_composed(o, logits, xg, x, wte, h, dwte, dx);
 }

@@ -121,6 +121,17 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
  * the grid */
 PTDP__PREC_GEMM(bf16, ptdp_round_bf16_n, onednn_bf16)
 
+/* ... and its loss head backward (gemm_bf16.c), dx rounded as the gemm above
+ * rounds it; the composition where that cannot run */
+static ptdp_ops tables[2][3]; /* [library][dtype]; 16-bit entries built once */
+static void bf16_head_bwd_onednn_bf16(float *logits, const ptdp_xent_grad *xg, const float *x,
+                                      const float *wte, int64_t h, float *dwte, float *dx) {
+    if (ptdp__gemm_bf16_head_bwd(logits, xg, x, wte, h, dwte, dx))
+        ptdp_round_bf16_n(dx, xg->s * xg->b * h);
+    else
+        ptdp_head_bwd_composed(&tables[0][PTDP_DTYPE_BF16], logits, xg, x, wte, h, dwte, dx);
+}
+
 /* bf16 with AVX512_BF16: attention's tile products in bf16 (attn_bf16.c),
  * the probabilities and dS rounded to bf16 before their products */
 PTDP__PREC_ATTN(bf16, ptdp_round_bf16_n, tile_bf16)
@@ -161,8 +172,6 @@ static ptdp_ops make_table(const ptdp_ops *base, const char *name, ptdp_dtype dt
     (t).attention_fwd = P##_attn_fwd_##L; \
     (t).attention_bwd = P##_attn_bwd_##L
 
-static ptdp_ops tables[2][3]; /* [library][dtype]; 16-bit entries built once */
-
 static void build_tables(void) {
     const ptdp_ops *on = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN),
                    *ob = ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS);
@@ -174,6 +183,7 @@ static void build_tables(void) {
         t->name = "cpu/onednn/bf16-native-gemm";
         t->gemm = bf16_gemm_onednn_bf16;
         t->weights_changed = ptdp__gemm_bf16_weights_changed;
+        t->head_bwd = bf16_head_bwd_onednn_bf16;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_tile_bf16;

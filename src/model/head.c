@@ -72,16 +72,23 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     *loss_sum = o->sum(c->loss, N);
     if (!c->training) return;
 
-    o->xent_bwd(c->logits, c->sumexp, targets, s + 1, s, b, Vl, c->v0, cfg->vocab, loss_scale);
-    if (mask) o->mask_rows(c->logits, Vl, sa->tokens, s + 1, s, b, c->p.eod_token);
-    o->gemm(1, 0, Vl, h, N, 1.0f, c->logits, Vl, ln, h, 1.0f, c->G.wte, h);
-    if (c->sp) { /* f's backward: reduce-scatter into this rank's rows */
-        o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->tmp, h);
+    /* dwte += dl^T ln and d(ln) = dl wte, dl the logits' gradient */
+    const ptdp_xent_grad xg = {c->sumexp,
+                               targets,
+                               s + 1,
+                               s,
+                               b,
+                               Vl,
+                               c->v0,
+                               cfg->vocab,
+                               loss_scale,
+                               mask ? sa->tokens : NULL,
+                               c->p.eod_token};
+    ptdp_head_bwd(o, c->logits, &xg, ln, c->P.wte, h, c->G.wte, c->sp ? c->tmp : c->dtmp);
+    if (c->sp) /* f's backward: reduce-scatter into this rank's rows */
         ptdp__sp_scatter(c, c->tmp, c->dtmp);
-    } else {
-        o->gemm(0, 0, N, h, Vl, 1.0f, c->logits, Vl, c->P.wte, h, 0.0f, c->dtmp, h);
+    else
         ptdp__tp_f_bwd(c, c->dtmp, N * h);
-    }
     const int64_t Ns = c->Ns;
     o->zero(c->dres, Ns * h);
     o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,

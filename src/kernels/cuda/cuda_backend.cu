@@ -146,6 +146,7 @@ static const ptdp_ops cuda_ops = {
     .scale = ptdp__cuda_scale,
     .sum = ptdp__cuda_sum,
     .weights_changed = NULL, /* fp32: nothing converted */
+    .head_bwd = NULL,        /* the composition: xent_bwd and two GEMMs */
 };
 
 /* Loads cuBLAS (see cuda_internal.h); PTDP_EBACKEND naming the library and
