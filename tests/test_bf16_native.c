@@ -27,7 +27,9 @@
  * blocks, a row stride longer than the row), both orientations, its bytes
  * must equal oneDNN's reorder of the same weights, padding included. The
  * weight gradients' packs (A^T into plain rows, B blocked) put every value
- * where it belongs, and those GEMMs keep the summation-order bound. */
+ * where it belongs, and those GEMMs keep the summation-order bound. The
+ * loss head's one-op backward (head_bwd) is held to the composition it
+ * replaces (test_head_bwd). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

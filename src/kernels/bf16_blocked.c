@@ -28,7 +28,9 @@
  * Also here, for the weight gradients' C += A^T B (both operands stored
  * with K, the tokens, as rows): A^T into plain bf16 rows, the same register
  * transpose over pairs of A's rows (ptdp__bf16_pack_transposed); their B is
- * packed into the blocked layout like a weight. */
+ * packed into the blocked layout like a weight. And the loss head's gradient
+ * (ptdp__bf16_xent_grad): xent_bwd's values computed from the exponentials
+ * and written in bf16 twice, transposed and in plain rows, in one pass. */
 #include <string.h>
 
 #include "kernels/cpu.h"

@@ -15,7 +15,10 @@
  * uses. Weight gradients of activations (C += A^T B) are packed at every
  * call by bf16_blocked.c, A^T into plain rows and B into the blocked layout
  * (a buffer per shape), which the brgemm reads faster than a transposed A.
- * Everything else is converted into plain bf16 scratch at every call. With
+ * The loss head's two GEMMs on the logits' gradient run from its head_bwd op
+ * (ptdp__gemm_bf16_head_bwd below), which makes both of their bf16 operands
+ * in one pass. Everything else is converted into plain bf16 scratch at every
+ * call. With
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
  *
