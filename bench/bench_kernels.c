@@ -44,6 +44,18 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* the median and the best of column col of t [reps][2] (two ways timed in
+ * alternation) */
+static double pair_median(const double *t, int reps, int col, double *best) {
+    double *u = malloc(sizeof(double) * (size_t)reps);
+    for (int r = 0; r < reps; r++) u[r] = t[r * 2 + col];
+    qsort(u, (size_t)reps, sizeof *u, cmp_double);
+    const double med = u[reps / 2];
+    *best = u[0];
+    free(u);
+    return med;
+}
+
 /* one layer's attention (al = h / 64 heads) through the table of dtype */
 static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t) {
     const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt);
@@ -141,15 +153,12 @@ static void bench_optimizer(const config *c, int reps) {
             if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
         }
     for (int fused = 1; fused >= 0; fused--) {
-        double *u = malloc(sizeof(double) * (size_t)reps);
-        for (int r = 0; r < reps; r++) u[r] = t[r * 2 + fused];
-        qsort(u, (size_t)reps, sizeof *u, cmp_double);
+        double best, med = pair_median(t, reps, fused, &best);
         printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_optimizer_step\","
                "\"impl\":\"%s\",\"params\":%lld,\"threads\":%d,\"reps\":%d,\"ms_median\":%.3f,"
                "\"ms_best\":%.3f}\n",
                c->name, fused ? "adamw_master" : "adamw_copy_quantize", (long long)n,
-               omp_get_max_threads(), reps, u[reps / 2] * 1e3, u[0] * 1e3);
-        free(u);
+               omp_get_max_threads(), reps, med * 1e3, best * 1e3);
     }
     free(t);
     for (int i = 0; i < 5; i++) free(a[i]);
@@ -192,15 +201,12 @@ static void bench_head(const config *c, int reps) {
             if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
         }
     for (int fused = 1; fused >= 0; fused--) {
-        double *u = malloc(sizeof(double) * (size_t)reps);
-        for (int r = 0; r < reps; r++) u[r] = t[r * 2 + fused];
-        qsort(u, (size_t)reps, sizeof *u, cmp_double);
+        double best, med = pair_median(t, reps, fused, &best);
         printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_head_bwd\","
                "\"impl\":\"%s\",\"N\":%lld,\"V\":%lld,\"h\":%lld,\"threads\":%d,\"reps\":%d,"
                "\"ms_median\":%.3f,\"ms_best\":%.3f}\n",
                c->name, fused ? "head_bwd" : "composed", (long long)N, (long long)V, (long long)h,
-               omp_get_max_threads(), reps, u[reps / 2] * 1e3, u[0] * 1e3);
-        free(u);
+               omp_get_max_threads(), reps, med * 1e3, best * 1e3);
     }
     o->weights_changed(wte, 0);
     free(e0), free(e), free(sumexp), free(x), free(wte), free(dw), free(dx), free(tok), free(t);
