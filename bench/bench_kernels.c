@@ -44,16 +44,21 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* the median and the best of column col of t [reps][2] (two ways timed in
- * alternation) */
-static double pair_median(const double *t, int reps, int col, double *best) {
+/* the JSON lines of two ways timed in alternation, t [reps][2] (column 1:
+ * impl1, 0: impl0): median and best of each; fields, a JSON fragment, goes
+ * after "impl" */
+static void print_pair(const char *config, const char *kernel, const char *impl1, const char *impl0,
+                       const char *fields, const double *t, int reps) {
     double *u = malloc(sizeof(double) * (size_t)reps);
-    for (int r = 0; r < reps; r++) u[r] = t[r * 2 + col];
-    qsort(u, (size_t)reps, sizeof *u, cmp_double);
-    const double med = u[reps / 2];
-    *best = u[0];
+    for (int col = 1; col >= 0; col--) {
+        for (int r = 0; r < reps; r++) u[r] = t[r * 2 + col];
+        qsort(u, (size_t)reps, sizeof *u, cmp_double);
+        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"%s\",\"impl\":\"%s\",%s,"
+               "\"threads\":%d,\"reps\":%d,\"ms_median\":%.3f,\"ms_best\":%.3f}\n",
+               config, kernel, col ? impl1 : impl0, fields, omp_get_max_threads(), reps,
+               u[reps / 2] * 1e3, u[0] * 1e3);
+    }
     free(u);
-    return med;
 }
 
 /* one layer's attention (al = h / 64 heads) through the table of dtype */
@@ -152,14 +157,10 @@ static void bench_optimizer(const config *c, int reps) {
             }
             if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
         }
-    for (int fused = 1; fused >= 0; fused--) {
-        double best, med = pair_median(t, reps, fused, &best);
-        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_optimizer_step\","
-               "\"impl\":\"%s\",\"params\":%lld,\"threads\":%d,\"reps\":%d,\"ms_median\":%.3f,"
-               "\"ms_best\":%.3f}\n",
-               c->name, fused ? "adamw_master" : "adamw_copy_quantize", (long long)n,
-               omp_get_max_threads(), reps, med * 1e3, best * 1e3);
-    }
+    char fields[64];
+    snprintf(fields, sizeof fields, "\"params\":%lld", (long long)n);
+    print_pair(c->name, "bf16_optimizer_step", "adamw_master", "adamw_copy_quantize", fields, t,
+               reps);
     free(t);
     for (int i = 0; i < 5; i++) free(a[i]);
 }
@@ -200,14 +201,10 @@ static void bench_head(const config *c, int reps) {
                 ptdp_head_bwd_composed(o, e, &xg, x, wte, h, dw, dx);
             if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
         }
-    for (int fused = 1; fused >= 0; fused--) {
-        double best, med = pair_median(t, reps, fused, &best);
-        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_head_bwd\","
-               "\"impl\":\"%s\",\"N\":%lld,\"V\":%lld,\"h\":%lld,\"threads\":%d,\"reps\":%d,"
-               "\"ms_median\":%.3f,\"ms_best\":%.3f}\n",
-               c->name, fused ? "head_bwd" : "composed", (long long)N, (long long)V, (long long)h,
-               omp_get_max_threads(), reps, med * 1e3, best * 1e3);
-    }
+    char fields[96];
+    snprintf(fields, sizeof fields, "\"N\":%lld,\"V\":%lld,\"h\":%lld", (long long)N, (long long)V,
+             (long long)h);
+    print_pair(c->name, "bf16_head_bwd", "head_bwd", "composed", fields, t, reps);
     o->weights_changed(wte, 0);
     free(e0), free(e), free(sumexp), free(x), free(wte), free(dw), free(dx), free(tok), free(t);
 }
