@@ -192,9 +192,7 @@ BF16_TARGET static void transpose_avx512(uint16_t *dst, const float *A, int64_t 
     for (int64_t bi = 0; bi < blocks; bi++) {
         const int64_t mend = (bi + 1) * TCOLS < M ? (bi + 1) * TCOLS : M;
         for (int64_t k0 = 0; k0 < K; k0 += 32) {
-            const int64_t left = K - k0;
-            const __mmask32 kmask =
-                left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+            const __mmask32 kmask = ptdp__lanes32(K - k0);
             for (int64_t m0 = bi * TCOLS; m0 < mend; m0 += 16) {
                 const int rows = (int)(mend - m0 < 16 ? mend - m0 : 16);
                 const __mmask16 m = lanes(rows);
@@ -259,12 +257,11 @@ BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, in
                 _mm512_mask_storeu_epi16((uint16_t *)(void *)(e + (k0 + i) * Vl) + m0,
                                          (__mmask32)all, _mm512_castsi256_si512(h[q]));
         }
-        p[j] = _mm512_or_si512(_mm512_cvtepu16_epi32(h[0]),
-                               _mm512_slli_epi32(_mm512_cvtepu16_epi32(h[1]), 16));
+        p[j] = ptdp__bf16_join16(h[0], h[1]);
     }
     transpose16(p);
     const int64_t left = N - k0;
-    const __mmask32 km = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+    const __mmask32 km = ptdp__lanes32(left);
     const int cols = (int)(Vl - m0 < 16 ? Vl - m0 : 16);
     for (int i = 0; i < cols; i++) {
         uint16_t *d = At + (m0 + i) * N + k0;
@@ -277,7 +274,7 @@ BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, in
 
 BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent_grad *xg) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
-    const int64_t nv = xg->V - xg->v0 < 0 ? 0 : xg->V - xg->v0 > Vl ? Vl : xg->V - xg->v0;
+    const int64_t nv = ptdp__xent_valid_cols(Vl, xg->v0, xg->V);
     const int64_t blocks = (N + 31) / 32;
 #pragma omp parallel for schedule(static)
     for (int64_t bk = 0; bk < blocks; bk++) {

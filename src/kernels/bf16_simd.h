@@ -17,13 +17,24 @@ static inline __mmask16 ptdp__lanes16(int64_t left) {
 
 /* pairs (r0[j], r1[j]) rounded to bf16 for the lanes j of m, r0's in the low
  * half of each 32-bit lane; r1 NULL gives zeros there */
+/* the first min(32, max(0, left)) lanes of 16-bit elements */
+static inline __mmask32 ptdp__lanes32(int64_t left) {
+    return left >= 32 ? (__mmask32)0xffffffffu : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
+}
+
+/* 16 pairs (w0[j], w1[j]) of bf16 values, w0's in the low half of each
+ * 32-bit lane */
+BF16_TARGET static inline __m512i ptdp__bf16_join16(__m256i w0, __m256i w1) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(w0),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(w1), 16));
+}
+
 BF16_TARGET static inline __m512i ptdp__bf16_pairs16(const float *r0, const float *r1,
                                                      __mmask16 m) {
     const __m256i w0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
     const __m256i w1 =
         r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)) : _mm256_setzero_si256();
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(w0),
-                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(w1), 16));
+    return ptdp__bf16_join16(w0, w1);
 }
 
 /* pairs (x[2t], x[2t+1]) rounded to bf16 for t < 16, of a row with n

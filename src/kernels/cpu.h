@@ -140,6 +140,12 @@ void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, i
                      int64_t V);
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                      int64_t N);
+/* how many of the Vl local columns, global ids v0.., are real vocabulary
+ * (ids < V): the rest are padding */
+static inline int64_t ptdp__xent_valid_cols(int64_t Vl, int64_t v0, int64_t V) {
+    const int64_t n = V - v0;
+    return n < 0 ? 0 : n > Vl ? Vl : n;
+}
 void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
 void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,

@@ -55,14 +55,9 @@ void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int
             for (int64_t i = 0; i < h; i++) dwpe[si * h + i] += dout[(si * b + bi) * h + i];
 }
 
-static int64_t valid_cols(int64_t Vl, int64_t v0, int64_t V) {
-    int64_t n = V - v0;
-    return n < 0 ? 0 : n > Vl ? Vl : n;
-}
-
 void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                     int64_t V) {
-    int64_t nv = valid_cols(Vl, v0, V);
+    int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *l = logits + n * Vl;
@@ -89,7 +84,7 @@ PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
 void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V) {
-    int64_t nv = valid_cols(Vl, v0, V);
+    int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;
@@ -108,7 +103,7 @@ void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, f
 
 void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
-    int64_t nv = valid_cols(Vl, v0, V);
+    int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;

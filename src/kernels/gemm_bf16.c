@@ -142,6 +142,10 @@ int ptdp__gemm_bf16_available(const char **why) {
     return g.state == 1;
 }
 
+/* bytes rounded up to whole 64-byte lines, 64-byte aligned (the packs store
+ * whole lines), or NULL */
+static void *alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
 /* ---- weights converted once per declaration ------------------------------ */
 
 /* frees one copy's buffer and oneDNN objects (those it has) */
@@ -218,7 +222,7 @@ static int make_copy(wcopy *c, const dnnl_memory_desc_t *dst, int own) {
     const size_t size = dnnl_memory_desc_get_size(dst);
     own = own && ptdp__bf16_blocking_of(dst, &c->own);
     if (!own) memset(&c->own, 0, sizeof c->own);
-    c->buf = aligned_alloc(64, (size + 63) / 64 * 64);
+    c->buf = alloc_lines(size);
     if (!c->buf) return 0;
     memset(c->buf, 0, size);
     int ok = dnnl_memory_create(&c->mem, dst, g.eng, c->buf) == dnnl_success;
@@ -296,7 +300,7 @@ static void pack(uint16_t *dst, const float *x, int64_t rows, int64_t cols, int6
  * lines), its contents not kept */
 static int grow(uint16_t **p, size_t *cap, size_t n) {
     if (n <= *cap) return 1;
-    uint16_t *q = aligned_alloc(64, (n * sizeof(uint16_t) + 63) / 64 * 64);
+    uint16_t *q = alloc_lines(n * sizeof(uint16_t));
     if (!q) return 0;
     free(*p);
     *p = q;
@@ -320,8 +324,7 @@ static shape *find_shape(const shape *key) {
         dnnl_primitive_get_primitive_desc(s.mm.prim, &pd);
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         const size_t size = dnnl_memory_desc_get_size(md);
-        if (!ptdp__bf16_blocking_of(md, &s.blk) ||
-            !(s.bbuf = aligned_alloc(64, (size + 63) / 64 * 64)) ||
+        if (!ptdp__bf16_blocking_of(md, &s.blk) || !(s.bbuf = alloc_lines(size)) ||
             dnnl_memory_create(&s.bmem, md, g.eng, memset(s.bbuf, 0, size)) != dnnl_success) {
             free(s.bbuf); /* kept without them: the caller takes the plain path */
             dnnl_primitive_destroy(s.mm.prim);
@@ -330,6 +333,22 @@ static shape *find_shape(const shape *key) {
     }
     g.shapes[g.nshapes] = s;
     return &g.shapes[g.nshapes++];
+}
+
+/* The weight-gradient shape C [M, N] += A^T B over K, A^T packed by ptdp
+ * into plain rows (blocked 2), with B's blocked buffer; NULL where it cannot
+ * be had (the caller takes another path) */
+static shape *wgrad_shape(int64_t M, int64_t N, int64_t K, int64_t ldc) {
+    const shape key = {1, 0, 1, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
+    shape *s = find_shape(&key);
+    return s && s->bmem ? s : NULL;
+}
+
+/* runs it on A^T already in g.a: B [K, N] (row stride ldb) into its blocked
+ * buffer, then the matmul into C */
+static void wgrad_run(shape *ws, const float *B, int64_t ldb, float *C) {
+    ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, ws->K, ws->N, ldb);
+    ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, C);
 }
 
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -350,12 +369,10 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
          * transposed A and a plain B slowly (620-650 against 810-850 GFLOP/s
          * for the other GEMMs here), so ptdp packs A^T into plain rows and B
          * into the blocked layout itself (docs/performance.md) */
-        shape wk = {ta, tb, sum, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
-        shape *ws = find_shape(&wk);
-        if (ws && ws->bmem) {
+        shape *ws = wgrad_shape(M, N, K, ldc);
+        if (ws) {
             ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
-            ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, K, N, ldb);
-            ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, C);
+            wgrad_run(ws, B, ldb, C);
             g.wgrad_calls++;
             return;
         }
@@ -389,14 +406,12 @@ int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const floa
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     if (g.state != 1 || !g.own || N == 0 || Vl == 0 || h == 0) return 0;
     const uint64_t gen = range_gen(wte, wte + Vl * h);
-    shape wk = {1, 0, 1, 2, Vl, h, N, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0},
-          dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 2 * Vl};
-    shape *ws = find_shape(&wk), *ds = gen ? find_shape(&dk) : NULL;
+    const shape dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 2 * Vl};
+    shape *ws = wgrad_shape(Vl, h, N, h), *ds = gen ? find_shape(&dk) : NULL;
     dnnl_memory_t mb = ds ? weight_copy(ds, wte, h, gen) : NULL;
-    if (!ws || !ws->bmem || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N))) return 0;
+    if (!ws || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N))) return 0;
     ptdp__bf16_xent_grad(g.a, logits, xg);
-    ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, x, 0, N, h, h);
-    ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, dwte);
+    wgrad_run(ws, x, h, dwte);
     ptdp__onednn_mm_run(&ds->mm, logits, NULL, mb, dx);
     g.head_calls++;
     return 1;
