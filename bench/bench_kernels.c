@@ -16,7 +16,9 @@
  * rounded working copy written in the same pass (adamw_master), against
  * AdamW, then the copy and its rounding as passes of their own. Then the
  * bf16 table's loss-head backward, its one op against the composition
- * (bench_head). Speed goals
+ * (bench_head). And the bf16 table's element-wise ops, rounding each row as
+ * they write it, against the fp32 op and a rounding pass (bench_rounding).
+ * Speed goals
  * are read off bench_train; this is where a kernel change is measured alone.
  *
  * Usage: bench_kernels [--config b|c|d] [--reps N] */
@@ -148,10 +150,10 @@ static void bench_optimizer(const config *c, int reps) {
         for (int fused = 1; fused >= 0; fused--) {
             const double t0 = ptdp_now();
             if (fused) {
-                o->adamw_master(master, work, grad, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                o->adamw_master(master, work, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                                 r + 1);
             } else {
-                o->adamw(master, grad, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
+                o->adamw(master, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
                 o->copy(work, master, n);
                 o->quantize(work, n);
             }
@@ -242,6 +244,45 @@ static void run(int k, bufs *B) {
 static const char *NAMES[] = {"layernorm_fwd", "layernorm_bwd", "bias_gelu_fwd",
                               "bias_gelu_bwd", "bias_bwd (3h)", "bias_add_residual"};
 
+/* The bf16 table's element-wise ops (kernel k of run() but the bias
+ * gradient's), each row rounded as it is written, against the fp32 op
+ * followed by a rounding pass over its output; the two alternate. */
+static void bench_rounding(const config *c, bufs *B, int reps) {
+    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    const int64_t N = B->N, h = B->h;
+    const ptdp_dropout nodrop = {0};
+    double *t = malloc(sizeof(double) * (size_t)reps * 2);
+    for (int k = 0; k < 6; k++) {
+        if (k == 4) continue;
+        for (int r = 0; r < 3 + reps; r++)
+            for (int fused = 1; fused >= 0; fused--) {
+                const double t0 = ptdp_now();
+                if (!fused) {
+                    run(k, B);
+                    ptdp_round_bf16_n(k == 1 || k == 3 ? B->dx : B->y,
+                                      (k == 2 || k == 3 ? 4 : 1) * N * h);
+                } else if (k == 0) {
+                    o->layernorm_fwd(B->x, B->w, B->bias, B->y, B->mean, B->rstd, N, h, 1e-5f);
+                } else if (k == 1) {
+                    o->layernorm_bwd(B->dy, B->x, B->w, B->mean, B->rstd, B->dx, B->dw, B->db, N,
+                                     h);
+                } else if (k == 2) {
+                    o->bias_gelu_fwd(B->x, B->bias, B->y, N, 4 * h);
+                } else if (k == 3) {
+                    o->bias_gelu_bwd(B->dy, B->x, B->bias, B->dx, B->db, N, 4 * h);
+                } else {
+                    o->bias_dropout_add_fwd(B->x, B->bias, B->resid, B->y, N, h, nodrop);
+                }
+                if (r >= 3) t[(r - 3) * 2 + fused] = ptdp_now() - t0;
+            }
+        char name[64];
+        snprintf(name, sizeof name, "bf16_%s", NAMES[k]);
+        print_pair(c->name, name, "rounded_per_row", "fp32_then_rounding_pass", "\"rows\":1024", t,
+                   reps);
+    }
+    free(t);
+}
+
 /* floats each kernel must read and write at least, per row of h */
 static const double FLOATS_PER_H[] = {2, 4, 8, 12, 3, 3};
 
@@ -292,6 +333,7 @@ int main(int argc, char **argv) {
                    CONFIGS[c].name, NAMES[k], (long long)N, (long long)h, omp_get_max_threads(),
                    reps, med * 1e3, t[0] * 1e3, bytes / med * 1e-9);
         }
+        bench_rounding(&CONFIGS[c], &B, reps);
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]);
         free(B.w), free(B.bias), free(B.dw), free(B.db), free(B.mean), free(B.rstd);
         const int areps = reps / 5 > 1 ? reps / 5 : 1;

@@ -531,8 +531,8 @@ static void test_optim(void) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
     float *dp = up(p, n), *dg = up(g, n), *dm = up(m, n), *dv = up(v, n);
     for (int64_t step = 1; step <= 3; step++) {
-        G->adamw(dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-        C->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        G->adamw(dp, dg, 0.75f, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        C->adamw(p, g, 0.75f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     }
     cmp("adamw param (3 steps)", down(dp, n), p, n, 1e-5, 1e-7);
     cmp("adamw m", down(dm, n), m, n, 1e-5, 2e-8);

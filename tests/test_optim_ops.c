@@ -1,7 +1,8 @@
 /* test_optim_ops.c - the optimizer's element-wise kernels
  * (src/kernels/optim_ops.c) through the CPU table: AdamW against PyTorch's
  * formula in double, the 16-bit tables' one-pass AdamW (adamw_master)
- * against AdamW, copy and rounding bit for bit, and the reductions, scale,
+ * against AdamW, copy and rounding bit for bit, the gradient multiplier
+ * (gscale) against a scale pass bit for bit, and the reductions, scale,
  * zero and copy. Tolerances: updates are lr-sized on O(1) parameters, so
  * fp32 keeps about 1e-7 of them; reductions accumulate in double. */
 #include <math.h>
@@ -25,7 +26,7 @@ static void test_adamw(const ptdp_ops *o) {
     for (int step = 1; step <= 3; step++) {
         fill_normal(g, n, 20 + (uint64_t)step, 1.0f);
         g[0] = 0.0f; /* pure decay on one element */
-        o->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        o->adamw(p, g, 1.0f, m, v, n, lr, b1, b2, eps, wd, step);
         double bc1 = 1.0 - pow((double)b1, step), bc2 = 1.0 - pow((double)b2, step);
         for (int64_t i = 0; i < n; i++) {
             pd[i] *= 1.0 - (double)lr * wd;
@@ -49,11 +50,14 @@ static void test_adamw(const ptdp_ops *o) {
 /* The 16-bit tables' adamw_master (AdamW on the master, the working copy
  * written and rounded in the same pass, block by block) gives exactly what
  * adamw, copy and quantize give: master, m, v and the working copy, bit for
- * bit, over several blocks and a tail. */
+ * bit, over several blocks and a tail. Its gradient multiplier gscale
+ * (unscale and clip) gives what scaling the gradient first gives, and so
+ * does the fp32 table's adamw's, against the same reference. */
 static void test_adamw_master(void) {
     const int64_t n = 3 * 16384 + 777;
     float *p = fmalloc(n), *m = fmalloc(n), *v = fmalloc(n), *g = fmalloc(n), *w = fmalloc(n);
     float *p2 = fmalloc(n), *m2 = fmalloc(n), *v2 = fmalloc(n), *w2 = fmalloc(n);
+    float *g2 = fmalloc(n), *p3 = fmalloc(n), *m3 = fmalloc(n), *v3 = fmalloc(n);
     const ptdp_dtype dts[] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
     for (int lib = 0; lib < 2; lib++)
         for (int k = 0; k < 2; k++) {
@@ -62,13 +66,19 @@ static void test_adamw_master(void) {
             CHECK(o->adamw_master != NULL);
             if (!o->adamw_master) continue;
             fill_normal(p, n, 31, 1.0f);
-            memcpy(p2, p, sizeof(float) * (size_t)n);
+            memcpy(p2, p, sizeof(float) * (size_t)n), memcpy(p3, p, sizeof(float) * (size_t)n);
             memset(m, 0, sizeof(float) * (size_t)n), memset(v, 0, sizeof(float) * (size_t)n);
             memset(m2, 0, sizeof(float) * (size_t)n), memset(v2, 0, sizeof(float) * (size_t)n);
+            memset(m3, 0, sizeof(float) * (size_t)n), memset(v3, 0, sizeof(float) * (size_t)n);
+            const ptdp_ops *f = ptdp_cpu_ops_lib(lib ? PTDP_GEMM_OPENBLAS : PTDP_GEMM_ONEDNN);
             for (int step = 1; step <= 3; step++) {
-                fill_normal(g, n, 40 + (uint64_t)step, 1.0f);
-                o->adamw_master(p, w, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-                o->adamw(p2, g, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+                const float gs = step == 2 ? 0.3f : 1.0f / 1024; /* clip; unscale */
+                fill_normal(g, n, 40 + (uint64_t)step, 100.0f);
+                o->adamw_master(p, w, g, gs, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+                f->adamw(p3, g, gs, m3, v3, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+                memcpy(g2, g, sizeof(float) * (size_t)n);
+                o->scale(g2, gs, n);
+                o->adamw(p2, g2, 1.0f, m2, v2, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
                 o->copy(w2, p2, n);
                 o->quantize(w2, n);
             }
@@ -76,9 +86,13 @@ static void test_adamw_master(void) {
             CHECK(!memcmp(m, m2, sizeof(float) * (size_t)n));
             CHECK(!memcmp(v, v2, sizeof(float) * (size_t)n));
             CHECK(!memcmp(w, w2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(p3, p2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(m3, m2, sizeof(float) * (size_t)n));
+            CHECK(!memcmp(v3, v2, sizeof(float) * (size_t)n));
             CHECK(memcmp(w, p, sizeof(float) * (size_t)n) != 0); /* the copy is rounded */
         }
     free(p), free(m), free(v), free(g), free(w), free(p2), free(m2), free(v2), free(w2);
+    free(g2), free(p3), free(m3), free(v3);
 }
 
 static void test_reductions(const ptdp_ops *o) {

@@ -3,6 +3,8 @@
  * Column reductions (bias gradients) are split by columns across threads so
  * every sum runs over rows in one fixed order: bitwise reproducible. */
 #include "kernels/fastmath.h"
+#include <string.h>
+
 #include "kernels/cpu.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
@@ -21,10 +23,16 @@ uint64_t ptdp__dropout_row_index(ptdp_dropout d, int64_t r, int64_t w) {
     return ((((uint64_t)si) << 24) + (uint64_t)(d.sample0 + bi)) * (uint64_t)w;
 }
 
-void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
+void ptdp__bias_add_r(float *y, const float *bias, int64_t N, int64_t n, ptdp__round_fn rnd) {
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++)
+    for (int64_t r = 0; r < N; r++) {
         for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
+        if (rnd) rnd(y + r * n, n);
+    }
+}
+
+void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
+    ptdp__bias_add_r(y, bias, N, n, NULL);
 }
 
 void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n) {
@@ -64,25 +72,43 @@ PTDP__ROW_CLONES static void gelu_bwd_row(const float *g, const float *xr, const
     }
 }
 
-void ptdp__bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n) {
+void ptdp__bias_gelu_fwd_r(const float *x, const float *bias, float *out, int64_t N, int64_t n,
+                           ptdp__round_fn rnd) {
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++) gelu_fwd_row(x + r * n, bias, out + r * n, n);
+    for (int64_t r = 0; r < N; r++) {
+        gelu_fwd_row(x + r * n, bias, out + r * n, n);
+        if (rnd) rnd(out + r * n, n);
+    }
+}
+
+void ptdp__bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n) {
+    ptdp__bias_gelu_fwd_r(x, bias, out, N, n, NULL);
+}
+
+void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias, float *dx,
+                           float *dbias, int64_t N, int64_t n, ptdp__round_fn rnd) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        gelu_bwd_row(dout + r * n, x + r * n, bias, dx + r * n, n);
+        if (rnd) rnd(dx + r * n, n);
+    }
+    ptdp__bias_bwd(dx, dbias, N, n);
 }
 
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++) gelu_bwd_row(dout + r * n, x + r * n, bias, dx + r * n, n);
-    ptdp__bias_bwd(dx, dbias, N, n);
+    ptdp__bias_gelu_bwd_r(dout, x, bias, dx, dbias, N, n, NULL);
 }
 
-void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
-                                int64_t N, int64_t h, ptdp_dropout drop) {
+void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,
+                                  int64_t N, int64_t h, ptdp_dropout drop, ptdp__round_fn rnd) {
     if (drop.p == 0.0f) {
 #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < N; r++)
+        for (int64_t r = 0; r < N; r++) {
             for (int64_t j = 0; j < h; j++)
                 out[r * h + j] = resid[r * h + j] + (x[r * h + j] + bias[j]);
+            if (rnd) rnd(out + r * h, h);
+        }
         return;
     }
 #pragma omp parallel for schedule(static)
@@ -96,23 +122,34 @@ void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *
                                 ptdp__dropout_row_index(drop, r, h) + (uint64_t)j0);
             for (int64_t j = 0; j < m; j++) out[e0 + j] = resid[e0 + j] + tmp[j];
         }
+        if (rnd) rnd(out + r * h, h);
     }
+}
+
+void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
+                                int64_t N, int64_t h, ptdp_dropout drop) {
+    ptdp__bias_dropout_add_fwd_r(x, bias, resid, out, N, h, drop, NULL);
+}
+
+void ptdp__bias_dropout_add_bwd_r(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
+                                  ptdp_dropout drop, ptdp__round_fn rnd) {
+    if (drop.p != 0.0f || dx != dout || rnd) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N; r++) {
+            if (drop.p != 0.0f)
+                ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop,
+                                    ptdp__dropout_row_index(drop, r, h));
+            else if (dx != dout)
+                memcpy(dx + r * h, dout + r * h, sizeof(float) * (size_t)h);
+            if (rnd) rnd(dx + r * h, h);
+        }
+    }
+    ptdp__bias_bwd(dx, dbias, N, h);
 }
 
 void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
                                 ptdp_dropout drop) {
-    if (drop.p == 0.0f) {
-        if (dx != dout) {
-#pragma omp parallel for schedule(static)
-            for (int64_t e = 0; e < N * h; e++) dx[e] = dout[e];
-        }
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < N; r++)
-            ptdp__dropout_apply(dout + r * h, dx + r * h, h, drop,
-                                ptdp__dropout_row_index(drop, r, h));
-    }
-    ptdp__bias_bwd(dx, dbias, N, h);
+    ptdp__bias_dropout_add_bwd_r(dout, dx, dbias, N, h, drop, NULL);
 }
 
 /* Forward and backward are the same operation: keep-mask times 1/(1-p). */

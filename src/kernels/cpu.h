@@ -89,17 +89,39 @@ typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, f
                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                               float *C, int64_t ldc);
 
+/* The element-wise kernels below write activations (or their gradients)
+ * row by row. The _r forms take a 16-bit table's rounding (rnd: bf16 or
+ * fp16, in place; NULL: none) and apply it to each row right after writing
+ * it, while the row is in L1, where a pass after the kernel would read and
+ * write the whole tensor again; a bias gradient is then summed over the
+ * rounded rows, as Megatron sums the 16-bit gradient it gets. The plain
+ * forms are the fp32 table's (rnd NULL). */
+typedef void (*ptdp__round_fn)(float *x, int64_t n);
+void ptdp__layernorm_fwd_r(const float *x, const float *w, const float *b, float *out, float *mean,
+                           float *rstd, int64_t N, int64_t h, float eps, ptdp__round_fn rnd);
 void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
                          float *rstd, int64_t N, int64_t h, float eps);
+void ptdp__layernorm_bwd_r(const float *dout, const float *x, const float *w, const float *mean,
+                           const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h,
+                           ptdp__round_fn rnd);
 void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
                          const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h);
+void ptdp__bias_add_r(float *y, const float *bias, int64_t N, int64_t n, ptdp__round_fn rnd);
 void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n);
 void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n);
+void ptdp__bias_gelu_fwd_r(const float *x, const float *bias, float *out, int64_t N, int64_t n,
+                           ptdp__round_fn rnd);
 void ptdp__bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n);
+void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias, float *dx,
+                           float *dbias, int64_t N, int64_t n, ptdp__round_fn rnd);
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n);
+void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,
+                                  int64_t N, int64_t h, ptdp_dropout drop, ptdp__round_fn rnd);
 void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
                                 int64_t N, int64_t h, ptdp_dropout drop);
+void ptdp__bias_dropout_add_bwd_r(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
+                                  ptdp_dropout drop, ptdp__round_fn rnd);
 void ptdp__bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
                                 ptdp_dropout drop);
 void ptdp__dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
@@ -148,14 +170,14 @@ static inline int64_t ptdp__xent_valid_cols(int64_t Vl, int64_t v0, int64_t V) {
 }
 void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
                     int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
-void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                 float beta1, float beta2, float eps, float wd, int64_t step);
-/* AdamW on the fp32 master weights, each block of them then copied to work
- * and rounded there by round, in the same pass (the 16-bit tables'
- * adamw_master); the same values as ptdp__adamw, copy and round */
-void ptdp__adamw_master(float *master, float *work, void (*round)(float *, int64_t),
-                        const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                        float beta2, float eps, float wd, int64_t step);
+void ptdp__adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
+                 float lr, float beta1, float beta2, float eps, float wd, int64_t step);
+/* AdamW on the fp32 master weights, the working copy work written rounded
+ * to dt (bf16 or fp16) in the same pass (the 16-bit tables' adamw_master);
+ * the same values as ptdp__adamw, copy and rounding */
+void ptdp__adamw_master(float *master, float *work, ptdp_dtype dt, const float *grad, float gscale,
+                        float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                        float eps, float wd, int64_t step);
 double ptdp__sumsq(const float *x, int64_t n);
 double ptdp__sum(const float *x, int64_t n);
 int64_t ptdp__mask_rows(float *x, int64_t width, const int32_t *tokens, int64_t ld, int64_t s,

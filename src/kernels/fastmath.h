@@ -42,6 +42,19 @@ static inline float ptdp__expf(float x) {
     return p * scale;
 }
 
+/* x rounded to the bf16 grid (nearest even; a NaN stays a quiet NaN), the
+ * value ptdp_round_bf16_n leaves: inline, so a loop that writes a 16-bit
+ * value rounds it as it stores (gcc vectorises the integer steps) instead of
+ * a second pass over memory. */
+static inline float ptdp__bf16_round(float x) {
+    uint32_t v;
+    memcpy(&v, &x, sizeof v);
+    v = ((v & 0x7fffffffu) > 0x7f800000u ? (v | 0x00400000u) : v + 0x7fffu + ((v >> 16) & 1u)) &
+        0xffff0000u;
+    memcpy(&x, &v, sizeof x);
+    return x;
+}
+
 /* tanh(x) = sign(x) * (1 - e) / (1 + e), e = exp(-2|x|); for small |x| an odd
  * polynomial avoids the cancellation in 1 - e (worst relative error 1.7e-7). */
 static inline float ptdp__tanhf(float x) {

@@ -197,16 +197,19 @@ typedef struct ptdp_ops {
                          int64_t b, int32_t id);
 
     /* AdamW (decoupled weight decay, PyTorch's order of operations) on n
-     * elements; step is 1-based. */
-    void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int64_t step);
+     * elements, the gradient taken as gscale * grad (the loss scale's
+     * inverse times the clipping factor: exactly the values a scale pass
+     * over grad would leave, without that pass; grad itself is not
+     * written); step is 1-based. */
+    void (*adamw)(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, int64_t step);
     /* OPTIONAL (NULL: adamw on the master, then copy and quantize): the
      * 16-bit tables' step, AdamW on the fp32 master weights (as adamw) that
      * also writes work = the updated master on the table's grid, in the
      * same pass over memory */
-    void (*adamw_master)(float *master, float *work, const float *grad, float *m, float *v,
-                         int64_t n, float lr, float beta1, float beta2, float eps, float wd,
-                         int64_t step);
+    void (*adamw_master)(float *master, float *work, const float *grad, float gscale, float *m,
+                         float *v, int64_t n, float lr, float beta1, float beta2, float eps,
+                         float wd, int64_t step);
     /* returns sum of squares (accumulated in double) */
     double (*sumsq)(const float *x, int64_t n);
     void (*scale)(float *x, float a, int64_t n);

@@ -18,8 +18,8 @@ static inline float lanes_total(float *acc) {
     return acc[0];
 }
 
-void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
-                         float *rstd, int64_t N, int64_t h, float eps) {
+void ptdp__layernorm_fwd_r(const float *x, const float *w, const float *b, float *out, float *mean,
+                           float *rstd, int64_t N, int64_t h, float eps, ptdp__round_fn rnd) {
     const int64_t hv = h - h % LANES;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -40,6 +40,7 @@ void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *
         const float v = lanes_total(acc2) / (float)h;
         const float r = 1.0f / sqrtf(v + eps);
         for (int64_t i = 0; i < h; i++) o[i] = (xr[i] - m) * r * w[i] + b[i];
+        if (rnd) rnd(o, h);
         mean[n] = m;
         rstd[n] = r;
     }
@@ -49,8 +50,14 @@ void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *
  * Weight and bias gradients: each thread sums its static block of rows, then
  * the partial sums are added in thread order, so results are bitwise
  * reproducible for a given thread count (resume relies on that). */
-void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
-                         const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h) {
+void ptdp__layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
+                         float *rstd, int64_t N, int64_t h, float eps) {
+    ptdp__layernorm_fwd_r(x, w, b, out, mean, rstd, N, h, eps, NULL);
+}
+
+void ptdp__layernorm_bwd_r(const float *dout, const float *x, const float *w, const float *mean,
+                           const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h,
+                           ptdp__round_fn rnd) {
     float *parts[256];
     int nthr = 1;
 #pragma omp parallel
@@ -86,6 +93,7 @@ void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, cons
                 float xh = (xr[i] - m) * r;
                 d[i] += r * (g[i] * w[i] - sg - xh * sgx);
             }
+            if (rnd) rnd(d, h);
         }
         /* implicit barrier above; the single below runs while the other
          * threads wait at its barrier, so their stack buffers stay alive */
@@ -96,4 +104,9 @@ void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, cons
                 db[i] += parts[k][h + i];
             }
     }
+}
+
+void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
+                         const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h) {
+    ptdp__layernorm_bwd_r(dout, x, w, mean, rstd, dx, dw, db, N, h, NULL);
 }

@@ -6,55 +6,68 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/fastmath.h"
 
 /* PyTorch's AdamW, step by step, so fp32 results track the reference, on
- * elements [i0, i1) */
-static inline void adamw_range(float *param, const float *grad, float *m, float *v, int64_t i0,
-                               int64_t i1, float beta1, float beta2, float eps, float step_size,
-                               float decay, float bc2s) {
+ * elements [i0, i1); with work, the new value rounded to bf16 is written
+ * there as well (the bf16 table's working weights, rounded in the same loop) */
+static inline void adamw_range(float *param, float *work, const float *grad, float gscale, float *m,
+                               float *v, int64_t i0, int64_t i1, float beta1, float beta2,
+                               float eps, float step_size, float decay, float bc2s) {
     for (int64_t i = i0; i < i1; i++) {
-        float g = grad[i];
+        float g = grad[i] * gscale;
         float p = param[i] * decay;
         float mi = m[i] * beta1 + g * (1.0f - beta1);
         float vi = v[i] * beta2 + g * g * (1.0f - beta2);
         m[i] = mi;
         v[i] = vi;
-        param[i] = p - step_size * (mi / (sqrtf(vi) / bc2s + eps));
+        p = p - step_size * (mi / (sqrtf(vi) / bc2s + eps));
+        param[i] = p;
+        if (work) work[i] = ptdp__bf16_round(p);
     }
 }
 
 enum { ADAM_BLOCK = 16384 }; /* elements a thread updates at a time: 4 arrays in L2 */
 
-/* AdamW over n elements in blocks; with work, each block is then copied to
- * work and rounded there by round (the 16-bit tables' working weights), while
- * it is still in cache: one pass over memory instead of three */
-static void adamw_blocks(float *param, float *work, void (*round)(float *, int64_t),
-                         const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                         float beta2, float eps, float wd, int64_t step) {
+/* AdamW over n elements in blocks. With work, the 16-bit tables' working
+ * weights are written too, in the same pass over memory: bf16 rounded in
+ * the update's loop; fp16 copied from each block and rounded there by
+ * ptdp_round_f16_n while the block is still in cache. */
+static void adamw_blocks(float *param, float *work, ptdp_dtype dt, const float *grad, float gscale,
+                         float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                         float eps, float wd, int64_t step) {
     const float bc1 = 1.0f - powf(beta1, (float)step);
     const float bc2s = sqrtf(1.0f - powf(beta2, (float)step));
     const float step_size = lr / bc1, decay = 1.0f - lr * wd;
     const int64_t nb = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
+    float *w16 = work && dt == PTDP_DTYPE_BF16 ? work : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < nb; k++) {
         const int64_t i0 = k * ADAM_BLOCK, i1 = i0 + ADAM_BLOCK < n ? i0 + ADAM_BLOCK : n;
-        adamw_range(param, grad, m, v, i0, i1, beta1, beta2, eps, step_size, decay, bc2s);
-        if (work) {
+        if (w16)
+            adamw_range(param, w16, grad, gscale, m, v, i0, i1, beta1, beta2, eps, step_size, decay,
+                        bc2s);
+        else
+            adamw_range(param, NULL, grad, gscale, m, v, i0, i1, beta1, beta2, eps, step_size,
+                        decay, bc2s);
+        if (work && !w16) {
             memcpy(work + i0, param + i0, sizeof(float) * (size_t)(i1 - i0));
-            round(work + i0, i1 - i0);
+            ptdp_round_f16_n(work + i0, i1 - i0);
         }
     }
 }
 
-void ptdp__adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                 float beta1, float beta2, float eps, float wd, int64_t step) {
-    adamw_blocks(param, NULL, NULL, grad, m, v, n, lr, beta1, beta2, eps, wd, step);
+void ptdp__adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
+                 float lr, float beta1, float beta2, float eps, float wd, int64_t step) {
+    adamw_blocks(param, NULL, PTDP_DTYPE_FP32, grad, gscale, m, v, n, lr, beta1, beta2, eps, wd,
+                 step);
 }
 
-void ptdp__adamw_master(float *master, float *work, void (*round)(float *, int64_t),
-                        const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                        float beta2, float eps, float wd, int64_t step) {
-    adamw_blocks(master, work, round, grad, m, v, n, lr, beta1, beta2, eps, wd, step);
+void ptdp__adamw_master(float *master, float *work, ptdp_dtype dt, const float *grad, float gscale,
+                        float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                        float eps, float wd, int64_t step) {
+    PTDP_ASSERT(dt == PTDP_DTYPE_BF16 || dt == PTDP_DTYPE_FP16);
+    adamw_blocks(master, work, dt, grad, gscale, m, v, n, lr, beta1, beta2, eps, wd, step);
 }
 
 /* Sum (or sum of squares) of x[i0, i1) in double over 8 interleaved lanes

@@ -26,42 +26,35 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
     for (int64_t i = 0; i < M; i++) round(C + i * ldc, N);
 }
 
-/* The ops every GEMM library shares, for one 16-bit type P rounded by R. */
-#define PTDP__PREC_COMMON(P, R)                                                                    \
+/* The ops every GEMM library shares, for one 16-bit type P (dtype D) rounded by R. */
+#define PTDP__PREC_COMMON(P, R, D)                                                                 \
     static void P##_layernorm_fwd(const float *x, const float *w, const float *b, float *out,      \
                                   float *mean, float *rstd, int64_t N, int64_t h, float eps) {     \
-        ptdp__layernorm_fwd(x, w, b, out, mean, rstd, N, h, eps);                                  \
-        R(out, N *h);                                                                              \
+        ptdp__layernorm_fwd_r(x, w, b, out, mean, rstd, N, h, eps, R);                             \
     }                                                                                              \
     static void P##_layernorm_bwd(const float *dout, const float *x, const float *w,               \
                                   const float *mean, const float *rstd, float *dx, float *dw,      \
                                   float *db, int64_t N, int64_t h) {                               \
-        ptdp__layernorm_bwd(dout, x, w, mean, rstd, dx, dw, db, N, h);                             \
-        R(dx, N *h);                                                                               \
+        ptdp__layernorm_bwd_r(dout, x, w, mean, rstd, dx, dw, db, N, h, R);                        \
     }                                                                                              \
     static void P##_bias_add(float *y, const float *bias, int64_t N, int64_t n) {                  \
-        ptdp__bias_add(y, bias, N, n);                                                             \
-        R(y, N *n);                                                                                \
+        ptdp__bias_add_r(y, bias, N, n, R);                                                        \
     }                                                                                              \
     static void P##_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N,        \
                                   int64_t n) {                                                     \
-        ptdp__bias_gelu_fwd(x, bias, out, N, n);                                                   \
-        R(out, N *n);                                                                              \
+        ptdp__bias_gelu_fwd_r(x, bias, out, N, n, R);                                              \
     }                                                                                              \
     static void P##_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx, \
                                   float *dbias, int64_t N, int64_t n) {                            \
-        ptdp__bias_gelu_bwd(dout, x, bias, dx, dbias, N, n);                                       \
-        R(dx, N *n);                                                                               \
+        ptdp__bias_gelu_bwd_r(dout, x, bias, dx, dbias, N, n, R);                                  \
     }                                                                                              \
     static void P##_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid,    \
                                          float *out, int64_t N, int64_t h, ptdp_dropout drop) {    \
-        ptdp__bias_dropout_add_fwd(x, bias, resid, out, N, h, drop);                               \
-        R(out, N *h);                                                                              \
+        ptdp__bias_dropout_add_fwd_r(x, bias, resid, out, N, h, drop, R);                          \
     }                                                                                              \
     static void P##_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N,    \
                                          int64_t h, ptdp_dropout drop) {                           \
-        ptdp__bias_dropout_add_bwd(dout, dx, dbias, N, h, drop);                                   \
-        R(dx, N *h);                                                                               \
+        ptdp__bias_dropout_add_bwd_r(dout, dx, dbias, N, h, drop, R);                              \
     }                                                                                              \
     static void P##_dropout(float *x, int64_t n, ptdp_dropout drop) {                              \
         ptdp__dropout_inplace(x, n, drop);                                                         \
@@ -76,10 +69,11 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         ptdp__pos_add_fwd(out, wpe, s, b, h);                                                      \
         R(out, s *b *h);                                                                           \
     }                                                                                              \
-    static void P##_adamw_master(float *master, float *work, const float *grad, float *m,          \
-                                 float *v, int64_t n, float lr, float beta1, float beta2,          \
-                                 float eps, float wd, int64_t step) {                              \
-        ptdp__adamw_master(master, work, R, grad, m, v, n, lr, beta1, beta2, eps, wd, step);       \
+    static void P##_adamw_master(float *master, float *work, const float *grad, float gscale,      \
+                                 float *m, float *v, int64_t n, float lr, float beta1,             \
+                                 float beta2, float eps, float wd, int64_t step) {                 \
+        ptdp__adamw_master(master, work, D, grad, gscale, m, v, n, lr, beta1, beta2, eps, wd,      \
+                           step);                                                                  \
     }                                                                                              \
     static void P##_xent_bwd(float *logits, const float *sumexp, const int32_t *targets,           \
                              int64_t ld, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V,  \
@@ -136,10 +130,10 @@ static void bf16_head_bwd_onednn_bf16(float *logits, const ptdp_xent_grad *xg, c
  * the probabilities and dS rounded to bf16 before their products */
 PTDP__PREC_ATTN(bf16, ptdp_round_bf16_n, tile_bf16)
 
-PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n)
+PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n, PTDP_DTYPE_BF16)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, openblas)
-PTDP__PREC_COMMON(fp16, ptdp_round_f16_n)
+PTDP__PREC_COMMON(fp16, ptdp_round_f16_n, PTDP_DTYPE_FP16)
 PTDP__PREC_LIB(fp16, ptdp_round_f16_n, onednn)
 PTDP__PREC_LIB(fp16, ptdp_round_f16_n, openblas)
 

@@ -117,19 +117,19 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad
     /* unscale, then clip (Megatron's order); the loss scale is a power of 2,
      * so one multiply by the product is the same as the two */
     const double mult = (coeff < 1.0 ? coeff : 1.0) * grad_scale;
+    const float gs = (float)mult; /* applied inside the update: no pass over the gradients */
     o->step++;
     for (int i = 0; i < o->nruns; i++) {
         const ptdp_optim_run *r = &o->runs[i];
-        if (mult != 1.0) o->ops->scale(r->grad, (float)mult, r->len);
         float *w = o->master ? o->master + r->state : o->params + r->off;
         const float wd = r->wd ? (float)o->hp.weight_decay : 0.0f;
         if (o->master && o->ops->adamw_master) { /* the working copy in the same pass */
-            o->ops->adamw_master(w, o->params + r->off, r->grad, o->m + r->state, o->v + r->state,
-                                 r->len, (float)lr, (float)o->hp.beta1, (float)o->hp.beta2,
-                                 (float)o->hp.eps, wd, o->step);
+            o->ops->adamw_master(w, o->params + r->off, r->grad, gs, o->m + r->state,
+                                 o->v + r->state, r->len, (float)lr, (float)o->hp.beta1,
+                                 (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
             continue;
         }
-        o->ops->adamw(w, r->grad, o->m + r->state, o->v + r->state, r->len, (float)lr,
+        o->ops->adamw(w, r->grad, gs, o->m + r->state, o->v + r->state, r->len, (float)lr,
                       (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
         if (o->master) { /* the working copy: the master on the table's grid */
             o->ops->copy(o->params + r->off, w, r->len);

@@ -337,11 +337,11 @@ void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targ
 
 /* ---- optimizer ------------------------------------------------------------------ */
 
-__global__ void adamw_k(float *param, const float *grad, float *m, float *v, int64_t n, float beta1, float beta2,
-                        float eps, float step_size, float decay, float bc2s) {
+__global__ void adamw_k(float *param, const float *grad, float gscale, float *m, float *v, int64_t n, float beta1,
+                        float beta2, float eps, float step_size, float decay, float bc2s) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i];
+    float g = __fmul_rn(grad[i], gscale); /* rounded on its own, as a scale pass would leave it */
     float p = param[i] * decay;
     float mi = m[i] * beta1 + g * (1.0f - beta1);
     float vi = v[i] * beta2 + g * g * (1.0f - beta2);
@@ -350,12 +350,12 @@ __global__ void adamw_k(float *param, const float *grad, float *m, float *v, int
     param[i] = p - step_size * (mi / (sqrtf(vi) / bc2s + eps));
 }
 /* bias corrections on the host, as optim_ops.c computes them */
-void ptdp__cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                      float beta2, float eps, float wd, int64_t step) {
+void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, int64_t step) {
     if (n == 0) return;
     const float bc1 = 1.0f - powf(beta1, (float)step);
     const float bc2s = sqrtf(1.0f - powf(beta2, (float)step));
-    adamw_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(param, grad, m, v, n, beta1, beta2, eps, lr / bc1,
+    adamw_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(param, grad, gscale, m, v, n, beta1, beta2, eps, lr / bc1,
                                                   1.0f - lr * wd, bc2s);
     PTDP_CUDA_LAUNCHED();
 }

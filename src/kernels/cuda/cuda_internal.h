@@ -205,8 +205,8 @@ void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *t
                           int64_t N);
 void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
                          int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
-void ptdp__cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int64_t step);
+void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__cuda_sumsq(const float *x, int64_t n);
 double ptdp__cuda_sum(const float *x, int64_t n);
 void ptdp__cuda_scale(float *x, float a, int64_t n);
