@@ -135,84 +135,6 @@ static void test_precision_tables(void) {
     }
 }
 
-/* The 16-bit tables' element-wise ops round each row as they write it
- * (ptdp__*_r): bit for bit the fp32 op followed by a rounding pass over
- * its output, and a bias gradient the fp32 sum over the rounded rows. Rows
- * of 3000 (beyond one AVX-512 register's lanes, with a tail), dropout on. */
-static int same_bits(const float *a, const float *b, int64_t n, const char *table,
-                     const char *what) {
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
-    if (k) printf("  %s %s: %lld values differ\n", table, what, (long long)k);
-    return k == 0;
-}
-
-static void test_rounding_fused(void) {
-    const int64_t N = 7, n = 3000;
-    float *x = fmalloc(N * n), *r = fmalloc(N * n), *w = fmalloc(n), *bias = fmalloc(n);
-    float *g = fmalloc(N * n), *y1 = fmalloc(N * n), *y2 = fmalloc(N * n);
-    float *d1 = fmalloc(n), *d2 = fmalloc(n), *e1 = fmalloc(n), *e2 = fmalloc(n);
-    float mean[7], rstd[7], mean2[7], rstd2[7];
-    const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
-    const ptdp_dropout dr = {.p = 0.25f, .key = ptdp_rng_key_make(9, "fused"), .b = 1, .width = n};
-    const ptdp_ops *f = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
-    for (int k = 0; k < 2; k++) {
-        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dts[k]);
-        fill_normal(x, N * n, 61, 2.0f), fill_normal(r, N * n, 62, 1.0f);
-        fill_normal(g, N * n, 63, 1.0f), fill_normal(w, n, 64, 1.0f);
-        fill_normal(bias, n, 65, 1.0f);
-        h->quantize(x, N * n), h->quantize(r, N * n), h->quantize(g, N * n);
-#define SAME(what) CHECK(same_bits(y1, y2, N *n, h->name, what))
-        h->layernorm_fwd(x, w, bias, y1, mean, rstd, N, n, 1e-5f);
-        f->layernorm_fwd(x, w, bias, y2, mean2, rstd2, N, n, 1e-5f);
-        h->quantize(y2, N * n);
-        SAME("layernorm_fwd");
-        fill_const(y1, N * n, 0.5f), fill_const(y2, N * n, 0.5f); /* dx accumulates */
-        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e1, n, 0.0f);
-        fill_const(e2, n, 0.0f);
-        h->layernorm_bwd(g, x, w, mean, rstd, y1, d1, e1, N, n);
-        f->layernorm_bwd(g, x, w, mean, rstd, y2, d2, e2, N, n);
-        h->quantize(y2, N * n);
-        SAME("layernorm_bwd");
-        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n) &&
-              !memcmp(e1, e2, sizeof(float) * (size_t)n));
-        memcpy(y1, x, sizeof(float) * (size_t)(N * n)),
-            memcpy(y2, x, sizeof(float) * (size_t)(N * n));
-        h->bias_add(y1, bias, N, n);
-        f->bias_add(y2, bias, N, n);
-        h->quantize(y2, N * n);
-        SAME("bias_add");
-        h->bias_gelu_fwd(x, bias, y1, N, n);
-        f->bias_gelu_fwd(x, bias, y2, N, n);
-        h->quantize(y2, N * n);
-        SAME("bias_gelu_fwd");
-        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e2, n, 0.0f);
-        h->bias_gelu_bwd(g, x, bias, y1, d1, N, n);
-        f->bias_gelu_bwd(g, x, bias, y2, e2, N, n);
-        h->quantize(y2, N * n);
-        SAME("bias_gelu_bwd");
-        f->bias_bwd(y2, d2, N, n); /* the bias gradient: over the rounded rows */
-        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
-        h->bias_dropout_add_fwd(x, bias, r, y1, N, n, dr);
-        f->bias_dropout_add_fwd(x, bias, r, y2, N, n, dr);
-        h->quantize(y2, N * n);
-        SAME("bias_dropout_add_fwd");
-        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f);
-        for (int ip = 0; ip < 2; ip++) { /* into dx, and in place (dx = dout) */
-            memcpy(y1, g, sizeof(float) * (size_t)(N * n));
-            h->bias_dropout_add_bwd(ip ? y1 : g, y1, d1, N, n, dr);
-            f->bias_dropout_add_bwd(g, y2, e2, N, n, dr);
-            h->quantize(y2, N * n);
-            SAME("bias_dropout_add_bwd");
-            f->bias_bwd(y2, d2, N, n);
-            CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
-        }
-#undef SAME
-    }
-    free(x), free(r), free(w), free(bias), free(g), free(y1), free(y2);
-    free(d1), free(d2), free(e1), free(e2);
-}
-
 /* ---- GEMM --------------------------------------------------------------- */
 
 static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -946,7 +868,6 @@ int main(void) {
     test_ops_check();
     test_mask_rows(o);
     test_precision_tables();
-    test_rounding_fused();
     test_dropout_keying(o);
     test_layernorm(o);
     test_bias_gelu(o);

@@ -160,6 +160,13 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
 void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V);
+/* the bf16 tables' xent_max and xent_sums: each logit rounded to bf16 as it
+ * is read (the loss head's logits may be left unrounded: head_logits) */
+void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                         int64_t V);
+void ptdp__xent_sums_bf16(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                          int64_t V);
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                      int64_t N);
 /* how many of the Vl local columns, global ids v0.., are real vocabulary

@@ -55,21 +55,38 @@ void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int
             for (int64_t i = 0; i < h; i++) dwpe[si * h + i] += dout[(si * b + bi) * h + i];
 }
 
-void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
-                    int64_t V) {
+/* The bf16 tables' forms (rd = 1) round each logit as they read it
+ * (ptdp__bf16_round): the loss head may leave its logits unrounded
+ * (head_logits), and on logits already on the grid rounding changes
+ * nothing. */
+static inline void xent_max_rows(const float *logits, float *rowmax, int64_t N, int64_t Vl,
+                                 int64_t v0, int64_t V, int rd) {
     int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *l = logits + n * Vl;
         float m = -INFINITY;
 #pragma omp simd reduction(max : m)
-        for (int64_t c = 0; c < nv; c++) m = l[c] > m ? l[c] : m;
+        for (int64_t c = 0; c < nv; c++) {
+            const float x = rd ? ptdp__bf16_round(l[c]) : l[c];
+            m = x > m ? x : m;
+        }
         rowmax[n] = m;
     }
 }
 
+void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                    int64_t V) {
+    xent_max_rows(logits, rowmax, N, Vl, v0, V, 0);
+}
+
+void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                         int64_t V) {
+    xent_max_rows(logits, rowmax, N, Vl, v0, V, 1);
+}
+
 /* l[c] <- exp(l[c] - m) for c < n, returns their sum (AVX-512 clone: exp is
- * the cost of this pass) */
+ * the cost of this pass); exp_row_bf16 rounds l[c] to bf16 first */
 PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -81,19 +98,43 @@ PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
     return acc;
 }
 
-void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
-                     int64_t V) {
+PTDP__ROW_CLONES static float exp_row_bf16(float *l, int64_t n, float m) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t c = 0; c < n; c++) {
+        float e = ptdp__expf(ptdp__bf16_round(l[c]) - m);
+        l[c] = e;
+        acc += e;
+    }
+    return acc;
+}
+
+static inline void xent_sums_rows(float *logits, const float *gmax, const int32_t *targets,
+                                  int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b,
+                                  int64_t Vl, int64_t v0, int64_t V, int rd) {
     int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
-        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f; /* before l is overwritten */
+        /* before l is overwritten */
+        tgt[n] = (t >= 0 && t < nv) ? (rd ? ptdp__bf16_round(l[t]) : l[t]) : 0.0f;
         /* the exponentials stay in l for xent_bwd: exp runs once per logit */
-        sumexp[n] = exp_row(l, nv, gmax[n]);
+        sumexp[n] = rd ? exp_row_bf16(l, nv, gmax[n]) : exp_row(l, nv, gmax[n]);
         for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
     }
+}
+
+void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                     int64_t V) {
+    xent_sums_rows(logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0, V, 0);
+}
+
+void ptdp__xent_sums_bf16(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                          int64_t V) {
+    xent_sums_rows(logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0, V, 1);
 }
 
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,

@@ -236,8 +236,19 @@ typedef struct ptdp_ops {
      * with dx rounded like any gemm output. logits holds garbage afterwards. */
     void (*head_bwd)(float *logits, const ptdp_xent_grad *xg, const float *x, const float *wte,
                      int64_t h, float *dwte, float *dx);
+    /* OPTIONAL (NULL: ptdp_head_logits runs gemm, then xent_max): the loss
+     * head's logits l = x wte^T [N, Vl] (x [N, h], wte [Vl, h]) into logits,
+     * and rowmax as xent_max gives it. A 16-bit table whose xent_max and
+     * xent_sums round what they read may leave l there unrounded: the same
+     * values as rounding first, without a pass over the logits for it. */
+    void (*head_logits)(const float *x, const float *wte, int64_t h, float *logits, float *rowmax,
+                        int64_t N, int64_t Vl, int64_t v0, int64_t V);
 } ptdp_ops;
 
+/* The loss head's logits and their row maximum through o (head_logits
+ * above): o->head_logits where the table has it, else gemm and xent_max. */
+void ptdp_head_logits(const ptdp_ops *o, const float *x, const float *wte, int64_t h, float *logits,
+                      float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V);
 /* The loss head's backward through o (head_bwd above): o->head_bwd where the
  * table has it, else the composition (ptdp_head_bwd_composed). */
 void ptdp_head_bwd(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg, const float *x,

@@ -1,7 +1,7 @@
 /* ops.c - what every compute backend must provide: ptdp_ops_check, the one
  * place that knows which ops of the table are required and which optional
  * ops a run needs; and the compositions that stand in for optional ops a
- * table leaves out (ptdp_head_bwd). */
+ * table leaves out (ptdp_head_bwd, ptdp_head_logits). */
 #include <stddef.h>
 
 #include "kernels/kernels.h"
@@ -78,4 +78,14 @@ void ptdp_head_bwd(const ptdp_ops *o, float *logits, const ptdp_xent_grad *xg, c
         o->head_bwd(logits, xg, x, wte, h, dwte, dx);
     else
         ptdp_head_bwd_composed(o, logits, xg, x, wte, h, dwte, dx);
+}
+
+void ptdp_head_logits(const ptdp_ops *o, const float *x, const float *wte, int64_t h, float *logits,
+                      float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
+    if (o->head_logits) {
+        o->head_logits(x, wte, h, logits, rowmax, N, Vl, v0, V);
+        return;
+    }
+    o->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, logits, Vl);
+    o->xent_max(logits, rowmax, N, Vl, v0, V);
 }

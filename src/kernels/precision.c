@@ -2,7 +2,11 @@
  * kernels as the fp32 tables (cpu_backend.c), each wrapped so that what it
  * writes as an activation, or an activation's gradient, is rounded to the
  * 16-bit grid (round to nearest even; fp16 overflows to inf, which is what
- * loss scaling watches for). The arithmetic inside every op is fp32, so
+ * loss scaling watches for): the element-wise kernels round each row as
+ * they write it (their _r forms, given R), GEMMs and attention in a pass
+ * over their output; the bf16 tables' loss head leaves the logits
+ * unrounded and its xent_max and xent_sums round what they read. The
+ * arithmetic inside every op is fp32, so
  * LayerNorm statistics, softmax and the cross-entropy are fp32 as Megatron
  * computes them; weight gradients (beta != 0 GEMMs, the bias, LayerNorm and
  * embedding gradients) accumulate in fp32 and are not rounded. Storage stays
@@ -111,6 +115,20 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
 /* GEMM and attention, for one type P and one library L. */
 #define PTDP__PREC_LIB(P, R, L) PTDP__PREC_GEMM(P, R, L) PTDP__PREC_ATTN(P, R, L)
 
+/* The bf16 tables' loss head logits over library L, left unrounded: their
+ * xent_max and xent_sums round each logit as they read it (embed_xent.c),
+ * so no pass over the [N, Vl] logits rounds them first */
+#define PTDP__BF16_HEAD(L)                                                                       \
+    static void bf16_head_logits_##L(const float *x, const float *wte, int64_t h, float *logits, \
+                                     float *rowmax, int64_t N, int64_t Vl, int64_t v0,           \
+                                     int64_t V) {                                                \
+        ptdp__gemm_##L(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, logits, Vl);                    \
+        ptdp__xent_max_bf16(logits, rowmax, N, Vl, v0, V);                                       \
+    }
+PTDP__BF16_HEAD(onednn)
+PTDP__BF16_HEAD(openblas)
+PTDP__BF16_HEAD(onednn_bf16)
+
 /* bf16 over oneDNN with a native bf16 matmul (gemm_bf16.c): the inputs are on
  * the grid */
 PTDP__PREC_GEMM(bf16, ptdp_round_bf16_n, onednn_bf16)
@@ -165,6 +183,10 @@ static ptdp_ops make_table(const ptdp_ops *base, const char *name, ptdp_dtype dt
     (t).gemm = P##_gemm_##L;              \
     (t).attention_fwd = P##_attn_fwd_##L; \
     (t).attention_bwd = P##_attn_bwd_##L
+#define PTDP__SET_BF16_HEAD(t, L)           \
+    (t).head_logits = bf16_head_logits_##L; \
+    (t).xent_max = ptdp__xent_max_bf16;     \
+    (t).xent_sums = ptdp__xent_sums_bf16
 
 static void build_tables(void) {
     const ptdp_ops *on = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN),
@@ -172,12 +194,14 @@ static void build_tables(void) {
     tables[0][PTDP_DTYPE_BF16] = make_table(on, "cpu/onednn/bf16", PTDP_DTYPE_BF16);
     PTDP__SET_COMMON(tables[0][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
     PTDP__SET_LIB(tables[0][PTDP_DTYPE_BF16], bf16, onednn);
+    PTDP__SET_BF16_HEAD(tables[0][PTDP_DTYPE_BF16], onednn);
     if (ptdp__gemm_bf16_available(NULL)) { /* checked at run time, never assumed */
         ptdp_ops *t = &tables[0][PTDP_DTYPE_BF16];
         t->name = "cpu/onednn/bf16-native-gemm";
         t->gemm = bf16_gemm_onednn_bf16;
         t->weights_changed = ptdp__gemm_bf16_weights_changed;
         t->head_bwd = bf16_head_bwd_onednn_bf16;
+        t->head_logits = bf16_head_logits_onednn_bf16;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_tile_bf16;
@@ -187,6 +211,7 @@ static void build_tables(void) {
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);
     PTDP__SET_COMMON(tables[1][PTDP_DTYPE_BF16], bf16, ptdp_round_bf16_n);
     PTDP__SET_LIB(tables[1][PTDP_DTYPE_BF16], bf16, openblas);
+    PTDP__SET_BF16_HEAD(tables[1][PTDP_DTYPE_BF16], openblas);
     tables[0][PTDP_DTYPE_FP16] = make_table(on, "cpu/onednn/fp16", PTDP_DTYPE_FP16);
     PTDP__SET_COMMON(tables[0][PTDP_DTYPE_FP16], fp16, ptdp_round_f16_n);
     PTDP__SET_LIB(tables[0][PTDP_DTYPE_FP16], fp16, onednn);

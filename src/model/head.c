@@ -37,16 +37,16 @@ void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
 /* Returns the final LayerNorm's output over the whole sequence [s, b, h]
  * (with sequence parallelism gathered into c->gath, where it stays for the
  * backward). */
-static const float *head_logits(ptdp_gpt_chunk *c, const float *xL) {
-    const ptdp_ops *o = c->ops;
-    const int64_t N = c->N, h = c->h, Vl = c->Vl;
-    o->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, c->Ns, h,
-                     c->cfg->ln_eps);
-    const float *ln = c->sp ? ptdp__sp_gather(c, c->lnf_out) : c->lnf_out;
-    o->gemm(0, 1, N, Vl, h, 1.0f, ln, h, c->P.wte, h, 0.0f, c->logits, Vl);
-    return ln;
+static const float *head_ln(ptdp_gpt_chunk *c, const float *xL) {
+    c->ops->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, c->Ns,
+                          c->h, c->cfg->ln_eps);
+    return c->sp ? ptdp__sp_gather(c, c->lnf_out) : c->lnf_out;
 }
-void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) { head_logits(c, xL); }
+
+void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
+    const float *ln = head_ln(c, xL);
+    c->ops->gemm(0, 1, c->N, c->Vl, c->h, 1.0f, ln, c->h, c->P.wte, c->h, 0.0f, c->logits, c->Vl);
+}
 
 /* Loss head and its backward: leaves d(loss)/d(x_L) in sa->x[nl]. The
  * vocabulary-parallel cross-entropy never gathers logits: three all-reduces
@@ -58,8 +58,8 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     float *xL = sa->x[c->nl];
     const int32_t *targets = sa->tokens + 1;
 
-    const float *ln = head_logits(c, xL);
-    o->xent_max(c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
+    const float *ln = head_ln(c, xL);
+    ptdp_head_logits(o, ln, c->P.wte, h, c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
     /* from here c->logits holds exp(logit - max), the backward's input */
     o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,

@@ -147,6 +147,7 @@ static const ptdp_ops cuda_ops = {
     .sum = ptdp__cuda_sum,
     .weights_changed = NULL, /* fp32: nothing converted */
     .head_bwd = NULL,        /* the composition: xent_bwd and two GEMMs */
+    .head_logits = NULL,     /* gemm, then xent_max */
 };
 
 /* Loads cuBLAS (see cuda_internal.h); PTDP_EBACKEND naming the library and

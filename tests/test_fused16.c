@@ -1,0 +1,144 @@
+/* test_fused16.c - the 16-bit tables' fused forms, bit for bit against
+ * what they replace: an fp32 op followed by a rounding pass over its output.
+ *
+ * Element-wise ops (test_rounding_fused): the bf16 and fp16 tables round each
+ * row as they write it (src/kernels/norm.c, act.c: the ptdp__*_r forms), so
+ * the output must equal the fp32 op's, rounded, in every bit, and a bias
+ * gradient must be the fp32 sum over the rounded rows.
+ *
+ * The loss head's logits (test_head_logits): the bf16 tables leave the
+ * logits GEMM's output unrounded and their xent_max and xent_sums round each
+ * logit as they read it (src/kernels/embed_xent.c), so head_logits then
+ * xent_sums must give exactly the row maxima, target logits, exponentials
+ * and their sums of the table's own rounded GEMM followed by the fp32
+ * xent_max and xent_sums. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static void fill_const(float *x, int64_t n, float v) {
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+
+/* The 16-bit tables' element-wise ops round each row as they write it
+ * (ptdp__*_r): bit for bit the fp32 op followed by a rounding pass over
+ * its output, and a bias gradient the fp32 sum over the rounded rows. Rows
+ * of 3000 (beyond one AVX-512 register's lanes, with a tail), dropout on. */
+static int same_bits(const float *a, const float *b, int64_t n, const char *table,
+                     const char *what) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
+    if (k) printf("  %s %s: %lld values differ\n", table, what, (long long)k);
+    return k == 0;
+}
+
+static void test_rounding_fused(void) {
+    const int64_t N = 7, n = 3000;
+    float *x = fmalloc(N * n), *r = fmalloc(N * n), *w = fmalloc(n), *bias = fmalloc(n);
+    float *g = fmalloc(N * n), *y1 = fmalloc(N * n), *y2 = fmalloc(N * n);
+    float *d1 = fmalloc(n), *d2 = fmalloc(n), *e1 = fmalloc(n), *e2 = fmalloc(n);
+    float mean[7], rstd[7], mean2[7], rstd2[7];
+    const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
+    const ptdp_dropout dr = {.p = 0.25f, .key = ptdp_rng_key_make(9, "fused"), .b = 1, .width = n};
+    const ptdp_ops *f = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    for (int k = 0; k < 2; k++) {
+        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dts[k]);
+        fill_normal(x, N * n, 61, 2.0f), fill_normal(r, N * n, 62, 1.0f);
+        fill_normal(g, N * n, 63, 1.0f), fill_normal(w, n, 64, 1.0f);
+        fill_normal(bias, n, 65, 1.0f);
+        h->quantize(x, N * n), h->quantize(r, N * n), h->quantize(g, N * n);
+#define SAME(what) CHECK(same_bits(y1, y2, N *n, h->name, what))
+        h->layernorm_fwd(x, w, bias, y1, mean, rstd, N, n, 1e-5f);
+        f->layernorm_fwd(x, w, bias, y2, mean2, rstd2, N, n, 1e-5f);
+        h->quantize(y2, N * n);
+        SAME("layernorm_fwd");
+        fill_const(y1, N * n, 0.5f), fill_const(y2, N * n, 0.5f); /* dx accumulates */
+        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e1, n, 0.0f);
+        fill_const(e2, n, 0.0f);
+        h->layernorm_bwd(g, x, w, mean, rstd, y1, d1, e1, N, n);
+        f->layernorm_bwd(g, x, w, mean, rstd, y2, d2, e2, N, n);
+        h->quantize(y2, N * n);
+        SAME("layernorm_bwd");
+        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n) &&
+              !memcmp(e1, e2, sizeof(float) * (size_t)n));
+        memcpy(y1, x, sizeof(float) * (size_t)(N * n)),
+            memcpy(y2, x, sizeof(float) * (size_t)(N * n));
+        h->bias_add(y1, bias, N, n);
+        f->bias_add(y2, bias, N, n);
+        h->quantize(y2, N * n);
+        SAME("bias_add");
+        h->bias_gelu_fwd(x, bias, y1, N, n);
+        f->bias_gelu_fwd(x, bias, y2, N, n);
+        h->quantize(y2, N * n);
+        SAME("bias_gelu_fwd");
+        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e2, n, 0.0f);
+        h->bias_gelu_bwd(g, x, bias, y1, d1, N, n);
+        f->bias_gelu_bwd(g, x, bias, y2, e2, N, n);
+        h->quantize(y2, N * n);
+        SAME("bias_gelu_bwd");
+        f->bias_bwd(y2, d2, N, n); /* the bias gradient: over the rounded rows */
+        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
+        h->bias_dropout_add_fwd(x, bias, r, y1, N, n, dr);
+        f->bias_dropout_add_fwd(x, bias, r, y2, N, n, dr);
+        h->quantize(y2, N * n);
+        SAME("bias_dropout_add_fwd");
+        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f);
+        for (int ip = 0; ip < 2; ip++) { /* into dx, and in place (dx = dout) */
+            memcpy(y1, g, sizeof(float) * (size_t)(N * n));
+            h->bias_dropout_add_bwd(ip ? y1 : g, y1, d1, N, n, dr);
+            f->bias_dropout_add_bwd(g, y2, e2, N, n, dr);
+            h->quantize(y2, N * n);
+            SAME("bias_dropout_add_bwd");
+            f->bias_bwd(y2, d2, N, n);
+            CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
+        }
+#undef SAME
+    }
+    free(x), free(r), free(w), free(bias), free(g), free(y1), free(y2);
+    free(d1), free(d2), free(e1), free(e2);
+}
+
+/* Shapes: rows not a multiple of the vector width, a vocabulary shard at
+ * v0 > 0 whose last columns are padding (global id >= V), targets inside,
+ * outside and in the padding of the shard. */
+static void test_head_logits(void) {
+    const int64_t s = 5, b = 3, N = s * b, h = 40, Vl = 301, v0 = 250, V = 500, ld = s + 1;
+    float *x = fmalloc(N * h), *wte = fmalloc(Vl * h), *l1 = fmalloc(N * Vl), *l2 = fmalloc(N * Vl);
+    float m1[15], m2[15], se1[15], se2[15], t1[15], t2[15];
+    int32_t tok[3 * 6];
+    for (int64_t i = 0; i < b * ld; i++) tok[i] = (int32_t)((i * 97 + 13) % 560); /* some > V */
+    const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
+    for (int k = 0; k < 2; k++) {
+        const ptdp_ops *o = ptdp_cpu_ops_prec(libs[k], PTDP_DTYPE_BF16),
+                       *f = ptdp_cpu_ops_lib(libs[k]);
+        CHECK(o->head_logits != NULL);
+        fill_normal(x, N * h, 71, 1.0f), fill_normal(wte, Vl * h, 72, 0.5f);
+        o->quantize(x, N * h), o->quantize(wte, Vl * h);
+        if (o->weights_changed) o->weights_changed(wte, Vl * h); /* as the trainer does */
+        ptdp_head_logits(o, x, wte, h, l1, m1, N, Vl, v0, V);
+        o->xent_sums(l1, m1, tok, ld, se1, t1, s, b, Vl, v0, V);
+        o->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, l2, Vl); /* rounded */
+        f->xent_max(l2, m2, N, Vl, v0, V);
+        f->xent_sums(l2, m2, tok, ld, se2, t2, s, b, Vl, v0, V);
+        CHECK(same_bits(m1, m2, N, o->name, "head_logits row max"));
+        CHECK(same_bits(t1, t2, N, o->name, "xent_sums target logit"));
+        CHECK(same_bits(se1, se2, N, o->name, "xent_sums sum of exponentials"));
+        CHECK(same_bits(l1, l2, N * Vl, o->name, "xent_sums exponentials"));
+        int owned = 0;
+        for (int64_t n = 0; n < N; n++) owned += t1[n] != 0.0f;
+        CHECK(owned > 0 && owned < N); /* both kinds of rows were there */
+        if (o->weights_changed) o->weights_changed(wte, 0);
+    }
+    free(x), free(wte), free(l1), free(l2);
+}
+
+int main(void) {
+    test_rounding_fused();
+    test_head_logits();
+    return test_done("test_fused16");
+}
