@@ -11,7 +11,10 @@
  * that. The attention forward and backward through the tile GEMM are checked
  * the same way against the fp32 attention whose tile GEMM rounds its
  * operands first (the same semantics: probabilities and dS rounded to bf16),
- * and the bf16 table's attention must be exactly that, rounded to bf16.
+ * and the bf16 table's attention must be exactly that, rounded to bf16 (it
+ * converts each head's q, k, v and dctx once instead of at every tile:
+ * ptdp__attention_fwd_bf16 and _bwd_bf16, which must keep the tile GEMM's
+ * order of sums).
  *
  * Weight copies: a GEMM on declared weights (either orientation, at an
  * offset inside the declared range) equals the same GEMM on undeclared ones
@@ -161,7 +164,8 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     check_close("ctx", ctx[0], ctx[1], nc, 1e-5, 1e-5);
     check_close("logsumexp", lse[0], lse[1], ns, 1e-6, 1e-5);
     check_close("dqkv", dqkv[0], dqkv[1], nq, 1e-4, 1e-5);
-    /* the table: the same kernel, outputs rounded to bf16 */
+    /* the table: the same sums (operands packed once per head), outputs
+     * rounded to bf16 */
     const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
     if (!strcmp(h->name, "cpu/onednn/bf16-native")) {
         float *c = malloc(sizeof(float) * (size_t)nc), *l = malloc(sizeof(float) * (size_t)ns),
@@ -471,5 +475,9 @@ int main(void) {
     check_attention(300, 2, 2, 24, 0.0f); /* tiles of 128 and a tail of 44 */
     check_attention(300, 2, 2, 24, 0.1f);
     check_attention(64, 1, 3, 64, 0.0f);
+    /* odd lengths: a last key block of one (an unpaired row), head dims odd
+     * and past one chunk of K pairs (the packed attention's tails) */
+    check_attention(257, 1, 2, 13, 0.1f);
+    check_attention(131, 2, 1, 160, 0.0f);
     return test_done("test_bf16_native");
 }

@@ -22,31 +22,31 @@
  * previous probs-storing kernel's time, 64 was 20-40% slower (more, smaller
  * GEMM calls and more online-softmax rescaling), 256 slower in the backward
  * (more work wasted in the diagonal tiles). */
-static int64_t att_blk(int64_t s) { return s < 128 ? s : 128; }
+int64_t ptdp__attn_block(int64_t s) { return s < 128 ? s : 128; }
 
 /* Per thread: three B x B tiles (scores/probabilities, dP, dropped P), two
  * [B] row statistics and D [s], rounded to 16 floats (64 bytes) so threads
  * never share a cache line. */
-static int64_t per_thread(int64_t s) {
-    const int64_t B = att_blk(s);
+int64_t ptdp__attn_per_thread(int64_t s) {
+    const int64_t B = ptdp__attn_block(s);
     return (3 * B * B + 2 * B + s + 15) / 16 * 16;
 }
 
 int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) {
-    return per_thread(s) * (int64_t)nthreads;
+    return ptdp__attn_per_thread(s) * (int64_t)nthreads;
 }
 
 int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al) { return b * al * s; }
 
 /* the dropout block of (sequence bi, local head j): global head numbering (kernels.h) */
-static int64_t drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
+int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
     const int64_t bi = task / al, j = task % al;
     return drop.b > 0 ? (drop.sample0 + bi) * (drop.heads ? drop.heads : al) + drop.head0 + j
                       : task;
 }
 
 /* Keys of tile column [c0, c0 + cb) that query row gi sees (causal). */
-static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
+int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb) {
     int64_t n = gi - c0 + 1;
     return n < 0 ? 0 : n > cb ? cb : n;
 }
@@ -56,8 +56,8 @@ static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
  * (scaled units) and sum l, returns the factor the row's context so far must
  * be multiplied by. Out of line for the same reason as the old softmax row:
  * inlined into the tile loops gcc left the exp loop scalar. */
-PTDP__ROW_CLONES static float online_row(float *pr, int64_t n, int64_t cb, float scale, float *m,
-                                         float *l, int first) {
+PTDP__ROW_CLONES float ptdp__attn_online_row(float *pr, int64_t n, int64_t cb, float scale,
+                                             float *m, float *l, int first) {
     float mx = pr[0];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < n; j++) mx = pr[j] > mx ? pr[j] : mx;
@@ -78,31 +78,44 @@ PTDP__ROW_CLONES static float online_row(float *pr, int64_t n, int64_t cb, float
 }
 
 /* P = exp(scale * S - lse) on the first n entries of a tile row, zeros after. */
-PTDP__ROW_CLONES static void recompute_row(float *pr, int64_t n, int64_t cb, float scale,
-                                           float lse) {
+PTDP__ROW_CLONES void ptdp__attn_recompute_row(float *pr, int64_t n, int64_t cb, float scale,
+                                               float lse) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) pr[j] = ptdp__expf(scale * pr[j] - lse);
     for (int64_t j = n; j < cb; j++) pr[j] = 0.0f;
 }
 
 /* dS = scale * P * (dP - D) in place over dP on the first n entries, zeros after. */
-PTDP__ROW_CLONES static void ds_row(const float *pr, float *dr, int64_t n, int64_t cb, float scale,
-                                    float D) {
+PTDP__ROW_CLONES void ptdp__attn_ds_row(const float *pr, float *dr, int64_t n, int64_t cb,
+                                        float scale, float D) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) dr[j] = scale * pr[j] * (dr[j] - D);
     for (int64_t j = n; j < cb; j++) dr[j] = 0.0f;
 }
 
+/* D_i = sum_k P_ik dP_ik = dctx_i . ctx_i (dropout included: both sides
+ * carry the same mask), rows of ld */
+void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, int64_t hd,
+                         int64_t ld) {
+    for (int64_t i = 0; i < s; i++) {
+        const float *dr = dC + i * ld, *cr = C + i * ld;
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int64_t e = 0; e < hd; e++) d += dr[e] * cr[e];
+        D[i] = d;
+    }
+}
+
 void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
                          float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop) {
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = drop_block(drop, task, al);
-        float *St = scratch + per_thread(s) * omp_get_thread_num(); /* [B, B] */
-        float *m = St + 3 * B * B, *l = m + B;                      /* [B] each */
+        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
+        float *St = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] */
+        float *m = St + 3 * B * B, *l = m + B;                                 /* [B] each */
         const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
         float *C = ctx + bi * al * hd + j * hd;
         float *L = lse + task * s;
@@ -114,9 +127,10 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
                 const int first = c0 == 0;
                 gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, St, cb);
                 for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
                     float *pr = St + i * cb;
-                    const float alpha = online_row(pr, n, cb, scale, &m[i], &l[i], first);
+                    const float alpha =
+                        ptdp__attn_online_row(pr, n, cb, scale, &m[i], &l[i], first);
                     /* the row sum above is of the undropped probabilities */
                     if (drop.p > 0.0f)
                         ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
@@ -143,29 +157,21 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
 void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
                          const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
                          int64_t al, int64_t hd, ptdp_dropout drop) {
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = att_blk(s);
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = drop_block(drop, task, al);
-        float *Pt = scratch + per_thread(s) * omp_get_thread_num(); /* [B, B] P */
-        float *dPt = Pt + B * B;                                    /* [B, B] dP, then dS */
-        float *Pdt = dPt + B * B;                                   /* [B, B] dropout(P) */
-        float *D = Pdt + B * B + 2 * B;                             /* [s] */
+        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
+        float *Pt = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] P */
+        float *dPt = Pt + B * B;        /* [B, B] dP, then dS */
+        float *Pdt = dPt + B * B;       /* [B, B] dropout(P) */
+        float *D = Pdt + B * B + 2 * B; /* [s] */
         const int64_t off = bi * al * 3 * hd + j * 3 * hd, co = bi * al * hd + j * hd;
         const float *Q = qkv + off, *K = Q + hd, *V = Q + 2 * hd;
         float *dQ = dqkv + off, *dK = dQ + hd, *dV = dQ + 2 * hd;
         const float *dC = dctx + co, *C = ctx + co, *L = lse + task * s;
-        /* D_i = sum_k P_ik dP_ik = dctx_i . ctx_i (dropout included: both
-         * sides carry the same mask) */
-        for (int64_t i = 0; i < s; i++) {
-            const float *dr = dC + i * ldc, *cr = C + i * ldc;
-            float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-            for (int64_t e = 0; e < hd; e++) d += dr[e] * cr[e];
-            D[i] = d;
-        }
+        ptdp__attn_row_dots(D, dC, C, s, hd, ldc);
         /* key block outer: dK, dV of the block accumulate over the query
          * tiles at and below the diagonal; dQ of a tile over key blocks */
         for (int64_t c0 = 0; c0 < s; c0 += B) {
@@ -176,17 +182,17 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
                 gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, Pt, cb);
                 gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, V + c0 * ld3, ld3, 0.0f, dPt, cb);
                 for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
                     const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
                     float *pr = Pt + i * cb, *dr = dPt + i * cb;
-                    recompute_row(pr, n, cb, scale, L[gi]);
+                    ptdp__attn_recompute_row(pr, n, cb, scale, L[gi]);
                     if (dropping) {
                         float *qr = Pdt + i * cb;
                         ptdp__dropout_apply(pr, qr, n, drop, base);
                         for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
                         ptdp__dropout_apply(dr, dr, n, drop, base);
                     }
-                    ds_row(pr, dr, n, cb, scale, D[gi]);
+                    ptdp__attn_ds_row(pr, dr, n, cb, scale, D[gi]);
                 }
                 gemm(1, 0, cb, hd, rb, 1.0f, dropping ? Pdt : Pt, cb, dC + r0 * ldc, ldc, kv_beta,
                      dV + c0 * ld3, ld3);

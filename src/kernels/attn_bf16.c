@@ -8,7 +8,10 @@
  * packed per call into per-thread buffers as pairs along K (the layout
  * vdpbf16ps reads): A as [M][K/2] (or [K/2][M] when transposed), op(B) as
  * [K/2][N]; a 6 x 64 register block then runs over K/2 pairs. */
+#include <math.h>
+#include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cpu.h"
 
@@ -23,7 +26,6 @@
 
 static _Thread_local uint32_t pa[MC * K2C] __attribute__((aligned(64)));
 static _Thread_local uint32_t pb[K2C * NC] __attribute__((aligned(64)));
-static _Thread_local uint32_t pt[NC * K2C] __attribute__((aligned(64)));
 
 #define lanes ptdp__lanes16
 
@@ -39,6 +41,26 @@ BF16_TARGET static void pack_row_pair(uint32_t *dst, const float *r0, const floa
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 m = lanes(n - j);
         _mm512_mask_storeu_epi32(dst + j, m, ptdp__bf16_pairs16(r0 + j, r1 ? r1 + j : NULL, m));
+    }
+}
+
+/* dst[t][j] = pair t of row j of B (B[j][2t], B[j][2t + 1]) for j < nc, t <
+ * k2 = ceil(kc / 2): rows of B contiguous in K, 16 rows and 16 pairs at a
+ * time transposed in registers (op(B) = B^T as [k2][nc] pairs) */
+BF16_TARGET static void pack_kt(uint32_t *dst, const float *B, int64_t ldb, int64_t nc,
+                                int64_t kc) {
+    const int64_t k2 = (kc + 1) / 2;
+    for (int64_t j0 = 0; j0 < nc; j0 += 16) {
+        const __mmask16 jm = lanes(nc - j0);
+        for (int64_t t0 = 0; t0 < k2; t0 += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = j0 + i < nc ? ptdp__bf16_row32(B + (j0 + i) * ldb + 2 * t0, kc - 2 * t0)
+                                   : _mm512_setzero_si512();
+            ptdp__transpose16(r);
+            for (int64_t t = 0; t < 16 && t0 + t < k2; t++)
+                _mm512_mask_storeu_epi32(dst + (t0 + t) * nc + j0, jm, r[t]);
+        }
     }
 }
 
@@ -129,11 +151,8 @@ BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int6
         for (int64_t n0 = 0; n0 < N; n0 += NC) {
             const int64_t nc = N - n0 < NC ? N - n0 : NC;
             /* op(B) [kc, nc] as [k2][nc] pairs */
-            if (tb) { /* B is [N][K]: rows contiguous in K, then transposed */
-                for (int64_t j = 0; j < nc; j++)
-                    pack_k_row(pt + j * k2, B + (n0 + j) * ldb + k0, kc);
-                for (int64_t t = 0; t < k2; t++)
-                    for (int64_t j = 0; j < nc; j++) pb[t * nc + j] = pt[j * k2 + t];
+            if (tb) { /* B is [N][K]: rows contiguous in K, transposed */
+                pack_kt(pb, B + n0 * ldb + k0, ldb, nc, kc);
             } else {
                 for (int64_t t = 0; t < k2; t++) {
                     const float *r0 = B + (k0 + 2 * t) * ldb + n0;
@@ -158,6 +177,193 @@ BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int6
     }
 }
 
+/* ---- attention with operands packed once per (sequence, head) ----------
+ * ptdp__attention_fwd/_bwd through ptdp__gemm_tile_bf16 convert both
+ * operands of every tile product: a query block's q once per key block, a
+ * key block's k and v once per query block. Here each task (a sequence and
+ * a head) converts q, k, v (and dctx) once, into each layout its products
+ * read, and only the probabilities and dS are packed per tile. The sums run
+ * in the tile GEMM's order (pairs of K in chunks of K2C, 64-column groups,
+ * 6-row blocks), so the results are its bits. */
+
+/* dst [n][ceil(w / 2)]: row i's values as pairs along the row */
+BF16_TARGET static void pack_rows(uint32_t *dst, const float *x, int64_t ld, int64_t n, int64_t w) {
+    const int64_t w2 = (w + 1) / 2;
+    for (int64_t i = 0; i < n; i++) pack_k_row(dst + i * w2, x + i * ld, w);
+}
+
+/* dst [ceil(n / 2)][w]: rows 2t and 2t + 1 paired (a missing last row as 0) */
+BF16_TARGET static void pack_pairs(uint32_t *dst, const float *x, int64_t ld, int64_t n,
+                                   int64_t w) {
+    for (int64_t t = 0; 2 * t < n; t++)
+        pack_row_pair(dst + t * w, x + 2 * t * ld, 2 * t + 1 < n ? x + (2 * t + 1) * ld : NULL, w);
+}
+
+/* C [M, N] (beta 0: =, 1: +=) A-pairs x B-pairs over K2 pairs, in chunks of
+ * K2C pairs as ptdp__gemm_tile_bf16 sums them */
+BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, int64_t ars,
+                           int64_t aks, const uint32_t *B, int64_t ldb, float beta, float *C,
+                           int64_t ldc) {
+    for (int64_t k = 0; k < K2; k += K2C) {
+        const int64_t k2 = K2 - k < K2C ? K2 - k : K2C;
+        panel(M, N, k2, A + k * aks, ars, aks, B + k * ldb, ldb, 1.0f, k ? 1.0f : beta, C, ldc);
+    }
+}
+
+/* per-thread packs, grown before a parallel loop that needs more (the first
+ * call at a shape), kept for the next: outside the memory plan, like
+ * gemm_bf16.c's scratch */
+enum { MAX_THREADS = 256 };
+static struct {
+    uint32_t *p;
+    size_t cap;
+} packs[MAX_THREADS];
+
+static int packs_ready(size_t n) {
+    const int nt = omp_get_max_threads();
+    if (nt > MAX_THREADS) return 0;
+    for (int t = 0; t < nt; t++) {
+        if (packs[t].cap >= n) continue;
+        uint32_t *q = aligned_alloc(64, (n * sizeof(uint32_t) + 63) / 64 * 64);
+        if (!q) return 0;
+        free(packs[t].p);
+        packs[t].p = q;
+        packs[t].cap = n;
+    }
+    return 1;
+}
+
+/* the pack space of one task: nq [s][ceil(hd/2)] layouts, np [ceil(s/2)][hd]
+ * ones and a tile's */
+static size_t pack_need(int64_t s, int64_t hd, int nq, int np) {
+    const int64_t B = ptdp__attn_block(s);
+    return (size_t)(nq * s * ((hd + 1) / 2) + np * ((s + 1) / 2) * hd + B * B);
+}
+
+BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch,
+                                         int64_t s, int64_t b, int64_t al, int64_t hd,
+                                         ptdp_dropout drop) {
+    if (!packs_ready(pack_need(s, hd, 2, 1))) return 0;
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
+    const int64_t h2 = (hd + 1) / 2;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < b * al; task++) {
+        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
+        float *St = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] */
+        float *m = St + 3 * B * B, *l = m + B;                                 /* [B] each */
+        const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+        float *C = ctx + bi * al * hd + j * hd;
+        float *L = lse + task * s;
+        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
+        uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
+        uint32_t *Vb = Kt + s * h2;                   /* [s/2][hd]: v, pairs of rows */
+        uint32_t *Pa = Vb + (s + 1) / 2 * hd;         /* a tile's P, pairs along keys */
+        pack_rows(Qa, Q, ld3, s, hd);
+        pack_kt(Kt, K, ld3, s, hd);
+        pack_pairs(Vb, V, ld3, s, hd);
+        for (int64_t r0 = 0; r0 < s; r0 += B) {
+            const int64_t rb = r0 + B < s ? B : s - r0;
+            for (int64_t c0 = 0; c0 < r0 + rb; c0 += B) {
+                const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
+                const int first = c0 == 0;
+                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb);
+                for (int64_t i = 0; i < rb; i++) {
+                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
+                    float *pr = St + i * cb;
+                    const float alpha =
+                        ptdp__attn_online_row(pr, n, cb, scale, &m[i], &l[i], first);
+                    if (drop.p > 0.0f)
+                        ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
+                    if (!first) {
+                        float *cr = C + gi * ldc;
+                        for (int64_t e = 0; e < hd; e++) cr[e] *= alpha;
+                    }
+                }
+                pack_rows(Pa, St, cb, rb, cb);
+                mm(rb, hd, c2, Pa, c2, 1, Vb + c0 / 2 * hd, hd, first ? 0.0f : 1.0f, C + r0 * ldc,
+                   ldc);
+            }
+            for (int64_t i = 0; i < rb; i++) {
+                float *cr = C + (r0 + i) * ldc;
+                const float inv = 1.0f / l[i];
+                for (int64_t e = 0; e < hd; e++) cr[e] *= inv;
+                L[r0 + i] = m[i] + logf(l[i]);
+            }
+        }
+    }
+    return 1;
+}
+
+BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
+                                         const float *lse, float *dqkv, float *scratch, int64_t s,
+                                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    if (!packs_ready(pack_need(s, hd, 4, 3))) return 0;
+    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
+    const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int dropping = drop.p > 0.0f;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < b * al; task++) {
+        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
+        float *Pt = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] P */
+        float *dPt = Pt + B * B;                                               /* dP, then dS */
+        float *Pdt = dPt + B * B;                                              /* dropout(P) */
+        float *D = Pdt + B * B + 2 * B;                                        /* [s] */
+        const int64_t off = bi * al * 3 * hd + j * 3 * hd, co = bi * al * hd + j * hd;
+        const float *Q = qkv + off, *K = Q + hd, *V = Q + 2 * hd;
+        float *dQ = dqkv + off, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        const float *dC = dctx + co, *C = ctx + co, *L = lse + task * s;
+        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
+        uint32_t *dCa = Qa + s * h2;
+        uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
+        uint32_t *Vt = Kt + s * h2;
+        uint32_t *Qb = Vt + s * h2; /* [s2][hd]: q, k, dctx as pairs of rows */
+        uint32_t *Kb = Qb + s2 * hd;
+        uint32_t *dCb = Kb + s2 * hd;
+        uint32_t *Ta = dCb + s2 * hd; /* a tile's P^T, dS^T or dS */
+        pack_rows(Qa, Q, ld3, s, hd);
+        pack_rows(dCa, dC, ldc, s, hd);
+        pack_kt(Kt, K, ld3, s, hd);
+        pack_kt(Vt, V, ld3, s, hd);
+        pack_pairs(Qb, Q, ld3, s, hd);
+        pack_pairs(Kb, K, ld3, s, hd);
+        pack_pairs(dCb, dC, ldc, s, hd);
+        ptdp__attn_row_dots(D, dC, C, s, hd, ldc);
+        for (int64_t c0 = 0; c0 < s; c0 += B) {
+            const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
+            for (int64_t r0 = c0; r0 < s; r0 += B) {
+                const int64_t rb = r0 + B < s ? B : s - r0, r2 = (rb + 1) / 2;
+                const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
+                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb);
+                mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb);
+                for (int64_t i = 0; i < rb; i++) {
+                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
+                    const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
+                    float *pr = Pt + i * cb, *dr = dPt + i * cb;
+                    ptdp__attn_recompute_row(pr, n, cb, scale, L[gi]);
+                    if (dropping) {
+                        float *qr = Pdt + i * cb;
+                        ptdp__dropout_apply(pr, qr, n, drop, base);
+                        for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
+                        ptdp__dropout_apply(dr, dr, n, drop, base);
+                    }
+                    ptdp__attn_ds_row(pr, dr, n, cb, scale, D[gi]);
+                }
+                /* dV += P^T dctx, dK += dS^T q: A^T as pairs of P's (dS's) rows */
+                pack_pairs(Ta, dropping ? Pdt : Pt, cb, rb, cb);
+                mm(cb, hd, r2, Ta, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, dV + c0 * ld3, ld3);
+                pack_pairs(Ta, dPt, cb, rb, cb);
+                mm(cb, hd, r2, Ta, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, dK + c0 * ld3, ld3);
+                /* dQ += dS k */
+                pack_rows(Ta, dPt, cb, rb, cb);
+                mm(rb, hd, c2, Ta, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, dQ + r0 * ld3, ld3);
+            }
+        }
+    }
+    return 1;
+}
+
 int ptdp__gemm_tile_bf16_available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -172,4 +378,17 @@ void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float
     PTDP_ASSERT_MSG(0, "bf16 tile GEMM without AVX512_BF16");
 }
 int ptdp__gemm_tile_bf16_available(void) { return 0; }
+int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch, int64_t s,
+                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
+    (void)drop;
+    return 0;
+}
+int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
+                             const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
+                             int64_t al, int64_t hd, ptdp_dropout drop) {
+    (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s, (void)b;
+    (void)al, (void)hd, (void)drop;
+    return 0;
+}
 #endif

@@ -98,35 +98,6 @@ BF16_TARGET static void pairs_of_rows(const ptdp__bf16_blocking *b, uint16_t *ds
     }
 }
 
-/* r[i] <- the 16 x 16 transpose of r, 32-bit elements */
-BF16_TARGET static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* each 128-bit lane now holds a transposed 4 x 4 tile; the two lane
-     * shuffles below move the tiles to their places */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
-
 /* tb = 1: rows n0 .. n0 + rows of W (rows <= 16, one block column), values
  * k0 .. k0 + 32 of each (K past k0 + kc not read; kc <= 32 within one block
  * row): pair (k0 + 2j, n0 + i) from row i's pair j */
@@ -136,7 +107,7 @@ BF16_TARGET static void tile_of_wt(const ptdp__bf16_blocking *b, uint16_t *dst, 
     __m512i r[16];
     for (int i = 0; i < 16; i++)
         r[i] = i < rows ? ptdp__bf16_row32(W + (n0 + i) * ldw + k0, kc) : _mm512_setzero_si512();
-    transpose16(r);
+    ptdp__transpose16(r);
     const __mmask16 m = lanes(rows);
     const int pairs = (int)((kc + 1) / 2);
     uint16_t *d = dst + at(b, k0, n0); /* a row of pairs further per j */
@@ -210,7 +181,7 @@ BF16_TARGET static void transpose_avx512(uint16_t *dst, const float *A, int64_t 
                                                       k + 1 < K ? A + (k + 1) * lda + m0 : NULL, m)
                                  : _mm512_setzero_si512();
                 }
-                transpose16(r);
+                ptdp__transpose16(r);
                 for (int i = 0; i < rows; i++)
                     _mm512_mask_storeu_epi16(dst + (m0 + i) * K + k0, kmask, r[i]);
             }
@@ -259,7 +230,7 @@ BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, in
         }
         p[j] = ptdp__bf16_join16(h[0], h[1]);
     }
-    transpose16(p);
+    ptdp__transpose16(p);
     const int64_t left = N - k0;
     const __mmask32 km = ptdp__lanes32(left);
     const int cols = (int)(Vl - m0 < 16 ? Vl - m0 : 16);

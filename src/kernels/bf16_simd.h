@@ -1,7 +1,8 @@
 /* bf16_simd.h - internal: the AVX-512 pieces the bf16 kernels share
- * (attn_bf16.c's tile products, bf16_blocked.c's weight copies): a lane
- * mask and the pairing of two fp32 rows into bf16 pairs along K, the layout
- * vdpbf16ps reads. x86-64 only; the callers check AVX512_BF16 at run time. */
+ * (attn_bf16.c's tile products, bf16_blocked.c's weight copies): lane
+ * masks, the pairing of fp32 values into bf16 pairs along K (the layout
+ * vdpbf16ps reads) and a 16 x 16 transpose of 32-bit elements (of pairs). x86-64 only; the callers
+ * check AVX512_BF16 at run time. */
 #ifndef PTDP_KERNELS_BF16_SIMD_H
 #define PTDP_KERNELS_BF16_SIMD_H
 
@@ -15,8 +16,6 @@ static inline __mmask16 ptdp__lanes16(int64_t left) {
     return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
 }
 
-/* pairs (r0[j], r1[j]) rounded to bf16 for the lanes j of m, r0's in the low
- * half of each 32-bit lane; r1 NULL gives zeros there */
 /* the first min(32, max(0, left)) lanes of 16-bit elements */
 static inline __mmask32 ptdp__lanes32(int64_t left) {
     return left >= 32 ? (__mmask32)0xffffffffu : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
@@ -29,6 +28,8 @@ BF16_TARGET static inline __m512i ptdp__bf16_join16(__m256i w0, __m256i w1) {
                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(w1), 16));
 }
 
+/* pairs (r0[j], r1[j]) rounded to bf16 for the lanes j of m, r0's in the low
+ * half of each 32-bit lane; r1 NULL gives zeros there */
 BF16_TARGET static inline __m512i ptdp__bf16_pairs16(const float *r0, const float *r1,
                                                      __mmask16 m) {
     const __m256i w0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
@@ -42,6 +43,35 @@ BF16_TARGET static inline __m512i ptdp__bf16_pairs16(const float *r0, const floa
 BF16_TARGET static inline __m512i ptdp__bf16_row32(const float *x, int64_t n) {
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(ptdp__lanes16(n - 16), x + 16),
                                         _mm512_maskz_loadu_ps(ptdp__lanes16(n), x));
+}
+
+/* r[i] <- the 16 x 16 transpose of r, 32-bit elements */
+BF16_TARGET static inline void ptdp__transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* each 128-bit lane now holds a transposed 4 x 4 tile; the two lane
+     * shuffles below move the tiles to their places */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
 }
 
 #endif

@@ -139,6 +139,31 @@ void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float
                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                           float *C, int64_t ldc);
 int ptdp__gemm_tile_bf16_available(void);
+/* attention.c's pieces that attn_bf16.c's packed attention shares: the
+ * tile edge B, the per-thread scratch (three B x B tiles, two [B] row
+ * statistics, D [s]), the dropout block of a (sequence, head) task, the keys
+ * of a tile column a query row sees (causal), and the row passes (online
+ * softmax, P recomputed from the logsumexp, dS from P and dP). */
+int64_t ptdp__attn_block(int64_t s);
+int64_t ptdp__attn_per_thread(int64_t s);
+int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al);
+int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb);
+float ptdp__attn_online_row(float *pr, int64_t n, int64_t cb, float scale, float *m, float *l,
+                            int first);
+void ptdp__attn_recompute_row(float *pr, int64_t n, int64_t cb, float scale, float lse);
+void ptdp__attn_ds_row(const float *pr, float *dr, int64_t n, int64_t cb, float scale, float D);
+void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, int64_t hd,
+                         int64_t ld);
+/* The bf16 table's attention (attn_bf16.c, AVX512_BF16): ptdp__attention_fwd
+ * and _bwd through ptdp__gemm_tile_bf16, bit for bit, but with each (sequence,
+ * head)'s q, k, v (and dctx) converted to bf16 pairs once, in every layout
+ * its tile products read, instead of at every tile. Returns 0 (nothing
+ * done) where its per-thread buffers cannot be had. */
+int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch, int64_t s,
+                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
+                             const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
+                             int64_t al, int64_t hd, ptdp_dropout drop);
 /* attention's per-tile GEMMs run through `gemm`, the table's library; lse
  * [b, al, s] is the saved logsumexp of every row (scaled scores) */
 void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,

@@ -145,8 +145,27 @@ static void bf16_head_bwd_onednn_bf16(float *logits, const ptdp_xent_grad *xg, c
 }
 
 /* bf16 with AVX512_BF16: attention's tile products in bf16 (attn_bf16.c),
- * the probabilities and dS rounded to bf16 before their products */
+ * the probabilities and dS rounded to bf16 before their products; q, k, v
+ * and dctx converted once per (sequence, head) where its buffers can be had,
+ * else at every tile (the same bits either way) */
 PTDP__PREC_ATTN(bf16, ptdp_round_bf16_n, tile_bf16)
+static void bf16_attn_fwd_packed(const float *qkv, float *ctx, float *saved, float *scratch,
+                                 int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    if (!ptdp__attention_fwd_bf16(qkv, ctx, saved, scratch, s, b, al, hd, drop)) {
+        bf16_attn_fwd_tile_bf16(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+        return;
+    }
+    ptdp_round_bf16_n(ctx, s * b * al * hd);
+}
+static void bf16_attn_bwd_packed(const float *dctx, const float *qkv, const float *ctx,
+                                 const float *saved, float *dqkv, float *scratch, int64_t s,
+                                 int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    if (!ptdp__attention_bwd_bf16(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop)) {
+        bf16_attn_bwd_tile_bf16(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
+        return;
+    }
+    ptdp_round_bf16_n(dqkv, s * b * al * 3 * hd);
+}
 
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n, PTDP_DTYPE_BF16)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
@@ -204,8 +223,8 @@ static void build_tables(void) {
         t->head_logits = bf16_head_logits_onednn_bf16;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
-            t->attention_fwd = bf16_attn_fwd_tile_bf16;
-            t->attention_bwd = bf16_attn_bwd_tile_bf16;
+            t->attention_fwd = bf16_attn_fwd_packed;
+            t->attention_bwd = bf16_attn_bwd_packed;
         }
     }
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);
