@@ -17,7 +17,9 @@
  * AdamW, then the copy and its rounding as passes of their own. Then the
  * bf16 table's loss-head backward, its one op against the composition
  * (bench_head). And the bf16 table's element-wise ops, rounding each row as
- * they write it, against the fp32 op and a rounding pass (bench_rounding).
+ * they write it, against the fp32 op and a rounding pass (bench_rounding),
+ * and its attention with each head's operands packed once against packing
+ * at every tile (bench_attention_packs).
  * Speed goals
  * are read off bench_train; this is where a kernel change is measured alone.
  *
@@ -92,6 +94,47 @@ static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t)
             omp_get_max_threads(), reps, t[reps / 2] * 1e3, t[0] * 1e3);
     }
     free(qkv), free(ctx), free(dctx), free(dqkv), free(saved), free(scr);
+}
+
+/* The bf16 attention (AVX512_BF16) with each head's q, k, v and dctx packed
+ * once (ptdp__attention_fwd_bf16, _bwd_bf16: the table's) against the tile
+ * GEMM packing both operands of every tile product; the two alternate.
+ * Outputs unrounded in both (the table rounds after either). */
+static void bench_attention_packs(const config *c, int reps) {
+    if (!ptdp__gemm_tile_bf16_available()) return;
+    const int64_t s = c->s, b = c->b, hd = 64, al = c->h / hd, n = s * b * al * hd;
+    float *qkv = malloc(sizeof(float) * 3 * n), *ctx = malloc(sizeof(float) * n),
+          *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * 3 * n),
+          *lse = malloc(sizeof(float) * (size_t)(s * b * al)),
+          *scr = malloc(sizeof(float) * ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    double *t = malloc(sizeof(double) * (size_t)reps * 2);
+    for (int64_t e = 0; e < 3 * n; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
+    for (int64_t e = 0; e < n; e++) dctx[e] = (float)((e * 104729) % 1000) * 1e-3f - 0.5f;
+    ptdp_round_bf16_n(qkv, 3 * n), ptdp_round_bf16_n(dctx, n);
+    const ptdp_dropout nodrop = {0};
+    for (int k = 0; k < 2; k++) {
+        for (int r = 0; r < 3 + reps; r++)
+            for (int packed = 1; packed >= 0; packed--) {
+                const double t0 = ptdp_now();
+                if (k == 0 && packed)
+                    ptdp__attention_fwd_bf16(qkv, ctx, lse, scr, s, b, al, hd, nodrop);
+                else if (k == 0)
+                    ptdp__attention_fwd(ptdp__gemm_tile_bf16, qkv, ctx, lse, scr, s, b, al, hd,
+                                        nodrop);
+                else if (packed)
+                    ptdp__attention_bwd_bf16(dctx, qkv, ctx, lse, dqkv, scr, s, b, al, hd, nodrop);
+                else
+                    ptdp__attention_bwd(ptdp__gemm_tile_bf16, dctx, qkv, ctx, lse, dqkv, scr, s, b,
+                                        al, hd, nodrop);
+                if (r >= 3) t[(r - 3) * 2 + packed] = ptdp_now() - t0;
+            }
+        char fields[96];
+        snprintf(fields, sizeof fields, "\"s\":%lld,\"b\":%lld,\"heads\":%lld", (long long)s,
+                 (long long)b, (long long)al);
+        print_pair(c->name, k ? "bf16_attention_bwd" : "bf16_attention_fwd", "packed_per_head",
+                   "packed_per_tile", fields, t, reps);
+    }
+    free(qkv), free(ctx), free(dctx), free(dqkv), free(lse), free(scr), free(t);
 }
 
 static void flush_caches(void *p) { memset(p, 1, (size_t)64 << 20); }
@@ -339,6 +382,7 @@ int main(int argc, char **argv) {
         const int areps = reps / 5 > 1 ? reps / 5 : 1;
         bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, areps, t);
         bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, areps, t);
+        bench_attention_packs(&CONFIGS[c], areps);
         bench_weight_copies(&CONFIGS[c], areps);
         bench_optimizer(&CONFIGS[c], areps);
         bench_head(&CONFIGS[c], areps);

@@ -31,6 +31,7 @@
  * packed into the blocked layout like a weight. And the loss head's gradient
  * (ptdp__bf16_xent_grad): xent_bwd's values computed from the exponentials
  * and written in bf16 twice, transposed and in plain rows, in one pass. */
+#include <omp.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
@@ -149,43 +150,54 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
     _mm_sfence();
 }
 
-/* dst [M, K] row-major = A^T rounded to bf16, A stored [K, M] with row
- * stride lda. A thread takes 256 columns of A (one 1 KiB piece of each row)
- * and walks down the rows 32 at a time; each 16 columns of those 32 rows
- * are paired as rows k, k + 1 (the values of a row of dst at k and k + 1,
- * side by side), then transposed in registers, so that each store writes 32
+/* transpose_avx512 (below): dst [M, K] row-major = A^T rounded to bf16, A
+ * stored [K, M] with row stride lda. The threads split A's columns evenly,
+ * in units of 16 (whole 256-column blocks left 768 columns 2 : 1 between
+ * two threads); a thread
+ * takes 256 of its columns at a time (one 1 KiB piece of each row) and
+ * walks down the rows 32 at a time; each 16 columns of those 32 rows are
+ * paired as rows k, k + 1 (the values of a row of dst at k and k + 1, side
+ * by side), then transposed in registers, so that each store writes 32
  * values of one row of dst. */
 enum { TCOLS = 256 };
+/* transpose_avx512's work on columns [mb, mend) */
+BF16_TARGET static void transpose_cols(uint16_t *dst, const float *A, int64_t K, int64_t lda,
+                                       int64_t mb, int64_t mend) {
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        const __mmask32 kmask = ptdp__lanes32(K - k0);
+        for (int64_t m0 = mb; m0 < mend; m0 += 16) {
+            const int rows = (int)(mend - m0 < 16 ? mend - m0 : 16);
+            const __mmask16 m = lanes(rows);
+            __m512i r[16];
+            for (int j = 0; j < 16; j++) {
+                const int64_t k = k0 + 2 * j;
+                /* the same columns of the next 32 rows: with 32 rows read side by
+                 * side the hardware's prefetchers fall behind (10-50% faster at
+                 * the layers' shapes with this) */
+                if (k + 33 < K) {
+                    _mm_prefetch((const char *)(A + (k + 32) * lda + m0), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(A + (k + 33) * lda + m0), _MM_HINT_T0);
+                }
+                r[j] = k < K ? ptdp__bf16_pairs16(A + k * lda + m0,
+                                                  k + 1 < K ? A + (k + 1) * lda + m0 : NULL, m)
+                             : _mm512_setzero_si512();
+            }
+            ptdp__transpose16(r);
+            for (int i = 0; i < rows; i++)
+                _mm512_mask_storeu_epi16(dst + (m0 + i) * K + k0, kmask, r[i]);
+        }
+    }
+}
+
 BF16_TARGET static void transpose_avx512(uint16_t *dst, const float *A, int64_t K, int64_t M,
                                          int64_t lda) {
-    const int64_t blocks = (M + TCOLS - 1) / TCOLS;
-#pragma omp parallel for schedule(static) if (K * M > 65536)
-    for (int64_t bi = 0; bi < blocks; bi++) {
-        const int64_t mend = (bi + 1) * TCOLS < M ? (bi + 1) * TCOLS : M;
-        for (int64_t k0 = 0; k0 < K; k0 += 32) {
-            const __mmask32 kmask = ptdp__lanes32(K - k0);
-            for (int64_t m0 = bi * TCOLS; m0 < mend; m0 += 16) {
-                const int rows = (int)(mend - m0 < 16 ? mend - m0 : 16);
-                const __mmask16 m = lanes(rows);
-                __m512i r[16];
-                for (int j = 0; j < 16; j++) {
-                    const int64_t k = k0 + 2 * j;
-                    /* the same columns of the next 32 rows: with 32 rows read side by
-                     * side the hardware's prefetchers fall behind (10-50% faster at
-                     * the layers' shapes with this) */
-                    if (k + 33 < K) {
-                        _mm_prefetch((const char *)(A + (k + 32) * lda + m0), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(A + (k + 33) * lda + m0), _MM_HINT_T0);
-                    }
-                    r[j] = k < K ? ptdp__bf16_pairs16(A + k * lda + m0,
-                                                      k + 1 < K ? A + (k + 1) * lda + m0 : NULL, m)
-                                 : _mm512_setzero_si512();
-                }
-                ptdp__transpose16(r);
-                for (int i = 0; i < rows; i++)
-                    _mm512_mask_storeu_epi16(dst + (m0 + i) * K + k0, kmask, r[i]);
-            }
-        }
+#pragma omp parallel if (K * M > 65536)
+    {
+        const int64_t nt = omp_get_num_threads(), units = (M + 15) / 16,
+                      per = (units + nt - 1) / nt, lo = omp_get_thread_num() * per * 16,
+                      hi = lo + per * 16 < M ? lo + per * 16 : M;
+        for (int64_t mb = lo; mb < hi; mb += TCOLS)
+            transpose_cols(dst, A, K, lda, mb, mb + TCOLS < hi ? mb + TCOLS : hi);
     }
 }
 
