@@ -46,7 +46,7 @@ int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
 }
 
 /* Keys of tile column [c0, c0 + cb) that query row gi sees (causal). */
-int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb) {
+static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
     int64_t n = gi - c0 + 1;
     return n < 0 ? 0 : n > cb ? cb : n;
 }
@@ -56,8 +56,8 @@ int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb) {
  * (scaled units) and sum l, returns the factor the row's context so far must
  * be multiplied by. Out of line for the same reason as the old softmax row:
  * inlined into the tile loops gcc left the exp loop scalar. */
-PTDP__ROW_CLONES float ptdp__attn_online_row(float *pr, int64_t n, int64_t cb, float scale,
-                                             float *m, float *l, int first) {
+PTDP__ROW_CLONES static float online_row(float *pr, int64_t n, int64_t cb, float scale, float *m,
+                                         float *l, int first) {
     float mx = pr[0];
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < n; j++) mx = pr[j] > mx ? pr[j] : mx;
@@ -78,19 +78,76 @@ PTDP__ROW_CLONES float ptdp__attn_online_row(float *pr, int64_t n, int64_t cb, f
 }
 
 /* P = exp(scale * S - lse) on the first n entries of a tile row, zeros after. */
-PTDP__ROW_CLONES void ptdp__attn_recompute_row(float *pr, int64_t n, int64_t cb, float scale,
-                                               float lse) {
+PTDP__ROW_CLONES static void recompute_row(float *pr, int64_t n, int64_t cb, float scale,
+                                           float lse) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) pr[j] = ptdp__expf(scale * pr[j] - lse);
     for (int64_t j = n; j < cb; j++) pr[j] = 0.0f;
 }
 
 /* dS = scale * P * (dP - D) in place over dP on the first n entries, zeros after. */
-PTDP__ROW_CLONES void ptdp__attn_ds_row(const float *pr, float *dr, int64_t n, int64_t cb,
-                                        float scale, float D) {
+PTDP__ROW_CLONES static void ds_row(const float *pr, float *dr, int64_t n, int64_t cb, float scale,
+                                    float D) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) dr[j] = scale * pr[j] * (dr[j] - D);
     for (int64_t j = n; j < cb; j++) dr[j] = 0.0f;
+}
+
+/* A forward tile's rows once S = q k^T [rb, cb] is in St (query rows r0..,
+ * keys c0..): St becomes P (online softmax over the keys each row sees, then
+ * dropout; the running max m and sum l updated), and the context rows so far
+ * rescaled to the new max. */
+void ptdp__attn_fwd_rows(float *St, int64_t r0, int64_t rb, int64_t c0, int64_t cb, float scale,
+                         float *m, float *l, float *C, int64_t ldc, int64_t hd, ptdp_dropout drop,
+                         int64_t blk, int64_t s) {
+    const int first = c0 == 0;
+    for (int64_t i = 0; i < rb; i++) {
+        const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+        float *pr = St + i * cb;
+        const float alpha = online_row(pr, n, cb, scale, &m[i], &l[i], first);
+        /* the row sum above is of the undropped probabilities */
+        if (drop.p > 0.0f)
+            ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
+        if (!first) {
+            float *cr = C + gi * ldc;
+#pragma omp simd
+            for (int64_t e = 0; e < hd; e++) cr[e] *= alpha;
+        }
+    }
+}
+
+/* A query block's end: context rows divided by their sums, logsumexp saved */
+void ptdp__attn_fwd_finish(float *C, int64_t ldc, int64_t hd, int64_t r0, int64_t rb,
+                           const float *m, const float *l, float *L) {
+    for (int64_t i = 0; i < rb; i++) {
+        float *cr = C + (r0 + i) * ldc;
+        const float inv = 1.0f / l[i];
+#pragma omp simd
+        for (int64_t e = 0; e < hd; e++) cr[e] *= inv;
+        L[r0 + i] = m[i] + logf(l[i]);
+    }
+}
+
+/* A backward tile's rows once P = q k^T is in Pt and dP = dctx v^T in dPt:
+ * P recomputed from the logsumexp L, with dropout P dropped into Pdt and dP
+ * masked in place, then dP turned into dS (D = rowsum(dctx * ctx)). */
+void ptdp__attn_bwd_rows(float *Pt, float *dPt, float *Pdt, int64_t r0, int64_t rb, int64_t c0,
+                         int64_t cb, float scale, const float *L, const float *D, ptdp_dropout drop,
+                         int64_t blk, int64_t s) {
+    const int dropping = drop.p > 0.0f;
+    for (int64_t i = 0; i < rb; i++) {
+        const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+        const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
+        float *pr = Pt + i * cb, *dr = dPt + i * cb;
+        recompute_row(pr, n, cb, scale, L[gi]);
+        if (dropping) {
+            float *qr = Pdt + i * cb;
+            ptdp__dropout_apply(pr, qr, n, drop, base);
+            for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
+            ptdp__dropout_apply(dr, dr, n, drop, base);
+        }
+        ds_row(pr, dr, n, cb, scale, D[gi]);
+    }
 }
 
 /* D_i = sum_k P_ik dP_ik = dctx_i . ctx_i (dropout included: both sides
@@ -126,30 +183,11 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
                 const int64_t cb = c0 + B < s ? B : s - c0;
                 const int first = c0 == 0;
                 gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, St, cb);
-                for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
-                    float *pr = St + i * cb;
-                    const float alpha =
-                        ptdp__attn_online_row(pr, n, cb, scale, &m[i], &l[i], first);
-                    /* the row sum above is of the undropped probabilities */
-                    if (drop.p > 0.0f)
-                        ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
-                    if (!first) {
-                        float *cr = C + gi * ldc;
-#pragma omp simd
-                        for (int64_t e = 0; e < hd; e++) cr[e] *= alpha;
-                    }
-                }
+                ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
                 gemm(0, 0, rb, hd, cb, 1.0f, St, cb, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
                      C + r0 * ldc, ldc);
             }
-            for (int64_t i = 0; i < rb; i++) {
-                float *cr = C + (r0 + i) * ldc;
-                const float inv = 1.0f / l[i];
-#pragma omp simd
-                for (int64_t e = 0; e < hd; e++) cr[e] *= inv;
-                L[r0 + i] = m[i] + logf(l[i]);
-            }
+            ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, L);
         }
     }
 }
@@ -181,19 +219,7 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
                 gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, Pt, cb);
                 gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, V + c0 * ld3, ld3, 0.0f, dPt, cb);
-                for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
-                    const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
-                    float *pr = Pt + i * cb, *dr = dPt + i * cb;
-                    ptdp__attn_recompute_row(pr, n, cb, scale, L[gi]);
-                    if (dropping) {
-                        float *qr = Pdt + i * cb;
-                        ptdp__dropout_apply(pr, qr, n, drop, base);
-                        for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
-                        ptdp__dropout_apply(dr, dr, n, drop, base);
-                    }
-                    ptdp__attn_ds_row(pr, dr, n, cb, scale, D[gi]);
-                }
+                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
                 gemm(1, 0, cb, hd, rb, 1.0f, dropping ? Pdt : Pt, cb, dC + r0 * ldc, ldc, kv_beta,
                      dV + c0 * ld3, ld3);
                 gemm(1, 0, cb, hd, rb, 1.0f, dPt, cb, Q + r0 * ld3, ld3, kv_beta, dK + c0 * ld3,

@@ -268,28 +268,12 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
                 const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
                 const int first = c0 == 0;
                 mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb);
-                for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
-                    float *pr = St + i * cb;
-                    const float alpha =
-                        ptdp__attn_online_row(pr, n, cb, scale, &m[i], &l[i], first);
-                    if (drop.p > 0.0f)
-                        ptdp__dropout_apply(pr, pr, n, drop, (uint64_t)(blk * s * s + gi * s + c0));
-                    if (!first) {
-                        float *cr = C + gi * ldc;
-                        for (int64_t e = 0; e < hd; e++) cr[e] *= alpha;
-                    }
-                }
+                ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
                 pack_rows(Pa, St, cb, rb, cb);
                 mm(rb, hd, c2, Pa, c2, 1, Vb + c0 / 2 * hd, hd, first ? 0.0f : 1.0f, C + r0 * ldc,
                    ldc);
             }
-            for (int64_t i = 0; i < rb; i++) {
-                float *cr = C + (r0 + i) * ldc;
-                const float inv = 1.0f / l[i];
-                for (int64_t e = 0; e < hd; e++) cr[e] *= inv;
-                L[r0 + i] = m[i] + logf(l[i]);
-            }
+            ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, L);
         }
     }
     return 1;
@@ -337,19 +321,7 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
                 mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb);
                 mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb);
-                for (int64_t i = 0; i < rb; i++) {
-                    const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
-                    const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
-                    float *pr = Pt + i * cb, *dr = dPt + i * cb;
-                    ptdp__attn_recompute_row(pr, n, cb, scale, L[gi]);
-                    if (dropping) {
-                        float *qr = Pdt + i * cb;
-                        ptdp__dropout_apply(pr, qr, n, drop, base);
-                        for (int64_t k = n; k < cb; k++) qr[k] = 0.0f;
-                        ptdp__dropout_apply(dr, dr, n, drop, base);
-                    }
-                    ptdp__attn_ds_row(pr, dr, n, cb, scale, D[gi]);
-                }
+                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
                 /* dV += P^T dctx, dK += dS^T q: A^T as pairs of P's (dS's) rows */
                 pack_pairs(Ta, dropping ? Pdt : Pt, cb, rb, cb);
                 mm(cb, hd, r2, Ta, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, dV + c0 * ld3, ld3);

@@ -141,17 +141,21 @@ void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float
 int ptdp__gemm_tile_bf16_available(void);
 /* attention.c's pieces that attn_bf16.c's packed attention shares: the
  * tile edge B, the per-thread scratch (three B x B tiles, two [B] row
- * statistics, D [s]), the dropout block of a (sequence, head) task, the keys
- * of a tile column a query row sees (causal), and the row passes (online
- * softmax, P recomputed from the logsumexp, dS from P and dP). */
+ * statistics, D [s]), the dropout block of a (sequence, head) task, a
+ * forward tile's row work between its two products and a query block's end,
+ * a backward tile's row work between its first two products and the rest,
+ * and D = rowsum(dctx * ctx). */
 int64_t ptdp__attn_block(int64_t s);
 int64_t ptdp__attn_per_thread(int64_t s);
 int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al);
-int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb);
-float ptdp__attn_online_row(float *pr, int64_t n, int64_t cb, float scale, float *m, float *l,
-                            int first);
-void ptdp__attn_recompute_row(float *pr, int64_t n, int64_t cb, float scale, float lse);
-void ptdp__attn_ds_row(const float *pr, float *dr, int64_t n, int64_t cb, float scale, float D);
+void ptdp__attn_fwd_rows(float *St, int64_t r0, int64_t rb, int64_t c0, int64_t cb, float scale,
+                         float *m, float *l, float *C, int64_t ldc, int64_t hd, ptdp_dropout drop,
+                         int64_t blk, int64_t s);
+void ptdp__attn_fwd_finish(float *C, int64_t ldc, int64_t hd, int64_t r0, int64_t rb,
+                           const float *m, const float *l, float *L);
+void ptdp__attn_bwd_rows(float *Pt, float *dPt, float *Pdt, int64_t r0, int64_t rb, int64_t c0,
+                         int64_t cb, float scale, const float *L, const float *D, ptdp_dropout drop,
+                         int64_t blk, int64_t s);
 void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, int64_t hd,
                          int64_t ld);
 /* The bf16 table's attention (attn_bf16.c, AVX512_BF16): ptdp__attention_fwd
