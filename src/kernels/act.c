@@ -1,11 +1,12 @@
 /* act.c - the element-wise kernels around the GEMMs, fused as in the paper:
  * bias + GeLU, bias + dropout + residual add, plus plain bias add/backward.
  * Column reductions (bias gradients) are split by columns across threads so
- * every sum runs over rows in one fixed order: bitwise reproducible. */
-#include "kernels/fastmath.h"
+ * every sum runs over rows in one fixed order: bitwise reproducible. The _r
+ * forms (the 16-bit tables') round each row right after writing it. */
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/fastmath.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
