@@ -212,7 +212,8 @@ BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, 
 
 /* per-thread packs, grown before a parallel loop that needs more (the first
  * call at a shape), kept for the next: outside the memory plan, like
- * gemm_bf16.c's scratch */
+ * gemm_bf16.c's scratch, and like it not reentrant (the model issues its
+ * ops from one thread); more than MAX_THREADS threads take the per-tile path */
 enum { MAX_THREADS = 256 };
 static struct {
     uint32_t *p;
