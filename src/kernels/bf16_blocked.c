@@ -30,7 +30,7 @@
  * transpose over pairs of A's rows (ptdp__bf16_pack_transposed); their B is
  * packed into the blocked layout like a weight. And the loss head's gradient
  * (ptdp__bf16_xent_grad): xent_bwd's values computed from the exponentials
- * and written in bf16 twice, transposed and in plain rows, in one pass. */
+ * and written in bf16, transposed, in one pass. */
 #include <omp.h>
 #include <string.h>
 
@@ -208,17 +208,16 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
 /* The loss head's gradient (ptdp__bf16_xent_grad below): rows k0 .. k0 + 32
  * of dl for columns m0 .. m0 + 16, as xent_bwd computes them (e times scale
  * / sumexp, scale off the target's entry, zero past the valid columns and in
- * masked rows), rounded to bf16: each row's 16 values into its plain row in
- * place over e, then the rows paired and transposed into At. */
+ * masked rows), rounded to bf16, the rows paired and transposed into At. */
 typedef struct {
     float inv[32];
     int64_t tgt[32]; /* the target's column here, -1 where not in [0, nv) */
     int live[32];    /* 0: past N, or a masked row */
 } xent_rows;
 
-BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, int64_t k0, int64_t N,
-                                  int64_t Vl, int64_t nv, int64_t m0, float scale) {
-    const __mmask16 m = lanes(nv - m0), all = lanes(Vl - m0);
+BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows *r, int64_t k0,
+                                  int64_t N, int64_t Vl, int64_t nv, int64_t m0, float scale) {
+    const __mmask16 m = lanes(nv - m0);
     const __m512 sc = _mm512_set1_ps(scale);
     __m512i p[16];
     for (int j = 0; j < 16; j++) {
@@ -227,18 +226,13 @@ BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, in
             const int i = 2 * j + q;
             __m512 v = _mm512_setzero_ps();
             if (r->live[i]) {
-                float *row = e + (k0 + i) * Vl;
+                const float *row = e + (k0 + i) * Vl;
                 _mm_prefetch((const char *)(row + m0 + PF), _MM_HINT_T0);
                 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + m0), _mm512_set1_ps(r->inv[i]));
                 const int64_t t = r->tgt[i] - m0;
                 if (t >= 0 && t < 16) v = _mm512_mask_sub_ps(v, (__mmask16)(1u << t), v, sc);
             }
             h[q] = (__m256i)_mm512_cvtneps_pbh(v);
-            /* the plain row, 2 Vl values apart: over e's values m0 / 2 ..
-             * m0 / 2 + 8 of this row, which this thread has read */
-            if (k0 + i < N)
-                _mm512_mask_storeu_epi16((uint16_t *)(void *)(e + (k0 + i) * Vl) + m0,
-                                         (__mmask32)all, _mm512_castsi256_si512(h[q]));
         }
         p[j] = ptdp__bf16_join16(h[0], h[1]);
     }
@@ -255,7 +249,7 @@ BF16_TARGET static void xent_tile(uint16_t *At, float *e, const xent_rows *r, in
     }
 }
 
-BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent_grad *xg) {
+BF16_TARGET static void xent_grad_avx512(uint16_t *At, const float *e, const ptdp_xent_grad *xg) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     const int64_t nv = ptdp__xent_valid_cols(Vl, xg->v0, xg->V);
     const int64_t blocks = (N + 31) / 32;
@@ -276,7 +270,7 @@ BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent
     _mm_sfence();
 }
 
-void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg) {
+void ptdp__bf16_xent_grad(uint16_t *At, const float *logits, const ptdp_xent_grad *xg) {
     xent_grad_avx512(At, logits, xg);
 }
 
@@ -291,7 +285,7 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
     (void)dst, (void)A, (void)K, (void)M, (void)lda;
     PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
 }
-void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg) {
+void ptdp__bf16_xent_grad(uint16_t *At, const float *logits, const ptdp_xent_grad *xg) {
     (void)At, (void)logits, (void)xg;
     PTDP_ASSERT_MSG(0, "bf16 cross-entropy gradient pack without AVX512_BF16");
 }

@@ -16,8 +16,8 @@
  * call by bf16_blocked.c, A^T into plain rows and B into the blocked layout
  * (a buffer per shape), which the brgemm reads faster than a transposed A.
  * The loss head's two GEMMs on the logits' gradient run from its head_bwd op
- * (ptdp__gemm_bf16_head_bwd below), which makes both of their bf16 operands
- * in one pass. Everything else is converted into plain bf16 scratch at every
+ * (ptdp__gemm_bf16_head_bwd below) on one bf16 copy of it, dl^T, made in
+ * one pass. Everything else is converted into plain bf16 scratch at every
  * call. With
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
@@ -47,7 +47,6 @@ typedef struct {
     ptdp__bf16_blocking blk; /* blocked 2: B's layout, its buffer and memory object */
     void *bbuf;
     dnnl_memory_t bmem;
-    int64_t lda; /* A's row stride where it is not dense (the loss head's dl), else 0 */
 } shape;
 
 typedef struct { /* a declared weights range and its generation */
@@ -97,7 +96,7 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_dims_t ad = {s->M, s->K}, bd, cd = {s->M, s->N};
     const int ta = s->ta && s->blocked != 2; /* blocked 2: A^T comes packed in plain rows */
-    dnnl_dims_t as = {ta ? 1 : s->lda ? s->lda : s->K, ta ? s->M : 1}, bs, cs = {s->ldc, 1};
+    dnnl_dims_t as = {ta ? 1 : s->K, ta ? s->M : 1}, bs, cs = {s->ldc, 1};
     b_dims(s->tb, s->K, s->N, s->tb ? s->K : s->N, bd, bs);
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
         (s->blocked
@@ -121,8 +120,8 @@ int ptdp__gemm_bf16_available(const char **why) {
         snprintf(g.why, sizeof g.why, "oneDNN has no engine");
         if (ptdp__onednn(&g.eng, &g.strm)) {
             char impl[64] = "";
-            const shape probe = {0,    1,    0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
-                                 NULL, NULL, 0};
+            const shape probe = {0,    1,   0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
+                                 NULL, NULL};
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -313,7 +312,7 @@ static shape *find_shape(const shape *key) {
         shape *s = &g.shapes[i];
         if (s->ta == key->ta && s->tb == key->tb && s->sum == key->sum &&
             s->blocked == key->blocked && s->M == key->M && s->N == key->N && s->K == key->K &&
-            s->ldc == key->ldc && s->lda == key->lda)
+            s->ldc == key->ldc)
             return s;
     }
     if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
@@ -339,7 +338,7 @@ static shape *find_shape(const shape *key) {
  * into plain rows (blocked 2), with B's blocked buffer; NULL where it cannot
  * be had (the caller takes another path) */
 static shape *wgrad_shape(int64_t M, int64_t N, int64_t K, int64_t ldc) {
-    const shape key = {1, 0, 1, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
+    const shape key = {1, 0, 1, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
     shape *s = find_shape(&key);
     return s && s->bmem ? s : NULL;
 }
@@ -378,7 +377,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         }
     }
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0},
+    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL},
           *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
@@ -395,24 +394,29 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
 }
 
 /* The loss head's backward (kernels.h's head_bwd): dl made in bf16 straight
- * from e by bf16_blocked.c, dl^T into the A scratch and dl's rows over the
- * logits, then the two GEMMs as the weight-gradient and weight paths above
- * run them. Against the composition (xent_bwd and its rounding pass, the
- * transposing pack and the plain conversion, each a pass over the [N, Vl]
- * fp32 logits) this reads e once and writes 2 x 2 bytes per logit; the
- * values are the same (dl rounded to bf16 once either way). */
+ * from e by bf16_blocked.c, as dl^T in plain rows into the A scratch, then
+ * both GEMMs from it: the weight gradient as the weight-gradient path above
+ * runs it, the input gradient dx = (dl^T)^T wte with a transposed A and the
+ * weight path's blocked copy of wte. (With dl's rows at a stride of 2 Vl
+ * over the logits, as before 2026-11-24, oneDNN took its gemm:jit kernel for
+ * dx and a reorder of wte into that kernel's layout, 13 ms a step at
+ * GPT-2 124M's head; with dl^T it takes the brgemm and ptdp's packer.)
+ * Against the composition (xent_bwd and its rounding pass, the transposing
+ * pack and the plain conversion, each a pass over the [N, Vl] fp32 logits)
+ * this reads e once and writes 2 bytes per logit; the values are the same
+ * (dl rounded to bf16 once either way). */
 int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
                              const float *wte, int64_t h, float *dwte, float *dx) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     if (g.state != 1 || !g.own || N == 0 || Vl == 0 || h == 0) return 0;
     const uint64_t gen = range_gen(wte, wte + Vl * h);
-    const shape dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 2 * Vl};
+    const shape dk = {1, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
     shape *ws = wgrad_shape(Vl, h, N, h), *ds = gen ? find_shape(&dk) : NULL;
     dnnl_memory_t mb = ds ? weight_copy(ds, wte, h, gen) : NULL;
     if (!ws || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N))) return 0;
     ptdp__bf16_xent_grad(g.a, logits, xg);
     wgrad_run(ws, x, h, dwte);
-    ptdp__onednn_mm_run(&ds->mm, logits, NULL, mb, dx);
+    ptdp__onednn_mm_run(&ds->mm, g.a, NULL, mb, dx);
     g.head_calls++;
     return 1;
 }
@@ -423,7 +427,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,
                                int reps, void (*between)(void *), void *ctx) {
     if (!ptdp__gemm_bf16_available(NULL)) return -1;
-    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL, 0};
+    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
     const shape *sh = find_shape(&key);
     if (!sh) return -1;
     const_dnnl_primitive_desc_t pd;
