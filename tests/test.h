@@ -61,6 +61,11 @@ static inline void fill_normal(float *x, int64_t n, uint64_t seed, float scale) 
     for (int64_t i = 0; i < n; i++) x[i] = scale * ptdp_rng_normal(k, (uint64_t)i);
 }
 
+/* x[i] = v */
+static inline void fill_const(float *x, int64_t n, float v) {
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+
 /* One check per array: all |got - want| <= atol + rtol |want|; prints the
  * first offender and the count. */
 static inline void check_arr(const char *what, const float *got, const float *want, int64_t n,

@@ -21,10 +21,6 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
-static void fill_const(float *x, int64_t n, float v) {
-    for (int64_t i = 0; i < n; i++) x[i] = v;
-}
-
 /* The 16-bit tables' element-wise ops round each row as they write it
  * (ptdp__*_r): bit for bit the fp32 op followed by a rounding pass over
  * its output, and a bias gradient the fp32 sum over the rounded rows. Rows

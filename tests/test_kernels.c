@@ -23,10 +23,6 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
-static void fill_const(float *x, int64_t n, float v) {
-    for (int64_t i = 0; i < n; i++) x[i] = v;
-}
-
 /* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
  * Each 16-bit op computes in fp32 and rounds what it writes as an activation
  * to the 16-bit grid; it must equal the fp32 op on the same (on-grid) inputs

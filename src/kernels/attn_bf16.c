@@ -54,10 +54,7 @@ BF16_TARGET static void pack_kt(uint32_t *dst, const float *B, int64_t ldb, int6
         const __mmask16 jm = lanes(nc - j0);
         for (int64_t t0 = 0; t0 < k2; t0 += 16) {
             __m512i r[16];
-            for (int i = 0; i < 16; i++)
-                r[i] = j0 + i < nc ? ptdp__bf16_row32(B + (j0 + i) * ldb + 2 * t0, kc - 2 * t0)
-                                   : _mm512_setzero_si512();
-            ptdp__transpose16(r);
+            ptdp__bf16_rows_pairs16(r, B + j0 * ldb + 2 * t0, ldb, nc - j0, kc - 2 * t0);
             for (int64_t t = 0; t < 16 && t0 + t < k2; t++)
                 _mm512_mask_storeu_epi32(dst + (t0 + t) * nc + j0, jm, r[t]);
         }

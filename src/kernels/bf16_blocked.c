@@ -106,9 +106,7 @@ BF16_TARGET static void tile_of_wt(const ptdp__bf16_blocking *b, uint16_t *dst, 
                                    int64_t ldw, int64_t n0, int rows, int64_t k0, int64_t kc,
                                    int stream) {
     __m512i r[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = i < rows ? ptdp__bf16_row32(W + (n0 + i) * ldw + k0, kc) : _mm512_setzero_si512();
-    ptdp__transpose16(r);
+    ptdp__bf16_rows_pairs16(r, W + n0 * ldw + k0, ldw, rows, kc);
     const __mmask16 m = lanes(rows);
     const int pairs = (int)((kc + 1) / 2);
     uint16_t *d = dst + at(b, k0, n0); /* a row of pairs further per j */
@@ -153,12 +151,11 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
 /* transpose_avx512 (below): dst [M, K] row-major = A^T rounded to bf16, A
  * stored [K, M] with row stride lda. The threads split A's columns evenly,
  * in units of 16 (whole 256-column blocks left 768 columns 2 : 1 between
- * two threads); a thread
- * takes 256 of its columns at a time (one 1 KiB piece of each row) and
- * walks down the rows 32 at a time; each 16 columns of those 32 rows are
- * paired as rows k, k + 1 (the values of a row of dst at k and k + 1, side
- * by side), then transposed in registers, so that each store writes 32
- * values of one row of dst. */
+ * two threads); a thread takes 256 of its columns at a time (one 1 KiB
+ * piece of each row) and walks down the rows 32 at a time; each 16 columns
+ * of those 32 rows are paired as rows k, k + 1 (the values of a row of dst
+ * at k and k + 1, side by side), then transposed in registers, so that each
+ * store writes 32 values of one row of dst. */
 enum { TCOLS = 256 };
 /* transpose_avx512's work on columns [mb, mend) */
 BF16_TARGET static void transpose_cols(uint16_t *dst, const float *A, int64_t K, int64_t lda,

@@ -74,4 +74,14 @@ BF16_TARGET static inline void ptdp__transpose16(__m512i r[16]) {
     }
 }
 
+/* r[t], lane i = pair t (values 2t and 2t + 1, rounded to bf16) of row i of
+ * x (row stride ld), for 16 pairs of rows i < rows (zeros past them) with n
+ * values left in each: 16 rows' next 32 values, transposed into pairs */
+BF16_TARGET static inline void ptdp__bf16_rows_pairs16(__m512i r[16], const float *x, int64_t ld,
+                                                       int64_t rows, int64_t n) {
+    for (int i = 0; i < 16; i++)
+        r[i] = i < rows ? ptdp__bf16_row32(x + i * ld, n) : _mm512_setzero_si512();
+    ptdp__transpose16(r);
+}
+
 #endif

@@ -217,6 +217,5 @@ double ptdp__sumsq(const float *x, int64_t n);
 double ptdp__sum(const float *x, int64_t n);
 int64_t ptdp__mask_rows(float *x, int64_t width, const int32_t *tokens, int64_t ld, int64_t s,
                         int64_t b, int32_t id);
-void ptdp__scale(float *x, float a, int64_t n);
 
 #endif

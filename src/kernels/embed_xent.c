@@ -85,28 +85,23 @@ void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t 
     xent_max_rows(logits, rowmax, N, Vl, v0, V, 1);
 }
 
-/* l[c] <- exp(l[c] - m) for c < n, returns their sum (AVX-512 clone: exp is
- * the cost of this pass); exp_row_bf16 rounds l[c] to bf16 first */
-PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
+/* l[c] <- exp(l[c] - m) for c < n, returns their sum; rd = 1 rounds l[c]
+ * to bf16 first. Inlined into two AVX-512-cloned rows (exp is the cost of
+ * this pass), rd a constant in each, so the fp32 row carries no rounding. */
+__attribute__((always_inline)) static inline float exp_sum(float *l, int64_t n, float m,
+                                                           const int rd) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
     for (int64_t c = 0; c < n; c++) {
-        float e = ptdp__expf(l[c] - m);
+        float e = ptdp__expf((rd ? ptdp__bf16_round(l[c]) : l[c]) - m);
         l[c] = e;
         acc += e;
     }
     return acc;
 }
-
+PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) { return exp_sum(l, n, m, 0); }
 PTDP__ROW_CLONES static float exp_row_bf16(float *l, int64_t n, float m) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t c = 0; c < n; c++) {
-        float e = ptdp__expf(ptdp__bf16_round(l[c]) - m);
-        l[c] = e;
-        acc += e;
-    }
-    return acc;
+    return exp_sum(l, n, m, 1);
 }
 
 static inline void xent_sums_rows(float *logits, const float *gmax, const int32_t *targets,

@@ -212,7 +212,6 @@ typedef struct ptdp_ops {
                          float wd, int64_t step);
     /* returns sum of squares (accumulated in double) */
     double (*sumsq)(const float *x, int64_t n);
-    void (*scale)(float *x, float a, int64_t n);
     /* returns sum of x (double accumulation): losses */
     double (*sum)(const float *x, int64_t n);
 

@@ -42,7 +42,6 @@ int ptdp_ops_check(const ptdp_ops *o, int needs) {
         PTDP__REQ(xent_bwd),
         PTDP__REQ(adamw),
         PTDP__REQ(sumsq),
-        PTDP__REQ(scale),
         PTDP__REQ(sum),
     };
 #undef PTDP__REQ

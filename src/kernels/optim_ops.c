@@ -110,8 +110,3 @@ static double ordered_sum(const float *x, int64_t n, int squares) {
 
 double ptdp__sumsq(const float *x, int64_t n) { return ordered_sum(x, n, 1); }
 double ptdp__sum(const float *x, int64_t n) { return ordered_sum(x, n, 0); }
-
-void ptdp__scale(float *x, float a, int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) x[i] *= a;
-}

@@ -143,7 +143,6 @@ static const ptdp_ops cuda_ops = {
     .adamw = ptdp__cuda_adamw,
     .adamw_master = NULL, /* fp32 only: no master weights */
     .sumsq = ptdp__cuda_sumsq,
-    .scale = ptdp__cuda_scale,
     .sum = ptdp__cuda_sum,
     .weights_changed = NULL, /* fp32: nothing converted */
     .head_bwd = NULL,        /* the composition: xent_bwd and two GEMMs */

@@ -360,12 +360,3 @@ void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, f
     PTDP_CUDA_LAUNCHED();
 }
 
-__global__ void scale_k(float *x, float a, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
-}
-void ptdp__cuda_scale(float *x, float a, int64_t n) {
-    if (n == 0) return;
-    scale_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(x, a, n);
-    PTDP_CUDA_LAUNCHED();
-}

@@ -209,6 +209,5 @@ void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, f
                       float lr, float beta1, float beta2, float eps, float wd, int64_t step);
 double ptdp__cuda_sumsq(const float *x, int64_t n);
 double ptdp__cuda_sum(const float *x, int64_t n);
-void ptdp__cuda_scale(float *x, float a, int64_t n);
 
 #endif
