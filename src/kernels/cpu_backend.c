@@ -85,7 +85,7 @@ static void attn_bwd_openblas(const float *dctx, const float *qkv, const float *
     .embed_bwd = ptdp__embed_bwd, .pos_add_fwd = ptdp__pos_add_fwd,                               \
     .pos_add_bwd = ptdp__pos_add_bwd, .xent_max = ptdp__xent_max, .xent_sums = ptdp__xent_sums,   \
     .xent_loss = ptdp__xent_loss, .xent_bwd = ptdp__xent_bwd, .adamw = ptdp__adamw,               \
-    .sumsq = ptdp__sumsq, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows,   \
+    .sumsq = ptdp__sumsq, .sum = ptdp__sum, .mask_rows = ptdp__mask_rows,                         \
     .attention_saved_floats = ptdp__attention_saved_floats,
 
 static const ptdp_ops cpu_ops[] = {
