@@ -205,7 +205,8 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
 /* The loss head's gradient (ptdp__bf16_xent_grad below): rows k0 .. k0 + 32
  * of dl for columns m0 .. m0 + 16, as xent_bwd computes them (e times scale
  * / sumexp, scale off the target's entry, zero past the valid columns and in
- * masked rows), rounded to bf16, the rows paired and transposed into At. */
+ * masked rows), rounded to bf16, the rows paired and transposed into At;
+ * row i's 16 values as they are also into keep[i], where keep is not NULL. */
 typedef struct {
     float inv[32];
     int64_t tgt[32]; /* the target's column here, -1 where not in [0, nv) */
@@ -213,7 +214,8 @@ typedef struct {
 } xent_rows;
 
 BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows *r, int64_t k0,
-                                  int64_t N, int64_t Vl, int64_t nv, int64_t m0, float scale) {
+                                  int64_t N, int64_t Vl, int64_t nv, int64_t m0, float scale,
+                                  __m256i *keep) {
     const __mmask16 m = lanes(nv - m0);
     const __m512 sc = _mm512_set1_ps(scale);
     __m512i p[16];
@@ -230,6 +232,7 @@ BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows 
                 if (t >= 0 && t < 16) v = _mm512_mask_sub_ps(v, (__mmask16)(1u << t), v, sc);
             }
             h[q] = (__m256i)_mm512_cvtneps_pbh(v);
+            if (keep) keep[i] = h[q];
         }
         p[j] = ptdp__bf16_join16(h[0], h[1]);
     }
@@ -246,29 +249,70 @@ BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows 
     }
 }
 
-BF16_TARGET static void xent_grad_avx512(uint16_t *At, const float *e, const ptdp_xent_grad *xg) {
+/* dl's rows k0 .. k0 + 32 (those below N), columns m0 .. m0 + 32 (below Vl),
+ * from the two tiles' kept values, into rows (row i at rows + i Vl), 64
+ * bytes a row: through the caches (stored past them, with the 32 streams
+ * of dl^T beside them, the pass took 2 ms longer at GPT-2's head) */
+BF16_TARGET static void put_rows(uint16_t *rows, __m256i kp[2][32], int64_t k0, int64_t N,
+                                 int64_t Vl, int64_t m0) {
+    const __mmask32 cm = ptdp__lanes32(Vl - m0);
+    for (int i = 0; i < 32 && k0 + i < N; i++) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(kp[0][i]), kp[1][i], 1);
+        _mm512_mask_storeu_epi16(rows + i * Vl + m0, cm, v);
+    }
+}
+
+/* rows NULL: the blocks of 32 rows split between the threads. Else the
+ * threads split each block's columns and finish it before the next: dl's
+ * row n (2 Vl bytes) lands over logits' fp32 row n / 2, which for every
+ * block but the first belongs to a block already read; the first block's
+ * rows go to stash and are copied into place at the end. */
+BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent_grad *xg,
+                                         uint16_t *rows, uint16_t *stash) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     const int64_t nv = ptdp__xent_valid_cols(Vl, xg->v0, xg->V);
-    const int64_t blocks = (N + 31) / 32;
-#pragma omp parallel for schedule(static)
-    for (int64_t bk = 0; bk < blocks; bk++) {
-        const int64_t k0 = bk * 32;
-        xent_rows r;
-        for (int i = 0; i < 32; i++) {
-            const int64_t n = k0 + i, si = n / xg->b, bi = n % xg->b;
-            r.live[i] =
-                n < N && !(xg->mask_tokens && xg->mask_tokens[bi * xg->ld + si] == xg->mask_id);
-            r.inv[i] = n < N ? xg->scale / xg->sumexp[n] : 0.0f;
-            const int64_t t = n < N ? (int64_t)xg->targets[bi * xg->ld + si] - xg->v0 : -1;
-            r.tgt[i] = t >= 0 && t < nv ? t : -1;
+    const int64_t blocks = (N + 31) / 32, tiles = (Vl + 15) / 16, pairs = (Vl + 31) / 32;
+#pragma omp parallel
+    {
+        const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t b_lo = rows ? 0 : blocks * t / T, b_hi = rows ? blocks : blocks * (t + 1) / T;
+        const int64_t m_lo = rows ? 32 * (pairs * t / T) : 0;
+        const int64_t m_hi = rows ? 32 * (pairs * (t + 1) / T) : 16 * tiles;
+        for (int64_t bk = b_lo; bk < b_hi; bk++) {
+            const int64_t k0 = bk * 32;
+            xent_rows r;
+            for (int i = 0; i < 32; i++) {
+                const int64_t n = k0 + i, si = n / xg->b, bi = n % xg->b;
+                r.live[i] =
+                    n < N && !(xg->mask_tokens && xg->mask_tokens[bi * xg->ld + si] == xg->mask_id);
+                r.inv[i] = n < N ? xg->scale / xg->sumexp[n] : 0.0f;
+                const int64_t tg = n < N ? (int64_t)xg->targets[bi * xg->ld + si] - xg->v0 : -1;
+                r.tgt[i] = tg >= 0 && tg < nv ? tg : -1;
+            }
+            uint16_t *dst = !rows ? NULL : bk == 0 ? stash : rows + k0 * Vl;
+            for (int64_t m0 = m_lo; m0 < m_hi; m0 += 32) {
+                __m256i kp[2][32];
+                xent_tile(At, e, &r, k0, N, Vl, nv, m0, xg->scale, dst ? kp[0] : NULL);
+                if (m0 + 16 < m_hi)
+                    xent_tile(At, e, &r, k0, N, Vl, nv, m0 + 16, xg->scale, dst ? kp[1] : NULL);
+                if (dst) put_rows(dst, kp, k0, N, Vl, m0);
+            }
+            if (rows) {
+#pragma omp barrier
+            }
         }
-        for (int64_t m0 = 0; m0 < Vl; m0 += 16) xent_tile(At, e, &r, k0, N, Vl, nv, m0, xg->scale);
+        if (rows) { /* the first block's rows, now that every row has been read */
+            const int64_t n1 = N < 32 ? N : 32;
+            for (int64_t n = n1 * t / T; n < n1 * (t + 1) / T; n++)
+                memcpy(rows + n * Vl, stash + n * Vl, sizeof(uint16_t) * (size_t)Vl);
+        }
     }
     _mm_sfence();
 }
 
-void ptdp__bf16_xent_grad(uint16_t *At, const float *logits, const ptdp_xent_grad *xg) {
-    xent_grad_avx512(At, logits, xg);
+void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
+                          uint16_t *stash) {
+    xent_grad_avx512(At, logits, xg, rows ? (uint16_t *)logits : NULL, stash);
 }
 
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
@@ -282,8 +326,9 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
     (void)dst, (void)A, (void)K, (void)M, (void)lda;
     PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
 }
-void ptdp__bf16_xent_grad(uint16_t *At, const float *logits, const ptdp_xent_grad *xg) {
-    (void)At, (void)logits, (void)xg;
+void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
+                          uint16_t *stash) {
+    (void)At, (void)logits, (void)xg, (void)rows, (void)stash;
     PTDP_ASSERT_MSG(0, "bf16 cross-entropy gradient pack without AVX512_BF16");
 }
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,

@@ -62,9 +62,12 @@ void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const 
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda);
 /* The loss head's gradient dl [N = s*b, Vl] (ptdp_xent_grad: xent_bwd's
  * values, masked rows zero) from e in logits, rounded to bf16, without an
- * fp32 copy: At [Vl, N] = dl^T in plain rows (both head GEMMs read it).
- * AVX512_BF16 only, as above. */
-void ptdp__bf16_xent_grad(uint16_t *At, const float *logits, const ptdp_xent_grad *xg);
+ * fp32 copy: At [Vl, N] = dl^T in plain rows (the weight gradient reads it)
+ * and, with rows, dl's rows too, as plain bf16 rows [N, Vl] over the start
+ * of logits (the input gradient reads them; stash: scratch of 32 Vl values).
+ * Without rows e is only read. AVX512_BF16 only, as above. */
+void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
+                          uint16_t *stash);
 /* the native bf16 table's head_bwd (kernels.h) where it can run it: 1; else
  * 0, nothing done (the caller composes it) */
 int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,

@@ -16,9 +16,9 @@
  * call by bf16_blocked.c, A^T into plain rows and B into the blocked layout
  * (a buffer per shape), which the brgemm reads faster than a transposed A.
  * The loss head's two GEMMs on the logits' gradient run from its head_bwd op
- * (ptdp__gemm_bf16_head_bwd below) on one bf16 copy of it, dl^T, made in
- * one pass. Everything else is converted into plain bf16 scratch at every
- * call. With
+ * (ptdp__gemm_bf16_head_bwd below) on two bf16 copies of it, dl^T and dl's
+ * rows, made in one pass. Everything else is converted into plain bf16
+ * scratch at every call. With
  * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
  * the fp32 weights still hash as they did when converted.
  *
@@ -394,29 +394,32 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
 }
 
 /* The loss head's backward (kernels.h's head_bwd): dl made in bf16 straight
- * from e by bf16_blocked.c, as dl^T in plain rows into the A scratch, then
- * both GEMMs from it: the weight gradient as the weight-gradient path above
- * runs it, the input gradient dx = (dl^T)^T wte with a transposed A and the
- * weight path's blocked copy of wte. (With dl's rows at a stride of 2 Vl
- * over the logits, as before 2026-11-24, oneDNN took its gemm:jit kernel for
- * dx and a reorder of wte into that kernel's layout, 13 ms a step at
- * GPT-2 124M's head; with dl^T it takes the brgemm and ptdp's packer.)
+ * from e by bf16_blocked.c in one pass, as dl^T in plain rows into the A
+ * scratch and as dl's rows over the logits, then both GEMMs: the weight
+ * gradient as the weight-gradient path above runs it, the input gradient
+ * dx = dl wte from dl's rows and the weight path's blocked copy of wte, the
+ * composition's matmul. (Before 2026-11-24 dx read dl^T as a transposed A:
+ * oneDNN ran that at 630-650 GFLOP/s against 750-780 for plain rows, 13-20
+ * ms a step at the benchmark configurations' heads; before that, dl's rows at a
+ * stride of 2 Vl over the logits made it take its gemm:jit kernel and a reorder of wte.)
  * Against the composition (xent_bwd and its rounding pass, the transposing
  * pack and the plain conversion, each a pass over the [N, Vl] fp32 logits)
- * this reads e once and writes 2 bytes per logit; the values are the same
- * (dl rounded to bf16 once either way). */
+ * this reads e once and writes 4 bytes per logit; the values are the same
+ * (dl rounded to bf16 once either way, the same GEMMs). */
 int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
                              const float *wte, int64_t h, float *dwte, float *dx) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     if (g.state != 1 || !g.own || N == 0 || Vl == 0 || h == 0) return 0;
     const uint64_t gen = range_gen(wte, wte + Vl * h);
-    const shape dk = {1, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+    const shape dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
     shape *ws = wgrad_shape(Vl, h, N, h), *ds = gen ? find_shape(&dk) : NULL;
     dnnl_memory_t mb = ds ? weight_copy(ds, wte, h, gen) : NULL;
-    if (!ws || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N))) return 0;
-    ptdp__bf16_xent_grad(g.a, logits, xg);
+    if (!ws || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N)) ||
+        !grow(&g.b, &g.bcap, (size_t)(32 * Vl)))
+        return 0;
+    ptdp__bf16_xent_grad(g.a, logits, xg, 1, g.b);
     wgrad_run(ws, x, h, dwte);
-    ptdp__onednn_mm_run(&ds->mm, g.a, NULL, mb, dx);
+    ptdp__onednn_mm_run(&ds->mm, logits, NULL, mb, dx);
     g.head_calls++;
     return 1;
 }
