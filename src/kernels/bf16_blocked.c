@@ -116,36 +116,44 @@ BF16_TARGET static void tile_of_wt(const ptdp__bf16_blocking *b, uint16_t *dst, 
 BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B,
                                     int tb, int64_t K, int64_t N, int64_t ldb) {
     const int stream = 2 * K * N > STREAM;
+    /* streamed stores are weakly ordered, and an SFENCE orders only its own
+     * thread's: each thread fences before the region's closing barrier */
     if (!tb) {
         const int64_t pairs = (K + 1) / 2;
-#pragma omp parallel for schedule(static) if (K * N > 65536)
-        for (int64_t t = 0; t < pairs; t++) {
-            const float *r0 = B + 2 * t * ldb, *r1 = 2 * t + 1 < K ? r0 + ldb : NULL;
-            for (int64_t n0 = 0; n0 < N; n0 += b->nb) {
-                const int64_t n1 = n0 + b->nb < N ? n0 + b->nb : N;
-                pairs_of_rows(b, dst, r0, r1, 2 * t, n0, n1, stream);
+#pragma omp parallel if (K * N > 65536)
+        {
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < pairs; t++) {
+                const float *r0 = B + 2 * t * ldb, *r1 = 2 * t + 1 < K ? r0 + ldb : NULL;
+                for (int64_t n0 = 0; n0 < N; n0 += b->nb) {
+                    const int64_t n1 = n0 + b->nb < N ? n0 + b->nb : N;
+                    pairs_of_rows(b, dst, r0, r1, 2 * t, n0, n1, stream);
+                }
             }
+            _mm_sfence();
         }
-        _mm_sfence();
         return;
     }
     /* tb = 1: one block column (nb rows of W) at a time, its blocks written
      * whole in turn; 32 values of K a step (kb is even; a step stops at each
      * block row's end when 32 does not divide kb) */
     const int64_t cols = (N + b->nb - 1) / b->nb;
-#pragma omp parallel for schedule(static) if (K * N > 65536)
-    for (int64_t c = 0; c < cols; c++) {
-        const int64_t nend = (c + 1) * b->nb < N ? (c + 1) * b->nb : N;
-        for (int64_t k0 = 0; k0 < K;) {
-            const int64_t end_blk = (k0 / b->kb + 1) * b->kb, lim = end_blk < K ? end_blk : K;
-            const int64_t kc = lim - k0 < 32 ? lim - k0 : 32;
-            for (int64_t n0 = c * b->nb; n0 < nend; n0 += 16)
-                tile_of_wt(b, dst, B, ldb, n0, (int)(nend - n0 < 16 ? nend - n0 : 16), k0, kc,
-                           stream);
-            k0 += kc;
+#pragma omp parallel if (K * N > 65536)
+    {
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < cols; c++) {
+            const int64_t nend = (c + 1) * b->nb < N ? (c + 1) * b->nb : N;
+            for (int64_t k0 = 0; k0 < K;) {
+                const int64_t end_blk = (k0 / b->kb + 1) * b->kb, lim = end_blk < K ? end_blk : K;
+                const int64_t kc = lim - k0 < 32 ? lim - k0 : 32;
+                for (int64_t n0 = c * b->nb; n0 < nend; n0 += 16)
+                    tile_of_wt(b, dst, B, ldb, n0, (int)(nend - n0 < 16 ? nend - n0 : 16), k0, kc,
+                               stream);
+                k0 += kc;
+            }
         }
+        _mm_sfence();
     }
-    _mm_sfence();
 }
 
 /* transpose_avx512 (below): dst [M, K] row-major = A^T rounded to bf16, A
@@ -306,8 +314,8 @@ BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent
             for (int64_t n = n1 * t / T; n < n1 * (t + 1) / T; n++)
                 memcpy(rows + n * Vl, stash + n * Vl, sizeof(uint16_t) * (size_t)Vl);
         }
+        _mm_sfence(); /* this thread's streamed dl^T, as in pack_avx512 */
     }
-    _mm_sfence();
 }
 
 void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,

@@ -398,10 +398,11 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
  * scratch and as dl's rows over the logits, then both GEMMs: the weight
  * gradient as the weight-gradient path above runs it, the input gradient
  * dx = dl wte from dl's rows and the weight path's blocked copy of wte, the
- * composition's matmul. (Before 2026-11-24 dx read dl^T as a transposed A:
- * oneDNN ran that at 630-650 GFLOP/s against 750-780 for plain rows, 13-20
- * ms a step at the benchmark configurations' heads; before that, dl's rows at a
- * stride of 2 Vl over the logits made it take its gemm:jit kernel and a reorder of wte.)
+ * composition's matmul. (Before 2026-11-24 dx read dl^T as a transposed A,
+ * which oneDNN ran at 630-650 GFLOP/s on 2 Zen 5 cores: 66.7 ms at
+ * bench_train's config (c), 57.0 ms from dl's rows. Before that, dl's rows
+ * at a stride of 2 Vl over the logits made it take its gemm:jit kernel and
+ * reorder wte every step.)
  * Against the composition (xent_bwd and its rounding pass, the transposing
  * pack and the plain conversion, each a pass over the [N, Vl] fp32 logits)
  * this reads e once and writes 4 bytes per logit; the values are the same
