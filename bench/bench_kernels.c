@@ -9,7 +9,8 @@
  * must move at least (every input read once, every output written once) over
  * that time. Last, the bf16 copies of the weights the native bf16 GEMM makes
  * once per step (both orientations of one layer's four weights, and of the
- * tied embedding), by ptdp's own packer and by oneDNN's reorder in turn, each
+ * tied embedding), by ptdp's own packer (both orientations in one pass, and
+ * each on its own) and by oneDNN's reorder in turn, each
  * after 64 MiB of other writes (the weights come from memory in training);
  * skipped without a native bf16 matmul. Then the bf16 table's optimizer step
  * on the configuration's parameter count: AdamW on the fp32 masters with the
@@ -142,7 +143,9 @@ static void flush_caches(void *p) { memset(p, 1, (size_t)64 << 20); }
 /* The bf16 weight copies of one layer ([3h, h], [h, h], [4h, h], [h, 4h],
  * each as W^T for the forward and W for the input gradient) and of the
  * embedding [V, h]: each copy made once and converted 1 + reps times (the
- * first a warm-up), 64 MiB of other writes before each; the medians summed. */
+ * first a warm-up), 64 MiB of other writes before each; the medians summed.
+ * By ptdp's packer both orientations in one pass (what a step does once
+ * both copies exist), each orientation on its own, and oneDNN's reorder. */
 static void bench_weight_copies(const config *c, int reps) {
     const int64_t h = c->h, V = c->h == 256 ? 8192 : 50304;
     const int64_t W[5][2] = {{3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}, {V, h}};
@@ -152,23 +155,28 @@ static void bench_weight_copies(const config *c, int reps) {
     if (!B || !flush || !t) return;
     for (int64_t e = 0; e < V * h; e++) B[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
     for (int part = 0; part < 2; part++)     /* the layer's 8 copies, the embedding's 2 */
-        for (int own = 1; own >= 0; own--) { /* ptdp's packer, oneDNN's reorder */
+        for (int own = 2; own >= 0; own--) { /* one pass, ptdp's packer, oneDNN's reorder */
             double med = 0, best = 0, elems = 0;
             for (int w = part ? 4 : 0; w < (part ? 5 : 4); w++)
-                for (int tb = 0; tb < 2; tb++) {
+                for (int tb = own == 2; tb < 2; tb++) { /* own 2: both from tb 1 */
                     const int64_t R = W[w][0], C = W[w][1];
                     flush_caches(flush);
                     if (ptdp__gemm_bf16_pack_probe(tb, N_ROWS, tb ? R : C, tb ? C : R, B, C, own,
                                                    NULL, 0, NULL, t, reps + 1, flush_caches, flush))
                         goto done;
                     qsort(t + 1, (size_t)reps, sizeof *t, cmp_double);
-                    med += t[1 + reps / 2], best += t[1], elems += (double)(R * C);
+                    med += t[1 + reps / 2], best += t[1];
+                    elems += (double)(R * C) * (own == 2 ? 2 : 1);
                 }
             printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"bf16_weight_copies_%s\","
                    "\"impl\":\"%s\",\"values\":%.0f,\"threads\":%d,\"reps\":%d,"
                    "\"ms_median\":%.4f,\"ms_best\":%.4f,\"gb_per_s\":%.1f}\n",
-                   c->name, part ? "embedding" : "layer", own ? "ptdp" : "onednn_reorder", elems,
-                   omp_get_max_threads(), reps, med * 1e3, best * 1e3, 6.0 * elems / med * 1e-9);
+                   c->name, part ? "embedding" : "layer",
+                   own == 2 ? "ptdp_one_pass"
+                   : own    ? "ptdp"
+                            : "onednn_reorder",
+                   elems, omp_get_max_threads(), reps, med * 1e3, best * 1e3,
+                   6.0 * elems / med * 1e-9);
         }
 done:
     free(B), free(flush), free(t);

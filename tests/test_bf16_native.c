@@ -296,6 +296,70 @@ static void test_own_pack(void) {
            checked);
 }
 
+/* Both orientations of a weight in one pass (ptdp__bf16_pack_both, what a
+ * step's first GEMM on a weight uses once both copies exist) write the bytes
+ * of the two single-orientation packs (ptdp__bf16_pack_blocked, itself held
+ * to oneDNN's reorder above): oneDNN's layout on AVX512_BF16 (blocks of 32 x
+ * 64) and one with other block sizes, shapes with padding in both
+ * dimensions and a row stride past the columns. */
+static ptdp__bf16_blocking blocking(int64_t K, int64_t N, int64_t kb, int64_t nb, size_t *bytes) {
+    const int64_t Kp = (K + kb - 1) / kb * kb, Np = (N + nb - 1) / nb * nb;
+    *bytes = sizeof(uint16_t) * (size_t)(Kp * Np);
+    return (ptdp__bf16_blocking){kb, nb, kb * nb, Kp * nb};
+}
+
+static void test_pack_both(void) {
+    const int64_t shapes[][2] = {{3072, 768}, {768, 2304}, {384, 384}, {77, 45},
+                                 {33, 100},   {1, 1},      {50, 16},   {200, 300}};
+    const int64_t blocks[][2] = {{32, 64}, {64, 32}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+            const int64_t R = shapes[i][0], C = shapes[i][1], ldw = C + 5;
+            const int64_t kb = blocks[k][0], nb = blocks[k][1];
+            float *W = filled(R * ldw, 300 + i);
+            size_t st, sw;
+            const ptdp__bf16_blocking bt = blocking(C, R, kb, nb, &st),
+                                      bw = blocking(R, C, kb, nb, &sw);
+            CHECK(ptdp__bf16_pack_both_fits(&bt, &bw));
+            uint16_t *t1 = aligned_alloc(64, st), *w1 = aligned_alloc(64, sw);
+            uint16_t *t2 = aligned_alloc(64, st), *w2 = aligned_alloc(64, sw);
+            memset(t1, 0, st), memset(w1, 0, sw), memset(t2, 0xff, st), memset(w2, 0xff, sw);
+            ptdp__bf16_pack_blocked(&bt, t1, W, 1, C, R, ldw);
+            ptdp__bf16_pack_blocked(&bw, w1, W, 0, R, C, ldw);
+            memcpy(t2, t1, st), memcpy(w2, w1, sw); /* the padding, which neither writes */
+            for (size_t j = 0; j < st / 2; j++)
+                t2[j] ^= 0x5a5a; /* every written value must change */
+            for (size_t j = 0; j < sw / 2; j++) w2[j] ^= 0x5a5a;
+            ptdp__bf16_pack_both(&bt, t2, &bw, w2, W, R, C, ldw);
+            int64_t wrong = 0;
+            for (size_t j = 0; j < st / 2; j++)
+                wrong += t2[j] != t1[j] && t2[j] != (t1[j] ^ 0x5a5a);
+            for (size_t j = 0; j < sw / 2; j++)
+                wrong += w2[j] != w1[j] && w2[j] != (w1[j] ^ 0x5a5a);
+            /* the values past R or C (padding) are not written: they keep the flipped bits; every
+             * value inside is written: it matches the single packs' */
+            int64_t missed = 0;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    /* W^T copy: K = C (pairs along c), N = R; W copy: K = R, N = C */
+                    const int64_t it = (c / kb) * bt.sk + (r / nb) * bt.sn +
+                                       ((c % kb) / 2) * 2 * nb + 2 * (r % nb) + c % 2;
+                    const int64_t iw = (r / kb) * bw.sk + (c / nb) * bw.sn +
+                                       ((r % kb) / 2) * 2 * nb + 2 * (c % nb) + r % 2;
+                    missed += t2[it] != t1[it] || w2[iw] != w1[iw];
+                    missed += t1[it] != ptdp_f32_to_bf16(W[r * ldw + c]);
+                    missed += w1[iw] != ptdp_f32_to_bf16(W[r * ldw + c]);
+                }
+            if (wrong || missed)
+                printf("  pack both: R %lld C %lld blocks %lld x %lld: %lld wrong, %lld missed\n",
+                       (long long)R, (long long)C, (long long)kb, (long long)nb, (long long)wrong,
+                       (long long)missed);
+            CHECK(wrong == 0);
+            CHECK(missed == 0);
+            free(W), free(t1), free(w1), free(t2), free(w2);
+        }
+}
+
 /* A^T into plain bf16 rows: each value where it belongs, rounded as the
  * scalar conversion rounds it; and the weight gradients C += A^T B that use
  * it (with B in the blocked layout) equal the fp32 GEMM of the rounded
@@ -458,6 +522,7 @@ int main(void) {
     }
     if (copies) test_weight_copies();
     if (copies) test_own_pack();
+    if (tiles) test_pack_both();
     if (copies && tiles) test_wgrad_packs();
     if (copies && tiles) test_head_bwd();
     if (!tiles) {

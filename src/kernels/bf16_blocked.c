@@ -156,6 +156,50 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
     }
 }
 
+/* Both copies of W [R, C] (row stride ldw) in one pass over it: dt holds
+ * op(B) = W^T (K = C, N = R) in layout bt, dw holds op(B) = W (K = R, N = C)
+ * in layout bw. The threads split W's rows in groups of 16; each group goes
+ * 32 columns at a time, read from memory for the W^T tile and again from L1
+ * for the pairs of rows. Needs bt->kb and bw->nb multiples of 32, so that a
+ * 32-column step stays inside a block of each (ptdp__bf16_pack_both_fits). */
+BF16_TARGET static void pack_both_avx512(const ptdp__bf16_blocking *bt, uint16_t *dt,
+                                         const ptdp__bf16_blocking *bw, uint16_t *dw,
+                                         const float *W, int64_t R, int64_t C, int64_t ldw) {
+    const int stream = 2 * R * C > STREAM;
+    const int64_t groups = (R + 15) / 16;
+#pragma omp parallel if (R * C > 65536)
+    {
+#pragma omp for schedule(static)
+        for (int64_t gi = 0; gi < groups; gi++) {
+            const int64_t r0 = 16 * gi;
+            const int rows = (int)(R - r0 < 16 ? R - r0 : 16);
+            for (int64_t c0 = 0; c0 < C; c0 += 32) {
+                const int64_t kc = C - c0 < 32 ? C - c0 : 32;
+                tile_of_wt(bt, dt, W, ldw, r0, rows, c0, kc, stream);
+                for (int p = 0; 2 * p < rows; p++) {
+                    const float *w0 = W + (r0 + 2 * p) * ldw;
+                    pairs_of_rows(bw, dw, w0, 2 * p + 1 < rows ? w0 + ldw : NULL, r0 + 2 * p, c0,
+                                  c0 + kc, stream);
+                }
+            }
+        }
+        _mm_sfence();
+    }
+}
+
+int ptdp__bf16_pack_both_fits(const ptdp__bf16_blocking *bt, const ptdp__bf16_blocking *bw) {
+    return bt->kb > 0 && bw->kb > 0 && bt->kb % 32 == 0 && bw->nb % 32 == 0;
+}
+
+void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
+                          const ptdp__bf16_blocking *bw, uint16_t *dw, const float *W, int64_t R,
+                          int64_t C, int64_t ldw) {
+    PTDP_ASSERT_MSG(ptdp__bf16_pack_both_fits(bt, bw) && ((uintptr_t)dt & 63) == 0 &&
+                        ((uintptr_t)dw & 63) == 0,
+                    "bf16 pack of both orientations without fitting layouts");
+    pack_both_avx512(bt, dt, bw, dw, W, R, C, ldw);
+}
+
 /* transpose_avx512 (below): dst [M, K] row-major = A^T rounded to bf16, A
  * stored [K, M] with row stride lda. The threads split A's columns evenly,
  * in units of 16 (whole 256-column blocks left 768 columns 2 : 1 between
@@ -338,6 +382,16 @@ void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg,
                           uint16_t *stash) {
     (void)At, (void)logits, (void)xg, (void)rows, (void)stash;
     PTDP_ASSERT_MSG(0, "bf16 cross-entropy gradient pack without AVX512_BF16");
+}
+int ptdp__bf16_pack_both_fits(const ptdp__bf16_blocking *bt, const ptdp__bf16_blocking *bw) {
+    (void)bt, (void)bw;
+    return 0;
+}
+void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
+                          const ptdp__bf16_blocking *bw, uint16_t *dw, const float *W, int64_t R,
+                          int64_t C, int64_t ldw) {
+    (void)bt, (void)dt, (void)bw, (void)dw, (void)W, (void)R, (void)C, (void)ldw;
+    PTDP_ASSERT_MSG(0, "bf16 blocked pack without AVX512_BF16");
 }
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
                              int64_t K, int64_t N, int64_t ldb) {

@@ -56,6 +56,14 @@ int ptdp__bf16_blocking_of(const dnnl_memory_desc_t *md, ptdp__bf16_blocking *b)
  * dst in layout b, rounded to bf16; entries of the padding are not written */
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
                              int64_t K, int64_t N, int64_t ldb);
+/* both of W's copies in one pass: dt = W^T (K = C, N = R) in layout bt and
+ * dw = W (K = R, N = C) in layout bw, the bytes ptdp__bf16_pack_blocked
+ * writes for each, W [R, C] with row stride ldw; only where
+ * ptdp__bf16_pack_both_fits(bt, bw) */
+int ptdp__bf16_pack_both_fits(const ptdp__bf16_blocking *bt, const ptdp__bf16_blocking *bw);
+void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
+                          const ptdp__bf16_blocking *bw, uint16_t *dw, const float *W, int64_t R,
+                          int64_t C, int64_t ldw);
 /* dst [M, K] row-major (plain bf16 rows) = A^T rounded to bf16, where A is
  * stored [K, M] with row stride lda (AVX512_BF16 only: where
  * ptdp__bf16_blocking_of says yes) */
@@ -82,8 +90,10 @@ int64_t ptdp__gemm_bf16_head_calls(void);
  * filled with 0xff first, so the reorder must write it) and converted reps
  * times (at least once; between(ctx) before each but the first, where
  * given): its size in *bytes, its bytes into out where cap holds them, each
- * conversion's time in seconds[0..reps). -1 without a native bf16 matmul,
- * or with own where the layout is not one bf16_blocked.c writes. */
+ * conversion's time in seconds[0..reps). own 2: ptdp's packs of both
+ * orientations in one pass (ptdp__bf16_pack_both), timed together; out gets
+ * op(B)'s. -1 without a native bf16 matmul, or with own where the layout is
+ * not one bf16_blocked.c writes. */
 int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,
                                int reps, void (*between)(void *), void *ctx);

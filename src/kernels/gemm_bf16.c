@@ -254,8 +254,25 @@ static void refresh(wcopy *w, const float *B) {
     PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
 }
 
+/* w's copy of the other orientation of the same weights, where both are
+ * ptdp's layouts that ptdp__bf16_pack_both writes together; else NULL */
+static wcopy *sibling(const wcopy *w) {
+    if (w->reorder) return NULL;
+    for (int i = 0; i < g.nw; i++) {
+        wcopy *c = &g.w[i];
+        if (c->src == w->src && c->tb != w->tb && c->K == w->N && c->N == w->K &&
+            c->ldb == w->ldb && !c->reorder &&
+            ptdp__bf16_pack_both_fits(w->tb ? &w->own : &c->own, w->tb ? &c->own : &w->own))
+            return c;
+    }
+    return NULL;
+}
+
 /* The blocked bf16 copy of weights op(B) for prim, made or refreshed as
- * needed; NULL when it cannot be had (the caller converts as usual). */
+ * needed; NULL when it cannot be had (the caller converts as usual). Where
+ * the weights' other orientation has a copy too (from the second step on)
+ * and it is stale as well, both are refreshed in one pass over the fp32
+ * weights. */
 static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
     const int64_t rows = sh->tb ? sh->N : sh->K, cols = sh->tb ? sh->K : sh->N;
     const_dnnl_primitive_desc_t pd;
@@ -277,7 +294,15 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
         *w = c;
     }
     if (w->gen != gen) {
-        refresh(w, B);
+        wcopy *o = sibling(w);
+        if (o && o->gen != gen) {
+            const wcopy *t = w->tb ? w : o, *n = w->tb ? o : w; /* W^T's copy and W's */
+            ptdp__bf16_pack_both(&t->own, t->buf, &n->own, n->buf, B, rows, cols, ldb);
+            o->gen = gen;
+            if (g.check) o->hash = hash_b(B, rows, cols, ldb); /* the same fp32 rows as w's */
+        } else {
+            refresh(w, B);
+        }
         w->gen = gen;
         if (g.check) w->hash = hash_b(B, rows, cols, ldb);
     } else if (g.check) {
@@ -431,29 +456,46 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,
                                int reps, void (*between)(void *), void *ctx) {
     if (!ptdp__gemm_bf16_available(NULL)) return -1;
-    const shape key = {0, tb, 0, 1, M, N, K, N, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
-    const shape *sh = find_shape(&key);
-    if (!sh) return -1;
-    const_dnnl_primitive_desc_t pd;
-    dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
-    const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    wcopy c = new_copy(B, tb, K, N, ldb, dst);
-    if (!make_copy(&c, dst, own)) return -1;
-    if (own && c.reorder) { /* not a layout bf16_blocked.c writes */
-        drop_one(&c);
+    wcopy c[2]; /* op(B)'s copy; with own 2 the other orientation's too */
+    const int n = own == 2 ? 2 : 1;
+    int made = 0, ok = 1;
+    for (int i = 0; i < n && ok; i++) { /* i = 1: op(B)^T [N, K] */
+        const int t = i ? !tb : tb;
+        const int64_t k = i ? N : K, nn = i ? K : N;
+        const shape key = {0, t, 0, 1, M, nn, k, nn, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+        const shape *sh = find_shape(&key);
+        const dnnl_memory_desc_t *dst = NULL;
+        if (sh) {
+            const_dnnl_primitive_desc_t pd;
+            dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
+            dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        }
+        if (dst) c[i] = new_copy(B, t, k, nn, ldb, dst);
+        ok = dst && make_copy(&c[i], dst, own != 0); /* it frees what it made if it fails */
+        made += ok;
+        ok = ok && !(own && c[i].reorder); /* own: a layout bf16_blocked.c writes */
+    }
+    const wcopy *ct = &c[tb ? 0 : 1], *cw = &c[tb ? 1 : 0]; /* with n 2: W^T's copy and W's */
+    if (ok && n == 2) ok = ptdp__bf16_pack_both_fits(&ct->own, &cw->own);
+    if (!ok) {
+        for (int i = 0; i < made; i++) drop_one(&c[i]);
         return -1;
     }
-    const size_t size = dnnl_memory_desc_get_size(dst);
-    if (!own) memset(c.buf, 0xff, size); /* the reorder must write the padding too */
+    const size_t size = dnnl_memory_desc_get_size(&c[0].md);
+    if (!own) memset(c[0].buf, 0xff, size); /* the reorder must write the padding too */
     for (int r = 0; r < (reps > 1 ? reps : 1); r++) {
         if (r > 0 && between) between(ctx);
         const double t0 = ptdp_now();
-        refresh(&c, B);
+        if (n == 2) /* W [rows, cols]: op(B) = W^T stored [N, K] where tb, else W [K, N] */
+            ptdp__bf16_pack_both(&ct->own, ct->buf, &cw->own, cw->buf, B, tb ? N : K, tb ? K : N,
+                                 ldb);
+        else
+            refresh(&c[0], B);
         if (seconds) seconds[r] = ptdp_now() - t0;
     }
     if (bytes) *bytes = size;
-    if (out && size <= cap) memcpy(out, c.buf, size);
-    drop_one(&c);
+    if (out && size <= cap) memcpy(out, c[0].buf, size);
+    for (int i = 0; i < n; i++) drop_one(&c[i]);
     return 0;
 }
 
