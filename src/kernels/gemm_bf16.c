@@ -295,16 +295,17 @@ static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, u
     }
     if (w->gen != gen) {
         wcopy *o = sibling(w);
-        if (o && o->gen != gen) {
+        if (o && o->gen == gen) o = NULL; /* already fresh: refresh w alone */
+        if (o) {
             const wcopy *t = w->tb ? w : o, *n = w->tb ? o : w; /* W^T's copy and W's */
             ptdp__bf16_pack_both(&t->own, t->buf, &n->own, n->buf, B, rows, cols, ldb);
             o->gen = gen;
-            if (g.check) o->hash = hash_b(B, rows, cols, ldb); /* the same fp32 rows as w's */
         } else {
             refresh(w, B);
         }
         w->gen = gen;
         if (g.check) w->hash = hash_b(B, rows, cols, ldb);
+        if (g.check && o) o->hash = w->hash; /* the same fp32 rows */
     } else if (g.check) {
         PTDP_ASSERT_MSG(w->hash == hash_b(B, rows, cols, ldb),
                         "weights changed without weights_changed(): their bf16 copy is stale");
