@@ -45,6 +45,14 @@ int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
                       : task;
 }
 
+ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
+                                   int64_t hd, int64_t s) {
+    const int64_t bi = task / al, j = task % al;
+    return (ptdp__attn_task){ptdp__attn_drop_block(drop, task, al), (bi * al * 3 + j * 3) * hd,
+                             (bi * al + j) * hd,
+                             scratch + ptdp__attn_per_thread(s) * omp_get_thread_num()};
+}
+
 /* Keys of tile column [c0, c0 + cb) that query row gi sees (causal). */
 static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
     int64_t n = gi - c0 + 1;
@@ -170,12 +178,11 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
-        float *St = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] */
-        float *m = St + 3 * B * B, *l = m + B;                                 /* [B] each */
-        const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-        float *C = ctx + bi * al * hd + j * hd;
-        float *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
+        const int64_t blk = t.blk;
+        float *St = t.scr, *m = St + 3 * B * B, *l = m + B; /* [B, B]; [B] each */
+        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
+        float *C = ctx + t.co, *L = lse + task * s;
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             const int64_t rb = r0 + B < s ? B : s - r0;
             /* key blocks up to and including the diagonal one */
@@ -200,15 +207,13 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
-        float *Pt = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] P */
-        float *dPt = Pt + B * B;        /* [B, B] dP, then dS */
-        float *Pdt = dPt + B * B;       /* [B, B] dropout(P) */
-        float *D = Pdt + B * B + 2 * B; /* [s] */
-        const int64_t off = bi * al * 3 * hd + j * 3 * hd, co = bi * al * hd + j * hd;
-        const float *Q = qkv + off, *K = Q + hd, *V = Q + 2 * hd;
-        float *dQ = dqkv + off, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        const float *dC = dctx + co, *C = ctx + co, *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
+        const int64_t blk = t.blk;
+        /* [B, B] tiles: P, dP (then dS), dropout(P); D [s] past the row statistics */
+        float *Pt = t.scr, *dPt = Pt + B * B, *Pdt = dPt + B * B, *D = Pdt + B * B + 2 * B;
+        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
+        float *dQ = dqkv + t.off, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        const float *dC = dctx + t.co, *C = ctx + t.co, *L = lse + task * s;
         ptdp__attn_row_dots(D, dC, C, s, hd, ldc);
         /* key block outer: dK, dV of the block accumulate over the query
          * tiles at and below the diagonal; dQ of a tile over key blocks */

@@ -247,12 +247,11 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
-        float *St = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] */
-        float *m = St + 3 * B * B, *l = m + B;                                 /* [B] each */
-        const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-        float *C = ctx + bi * al * hd + j * hd;
-        float *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
+        const int64_t blk = t.blk;
+        float *St = t.scr, *m = St + 3 * B * B, *l = m + B; /* [B, B]; [B] each */
+        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
+        float *C = ctx + t.co, *L = lse + task * s;
         uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
         uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
         uint32_t *Vb = Kt + s * h2;                   /* [s/2][hd]: v, pairs of rows */
@@ -287,15 +286,13 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const int64_t bi = task / al, j = task % al, blk = ptdp__attn_drop_block(drop, task, al);
-        float *Pt = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num(); /* [B, B] P */
-        float *dPt = Pt + B * B;                                               /* dP, then dS */
-        float *Pdt = dPt + B * B;                                              /* dropout(P) */
-        float *D = Pdt + B * B + 2 * B;                                        /* [s] */
-        const int64_t off = bi * al * 3 * hd + j * 3 * hd, co = bi * al * hd + j * hd;
-        const float *Q = qkv + off, *K = Q + hd, *V = Q + 2 * hd;
-        float *dQ = dqkv + off, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        const float *dC = dctx + co, *C = ctx + co, *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
+        const int64_t blk = t.blk;
+        /* [B, B] tiles: P, dP (then dS), dropout(P); D [s] past the row statistics */
+        float *Pt = t.scr, *dPt = Pt + B * B, *Pdt = dPt + B * B, *D = Pdt + B * B + 2 * B;
+        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
+        float *dQ = dqkv + t.off, *dK = dQ + hd, *dV = dQ + 2 * hd;
+        const float *dC = dctx + t.co, *C = ctx + t.co, *L = lse + task * s;
         uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
         uint32_t *dCa = Qa + s * h2;
         uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */

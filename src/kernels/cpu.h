@@ -160,6 +160,14 @@ int ptdp__gemm_tile_bf16_available(void);
 int64_t ptdp__attn_block(int64_t s);
 int64_t ptdp__attn_per_thread(int64_t s);
 int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al);
+/* one (sequence, head) task of b al: its dropout block, the offset of its q
+ * (dq) in qkv (dqkv) and of its ctx (dctx) rows, its thread's scratch */
+typedef struct {
+    int64_t blk, off, co;
+    float *scr;
+} ptdp__attn_task;
+ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
+                                   int64_t hd, int64_t s);
 void ptdp__attn_fwd_rows(float *St, int64_t r0, int64_t rb, int64_t c0, int64_t cb, float scale,
                          float *m, float *l, float *C, int64_t ldc, int64_t hd, ptdp_dropout drop,
                          int64_t blk, int64_t s);
