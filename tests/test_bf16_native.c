@@ -33,6 +33,7 @@
  * where it belongs, and those GEMMs keep the summation-order bound. The
  * loss head's one-op backward (head_bwd) is held to the composition it
  * replaces (test_head_bwd). */
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -408,107 +409,138 @@ static void test_wgrad_packs(void) {
     }
 }
 
-/* The loss head's backward in one op (head_bwd): dl made in bf16 straight
- * from e. Its copy dl^T must hold exactly xent_bwd's values (then
- * mask_rows') rounded to bf16, and leave e as it was; asked for dl's rows as
- * well, it must write the same values as plain bf16 rows over the start of
- * the logits (the threads overwrite rows they have read: more than 32 rows
- * exercise the stash of the first 32). dwte and dx, through the same GEMMs as
- * the composition's, must equal it bit for bit. Shapes: rows not a multiple
- * of 32, columns not of 16, padding columns past the vocabulary, a shard at
- * v0 > 0 (targets outside it), masked rows. */
+static float *bf16_values(const uint16_t *v, int64_t n) { /* into fp32, exactly */
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) f[i] = ptdp_bf16_to_f32(v[i]);
+    return f;
+}
+
+/* The loss head with its logits in bf16 (head_logits, xent_sums, head_bwd
+ * of the native table), held to the fp32-logits composition it replaces:
+ *   - the logits: the matmul's bf16 output must be the fp32 GEMM's rounded
+ *     to bf16 up to the order of its sums: at most one bf16 step apart
+ *     (the two fp32 sums differ by far less than a bf16 step, so rounding
+ *     them can only split at a tie boundary);
+ *   - on those same values in fp32, the fp32 path's max and target logit
+ *     (xent_max_bf16, xent_sums_bf16) bit for bit, and its sum of
+ *     exponentials up to the order of the sums (the same positive terms:
+ *     each order's error is at most nv 2^-24 times the sum);
+ *   - dl: ptdp__bf16_xent_grad's dl^T and its rows over the logits exactly
+ *     xent_bwd's values (then mask_rows') rounded to bf16, given the same
+ *     sums (its exponentials are the fp32 path's bit for bit), and the op's
+ *     dwte and dx those of the composition's GEMMs bit for bit.
+ * Shapes: rows not a multiple of 32, columns not of 16 nor of the 256
+ * columns the pass takes at a time, padding columns past the vocabulary, a
+ * shard at v0 > 0 (targets outside it), masked rows. */
 static void test_head_bwd(void) {
     const struct {
         int64_t s, b, Vl, v0, V, h;
         int mask;
-    } cases[] = {{7, 3, 77, 10, 80, 24, 1},
-                 {32, 2, 160, 0, 160, 64, 0},
-                 {50, 1, 700, 350, 1000, 48, 1},
-                 {1, 1, 16, 0, 5, 16, 0},
-                 {40, 5, 96, 0, 96, 32, 1}};
+    } cases[] = {{7, 3, 77, 10, 80, 24, 1},      {32, 2, 160, 0, 160, 64, 0},
+                 {50, 1, 700, 350, 1000, 48, 1}, {1, 1, 16, 0, 5, 16, 0},
+                 {40, 5, 96, 0, 96, 32, 1},      {33, 2, 1030, 0, 1000, 40, 0}};
     const ptdp_ops *t = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
-    CHECK(t->head_bwd != NULL);
+    CHECK(t->head_bwd != NULL && t->head_logits != NULL);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t s = cases[c].s, b = cases[c].b, Vl = cases[c].Vl, h = cases[c].h, N = s * b;
-        const int64_t nv = cases[c].V - cases[c].v0 < Vl ? cases[c].V - cases[c].v0 : Vl;
+        const int64_t v0 = cases[c].v0, V = cases[c].V, NV = N * Vl;
+        const int64_t nv = V - v0 < Vl ? V - v0 : Vl; /* the shard's valid columns */
         uint64_t st = 500 + c;
-        float *e = malloc(sizeof(float) * (size_t)(N * Vl)), *sumexp = malloc(sizeof(float) * N);
-        for (int64_t n = 0; n < N; n++) {
-            sumexp[n] = 1.0f;
-            for (int64_t v = 0; v < Vl; v++) {
-                e[n * Vl + v] = v < nv ? fabsf(frand(&st)) * 0.25f : 0.0f;
-                sumexp[n] += e[n * Vl + v];
-            }
-        }
         int32_t *tok = malloc(sizeof(int32_t) * (size_t)(b * (s + 1)));
         for (int64_t i = 0; i < b * (s + 1); i++) /* targets in and out of the shard */
-            tok[i] = (int32_t)((st = st * 6364136223846793005ull + 1) >> 33) % (int32_t)cases[c].V;
+            tok[i] = (int32_t)((st = st * 6364136223846793005ull + 1) >> 33) % (int32_t)V;
         const int32_t id = tok[1]; /* a token that occurs: its rows are masked */
-        const ptdp_xent_grad xg = {
-            sumexp, tok + 1,     s + 1,      s,      b,
-            Vl,     cases[c].v0, cases[c].V, 0.125f, cases[c].mask ? tok : NULL,
-            id};
         float *x = filled(N * h, 600 + c), *wte = filled(Vl * h, 700 + c),
               *dw0 = filled(Vl * h, 800 + c);
         ptdp_round_bf16_n(x, N * h);
         ptdp_round_bf16_n(wte, Vl * h);
         t->weights_changed(wte, Vl * h); /* the model's wte is a declared weight */
-        /* the composition, leaving dl (rounded) in e1 */
-        float *e1 = malloc(sizeof(float) * (size_t)(N * Vl)),
-              *e2 = malloc(sizeof(float) * (size_t)(N * Vl));
+        float *L = malloc(sizeof(float) * (size_t)NV), *Lg = malloc(sizeof(float) * (size_t)NV);
+        float *st1 = malloc(sizeof(float) * (size_t)(4 * N)), *st2 = malloc(sizeof(float) * 4 * N);
+        float *m1 = st1, *sum1 = st1 + N, *tg1 = st1 + 2 * N; /* [N] each */
+        float *m2 = st2, *sum2 = st2 + N, *tg2 = st2 + 2 * N;
         float *dw1 = malloc(sizeof(float) * (size_t)(Vl * h)),
               *dw2 = malloc(sizeof(float) * (size_t)(Vl * h));
         float *dx1 = malloc(sizeof(float) * (size_t)(N * h)),
               *dx2 = malloc(sizeof(float) * (size_t)(N * h));
-        memcpy(e1, e, sizeof(float) * (size_t)(N * Vl));
         memcpy(dw1, dw0, sizeof(float) * (size_t)(Vl * h));
         memcpy(dw2, dw0, sizeof(float) * (size_t)(Vl * h));
-        ptdp_head_bwd_composed(t, e1, &xg, x, wte, h, dw1, dx1);
-        /* the kernel's copy of dl */
-        memcpy(e2, e, sizeof(float) * (size_t)(N * Vl));
-        uint16_t *At = malloc(sizeof(uint16_t) * (size_t)(Vl * N));
-        ptdp__bf16_xent_grad(At, e2, &xg, 0, NULL);
-        int64_t wrong_t = 0, masked = 0;
+        /* the op's logits, in bf16 over the start of L */
+        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
+        CHECK(ptdp__gemm_bf16_logits_b16(L, N, Vl));
+        float *Lf = bf16_values((const uint16_t *)L, NV); /* the same values in fp32 */
+        t->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, Lg, Vl);
+        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl) || Lg + NV <= L || L + NV <= Lg);
+        int64_t far = 0;
+        for (int64_t i = 0; i < NV; i++) {
+            const float step = fabsf(Lg[i]) * (1.0f / 128); /* a bf16 step or more */
+            far += fabsf(Lf[i] - Lg[i]) > step;
+        }
+        if (far)
+            printf("  head logits: %lld more than a bf16 step off (case %zu)\n", (long long)far, c);
+        CHECK(far == 0);
+        /* the fp32 path on those values: max, sums, then the composition */
+        ptdp__xent_max_bf16(Lf, m1, N, Vl, v0, V);
+        CHECK(memcmp(m1, m2, sizeof(float) * (size_t)N) == 0);
+        uint16_t *lb = malloc(sizeof(uint16_t) * (size_t)NV); /* for the pass on its own */
+        memcpy(lb, L, sizeof(uint16_t) * (size_t)NV);
+        ptdp__xent_sums_bf16(Lf, m1, tok + 1, s + 1, sum1, tg1, s, b, Vl, v0, V);
+        t->xent_sums(L, m2, tok + 1, s + 1, sum2, tg2, s, b, Vl, v0, V);
+        int64_t off = 0; /* the sums of the same nv positive terms in two orders */
+        for (int64_t n = 0; n < N; n++)
+            off += fabsf(sum1[n] - sum2[n]) > 2.0f * (float)nv * 0x1p-24f * sum1[n];
+        CHECK(off == 0);
+        CHECK(memcmp(tg1, tg2, sizeof(float) * (size_t)N) == 0);
+        CHECK(memcmp(lb, L, sizeof(uint16_t) * (size_t)NV) == 0); /* the logits only read */
+        /* from here both sides divide by the op's sums */
+        const ptdp_xent_grad xg1 = {
+            sum2, m1, tok + 1, s + 1, s, b, Vl, v0, V, 0.125f, cases[c].mask ? tok : NULL, id};
+        const ptdp_xent_grad xg2 = {
+            sum2, m2, tok + 1, s + 1, s, b, Vl, v0, V, 0.125f, cases[c].mask ? tok : NULL, id};
+        ptdp_head_bwd_composed(t, Lf, &xg1, x, wte, h, dw1, dx1); /* dl (rounded) into Lf */
+        /* the pass on its own: dl^T, and dl's rows over the logits */
+        uint16_t *At = malloc(sizeof(uint16_t) * (size_t)NV);
+        ptdp__bf16_xent_grad(At, lb, &xg2);
+        int64_t wrong_t = 0, wrong_r = 0, masked = 0;
         for (int64_t n = 0; n < N; n++) {
             masked += cases[c].mask && tok[(n % b) * (s + 1) + n / b] == id;
-            for (int64_t v = 0; v < Vl; v++)
-                wrong_t += At[v * N + n] != ptdp_f32_to_bf16(e1[n * Vl + v]);
-        }
-        if (wrong_t) printf("  head dl: %lld of dl^T wrong (case %zu)\n", (long long)wrong_t, c);
-        CHECK(wrong_t == 0);
-        CHECK(memcmp(e2, e, sizeof(float) * (size_t)(N * Vl)) == 0); /* e only read */
-        if (cases[c].mask) CHECK(masked > 0);
-        /* with dl's rows over the logits */
-        uint16_t *stash = malloc(sizeof(uint16_t) * (size_t)(32 * Vl));
-        memset(At, 0, sizeof(uint16_t) * (size_t)(Vl * N));
-        ptdp__bf16_xent_grad(At, e2, &xg, 1, stash);
-        const uint16_t *rows = (const uint16_t *)e2;
-        int64_t wrong_r = 0;
-        for (int64_t n = 0; n < N; n++)
             for (int64_t v = 0; v < Vl; v++) {
-                const uint16_t want = ptdp_f32_to_bf16(e1[n * Vl + v]);
-                wrong_t += At[v * N + n] != want;
-                wrong_r += rows[n * Vl + v] != want;
+                const float d = Lf[n * Vl + v];
+                /* vcvtneps2bf16 takes an fp32 subnormal as zero, as the GEMMs'
+                 * conversion of the composition's dl does (dwte, dx below),
+                 * where the composition's rounding keeps it, or takes the
+                 * largest ones up to FLT_MIN */
+                const uint16_t want = ptdp_f32_to_bf16(d), gt = At[v * N + n], gr = lb[n * Vl + v];
+                const int flushed = fabsf(d) <= FLT_MIN;
+                wrong_t += gt != want && !(flushed && (gt & 0x7fff) == 0);
+                wrong_r += gr != want && !(flushed && (gr & 0x7fff) == 0);
             }
-        if (wrong_r)
-            printf("  head dl: %lld of dl's rows wrong (case %zu)\n", (long long)wrong_r, c);
+        }
+        if (wrong_t || wrong_r)
+            printf("  head dl: %lld of dl^T, %lld of dl's rows wrong (case %zu)\n",
+                   (long long)wrong_t, (long long)wrong_r, c);
         CHECK(wrong_t == 0);
         CHECK(wrong_r == 0);
-        free(stash);
+        if (cases[c].mask) CHECK(masked > 0);
         /* the op */
-        memcpy(e2, e, sizeof(float) * (size_t)(N * Vl));
         const int64_t before = ptdp__gemm_bf16_head_calls();
-        t->head_bwd(e2, &xg, x, wte, h, dw2, dx2);
+        t->head_bwd(L, &xg2, x, wte, h, dw2, dx2);
         CHECK(ptdp__gemm_bf16_head_calls() == before + 1);
+        CHECK(memcmp(L, lb, sizeof(uint16_t) * (size_t)NV) == 0); /* dl's rows */
         CHECK(memcmp(dw1, dw2, sizeof(float) * (size_t)(Vl * h)) == 0);
         CHECK(memcmp(dx1, dx2, sizeof(float) * (size_t)(N * h)) == 0);
         int64_t offgrid = 0;
         for (int64_t i = 0; i < N * h; i++)
             offgrid += dx2[i] != ptdp_bf16_to_f32(ptdp_f32_to_bf16(dx2[i]));
         CHECK(offgrid == 0);
+        /* a GEMM writing over the logits ends their bf16 state */
+        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
+        CHECK(ptdp__gemm_bf16_logits_b16(L, N, Vl));
+        t->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, L, Vl);
+        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl));
         t->weights_changed(wte, 0);
-        free(e), free(sumexp), free(tok), free(x), free(wte), free(dw0), free(e1), free(e2);
-        free(dw1), free(dw2), free(dx1), free(dx2), free(At);
+        free(tok), free(x), free(wte), free(dw0), free(L), free(Lg), free(Lf), free(st1);
+        free(st2), free(dw1), free(dw2), free(dx1), free(dx2), free(lb), free(At);
     }
 }
 

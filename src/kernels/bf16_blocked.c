@@ -32,6 +32,7 @@
  * (ptdp__bf16_xent_grad): xent_bwd's values computed from the exponentials
  * and written in bf16, transposed, in one pass. */
 #include <omp.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
@@ -254,18 +255,77 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
     transpose_avx512(dst, A, K, M, lda);
 }
 
-/* The loss head's gradient (ptdp__bf16_xent_grad below): rows k0 .. k0 + 32
- * of dl for columns m0 .. m0 + 16, as xent_bwd computes them (e times scale
- * / sumexp, scale off the target's entry, zero past the valid columns and in
- * masked rows), rounded to bf16, the rows paired and transposed into At;
- * row i's 16 values as they are also into keep[i], where keep is not NULL. */
+/* ---- the loss head's cross-entropy on bf16 logits ------------------------
+ * The logits [N, Vl] in bf16 (gemm_bf16.c's head): each pass reads 2 bytes
+ * a logit, and the exponentials are made where they are used (ptdp__exp16,
+ * the fp32 path's exp bit for bit) instead of stored. */
+
+/* row n's max over its valid columns */
+BF16_TARGET static float max_row_b16(const uint16_t *l, int64_t nv) {
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int64_t c = 0;
+    for (; c + 32 <= nv; c += 32) {
+        m0 = _mm512_max_ps(m0, ptdp__bf16_load16(l + c, 0xffff));
+        m1 = _mm512_max_ps(m1, ptdp__bf16_load16(l + c + 16, 0xffff));
+    }
+    for (; c < nv; c += 16) {
+        const __mmask16 k = lanes(nv - c);
+        m0 = _mm512_mask_max_ps(m0, k, m0, ptdp__bf16_load16(l + c, k));
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+/* the sum of exp(l - m) over the valid columns, in 4 x 16 partial sums */
+BF16_TARGET static float sum_row_b16(const uint16_t *l, int64_t nv, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    int64_t c = 0;
+    for (; c + 64 <= nv; c += 64)
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm512_add_ps(
+                a[q], ptdp__exp16(_mm512_sub_ps(ptdp__bf16_load16(l + c + 16 * q, 0xffff), vm)));
+    for (int q = 0; c < nv; c += 16, q++) {
+        const __mmask16 k = lanes(nv - c);
+        a[q] = _mm512_mask_add_ps(a[q], k, a[q],
+                                  ptdp__exp16(_mm512_sub_ps(ptdp__bf16_load16(l + c, k), vm)));
+    }
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+void ptdp__xent_max_b16(const uint16_t *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                        int64_t V) {
+    const int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) rowmax[n] = nv ? max_row_b16(logits + n * Vl, nv) : -INFINITY;
+}
+
+void ptdp__xent_sums_b16(const uint16_t *logits, const float *gmax, const int32_t *targets,
+                         int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl,
+                         int64_t v0, int64_t V) {
+    const int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s * b; n++) {
+        const uint16_t *l = logits + n * Vl;
+        const int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
+        tgt[n] = t >= 0 && t < nv ? ptdp_bf16_to_f32(l[t]) : 0.0f;
+        sumexp[n] = sum_row_b16(l, nv, gmax[n]);
+    }
+}
+
+/* The gradient (ptdp__bf16_xent_grad below): rows k0 .. k0 + 32 of dl for
+ * columns m0 .. m0 + 16, as xent_bwd computes them (exp(l - max) times
+ * scale / sumexp, scale off the target's entry, zero past the valid columns
+ * and in masked rows), rounded to bf16, the rows paired and transposed into
+ * At; row i's 16 values as they are also into keep[i]. */
 typedef struct {
-    float inv[32];
+    float inv[32], max[32];
     int64_t tgt[32]; /* the target's column here, -1 where not in [0, nv) */
     int live[32];    /* 0: past N, or a masked row */
 } xent_rows;
 
-BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows *r, int64_t k0,
+BF16_TARGET static void xent_tile(uint16_t *At, const uint16_t *l, const xent_rows *r, int64_t k0,
                                   int64_t N, int64_t Vl, int64_t nv, int64_t m0, float scale,
                                   __m256i *keep) {
     const __mmask16 m = lanes(nv - m0);
@@ -277,14 +337,16 @@ BF16_TARGET static void xent_tile(uint16_t *At, const float *e, const xent_rows 
             const int i = 2 * j + q;
             __m512 v = _mm512_setzero_ps();
             if (r->live[i]) {
-                const float *row = e + (k0 + i) * Vl;
-                _mm_prefetch((const char *)(row + m0 + PF), _MM_HINT_T0);
-                v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + m0), _mm512_set1_ps(r->inv[i]));
+                const uint16_t *row = l + (k0 + i) * Vl + m0;
+                _mm_prefetch((const char *)(row + 2 * PF), _MM_HINT_T0);
+                const __m512 x =
+                    _mm512_sub_ps(ptdp__bf16_load16(row, m), _mm512_set1_ps(r->max[i]));
+                v = _mm512_maskz_mul_ps(m, ptdp__exp16(x), _mm512_set1_ps(r->inv[i]));
                 const int64_t t = r->tgt[i] - m0;
                 if (t >= 0 && t < 16) v = _mm512_mask_sub_ps(v, (__mmask16)(1u << t), v, sc);
             }
             h[q] = (__m256i)_mm512_cvtneps_pbh(v);
-            if (keep) keep[i] = h[q];
+            keep[i] = h[q];
         }
         p[j] = ptdp__bf16_join16(h[0], h[1]);
     }
@@ -314,23 +376,17 @@ BF16_TARGET static void put_rows(uint16_t *rows, __m256i kp[2][32], int64_t k0, 
     }
 }
 
-/* rows NULL: the blocks of 32 rows split between the threads. Else the
- * threads split each block's columns and finish it before the next: dl's
- * row n (2 Vl bytes) lands over logits' fp32 row n / 2, which for every
- * block but the first belongs to a block already read; the first block's
- * rows go to stash and are copied into place at the end. */
-BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent_grad *xg,
-                                         uint16_t *rows, uint16_t *stash) {
+/* The threads take blocks of 32 rows; each 32 columns of a block become
+ * dl^T in At and dl's rows over the same place in l, which the two tiles
+ * have read by then. */
+BF16_TARGET static void xent_grad_avx512(uint16_t *At, uint16_t *l, const ptdp_xent_grad *xg) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
     const int64_t nv = ptdp__xent_valid_cols(Vl, xg->v0, xg->V);
-    const int64_t blocks = (N + 31) / 32, tiles = (Vl + 15) / 16, pairs = (Vl + 31) / 32;
+    const int64_t blocks = (N + 31) / 32;
 #pragma omp parallel
     {
         const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t b_lo = rows ? 0 : blocks * t / T, b_hi = rows ? blocks : blocks * (t + 1) / T;
-        const int64_t m_lo = rows ? 32 * (pairs * t / T) : 0;
-        const int64_t m_hi = rows ? 32 * (pairs * (t + 1) / T) : 16 * tiles;
-        for (int64_t bk = b_lo; bk < b_hi; bk++) {
+        for (int64_t bk = blocks * t / T; bk < blocks * (t + 1) / T; bk++) {
             const int64_t k0 = bk * 32;
             xent_rows r;
             for (int i = 0; i < 32; i++) {
@@ -338,33 +394,23 @@ BF16_TARGET static void xent_grad_avx512(uint16_t *At, float *e, const ptdp_xent
                 r.live[i] =
                     n < N && !(xg->mask_tokens && xg->mask_tokens[bi * xg->ld + si] == xg->mask_id);
                 r.inv[i] = n < N ? xg->scale / xg->sumexp[n] : 0.0f;
+                r.max[i] = n < N ? xg->gmax[n] : 0.0f;
                 const int64_t tg = n < N ? (int64_t)xg->targets[bi * xg->ld + si] - xg->v0 : -1;
                 r.tgt[i] = tg >= 0 && tg < nv ? tg : -1;
             }
-            uint16_t *dst = !rows ? NULL : bk == 0 ? stash : rows + k0 * Vl;
-            for (int64_t m0 = m_lo; m0 < m_hi; m0 += 32) {
+            for (int64_t m0 = 0; m0 < Vl; m0 += 32) {
                 __m256i kp[2][32];
-                xent_tile(At, e, &r, k0, N, Vl, nv, m0, xg->scale, dst ? kp[0] : NULL);
-                if (m0 + 16 < m_hi)
-                    xent_tile(At, e, &r, k0, N, Vl, nv, m0 + 16, xg->scale, dst ? kp[1] : NULL);
-                if (dst) put_rows(dst, kp, k0, N, Vl, m0);
+                xent_tile(At, l, &r, k0, N, Vl, nv, m0, xg->scale, kp[0]);
+                if (m0 + 16 < Vl) xent_tile(At, l, &r, k0, N, Vl, nv, m0 + 16, xg->scale, kp[1]);
+                put_rows(l + k0 * Vl, kp, k0, N, Vl, m0);
             }
-            if (rows) {
-#pragma omp barrier
-            }
-        }
-        if (rows) { /* the first block's rows, now that every row has been read */
-            const int64_t n1 = N < 32 ? N : 32;
-            for (int64_t n = n1 * t / T; n < n1 * (t + 1) / T; n++)
-                memcpy(rows + n * Vl, stash + n * Vl, sizeof(uint16_t) * (size_t)Vl);
         }
         _mm_sfence(); /* this thread's streamed dl^T, as in pack_avx512 */
     }
 }
 
-void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
-                          uint16_t *stash) {
-    xent_grad_avx512(At, logits, xg, rows ? (uint16_t *)logits : NULL, stash);
+void ptdp__bf16_xent_grad(uint16_t *At, uint16_t *logits, const ptdp_xent_grad *xg) {
+    xent_grad_avx512(At, logits, xg);
 }
 
 void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B, int tb,
@@ -378,9 +424,20 @@ void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_
     (void)dst, (void)A, (void)K, (void)M, (void)lda;
     PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
 }
-void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
-                          uint16_t *stash) {
-    (void)At, (void)logits, (void)xg, (void)rows, (void)stash;
+void ptdp__xent_max_b16(const uint16_t *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                        int64_t V) {
+    (void)logits, (void)rowmax, (void)N, (void)Vl, (void)v0, (void)V;
+    PTDP_ASSERT_MSG(0, "bf16 logits without AVX512_BF16");
+}
+void ptdp__xent_sums_b16(const uint16_t *logits, const float *gmax, const int32_t *targets,
+                         int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl,
+                         int64_t v0, int64_t V) {
+    (void)logits, (void)gmax, (void)targets, (void)ld, (void)sumexp, (void)tgt, (void)s, (void)b;
+    (void)Vl, (void)v0, (void)V;
+    PTDP_ASSERT_MSG(0, "bf16 logits without AVX512_BF16");
+}
+void ptdp__bf16_xent_grad(uint16_t *At, uint16_t *logits, const ptdp_xent_grad *xg) {
+    (void)At, (void)logits, (void)xg;
     PTDP_ASSERT_MSG(0, "bf16 cross-entropy gradient pack without AVX512_BF16");
 }
 int ptdp__bf16_pack_both_fits(const ptdp__bf16_blocking *bt, const ptdp__bf16_blocking *bw) {

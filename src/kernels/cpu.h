@@ -69,17 +69,28 @@ void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
  * ptdp__bf16_blocking_of says yes) */
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda);
 /* The loss head's gradient dl [N = s*b, Vl] (ptdp_xent_grad: xent_bwd's
- * values, masked rows zero) from e in logits, rounded to bf16, without an
- * fp32 copy: At [Vl, N] = dl^T in plain rows (the weight gradient reads it)
- * and, with rows, dl's rows too, as plain bf16 rows [N, Vl] over the start
- * of logits (the input gradient reads them; stash: scratch of 32 Vl values).
- * Without rows e is only read. AVX512_BF16 only, as above. */
-void ptdp__bf16_xent_grad(uint16_t *At, float *logits, const ptdp_xent_grad *xg, int rows,
-                          uint16_t *stash);
-/* the native bf16 table's head_bwd (kernels.h) where it can run it: 1; else
- * 0, nothing done (the caller composes it) */
-int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
-                             const float *wte, int64_t h, float *dwte, float *dx);
+ * values, masked rows zero) from the bf16 logits [N, Vl] and their row
+ * maxima gmax (the exponentials recomputed: ptdp__xent_exp_b16), rounded to
+ * bf16, without an fp32 copy: At [Vl, N] = dl^T in plain rows (the weight
+ * gradient reads it) and dl's plain bf16 rows [N, Vl] over the logits (the
+ * input gradient reads them). AVX512_BF16 only, as above. */
+void ptdp__bf16_xent_grad(uint16_t *At, uint16_t *logits, const ptdp_xent_grad *xg);
+/* The native bf16 table's head_logits: the logits x wte^T [N, Vl] written
+ * in bf16 over the start of logits (oneDNN's matmul, bf16 output) where it
+ * can have everything its head_bwd needs as well: 1; else 0, nothing done
+ * (the caller runs the fp32-output GEMM). The last call's answer is
+ * remembered for that buffer: ptdp__gemm_bf16_logits_b16 says whether
+ * logits [N, Vl] holds bf16 logits (from it, until a GEMM of the native
+ * table writes there; only that table's xent_sums and head_bwd ask, right
+ * after its head_logits). */
+int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
+                                int64_t N, int64_t Vl);
+int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl);
+/* the native bf16 table's head_bwd (kernels.h) on bf16 logits (xg->gmax:
+ * their row maxima): it cannot fail where ptdp__gemm_bf16_head_logits wrote
+ * them */
+void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
+                              const float *wte, int64_t h, float *dwte, float *dx);
 /* how many weight gradients C += A^T B the bf16 GEMM ran with A^T and B
  * packed by bf16_blocked.c (the test checks the path runs) */
 int64_t ptdp__gemm_bf16_wgrad_calls(void);
@@ -216,6 +227,16 @@ void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t 
 void ptdp__xent_sums_bf16(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                           float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                           int64_t V);
+/* ... and over logits stored in bf16 [N, Vl] (2-byte values; the native
+ * bf16 table's loss head writes them so: ptdp__gemm_bf16_head_logits), with
+ * AVX-512 (bf16_blocked.c; only where ptdp__gemm_tile_bf16_available): the
+ * same max and target logit, the sum of the same exponentials in another
+ * order, nothing written back (the backward recomputes the exponentials) */
+void ptdp__xent_max_b16(const uint16_t *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
+                        int64_t V);
+void ptdp__xent_sums_b16(const uint16_t *logits, const float *gmax, const int32_t *targets,
+                         int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl,
+                         int64_t v0, int64_t V);
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
                      int64_t N);
 /* how many of the Vl local columns, global ids v0.., are real vocabulary

@@ -43,11 +43,22 @@
 typedef struct {
     int ta, tb, sum, blocked;
     int64_t M, N, K, ldc;
+    int cb16; /* C in bf16 (the loss head's logits), else fp32 */
     ptdp__onednn_mm mm;
     ptdp__bf16_blocking blk; /* blocked 2: B's layout, its buffer and memory object */
     void *bbuf;
     dnnl_memory_t bmem;
 } shape;
+
+/* a shape's key: what find_shape compares */
+static shape shape_key(int ta, int tb, int sum, int blocked, int64_t M, int64_t N, int64_t K,
+                       int64_t ldc) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.ta = ta, s.tb = tb, s.sum = sum, s.blocked = blocked;
+    s.M = M, s.N = N, s.K = K, s.ldc = ldc;
+    return s;
+}
 
 typedef struct { /* a declared weights range and its generation */
     const float *lo, *hi;
@@ -83,8 +94,10 @@ static struct {
     int check;           /* PTDP_CHECK_WEIGHT_COPIES */
     int64_t wgrad_calls; /* weight gradients through ptdp's own packs (the test reads it) */
     int64_t head_calls;  /* loss head backwards through ptdp__gemm_bf16_head_bwd (likewise) */
-    int own;             /* weight copies by bf16_blocked.c where it writes the layout; 0 with
-                          * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
+    const float *lb16;   /* logits [lb16_n values] holding bf16 logits (head_logits) */
+    int64_t lb16_n;
+    int own; /* weight copies by bf16_blocked.c where it writes the layout; 0 with
+              * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
 } g;
 
 static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
@@ -102,7 +115,8 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
         (s->blocked
              ? dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, dnnl_format_tag_any)
              : dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success)
+        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, s->cb16 ? dnnl_bf16 : dnnl_f32, cs) !=
+            dnnl_success)
         return NULL;
     const char *impl;
     dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(&amd, &bmd, &cmd, s->sum, &impl);
@@ -120,8 +134,7 @@ int ptdp__gemm_bf16_available(const char **why) {
         snprintf(g.why, sizeof g.why, "oneDNN has no engine");
         if (ptdp__onednn(&g.eng, &g.strm)) {
             char impl[64] = "";
-            const shape probe = {0,    1,   0, 0, 64, 64, 64, 64, {NULL, {NULL}}, {0, 0, 0, 0},
-                                 NULL, NULL};
+            const shape probe = shape_key(0, 1, 0, 0, 64, 64, 64, 64);
             dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
             if (p) {
                 dnnl_primitive_destroy(p);
@@ -338,7 +351,7 @@ static shape *find_shape(const shape *key) {
         shape *s = &g.shapes[i];
         if (s->ta == key->ta && s->tb == key->tb && s->sum == key->sum &&
             s->blocked == key->blocked && s->M == key->M && s->N == key->N && s->K == key->K &&
-            s->ldc == key->ldc)
+            s->ldc == key->ldc && s->cb16 == key->cb16)
             return s;
     }
     if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
@@ -364,7 +377,7 @@ static shape *find_shape(const shape *key) {
  * into plain rows (blocked 2), with B's blocked buffer; NULL where it cannot
  * be had (the caller takes another path) */
 static shape *wgrad_shape(int64_t M, int64_t N, int64_t K, int64_t ldc) {
-    const shape key = {1, 0, 1, 2, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+    const shape key = shape_key(1, 0, 1, 2, M, N, K, ldc);
     shape *s = find_shape(&key);
     return s && s->bmem ? s : NULL;
 }
@@ -380,6 +393,8 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
+    if (g.lb16 && C < g.lb16 + g.lb16_n && C + (M - 1) * ldc + N > g.lb16)
+        g.lb16 = NULL; /* fp32 values over the bf16 logits */
     const int sum = beta != 0.0f;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     if (alpha != 1.0f || (sum && beta != 1.0f) || K == 0 || g.state != 1 ||
@@ -403,8 +418,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         }
     }
     dnnl_memory_t mb = NULL;
-    shape key = {ta, tb, sum, gen != 0, M, N, K, ldc, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL},
-          *sh = NULL;
+    shape key = shape_key(ta, tb, sum, gen != 0, M, N, K, ldc), *sh = NULL;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;
@@ -419,36 +433,68 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     ptdp__onednn_mm_run(&sh->mm, g.a, mb ? NULL : g.b, mb, C);
 }
 
-/* The loss head's backward (kernels.h's head_bwd): dl made in bf16 straight
- * from e by bf16_blocked.c in one pass, as dl^T in plain rows into the A
- * scratch and as dl's rows over the logits, then both GEMMs: the weight
- * gradient as the weight-gradient path above runs it, the input gradient
- * dx = dl wte from dl's rows and the weight path's blocked copy of wte, the
- * composition's matmul. (Before 2026-11-24 dx read dl^T as a transposed A,
- * which oneDNN ran at 630-650 GFLOP/s on 2 Zen 5 cores: 66.7 ms at
- * bench_train's config (c), 57.0 ms from dl's rows. Before that, dl's rows
- * at a stride of 2 Vl over the logits made it take its gemm:jit kernel and
- * reorder wte every step.)
- * Against the composition (xent_bwd and its rounding pass, the transposing
- * pack and the plain conversion, each a pass over the [N, Vl] fp32 logits)
- * this reads e once and writes 4 bytes per logit; the values are the same
- * (dl rounded to bf16 once either way, the same GEMMs). */
-int ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
-                             const float *wte, int64_t h, float *dwte, float *dx) {
-    const int64_t N = xg->s * xg->b, Vl = xg->Vl;
-    if (g.state != 1 || !g.own || N == 0 || Vl == 0 || h == 0) return 0;
+/* ---- the loss head ---------------------------------------------------------
+ * The logits l = x wte^T [N, Vl] come out of the matmul in bf16 (its fp32
+ * sums rounded to nearest even, the values the fp32-output path's readers
+ * round them to), over the start of the fp32 logits buffer: 2 bytes a logit
+ * for every pass after it. The cross-entropy reads them twice (the max, then
+ * the target logit and the sum of exponentials: embed_xent.c's _b16 forms)
+ * and the backward once more: ptdp__bf16_xent_grad recomputes each
+ * exponential rather than reading 4 stored bytes of it, and writes dl twice
+ * in that pass, dl^T in plain rows into the A scratch for the weight
+ * gradient dwte += dl^T x, and dl's bf16 rows over the logits for the input
+ * gradient dx = dl wte (the weight path's blocked copy of wte). Against the
+ * fp32 logits (written 4 bytes a logit by the matmul, read by the max, read
+ * and overwritten with e by the sums, read by the gradient's pass) that is
+ * 515 against 1,236 MB of memory traffic at GPT-2's head (N = 1,024,
+ * V = 50,304) for a second exp per logit (docs/performance.md).
+ * head_logits takes this path only where it can have everything the
+ * backward needs (shapes, both copies of wte, the scratch), so head_bwd on
+ * bf16 logits cannot fail. */
+typedef struct {
+    shape *lg, *ws, *ds; /* the logits, the weight gradient, the input gradient */
+    dnnl_memory_t wt, w; /* wte's copies: W^T for the logits, W for dx */
+} head_prims;
+
+static int head_prims_of(head_prims *p, const float *wte, int64_t h, int64_t N, int64_t Vl) {
     const uint64_t gen = range_gen(wte, wte + Vl * h);
-    const shape dk = {0, 0, 0, 1, N, h, Vl, h, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
-    shape *ws = wgrad_shape(Vl, h, N, h), *ds = gen ? find_shape(&dk) : NULL;
-    dnnl_memory_t mb = ds ? weight_copy(ds, wte, h, gen) : NULL;
-    if (!ws || !mb || !grow(&g.a, &g.acap, (size_t)(Vl * N)) ||
-        !grow(&g.b, &g.bcap, (size_t)(32 * Vl)))
-        return 0;
-    ptdp__bf16_xent_grad(g.a, logits, xg, 1, g.b);
-    wgrad_run(ws, x, h, dwte);
-    ptdp__onednn_mm_run(&ds->mm, logits, NULL, mb, dx);
-    g.head_calls++;
+    if (g.state != 1 || !g.own || !gen || N == 0 || Vl == 0 || h == 0) return 0;
+    shape lk = shape_key(0, 1, 0, 1, N, Vl, h, Vl), dk = shape_key(0, 0, 0, 1, N, h, Vl, h);
+    lk.cb16 = 1;
+    p->lg = find_shape(&lk);
+    p->ws = wgrad_shape(Vl, h, N, h);
+    p->ds = find_shape(&dk);
+    p->wt = p->lg ? weight_copy(p->lg, wte, h, gen) : NULL;
+    p->w = p->ds ? weight_copy(p->ds, wte, h, gen) : NULL;
+    return p->ws && p->wt && p->w && grow(&g.a, &g.acap, (size_t)(N * (Vl > h ? Vl : h)));
+}
+
+int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
+                                int64_t N, int64_t Vl) {
+    head_prims p;
+    g.lb16 = NULL;
+    if (!head_prims_of(&p, wte, h, N, Vl)) return 0;
+    pack(g.a, x, N, h, h);
+    ptdp__onednn_mm_run(&p.lg->mm, g.a, NULL, p.wt, logits);
+    g.lb16 = logits, g.lb16_n = (N * Vl + 1) / 2;
     return 1;
+}
+
+int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl) {
+    return g.lb16 && logits == g.lb16 && g.lb16_n == (N * Vl + 1) / 2;
+}
+
+void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
+                              const float *wte, int64_t h, float *dwte, float *dx) {
+    const int64_t N = xg->s * xg->b, Vl = xg->Vl;
+    head_prims p;
+    PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && head_prims_of(&p, wte, h, N, Vl),
+                    "bf16 loss head backward without its forward's bf16 logits");
+    ptdp__bf16_xent_grad(g.a, (uint16_t *)logits, xg);
+    wgrad_run(p.ws, x, h, dwte);
+    ptdp__onednn_mm_run(&p.ds->mm, logits, NULL, p.w, dx);
+    g.lb16 = NULL; /* dl's rows there now */
+    g.head_calls++;
 }
 
 int64_t ptdp__gemm_bf16_head_calls(void) { return g.head_calls; }
@@ -463,7 +509,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
     for (int i = 0; i < n && ok; i++) { /* i = 1: op(B)^T [N, K] */
         const int t = i ? !tb : tb;
         const int64_t k = i ? N : K, nn = i ? K : N;
-        const shape key = {0, t, 0, 1, M, nn, k, nn, {NULL, {NULL}}, {0, 0, 0, 0}, NULL, NULL};
+        const shape key = shape_key(0, t, 0, 1, M, nn, k, nn);
         const shape *sh = find_shape(&key);
         const dnnl_memory_desc_t *dst = NULL;
         if (sh) {

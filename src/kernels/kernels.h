@@ -58,6 +58,7 @@ typedef struct {
  * them). */
 typedef struct {
     const float *sumexp;
+    const float *gmax; /* the rows' maxima (a table whose logits hold them, not e, reads it) */
     const int32_t *targets;
     int64_t ld, s, b, Vl, v0, V;
     float scale;
@@ -232,14 +233,18 @@ typedef struct ptdp_ops {
      *   dl = xent_bwd's result on logits (holding e), masked rows zero
      *   dwte [Vl, h] += dl^T x    (x [N, h], the final LayerNorm's output)
      *   dx [N, h] = dl wte        (wte [Vl, h], the tied embedding's rows)
-     * with dx rounded like any gemm output. logits holds garbage afterwards. */
+     * with dx rounded like any gemm output. logits holds garbage afterwards.
+     * xg->gmax is there for a table whose head_logits stored the logits
+     * themselves, not e (the native bf16 table: in 16 bits). */
     void (*head_bwd)(float *logits, const ptdp_xent_grad *xg, const float *x, const float *wte,
                      int64_t h, float *dwte, float *dx);
     /* OPTIONAL (NULL: ptdp_head_logits runs gemm, then xent_max): the loss
      * head's logits l = x wte^T [N, Vl] (x [N, h], wte [Vl, h]) into logits,
      * and rowmax as xent_max gives it. A 16-bit table whose xent_max and
      * xent_sums round what they read may leave l there unrounded: the same
-     * values as rounding first, without a pass over the logits for it. */
+     * values as rounding first, without a pass over the logits for it; one
+     * whose xent_sums and head_bwd read them so may store them in 16 bits
+     * over the start of the buffer. */
     void (*head_logits)(const float *x, const float *wte, int64_t h, float *logits, float *rowmax,
                         int64_t N, int64_t Vl, int64_t v0, int64_t V);
 } ptdp_ops;

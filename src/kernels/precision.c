@@ -5,7 +5,8 @@
  * loss scaling watches for): the element-wise kernels round each row as
  * they write it (their _r forms, given R), GEMMs and attention in a pass
  * over their output; the bf16 tables' loss head leaves the logits
- * unrounded and its xent_max and xent_sums round what they read. The
+ * unrounded and its xent_max and xent_sums round what they read (the
+ * native bf16 table's stores them in bf16: gemm_bf16.c). The
  * arithmetic inside every op is fp32, so
  * LayerNorm statistics, softmax and the cross-entropy are fp32 as Megatron
  * computes them; weight gradients (beta != 0 GEMMs, the bias, LayerNorm and
@@ -133,15 +134,35 @@ PTDP__BF16_HEAD(onednn_bf16)
  * the grid */
 PTDP__PREC_GEMM(bf16, ptdp_round_bf16_n, onednn_bf16)
 
-/* ... and its loss head backward (gemm_bf16.c), dx rounded as the gemm above
- * rounds it; the composition where that cannot run */
+/* ... and its loss head (gemm_bf16.c): the logits in bf16 where it can
+ * (then the cross-entropy reads 2-byte logits, and head_bwd makes dl from
+ * them, dx rounded as the gemm above rounds it), else the fp32-output path
+ * of the tables above and the composition */
 static ptdp_ops tables[2][3]; /* [library][dtype]; 16-bit entries built once */
-static void bf16_head_bwd_onednn_bf16(float *logits, const ptdp_xent_grad *xg, const float *x,
-                                      const float *wte, int64_t h, float *dwte, float *dx) {
-    if (ptdp__gemm_bf16_head_bwd(logits, xg, x, wte, h, dwte, dx))
-        ptdp_round_bf16_n(dx, xg->s * xg->b * h);
+static void bf16_head_logits_native(const float *x, const float *wte, int64_t h, float *logits,
+                                    float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
+    if (ptdp__gemm_bf16_head_logits(x, wte, h, logits, N, Vl))
+        ptdp__xent_max_b16((const uint16_t *)logits, rowmax, N, Vl, v0, V);
     else
+        bf16_head_logits_onednn_bf16(x, wte, h, logits, rowmax, N, Vl, v0, V);
+}
+static void bf16_xent_sums_native(float *logits, const float *gmax, const int32_t *targets,
+                                  int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b,
+                                  int64_t Vl, int64_t v0, int64_t V) {
+    if (ptdp__gemm_bf16_logits_b16(logits, s * b, Vl))
+        ptdp__xent_sums_b16((const uint16_t *)logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0,
+                            V);
+    else
+        ptdp__xent_sums_bf16(logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0, V);
+}
+static void bf16_head_bwd_native(float *logits, const ptdp_xent_grad *xg, const float *x,
+                                 const float *wte, int64_t h, float *dwte, float *dx) {
+    if (ptdp__gemm_bf16_logits_b16(logits, xg->s * xg->b, xg->Vl)) {
+        ptdp__gemm_bf16_head_bwd(logits, xg, x, wte, h, dwte, dx);
+        ptdp_round_bf16_n(dx, xg->s * xg->b * h);
+    } else {
         ptdp_head_bwd_composed(&tables[0][PTDP_DTYPE_BF16], logits, xg, x, wte, h, dwte, dx);
+    }
 }
 
 /* bf16 with AVX512_BF16: attention's tile products in bf16 (attn_bf16.c),
@@ -219,8 +240,9 @@ static void build_tables(void) {
         t->name = "cpu/onednn/bf16-native-gemm";
         t->gemm = bf16_gemm_onednn_bf16;
         t->weights_changed = ptdp__gemm_bf16_weights_changed;
-        t->head_bwd = bf16_head_bwd_onednn_bf16;
-        t->head_logits = bf16_head_logits_onednn_bf16;
+        t->head_logits = bf16_head_logits_native;
+        t->xent_sums = bf16_xent_sums_native;
+        t->head_bwd = bf16_head_bwd_native;
         if (ptdp__gemm_tile_bf16_available()) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_packed;

@@ -74,6 +74,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
 
     /* dwte += dl^T ln and d(ln) = dl wte, dl the logits' gradient */
     const ptdp_xent_grad xg = {c->sumexp,
+                               c->gmax,
                                targets,
                                s + 1,
                                s,
