@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu.h"
+#include "kernels/fastmath.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/bf16_simd.h"
@@ -232,10 +233,132 @@ static int packs_ready(size_t n) {
 }
 
 /* the pack space of one task: nq [s][ceil(hd/2)] layouts, np [ceil(s/2)][hd]
- * ones and a tile's */
+ * ones and a tile's (the backward's three: P^T and dS^T as pairs of rows,
+ * dS in rows, each at most ceil(B/2) B pairs) */
 static size_t pack_need(int64_t s, int64_t hd, int nq, int np) {
     const int64_t B = ptdp__attn_block(s);
-    return (size_t)(nq * s * ((hd + 1) / 2) + np * ((s + 1) / 2) * hd + B * B);
+    return (size_t)(nq * s * ((hd + 1) / 2) + np * ((s + 1) / 2) * hd + 3 * ((B + 1) / 2) * B);
+}
+
+/* ---- a tile's softmax rows straight into the packs (no dropout) --------
+ * With dropout the rows go through attention.c's row functions, as the
+ * fp32 attention's do, and are packed after. Without it they are made here
+ * in 16 lanes and packed as they are made: P in bf16 for the product with v
+ * (forward); P and dS as pairs of rows and dS in rows for the three
+ * products (backward). The exponentials are ptdp__expf's bit for bit
+ * (ptdp__exp16, the fused multiply-subtract gcc makes of the rows' scale *
+ * s - max), so the backward's P and dS are attention.c's; the forward's
+ * row sums add the same terms in another order. */
+
+/* keys of tile column [c0, c0 + cb) query row gi sees (causal) */
+static int64_t keys_seen(int64_t gi, int64_t c0, int64_t cb) {
+    const int64_t n = gi - c0 + 1;
+    return n < 0 ? 0 : n > cb ? cb : n;
+}
+
+/* 16 values of a row with n left, zeros past them */
+BF16_TARGET static inline __m512 load_left(const float *p, int64_t n) {
+    return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(lanes(n), p);
+}
+
+/* 16 bf16 values (the low half of v) at dst, of which n are kept */
+BF16_TARGET static inline void store_bf16(uint16_t *dst, __m256i v, int64_t n) {
+    if (n >= 16)
+        _mm256_storeu_si256((__m256i *)(void *)dst, v);
+    else
+        _mm512_mask_storeu_epi16(dst, ptdp__lanes32(n), _mm512_castsi256_si512(v));
+}
+
+/* The forward tile's rows (ptdp__attn_fwd_rows' online softmax without
+ * dropout) from S = q k^T in St [rb, cb]: P rounded to bf16 into Pa [rb][c2]
+ * pairs along the keys (zeros past the keys a row sees, and in the pad of
+ * an odd cb), the running max m and sum l updated, the context rows so far
+ * rescaled. */
+BF16_TARGET static void fwd_rows_packed(const float *St, int64_t r0, int64_t rb, int64_t c0,
+                                        int64_t cb, float scale, float *m, float *l, float *C,
+                                        int64_t ldc, int64_t hd, uint32_t *Pa, int64_t c2) {
+    const int first = c0 == 0;
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < rb; i++) {
+        const int64_t n = keys_seen(r0 + i, c0, cb);
+        const float *pr = St + i * cb;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n; j += 16)
+            mx = _mm512_mask_max_ps(mx, lanes(n - j), mx, load_left(pr + j, n - j));
+        const float mxs = _mm512_reduce_max_ps(mx) * scale;
+        const float mnew = first || mxs > m[i] ? mxs : m[i];
+        const __m512 vm = _mm512_set1_ps(mnew);
+        __m512 acc = _mm512_setzero_ps();
+        uint16_t *dst = (uint16_t *)(Pa + i * c2);
+        for (int64_t j = 0; j < 2 * c2; j += 16) {
+            const __mmask16 k = lanes(n - j);
+            const __m512 e = _mm512_maskz_mov_ps(
+                k, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(pr + j, n - j), vm)));
+            acc = _mm512_add_ps(acc, e);
+            store_bf16(dst + j, (__m256i)_mm512_cvtneps_pbh(e), 2 * c2 - j);
+        }
+        const float sum = _mm512_reduce_add_ps(acc);
+        const float alpha = first ? 0.0f : ptdp__expf(m[i] - mnew);
+        l[i] = first ? sum : l[i] * alpha + sum;
+        m[i] = mnew;
+        if (!first) {
+            float *cr = C + (r0 + i) * ldc;
+            const __m512 va = _mm512_set1_ps(alpha);
+            for (int64_t e = 0; e < hd; e += 16) {
+                const __mmask16 k = lanes(hd - e);
+                _mm512_mask_storeu_ps(cr + e, k,
+                                      _mm512_mul_ps(_mm512_maskz_loadu_ps(k, cr + e), va));
+            }
+        }
+    }
+}
+
+/* The backward tile's rows without dropout (ptdp__attn_bwd_rows): from
+ * S = q k^T in Pt and dP = dctx v^T in dPt [rb, cb], P = exp(scale S - L)
+ * and dS = scale P (dP - D) on the keys each row sees (zeros after), packed
+ * as Tp [r2][cb] pairs of P's rows (dV += P^T dctx), Ts [r2][cb] pairs of
+ * dS's rows (dK += dS^T q) and Tr [rb][c2] dS's rows in pairs along the
+ * keys (dQ += dS k; the pad of an odd cb written as a zero); a missing
+ * last row of a pair is zeros. */
+BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64_t r0, int64_t rb,
+                                        int64_t c0, int64_t cb, float scale, const float *L,
+                                        const float *D, uint32_t *Tp, uint32_t *Ts, uint32_t *Tr,
+                                        int64_t c2) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < rb; i += 2) {
+        const int two = i + 1 < rb;
+        const int64_t n0 = keys_seen(r0 + i, c0, cb), n1 = two ? keys_seen(r0 + i + 1, c0, cb) : 0;
+        const __m512 l0 = _mm512_set1_ps(L[r0 + i]),
+                     l1 = _mm512_set1_ps(two ? L[r0 + i + 1] : 0.0f);
+        const __m512 d0 = _mm512_set1_ps(D[r0 + i]),
+                     d1 = _mm512_set1_ps(two ? D[r0 + i + 1] : 0.0f);
+        const float *s0 = Pt + i * cb, *s1 = s0 + cb, *g0 = dPt + i * cb, *g1 = g0 + cb;
+        uint16_t *q0 = (uint16_t *)(Tr + i * c2), *q1 = (uint16_t *)(Tr + (i + 1) * c2);
+        for (int64_t j = 0; j < cb; j += 16) {
+            const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j);
+            const __m512 p0 = _mm512_maskz_mov_ps(
+                k0, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s0 + j, n0 - j), l0)));
+            const __m512 p1 =
+                two ? _mm512_maskz_mov_ps(
+                          k1, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s1 + j, n1 - j), l1)))
+                    : _mm512_setzero_ps();
+            const __m512 ds0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(vs, p0),
+                                                   _mm512_sub_ps(load_left(g0 + j, n0 - j), d0));
+            const __m512 ds1 =
+                two ? _mm512_maskz_mul_ps(k1, _mm512_mul_ps(vs, p1),
+                                          _mm512_sub_ps(load_left(g1 + j, n1 - j), d1))
+                    : _mm512_setzero_ps();
+            const __m256i hp0 = (__m256i)_mm512_cvtneps_pbh(p0),
+                          hp1 = (__m256i)_mm512_cvtneps_pbh(p1);
+            const __m256i hs0 = (__m256i)_mm512_cvtneps_pbh(ds0),
+                          hs1 = (__m256i)_mm512_cvtneps_pbh(ds1);
+            const __mmask16 km = lanes(cb - j);
+            _mm512_mask_storeu_epi32(Tp + i / 2 * cb + j, km, ptdp__bf16_join16(hp0, hp1));
+            _mm512_mask_storeu_epi32(Ts + i / 2 * cb + j, km, ptdp__bf16_join16(hs0, hs1));
+            store_bf16(q0 + j, hs0, 2 * c2 - j);
+            if (two) store_bf16(q1 + j, hs1, 2 * c2 - j);
+        }
+    }
 }
 
 BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch,
@@ -265,8 +388,12 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
                 const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
                 const int first = c0 == 0;
                 mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb);
-                ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
-                pack_rows(Pa, St, cb, rb, cb);
+                if (drop.p > 0.0f) {
+                    ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
+                    pack_rows(Pa, St, cb, rb, cb);
+                } else {
+                    fwd_rows_packed(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, Pa, c2);
+                }
                 mm(rb, hd, c2, Pa, c2, 1, Vb + c0 / 2 * hd, hd, first ? 0.0f : 1.0f, C + r0 * ldc,
                    ldc);
             }
@@ -316,15 +443,20 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
                 mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb);
                 mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb);
-                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
-                /* dV += P^T dctx, dK += dS^T q: A^T as pairs of P's (dS's) rows */
-                pack_pairs(Ta, dropping ? Pdt : Pt, cb, rb, cb);
-                mm(cb, hd, r2, Ta, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, dV + c0 * ld3, ld3);
-                pack_pairs(Ta, dPt, cb, rb, cb);
-                mm(cb, hd, r2, Ta, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, dK + c0 * ld3, ld3);
-                /* dQ += dS k */
-                pack_rows(Ta, dPt, cb, rb, cb);
-                mm(rb, hd, c2, Ta, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, dQ + r0 * ld3, ld3);
+                /* P^T, dS^T as pairs of rows; dS in rows */
+                uint32_t *Tp = Ta, *Ts = Tp + r2 * cb, *Tr = Ts + r2 * cb;
+                if (dropping) {
+                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
+                    pack_pairs(Tp, Pdt, cb, rb, cb);
+                    pack_pairs(Ts, dPt, cb, rb, cb);
+                    pack_rows(Tr, dPt, cb, rb, cb);
+                } else {
+                    bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, D, Tp, Ts, Tr, c2);
+                }
+                /* dV += P^T dctx, dK += dS^T q, dQ += dS k */
+                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, dV + c0 * ld3, ld3);
+                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, dK + c0 * ld3, ld3);
+                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, dQ + r0 * ld3, ld3);
             }
         }
     }
