@@ -28,11 +28,13 @@
  * Also here, for the weight gradients' C += A^T B (both operands stored
  * with K, the tokens, as rows): A^T into plain bf16 rows, the same register
  * transpose over pairs of A's rows (ptdp__bf16_pack_transposed); their B is
- * packed into the blocked layout like a weight. And the loss head's gradient
- * (ptdp__bf16_xent_grad): xent_bwd's values computed from the exponentials
- * and written in bf16, transposed, in one pass. */
-#include <omp.h>
+ * packed into the blocked layout like a weight. And the loss head's
+ * cross-entropy on its bf16 logits: the row maxima, the sums of the
+ * exponentials (ptdp__xent_max_b16, ptdp__xent_sums_b16) and the gradient
+ * (ptdp__bf16_xent_grad): xent_bwd's values, the exponentials recomputed,
+ * written in bf16, transposed and in rows, in one pass. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "kernels/cpu.h"

@@ -438,7 +438,7 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
  * sums rounded to nearest even, the values the fp32-output path's readers
  * round them to), over the start of the fp32 logits buffer: 2 bytes a logit
  * for every pass after it. The cross-entropy reads them twice (the max, then
- * the target logit and the sum of exponentials: embed_xent.c's _b16 forms)
+ * the target logit and the sum of exponentials: bf16_blocked.c's _b16 forms)
  * and the backward once more: ptdp__bf16_xent_grad recomputes each
  * exponential rather than reading 4 stored bytes of it, and writes dl twice
  * in that pass, dl^T in plain rows into the A scratch for the weight
