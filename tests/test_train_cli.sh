@@ -244,6 +244,11 @@ else
     grep -q "^backends: cpu (GEMM: onednn, openblas); cuda not built" "$tmp/ver" && grep -q "built without CUDA" "$tmp/err" &&
         ok || bad "--version backends: $(cat "$tmp/ver" "$tmp/err")"
 fi
+# the start line names the CPU run's GEMM library whatever the precision
+for pg in "--bf16 --gemm openblas:openblas" "--fp16:onednn" "--gemm openblas:openblas"; do
+    "$PTDP" train $M --mock-data ${pg%%:*} 2>&1 | head -1 | grep -q "GEMM ${pg##*:}\$" && ok ||
+        bad "train ${pg%%:*}: the start line does not say GEMM ${pg##*:}"
+done
 if grep -q '^flags' /proc/cpuinfo 2>/dev/null; then
     for f in avx2 f16c avx512f avx512_bf16; do
         if grep -qw "$f" <(grep -m1 '^flags' /proc/cpuinfo); then w=" $f"; else w=" no-$f"; fi

@@ -220,7 +220,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.log_loss_scale_to_tensorboard = a.log_loss_scale_to_tensorboard;
     rp.log_learning_rate_to_tensorboard = a.log_learning_rate_to_tensorboard;
     rp.log_world_size_to_tensorboard = a.log_world_size_to_tensorboard;
-    rp.gemm_name = tp.ops == ptdp_cpu_ops_lib(lib) ? ptdp_gemm_lib_name(lib) : "cublas";
+    rp.gemm_name = strcmp(a.device, "cuda") ? ptdp_gemm_lib_name(lib) : "cublas";
     rp.check_dp_replicas = a.check_dp_replicas;
     rp.check_for_nan = a.check_for_nan;
     rp.log_throughput = a.log_throughput;
