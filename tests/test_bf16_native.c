@@ -557,6 +557,9 @@ static void test_head_bwd(void) {
         CHECK(ptdp__gemm_bf16_logits_b16(L, N, Vl));
         t->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, L, Vl);
         CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl));
+        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V); /* and so do new weights */
+        t->weights_changed(wte, Vl * h);
+        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl));
         t->weights_changed(wte, 0);
         free(tok), free(x), free(wte), free(dw0), free(L), free(Lg), free(Lf), free(st1);
         free(st2), free(dw1), free(dw2), free(dx1), free(dx2), free(lb), free(At);

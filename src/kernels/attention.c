@@ -46,17 +46,16 @@ int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
 }
 
 ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
-                                   int64_t hd, int64_t s) {
-    const int64_t bi = task / al, j = task % al;
-    return (ptdp__attn_task){ptdp__attn_drop_block(drop, task, al), (bi * al * 3 + j * 3) * hd,
-                             (bi * al + j) * hd,
-                             scratch + ptdp__attn_per_thread(s) * omp_get_thread_num()};
-}
-
-/* Keys of tile column [c0, c0 + cb) that query row gi sees (causal). */
-static int64_t row_keys(int64_t gi, int64_t c0, int64_t cb) {
-    int64_t n = gi - c0 + 1;
-    return n < 0 ? 0 : n > cb ? cb : n;
+                                   int64_t hd, int64_t s, const float *qkv, float *dqkv) {
+    const int64_t bi = task / al, j = task % al, off = (bi * al * 3 + j * 3) * hd;
+    const int64_t B = ptdp__attn_block(s);
+    ptdp__attn_task t = {.blk = ptdp__attn_drop_block(drop, task, al), .co = (bi * al + j) * hd};
+    t.q = qkv + off, t.k = t.q + hd, t.v = t.q + 2 * hd;
+    if (dqkv) t.dq = dqkv + off, t.dk = t.dq + hd, t.dv = t.dq + 2 * hd;
+    float *scr = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num();
+    for (int i = 0; i < 3; i++) t.tile[i] = scr + i * B * B;
+    t.m = scr + 3 * B * B, t.l = t.m + B, t.D = t.l + B;
+    return t;
 }
 
 /* One forward tile row: pr[0..n) holds raw scores q.k; turns it into
@@ -110,7 +109,7 @@ void ptdp__attn_fwd_rows(float *St, int64_t r0, int64_t rb, int64_t c0, int64_t 
                          int64_t blk, int64_t s) {
     const int first = c0 == 0;
     for (int64_t i = 0; i < rb; i++) {
-        const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+        const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
         float *pr = St + i * cb;
         const float alpha = online_row(pr, n, cb, scale, &m[i], &l[i], first);
         /* the row sum above is of the undropped probabilities */
@@ -144,7 +143,7 @@ void ptdp__attn_bwd_rows(float *Pt, float *dPt, float *Pdt, int64_t r0, int64_t 
                          int64_t blk, int64_t s) {
     const int dropping = drop.p > 0.0f;
     for (int64_t i = 0; i < rb; i++) {
-        const int64_t gi = r0 + i, n = row_keys(gi, c0, cb);
+        const int64_t gi = r0 + i, n = ptdp__attn_row_keys(gi, c0, cb);
         const uint64_t base = (uint64_t)(blk * s * s + gi * s + c0);
         float *pr = Pt + i * cb, *dr = dPt + i * cb;
         recompute_row(pr, n, cb, scale, L[gi]);
@@ -178,11 +177,10 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
         const int64_t blk = t.blk;
-        float *St = t.scr, *m = St + 3 * B * B, *l = m + B; /* [B, B]; [B] each */
-        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
-        float *C = ctx + t.co, *L = lse + task * s;
+        float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co, *L = lse + task * s;
+        const float *Q = t.q, *K = t.k, *V = t.v;
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             const int64_t rb = r0 + B < s ? B : s - r0;
             /* key blocks up to and including the diagonal one */
@@ -207,14 +205,10 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
-        const int64_t blk = t.blk;
-        /* [B, B] tiles: P, dP (then dS), dropout(P); D [s] past the row statistics */
-        float *Pt = t.scr, *dPt = Pt + B * B, *Pdt = dPt + B * B, *D = Pdt + B * B + 2 * B;
-        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
-        float *dQ = dqkv + t.off, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        const float *dC = dctx + t.co, *C = ctx + t.co, *L = lse + task * s;
-        ptdp__attn_row_dots(D, dC, C, s, hd, ldc);
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
+        float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
+        const float *dC = dctx + t.co, *L = lse + task * s;
+        ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
         /* key block outer: dK, dV of the block accumulate over the query
          * tiles at and below the diagonal; dQ of a tile over key blocks */
         for (int64_t c0 = 0; c0 < s; c0 += B) {
@@ -222,14 +216,16 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
             for (int64_t r0 = c0; r0 < s; r0 += B) {
                 const int64_t rb = r0 + B < s ? B : s - r0;
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
-                gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, Pt, cb);
-                gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, V + c0 * ld3, ld3, 0.0f, dPt, cb);
-                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
+                gemm(0, 1, rb, cb, hd, 1.0f, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, 0.0f, Pt,
+                     cb);
+                gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, 0.0f, dPt,
+                     cb);
+                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk, s);
                 gemm(1, 0, cb, hd, rb, 1.0f, dropping ? Pdt : Pt, cb, dC + r0 * ldc, ldc, kv_beta,
-                     dV + c0 * ld3, ld3);
-                gemm(1, 0, cb, hd, rb, 1.0f, dPt, cb, Q + r0 * ld3, ld3, kv_beta, dK + c0 * ld3,
+                     t.dv + c0 * ld3, ld3);
+                gemm(1, 0, cb, hd, rb, 1.0f, dPt, cb, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
                      ld3);
-                gemm(0, 0, rb, hd, cb, 1.0f, dPt, cb, K + c0 * ld3, ld3, q_beta, dQ + r0 * ld3,
+                gemm(0, 0, rb, hd, cb, 1.0f, dPt, cb, t.k + c0 * ld3, ld3, q_beta, t.dq + r0 * ld3,
                      ld3);
             }
         }

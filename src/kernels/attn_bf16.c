@@ -250,12 +250,6 @@ static size_t pack_need(int64_t s, int64_t hd, int nq, int np) {
  * s - max), so the backward's P and dS are attention.c's; the forward's
  * row sums add the same terms in another order. */
 
-/* keys of tile column [c0, c0 + cb) query row gi sees (causal) */
-static int64_t keys_seen(int64_t gi, int64_t c0, int64_t cb) {
-    const int64_t n = gi - c0 + 1;
-    return n < 0 ? 0 : n > cb ? cb : n;
-}
-
 /* 16 values of a row with n left, zeros past them */
 BF16_TARGET static inline __m512 load_left(const float *p, int64_t n) {
     return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(lanes(n), p);
@@ -280,7 +274,7 @@ BF16_TARGET static void fwd_rows_packed(const float *St, int64_t r0, int64_t rb,
     const int first = c0 == 0;
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < rb; i++) {
-        const int64_t n = keys_seen(r0 + i, c0, cb);
+        const int64_t n = ptdp__attn_row_keys(r0 + i, c0, cb);
         const float *pr = St + i * cb;
         __m512 mx = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < n; j += 16)
@@ -327,7 +321,8 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < rb; i += 2) {
         const int two = i + 1 < rb;
-        const int64_t n0 = keys_seen(r0 + i, c0, cb), n1 = two ? keys_seen(r0 + i + 1, c0, cb) : 0;
+        const int64_t n0 = ptdp__attn_row_keys(r0 + i, c0, cb),
+                      n1 = two ? ptdp__attn_row_keys(r0 + i + 1, c0, cb) : 0;
         const __m512 l0 = _mm512_set1_ps(L[r0 + i]),
                      l1 = _mm512_set1_ps(two ? L[r0 + i + 1] : 0.0f);
         const __m512 d0 = _mm512_set1_ps(D[r0 + i]),
@@ -370,18 +365,15 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
-        const int64_t blk = t.blk;
-        float *St = t.scr, *m = St + 3 * B * B, *l = m + B; /* [B, B]; [B] each */
-        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
-        float *C = ctx + t.co, *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
+        float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co;
         uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
         uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
         uint32_t *Vb = Kt + s * h2;                   /* [s/2][hd]: v, pairs of rows */
         uint32_t *Pa = Vb + (s + 1) / 2 * hd;         /* a tile's P, pairs along keys */
-        pack_rows(Qa, Q, ld3, s, hd);
-        pack_kt(Kt, K, ld3, s, hd);
-        pack_pairs(Vb, V, ld3, s, hd);
+        pack_rows(Qa, t.q, ld3, s, hd);
+        pack_kt(Kt, t.k, ld3, s, hd);
+        pack_pairs(Vb, t.v, ld3, s, hd);
         for (int64_t r0 = 0; r0 < s; r0 += B) {
             const int64_t rb = r0 + B < s ? B : s - r0;
             for (int64_t c0 = 0; c0 < r0 + rb; c0 += B) {
@@ -389,7 +381,8 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
                 const int first = c0 == 0;
                 mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb);
                 if (drop.p > 0.0f) {
-                    ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
+                    ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, t.blk,
+                                        s);
                     pack_rows(Pa, St, cb, rb, cb);
                 } else {
                     fwd_rows_packed(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, Pa, c2);
@@ -397,7 +390,7 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
                 mm(rb, hd, c2, Pa, c2, 1, Vb + c0 / 2 * hd, hd, first ? 0.0f : 1.0f, C + r0 * ldc,
                    ldc);
             }
-            ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, L);
+            ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, lse + task * s);
         }
     }
     return 1;
@@ -413,13 +406,9 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s);
-        const int64_t blk = t.blk;
-        /* [B, B] tiles: P, dP (then dS), dropout(P); D [s] past the row statistics */
-        float *Pt = t.scr, *dPt = Pt + B * B, *Pdt = dPt + B * B, *D = Pdt + B * B + 2 * B;
-        const float *Q = qkv + t.off, *K = Q + hd, *V = Q + 2 * hd;
-        float *dQ = dqkv + t.off, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        const float *dC = dctx + t.co, *C = ctx + t.co, *L = lse + task * s;
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
+        float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
+        const float *dC = dctx + t.co, *L = lse + task * s;
         uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
         uint32_t *dCa = Qa + s * h2;
         uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
@@ -428,14 +417,14 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
         uint32_t *Kb = Qb + s2 * hd;
         uint32_t *dCb = Kb + s2 * hd;
         uint32_t *Ta = dCb + s2 * hd; /* a tile's P^T, dS^T or dS */
-        pack_rows(Qa, Q, ld3, s, hd);
+        pack_rows(Qa, t.q, ld3, s, hd);
         pack_rows(dCa, dC, ldc, s, hd);
-        pack_kt(Kt, K, ld3, s, hd);
-        pack_kt(Vt, V, ld3, s, hd);
-        pack_pairs(Qb, Q, ld3, s, hd);
-        pack_pairs(Kb, K, ld3, s, hd);
+        pack_kt(Kt, t.k, ld3, s, hd);
+        pack_kt(Vt, t.v, ld3, s, hd);
+        pack_pairs(Qb, t.q, ld3, s, hd);
+        pack_pairs(Kb, t.k, ld3, s, hd);
         pack_pairs(dCb, dC, ldc, s, hd);
-        ptdp__attn_row_dots(D, dC, C, s, hd, ldc);
+        ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
         for (int64_t c0 = 0; c0 < s; c0 += B) {
             const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
             for (int64_t r0 = c0; r0 < s; r0 += B) {
@@ -446,17 +435,18 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
                 /* P^T, dS^T as pairs of rows; dS in rows */
                 uint32_t *Tp = Ta, *Ts = Tp + r2 * cb, *Tr = Ts + r2 * cb;
                 if (dropping) {
-                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, D, drop, blk, s);
+                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk,
+                                        s);
                     pack_pairs(Tp, Pdt, cb, rb, cb);
                     pack_pairs(Ts, dPt, cb, rb, cb);
                     pack_rows(Tr, dPt, cb, rb, cb);
                 } else {
-                    bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, D, Tp, Ts, Tr, c2);
+                    bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, t.D, Tp, Ts, Tr, c2);
                 }
                 /* dV += P^T dctx, dK += dS^T q, dQ += dS k */
-                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, dV + c0 * ld3, ld3);
-                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, dK + c0 * ld3, ld3);
-                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, dQ + r0 * ld3, ld3);
+                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, t.dv + c0 * ld3, ld3);
+                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, t.dk + c0 * ld3, ld3);
+                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, t.dq + r0 * ld3, ld3);
             }
         }
     }

@@ -81,8 +81,8 @@ void ptdp__bf16_xent_grad(uint16_t *At, uint16_t *logits, const ptdp_xent_grad *
  * (the caller runs the fp32-output GEMM). The last call's answer is
  * remembered for that buffer: ptdp__gemm_bf16_logits_b16 says whether
  * logits [N, Vl] holds bf16 logits (from it, until a GEMM of the native
- * table writes there; only that table's xent_sums and head_bwd ask, right
- * after its head_logits). */
+ * table writes there or weights_changed() is called; only that table's
+ * xent_sums and head_bwd ask, right after its head_logits). */
 int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
                                 int64_t N, int64_t Vl);
 int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl);
@@ -171,14 +171,24 @@ int ptdp__gemm_tile_bf16_available(void);
 int64_t ptdp__attn_block(int64_t s);
 int64_t ptdp__attn_per_thread(int64_t s);
 int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al);
-/* one (sequence, head) task of b al: its dropout block, the offset of its q
- * (dq) in qkv (dqkv) and of its ctx (dctx) rows, its thread's scratch */
+/* one (sequence, head) task of b al: its dropout block, its q, k, v rows in
+ * qkv (dq, dk, dv in dqkv, where given), the offset of its ctx (dctx) rows,
+ * and its thread's scratch as ptdp__attn_per_thread sizes it: three [B, B]
+ * tiles (the forward's scores; the backward's P, dP then dS, dropout(P)),
+ * the forward's running max m and sum l [B], the backward's D [s] */
 typedef struct {
-    int64_t blk, off, co;
-    float *scr;
+    int64_t blk, co;
+    const float *q, *k, *v;
+    float *dq, *dk, *dv;
+    float *tile[3], *m, *l, *D;
 } ptdp__attn_task;
 ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
-                                   int64_t hd, int64_t s);
+                                   int64_t hd, int64_t s, const float *qkv, float *dqkv);
+/* keys of tile column [c0, c0 + cb) that query row gi sees (causal) */
+static inline int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb) {
+    const int64_t n = gi - c0 + 1;
+    return n < 0 ? 0 : n > cb ? cb : n;
+}
 void ptdp__attn_fwd_rows(float *St, int64_t r0, int64_t rb, int64_t c0, int64_t cb, float scale,
                          float *m, float *l, float *C, int64_t ldc, int64_t hd, ptdp_dropout drop,
                          int64_t blk, int64_t s);

@@ -77,6 +77,12 @@ typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout *
     dnnl_memory_desc_t md; /* the layout, chosen by the matmul that first used it */
 } wcopy;
 
+/* the loss head's matmuls and wte's copies (gemm_bf16_head_logits below) */
+typedef struct {
+    shape *lg, *ws, *ds; /* the logits, the weight gradient, the input gradient */
+    dnnl_memory_t wt, w; /* wte's copies: W^T for the logits, W for dx */
+} head_prims;
+
 static struct {
     int state; /* 0 unknown, 1 available, -1 not */
     char why[128];
@@ -96,8 +102,9 @@ static struct {
     int64_t head_calls;  /* loss head backwards through ptdp__gemm_bf16_head_bwd (likewise) */
     const float *lb16;   /* logits [lb16_n values] holding bf16 logits (head_logits) */
     int64_t lb16_n;
-    int own; /* weight copies by bf16_blocked.c where it writes the layout; 0 with
-              * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
+    head_prims head; /* what made them, for their backward */
+    int own;         /* weight copies by bf16_blocked.c where it writes the layout; 0 with
+                      * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
 } g;
 
 static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
@@ -197,6 +204,7 @@ static void drop_copies(const float *lo, const float *hi) {
 
 void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n) {
     const float *hi = w + n;
+    g.lb16 = NULL; /* bf16 logits (and their copies of wte) belong to the weights before */
     /* forget the range at w (n = 0: its owner frees it) and any the new one
      * overlaps (memory reused by another owner), with their copies */
     int k = 0;
@@ -449,12 +457,9 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
  * 515 against 1,236 MB of memory traffic at GPT-2's head (N = 1,024,
  * V = 50,304) for a second exp per logit (docs/performance.md).
  * head_logits takes this path only where it can have everything the
- * backward needs (shapes, both copies of wte, the scratch), so head_bwd on
- * bf16 logits cannot fail. */
-typedef struct {
-    shape *lg, *ws, *ds; /* the logits, the weight gradient, the input gradient */
-    dnnl_memory_t wt, w; /* wte's copies: W^T for the logits, W for dx */
-} head_prims;
+ * backward needs (shapes, both copies of wte, the scratch) and keeps them
+ * for it, so head_bwd on bf16 logits cannot fail; weights_changed() ends
+ * the bf16 state (the copies may go). */
 
 static int head_prims_of(head_prims *p, const float *wte, int64_t h, int64_t N, int64_t Vl) {
     const uint64_t gen = range_gen(wte, wte + Vl * h);
@@ -471,11 +476,10 @@ static int head_prims_of(head_prims *p, const float *wte, int64_t h, int64_t N, 
 
 int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
                                 int64_t N, int64_t Vl) {
-    head_prims p;
     g.lb16 = NULL;
-    if (!head_prims_of(&p, wte, h, N, Vl)) return 0;
+    if (!head_prims_of(&g.head, wte, h, N, Vl)) return 0;
     pack(g.a, x, N, h, h);
-    ptdp__onednn_mm_run(&p.lg->mm, g.a, NULL, p.wt, logits);
+    ptdp__onednn_mm_run(&g.head.lg->mm, g.a, NULL, g.head.wt, logits);
     g.lb16 = logits, g.lb16_n = (N * Vl + 1) / 2;
     return 1;
 }
@@ -487,12 +491,13 @@ int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl) {
 void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
                               const float *wte, int64_t h, float *dwte, float *dx) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
-    head_prims p;
-    PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && head_prims_of(&p, wte, h, N, Vl),
+    const head_prims *p = &g.head; /* made and checked by the forward */
+    (void)wte;
+    PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && p->ds->N == h,
                     "bf16 loss head backward without its forward's bf16 logits");
     ptdp__bf16_xent_grad(g.a, (uint16_t *)logits, xg);
-    wgrad_run(p.ws, x, h, dwte);
-    ptdp__onednn_mm_run(&p.ds->mm, logits, NULL, p.w, dx);
+    wgrad_run(p->ws, x, h, dwte);
+    ptdp__onednn_mm_run(&p->ds->mm, logits, NULL, p->w, dx);
     g.lb16 = NULL; /* dl's rows there now */
     g.head_calls++;
 }
