@@ -62,15 +62,17 @@ BF16_TARGET static void pack_kt(uint32_t *dst, const float *B, int64_t ldb, int6
     }
 }
 
+/* C's block of mr rows by 64 columns (lanes m) from pairs k0 .. k1 of K */
 BF16_TARGET __attribute__((always_inline)) static inline void
-block(int mr, int64_t K2, const uint32_t *A, int64_t ars, int64_t aks, const uint32_t *B,
-      int64_t ldb, const __mmask16 *m, float alpha, float beta, float *C, int64_t ldc) {
+block(int mr, int64_t k0, int64_t k1, const uint32_t *A, int64_t ars, int64_t aks,
+      const uint32_t *B, int64_t ldb, const __mmask16 *m, float alpha, float beta, float *C,
+      int64_t ldc) {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K2; k++) {
+    for (int64_t k = k0; k < k1; k++) {
         const uint32_t *br = B + k * ldb;
         const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m[0], br),
                        b1 = (__m512bh)_mm512_maskz_loadu_epi32(m[1], br + 16),
@@ -102,23 +104,62 @@ block(int mr, int64_t K2, const uint32_t *A, int64_t ars, int64_t aks, const uin
     }
 }
 
+/* What of a tile product the causal mask makes zero, so that the product
+ * may skip it (the packed attention below; none for ptdp__gemm_tile_bf16).
+ * Row i of a tile sees key j where j <= i + d (d = r0 - c0; only a tile on
+ * the diagonal, d < cb, has masked entries):
+ *   - OUT_MASKED: C = S or dP [queries, keys]; C's masked entries are never
+ *     read, so 64-column groups wholly masked for a block of rows are left;
+ *   - A_TAIL: A = P or dS rows [queries][key pairs], zero past the keys a
+ *     row sees: a block of rows stops at its last visible key's pair;
+ *   - A_HEAD: A = P^T or dS^T [keys][query pairs], zero before the first
+ *     query that sees the key: a block of rows starts at that query's pair.
+ * The entries skipped are exact zeros (the softmax rows write them so), and
+ * adding zero products to an fp32 sum, or starting the sum later past them,
+ * gives the same bits, so the results are the unmasked products'. */
+enum { CAUSAL_NONE, OUT_MASKED, A_TAIL, A_HEAD };
+typedef struct {
+    int kind;
+    int64_t d;     /* row i sees key j <= i + d */
+    int64_t kbase; /* the pair of K at which this call's K2 pairs start (A_TAIL, A_HEAD) */
+} causal;
+
+/* pairs [*k0, *k1) of K2 the rows i0 .. i0 + mr need */
+static inline void causal_pairs(const causal *cz, int64_t i0, int mr, int64_t K2, int64_t *k0,
+                                int64_t *k1) {
+    *k0 = 0, *k1 = K2;
+    if (cz->kind == A_TAIL) { /* keys up to i0 + mr - 1 + d: their pairs */
+        const int64_t hi = (i0 + mr - 1 + cz->d) / 2 + 1 - cz->kbase;
+        *k1 = hi < 0 ? 0 : hi < K2 ? hi : K2;
+    } else if (cz->kind == A_HEAD && i0 > cz->d) { /* queries from i0 - d on */
+        const int64_t lo = (i0 - cz->d) / 2 - cz->kbase;
+        *k0 = lo < 0 ? 0 : lo < K2 ? lo : K2;
+    }
+    if (*k1 < *k0) *k1 = *k0;
+}
+
 /* C[M, N] (+)= A-pairs x B-pairs over K2 pairs; B rows of ldb pairs */
 BF16_TARGET static void panel(int64_t M, int64_t N, int64_t K2, const uint32_t *A, int64_t ars,
                               int64_t aks, const uint32_t *B, int64_t ldb, float alpha, float beta,
-                              float *C, int64_t ldc) {
+                              float *C, int64_t ldc, const causal *cz) {
     for (int64_t j0 = 0; j0 < N; j0 += 64) {
         const __mmask16 m[4] = {lanes(N - j0), lanes(N - j0 - 16), lanes(N - j0 - 32),
                                 lanes(N - j0 - 48)};
-        int64_t i0 = 0;
-        for (; i0 + MR <= M; i0 += MR)
-            block(MR, K2, A + i0 * ars, ars, aks, B + j0, ldb, m, alpha, beta, C + i0 * ldc + j0,
-                  ldc);
+        int64_t i0 = 0, k0, k1;
+        for (; i0 + MR <= M; i0 += MR) {
+            if (cz->kind == OUT_MASKED && j0 > i0 + MR - 1 + cz->d) continue;
+            causal_pairs(cz, i0, MR, K2, &k0, &k1);
+            block(MR, k0, k1, A + i0 * ars, ars, aks, B + j0, ldb, m, alpha, beta,
+                  C + i0 * ldc + j0, ldc);
+        }
+        if (i0 == M || (cz->kind == OUT_MASKED && j0 > M - 1 + cz->d)) continue;
+        causal_pairs(cz, i0, (int)(M - i0), K2, &k0, &k1);
         const uint32_t *Ai = A + i0 * ars;
         float *Ci = C + i0 * ldc + j0;
         /* the tail's row count as a constant, so each block keeps its registers */
-#define TAIL(r)                                                           \
-    case r:                                                               \
-        block(r, K2, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc); \
+#define TAIL(r)                                                               \
+    case r:                                                                   \
+        block(r, k0, k1, Ai, ars, aks, B + j0, ldb, m, alpha, beta, Ci, ldc); \
         break
         switch (M - i0) {
             TAIL(5);
@@ -143,6 +184,7 @@ BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int6
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
+    const causal none = {CAUSAL_NONE, 0, 0};
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kc = K - k0 < KC ? K - k0 : KC, k2 = (kc + 1) / 2;
         const float bt = k0 == 0 ? beta : 1.0f;
@@ -162,13 +204,13 @@ BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int6
                 if (!ta) { /* A [M][K]: [mc][k2] */
                     for (int64_t i = 0; i < mc; i++)
                         pack_k_row(pa + i * k2, A + (m0 + i) * lda + k0, kc);
-                    panel(mc, nc, k2, pa, k2, 1, pb, nc, alpha, bt, C + m0 * ldc + n0, ldc);
+                    panel(mc, nc, k2, pa, k2, 1, pb, nc, alpha, bt, C + m0 * ldc + n0, ldc, &none);
                 } else { /* A [K][M]: [k2][mc] */
                     for (int64_t t = 0; t < k2; t++) {
                         const float *r0 = A + (k0 + 2 * t) * lda + m0;
                         pack_row_pair(pa + t * mc, r0, 2 * t + 1 < kc ? r0 + lda : NULL, mc);
                     }
-                    panel(mc, nc, k2, pa, 1, mc, pb, nc, alpha, bt, C + m0 * ldc + n0, ldc);
+                    panel(mc, nc, k2, pa, 1, mc, pb, nc, alpha, bt, C + m0 * ldc + n0, ldc, &none);
                 }
             }
         }
@@ -198,13 +240,17 @@ BF16_TARGET static void pack_pairs(uint32_t *dst, const float *x, int64_t ld, in
 }
 
 /* C [M, N] (beta 0: =, 1: +=) A-pairs x B-pairs over K2 pairs, in chunks of
- * K2C pairs as ptdp__gemm_tile_bf16 sums them */
+ * K2C pairs as ptdp__gemm_tile_bf16 sums them; kind: the causal structure
+ * of the tile, d = r0 - c0 (off the diagonal, d >= cb, it skips nothing) */
 BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, int64_t ars,
                            int64_t aks, const uint32_t *B, int64_t ldb, float beta, float *C,
-                           int64_t ldc) {
+                           int64_t ldc, int kind, int64_t d) {
+    causal cz = {kind, d, 0};
     for (int64_t k = 0; k < K2; k += K2C) {
         const int64_t k2 = K2 - k < K2C ? K2 - k : K2C;
-        panel(M, N, k2, A + k * aks, ars, aks, B + k * ldb, ldb, 1.0f, k ? 1.0f : beta, C, ldc);
+        cz.kbase = k;
+        panel(M, N, k2, A + k * aks, ars, aks, B + k * ldb, ldb, 1.0f, k ? 1.0f : beta, C, ldc,
+              &cz);
     }
 }
 
@@ -286,6 +332,10 @@ BF16_TARGET static void fwd_rows_packed(const float *St, int64_t r0, int64_t rb,
         uint16_t *dst = (uint16_t *)(Pa + i * c2);
         for (int64_t j = 0; j < 2 * c2; j += 16) {
             const __mmask16 k = lanes(n - j);
+            if (!k) { /* keys this row does not see: zeros, no exponentials */
+                store_bf16(dst + j, _mm256_setzero_si256(), 2 * c2 - j);
+                continue;
+            }
             const __m512 e = _mm512_maskz_mov_ps(
                 k, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(pr + j, n - j), vm)));
             acc = _mm512_add_ps(acc, e);
@@ -331,6 +381,14 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
         uint16_t *q0 = (uint16_t *)(Tr + i * c2), *q1 = (uint16_t *)(Tr + (i + 1) * c2);
         for (int64_t j = 0; j < cb; j += 16) {
             const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j);
+            const __mmask16 km = lanes(cb - j);
+            if (!k0 && !k1) { /* keys neither row sees: zeros, no exponentials */
+                _mm512_mask_storeu_epi32(Tp + i / 2 * cb + j, km, _mm512_setzero_si512());
+                _mm512_mask_storeu_epi32(Ts + i / 2 * cb + j, km, _mm512_setzero_si512());
+                store_bf16(q0 + j, _mm256_setzero_si256(), 2 * c2 - j);
+                if (two) store_bf16(q1 + j, _mm256_setzero_si256(), 2 * c2 - j);
+                continue;
+            }
             const __m512 p0 = _mm512_maskz_mov_ps(
                 k0, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s0 + j, n0 - j), l0)));
             const __m512 p1 =
@@ -347,7 +405,6 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
                           hp1 = (__m256i)_mm512_cvtneps_pbh(p1);
             const __m256i hs0 = (__m256i)_mm512_cvtneps_pbh(ds0),
                           hs1 = (__m256i)_mm512_cvtneps_pbh(ds1);
-            const __mmask16 km = lanes(cb - j);
             _mm512_mask_storeu_epi32(Tp + i / 2 * cb + j, km, ptdp__bf16_join16(hp0, hp1));
             _mm512_mask_storeu_epi32(Ts + i / 2 * cb + j, km, ptdp__bf16_join16(hs0, hs1));
             store_bf16(q0 + j, hs0, 2 * c2 - j);
@@ -379,7 +436,8 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
             for (int64_t c0 = 0; c0 < r0 + rb; c0 += B) {
                 const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
                 const int first = c0 == 0;
-                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb);
+                const int64_t d = r0 - c0;
+                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, St, cb, OUT_MASKED, d);
                 if (drop.p > 0.0f) {
                     ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, t.blk,
                                         s);
@@ -388,7 +446,7 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
                     fwd_rows_packed(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, Pa, c2);
                 }
                 mm(rb, hd, c2, Pa, c2, 1, Vb + c0 / 2 * hd, hd, first ? 0.0f : 1.0f, C + r0 * ldc,
-                   ldc);
+                   ldc, A_TAIL, d);
             }
             ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, lse + task * s);
         }
@@ -430,8 +488,9 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
             for (int64_t r0 = c0; r0 < s; r0 += B) {
                 const int64_t rb = r0 + B < s ? B : s - r0, r2 = (rb + 1) / 2;
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
-                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb);
-                mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb);
+                const int64_t d = r0 - c0;
+                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb, OUT_MASKED, d);
+                mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb, OUT_MASKED, d);
                 /* P^T, dS^T as pairs of rows; dS in rows */
                 uint32_t *Tp = Ta, *Ts = Tp + r2 * cb, *Tr = Ts + r2 * cb;
                 if (dropping) {
@@ -444,9 +503,12 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
                     bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, t.D, Tp, Ts, Tr, c2);
                 }
                 /* dV += P^T dctx, dK += dS^T q, dQ += dS k */
-                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, t.dv + c0 * ld3, ld3);
-                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, t.dk + c0 * ld3, ld3);
-                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, t.dq + r0 * ld3, ld3);
+                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, t.dv + c0 * ld3, ld3,
+                   A_HEAD, d);
+                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, t.dk + c0 * ld3, ld3,
+                   A_HEAD, d);
+                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, t.dq + r0 * ld3, ld3,
+                   A_TAIL, d);
             }
         }
     }
