@@ -170,31 +170,42 @@ void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, i
     }
 }
 
-/* A tile on the diagonal (r0 == c0: row i sees keys 0..i) split at H rows:
- * rows 0..H see only keys 0..H, so their products leave out the keys from H
- * on, a quarter of the tile. Those entries of P and dS are exact zeros
- * (the row functions write them so): their terms add nothing to the fp32
- * sums, and leaving them out keeps the bits wherever the GEMM sums each
- * output over K in order (the tile kernels here do; a library GEMM may
- * block K otherwise: the tests hold the results to the reference, not to
- * the unsplit bits). 0: no split (a tile too small to be worth two calls). */
+/* A tile on the diagonal (r0 == c0: row i sees keys 0..i) is split at H
+ * rows: rows 0..H see only keys 0..H, so their products leave out the keys
+ * from H on, a quarter of the tile. Those entries of P and dS are exact
+ * zeros (the row functions write them so): their terms add nothing to the
+ * fp32 sums, and leaving them out keeps the bits wherever the GEMM sums each
+ * output over K in order (the tile kernels here do; so did oneDNN's sgemm in
+ * bench_train's losses; the tests hold the results to the reference, not to
+ * the unsplit bits). H = 0 (off the diagonal, or a tile too small to be
+ * worth two calls): the whole tile in one product. */
 static int64_t diag_split(int64_t rb) { return rb >= 32 ? rb / 2 / 16 * 16 : 0; }
 
-/* S [rb, cb] = X Y^T on a diagonal tile split at H (rows 0..H: columns
- * 0..H only; their columns from H on are never read) */
+/* S [rb, cb] = X Y^T (queries X, keys Y); split: rows 0..H get columns
+ * 0..H only (their columns from H on are never read) */
 static void scores(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
                    const float *X, int64_t ldx, const float *Y, int64_t ldy, float *S) {
-    gemm(0, 1, H, H, hd, 1.0f, X, ldx, Y, ldy, 0.0f, S, cb);
+    if (H) gemm(0, 1, H, H, hd, 1.0f, X, ldx, Y, ldy, 0.0f, S, cb);
     gemm(0, 1, rb - H, cb, hd, 1.0f, X + H * ldx, ldx, Y, ldy, 0.0f, S + H * cb, cb);
 }
 
-/* G [cb, hd] = T^T Z (the keys' gradient from T [rb, cb] = P or dS and the
- * query rows Z) on a diagonal tile split at H: keys 0..H from every query
- * row, keys H.. from the rows H.. that see them */
-static void keys_grad(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
-                      const float *T, const float *Z, int64_t ldz, float *G, int64_t ldg) {
-    gemm(1, 0, H, hd, rb, 1.0f, T, cb, Z, ldz, 0.0f, G, ldg);
-    gemm(1, 0, cb - H, hd, rb - H, 1.0f, T + H * cb + H, cb, Z + H * ldz, ldz, 0.0f, G + H * ldg,
+/* O [rb, hd] (beta 0: =, 1: +=) T Z, T [rb, cb] = P or dS and Z the keys'
+ * rows (the context P V, dQ = dS K); split: rows 0..H from keys 0..H */
+static void per_query(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
+                      const float *T, const float *Z, int64_t ldz, float beta, float *O,
+                      int64_t ldo) {
+    if (H) gemm(0, 0, H, hd, H, 1.0f, T, cb, Z, ldz, beta, O, ldo);
+    gemm(0, 0, rb - H, hd, cb, 1.0f, T + H * cb, cb, Z, ldz, beta, O + H * ldo, ldo);
+}
+
+/* G [cb, hd] (beta 0: =, 1: +=) T^T Z, Z the query rows (dV = P^T dC,
+ * dK = dS^T Q); split: keys 0..H from every query row, keys H.. from the
+ * rows H.. that see them */
+static void per_key(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
+                    const float *T, const float *Z, int64_t ldz, float beta, float *G,
+                    int64_t ldg) {
+    if (H) gemm(1, 0, H, hd, rb, 1.0f, T, cb, Z, ldz, beta, G, ldg);
+    gemm(1, 0, cb - H, hd, rb - H, 1.0f, T + H * cb + H, cb, Z + H * ldz, ldz, beta, G + H * ldg,
          ldg);
 }
 
@@ -215,24 +226,11 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
             for (int64_t c0 = 0; c0 < r0 + rb; c0 += B) {
                 const int64_t cb = c0 + B < s ? B : s - c0;
                 const int first = c0 == 0;
-                /* on the diagonal the first H rows see only the first H keys */
                 const int64_t H = c0 == r0 ? diag_split(rb) : 0;
-                if (H) {
-                    scores(gemm, H, rb, cb, hd, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, St);
-                } else {
-                    gemm(0, 1, rb, cb, hd, 1.0f, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, 0.0f, St,
-                         cb);
-                }
+                scores(gemm, H, rb, cb, hd, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, St);
                 ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
-                if (H) {
-                    gemm(0, 0, H, hd, H, 1.0f, St, cb, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
-                         C + r0 * ldc, ldc);
-                    gemm(0, 0, rb - H, hd, cb, 1.0f, St + H * cb, cb, V + c0 * ld3, ld3,
-                         first ? 0.0f : 1.0f, C + (r0 + H) * ldc, ldc);
-                } else {
-                    gemm(0, 0, rb, hd, cb, 1.0f, St, cb, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
-                         C + r0 * ldc, ldc);
-                }
+                per_query(gemm, H, rb, cb, hd, St, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
+                          C + r0 * ldc, ldc);
             }
             ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, L);
         }
@@ -258,34 +256,16 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
             for (int64_t r0 = c0; r0 < s; r0 += B) {
                 const int64_t rb = r0 + B < s ? B : s - r0;
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
-                const float *P = dropping ? Pdt : Pt;
-                if (r0 == c0 && diag_split(rb)) { /* the diagonal: its masked quarter skipped */
-                    const int64_t H = diag_split(rb);
-                    scores(gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
-                    scores(gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
-                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk,
-                                        s);
-                    /* keys 0..H: every query row; keys H..: the rows from H on */
-                    keys_grad(gemm, H, rb, cb, hd, P, dC + r0 * ldc, ldc, t.dv + c0 * ld3, ld3);
-                    keys_grad(gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, t.dk + c0 * ld3, ld3);
-                    /* query rows 0..H: the first H keys; the rest: all */
-                    gemm(0, 0, H, hd, H, 1.0f, dPt, cb, t.k + c0 * ld3, ld3, q_beta,
-                         t.dq + r0 * ld3, ld3);
-                    gemm(0, 0, rb - H, hd, cb, 1.0f, dPt + H * cb, cb, t.k + c0 * ld3, ld3, q_beta,
-                         t.dq + (r0 + H) * ld3, ld3);
-                    continue;
-                }
-                gemm(0, 1, rb, cb, hd, 1.0f, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, 0.0f, Pt,
-                     cb);
-                gemm(0, 1, rb, cb, hd, 1.0f, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, 0.0f, dPt,
-                     cb);
+                const int64_t H = r0 == c0 ? diag_split(rb) : 0;
+                scores(gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
+                scores(gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
                 ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk, s);
-                gemm(1, 0, cb, hd, rb, 1.0f, P, cb, dC + r0 * ldc, ldc, kv_beta, t.dv + c0 * ld3,
-                     ld3);
-                gemm(1, 0, cb, hd, rb, 1.0f, dPt, cb, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
-                     ld3);
-                gemm(0, 0, rb, hd, cb, 1.0f, dPt, cb, t.k + c0 * ld3, ld3, q_beta, t.dq + r0 * ld3,
-                     ld3);
+                per_key(gemm, H, rb, cb, hd, dropping ? Pdt : Pt, dC + r0 * ldc, ldc, kv_beta,
+                        t.dv + c0 * ld3, ld3);
+                per_key(gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
+                        ld3);
+                per_query(gemm, H, rb, cb, hd, dPt, t.k + c0 * ld3, ld3, q_beta, t.dq + r0 * ld3,
+                          ld3);
             }
         }
     }
