@@ -124,11 +124,15 @@ typedef struct {
     int64_t kbase; /* the pair of K at which this call's K2 pairs start (A_TAIL, A_HEAD) */
 } causal;
 
-/* pairs [*k0, *k1) of K2 the rows i0 .. i0 + mr need */
-static inline void causal_pairs(const causal *cz, int64_t i0, int mr, int64_t K2, int64_t *k0,
-                                int64_t *k1) {
+/* Whether the block of rows i0 .. i0 + mr by columns j0 .. j0 + 64 is
+ * computed (OUT_MASKED: not where none of its rows sees column j0), and if
+ * so the pairs [*k0, *k1) of K2 it needs */
+static inline int causal_pairs(const causal *cz, int64_t i0, int mr, int64_t j0, int64_t K2,
+                               int64_t *k0, int64_t *k1) {
     *k0 = 0, *k1 = K2;
-    if (cz->kind == A_TAIL) { /* keys up to i0 + mr - 1 + d: their pairs */
+    if (cz->kind == OUT_MASKED) {
+        return j0 <= i0 + mr - 1 + cz->d;
+    } else if (cz->kind == A_TAIL) { /* keys up to i0 + mr - 1 + d: their pairs */
         const int64_t hi = (i0 + mr - 1 + cz->d) / 2 + 1 - cz->kbase;
         *k1 = hi < 0 ? 0 : hi < K2 ? hi : K2;
     } else if (cz->kind == A_HEAD && i0 > cz->d) { /* queries from i0 - d on */
@@ -136,6 +140,7 @@ static inline void causal_pairs(const causal *cz, int64_t i0, int mr, int64_t K2
         *k0 = lo < 0 ? 0 : lo < K2 ? lo : K2;
     }
     if (*k1 < *k0) *k1 = *k0;
+    return 1;
 }
 
 /* C[M, N] (+)= A-pairs x B-pairs over K2 pairs; B rows of ldb pairs */
@@ -146,14 +151,11 @@ BF16_TARGET static void panel(int64_t M, int64_t N, int64_t K2, const uint32_t *
         const __mmask16 m[4] = {lanes(N - j0), lanes(N - j0 - 16), lanes(N - j0 - 32),
                                 lanes(N - j0 - 48)};
         int64_t i0 = 0, k0, k1;
-        for (; i0 + MR <= M; i0 += MR) {
-            if (cz->kind == OUT_MASKED && j0 > i0 + MR - 1 + cz->d) continue;
-            causal_pairs(cz, i0, MR, K2, &k0, &k1);
-            block(MR, k0, k1, A + i0 * ars, ars, aks, B + j0, ldb, m, alpha, beta,
-                  C + i0 * ldc + j0, ldc);
-        }
-        if (i0 == M || (cz->kind == OUT_MASKED && j0 > M - 1 + cz->d)) continue;
-        causal_pairs(cz, i0, (int)(M - i0), K2, &k0, &k1);
+        for (; i0 + MR <= M; i0 += MR)
+            if (causal_pairs(cz, i0, MR, j0, K2, &k0, &k1))
+                block(MR, k0, k1, A + i0 * ars, ars, aks, B + j0, ldb, m, alpha, beta,
+                      C + i0 * ldc + j0, ldc);
+        if (i0 == M || !causal_pairs(cz, i0, (int)(M - i0), j0, K2, &k0, &k1)) continue;
         const uint32_t *Ai = A + i0 * ars;
         float *Ci = C + i0 * ldc + j0;
         /* the tail's row count as a constant, so each block keeps its registers */
@@ -380,31 +382,24 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
         const float *s0 = Pt + i * cb, *s1 = s0 + cb, *g0 = dPt + i * cb, *g1 = g0 + cb;
         uint16_t *q0 = (uint16_t *)(Tr + i * c2), *q1 = (uint16_t *)(Tr + (i + 1) * c2);
         for (int64_t j = 0; j < cb; j += 16) {
-            const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j);
-            const __mmask16 km = lanes(cb - j);
-            if (!k0 && !k1) { /* keys neither row sees: zeros, no exponentials */
-                _mm512_mask_storeu_epi32(Tp + i / 2 * cb + j, km, _mm512_setzero_si512());
-                _mm512_mask_storeu_epi32(Ts + i / 2 * cb + j, km, _mm512_setzero_si512());
-                store_bf16(q0 + j, _mm256_setzero_si256(), 2 * c2 - j);
-                if (two) store_bf16(q1 + j, _mm256_setzero_si256(), 2 * c2 - j);
-                continue;
+            const __mmask16 k0 = lanes(n0 - j), k1 = lanes(n1 - j), km = lanes(cb - j);
+            __m256i hp0 = _mm256_setzero_si256(), hp1 = hp0, hs0 = hp0, hs1 = hp0;
+            if (k0 || k1) { /* else keys neither row sees: zeros, no exponentials */
+                const __m512 p0 = _mm512_maskz_mov_ps(
+                    k0, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s0 + j, n0 - j), l0)));
+                const __m512 p1 =
+                    two ? _mm512_maskz_mov_ps(
+                              k1, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s1 + j, n1 - j), l1)))
+                        : _mm512_setzero_ps();
+                const __m512 ds0 = _mm512_maskz_mul_ps(
+                    k0, _mm512_mul_ps(vs, p0), _mm512_sub_ps(load_left(g0 + j, n0 - j), d0));
+                const __m512 ds1 =
+                    two ? _mm512_maskz_mul_ps(k1, _mm512_mul_ps(vs, p1),
+                                              _mm512_sub_ps(load_left(g1 + j, n1 - j), d1))
+                        : _mm512_setzero_ps();
+                hp0 = (__m256i)_mm512_cvtneps_pbh(p0), hp1 = (__m256i)_mm512_cvtneps_pbh(p1);
+                hs0 = (__m256i)_mm512_cvtneps_pbh(ds0), hs1 = (__m256i)_mm512_cvtneps_pbh(ds1);
             }
-            const __m512 p0 = _mm512_maskz_mov_ps(
-                k0, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s0 + j, n0 - j), l0)));
-            const __m512 p1 =
-                two ? _mm512_maskz_mov_ps(
-                          k1, ptdp__exp16(_mm512_fmsub_ps(vs, load_left(s1 + j, n1 - j), l1)))
-                    : _mm512_setzero_ps();
-            const __m512 ds0 = _mm512_maskz_mul_ps(k0, _mm512_mul_ps(vs, p0),
-                                                   _mm512_sub_ps(load_left(g0 + j, n0 - j), d0));
-            const __m512 ds1 =
-                two ? _mm512_maskz_mul_ps(k1, _mm512_mul_ps(vs, p1),
-                                          _mm512_sub_ps(load_left(g1 + j, n1 - j), d1))
-                    : _mm512_setzero_ps();
-            const __m256i hp0 = (__m256i)_mm512_cvtneps_pbh(p0),
-                          hp1 = (__m256i)_mm512_cvtneps_pbh(p1);
-            const __m256i hs0 = (__m256i)_mm512_cvtneps_pbh(ds0),
-                          hs1 = (__m256i)_mm512_cvtneps_pbh(ds1);
             _mm512_mask_storeu_epi32(Tp + i / 2 * cb + j, km, ptdp__bf16_join16(hp0, hp1));
             _mm512_mask_storeu_epi32(Ts + i / 2 * cb + j, km, ptdp__bf16_join16(hs0, hs1));
             store_bf16(q0 + j, hs0, 2 * c2 - j);

@@ -87,10 +87,10 @@ int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, flo
                                 int64_t N, int64_t Vl);
 int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl);
 /* the native bf16 table's head_bwd (kernels.h) on bf16 logits (xg->gmax:
- * their row maxima): it cannot fail where ptdp__gemm_bf16_head_logits wrote
- * them */
-void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
-                              const float *wte, int64_t h, float *dwte, float *dx);
+ * their row maxima), with the matmuls and copies of wte its forward found:
+ * it cannot fail where ptdp__gemm_bf16_head_logits wrote them */
+void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x, int64_t h,
+                              float *dwte, float *dx);
 /* how many weight gradients C += A^T B the bf16 GEMM ran with A^T and B
  * packed by bf16_blocked.c (the test checks the path runs) */
 int64_t ptdp__gemm_bf16_wgrad_calls(void);

@@ -488,11 +488,10 @@ int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl) {
     return g.lb16 && logits == g.lb16 && g.lb16_n == (N * Vl + 1) / 2;
 }
 
-void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x,
-                              const float *wte, int64_t h, float *dwte, float *dx) {
+void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x, int64_t h,
+                              float *dwte, float *dx) {
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
-    const head_prims *p = &g.head; /* made and checked by the forward */
-    (void)wte;
+    const head_prims *p = &g.head; /* made and checked by the forward, wte's copies with them */
     PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && p->ds->N == h,
                     "bf16 loss head backward without its forward's bf16 logits");
     ptdp__bf16_xent_grad(g.a, (uint16_t *)logits, xg);

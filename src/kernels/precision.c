@@ -158,7 +158,7 @@ static void bf16_xent_sums_native(float *logits, const float *gmax, const int32_
 static void bf16_head_bwd_native(float *logits, const ptdp_xent_grad *xg, const float *x,
                                  const float *wte, int64_t h, float *dwte, float *dx) {
     if (ptdp__gemm_bf16_logits_b16(logits, xg->s * xg->b, xg->Vl)) {
-        ptdp__gemm_bf16_head_bwd(logits, xg, x, wte, h, dwte, dx);
+        ptdp__gemm_bf16_head_bwd(logits, xg, x, h, dwte, dx);
         ptdp_round_bf16_n(dx, xg->s * xg->b * h);
     } else {
         ptdp_head_bwd_composed(&tables[0][PTDP_DTYPE_BF16], logits, xg, x, wte, h, dwte, dx);
