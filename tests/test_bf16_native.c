@@ -566,6 +566,78 @@ static void test_head_bwd(void) {
     }
 }
 
+/* The native table's MLP (kernels.h's mlp ops: fc, gl and dfc stored in
+ * bf16, precision.c) against the composition it replaces, the same table's
+ * gemm and bias_gelu ops over fp32 storage: the same values bit for bit,
+ * fc, gl and dfc widened from their bf16 storage included (the bf16
+ * matmul's output is its fp32 sums rounded to nearest even, as the rounding
+ * pass rounds them; bias + GeLU runs the same row functions on the same
+ * values). Shapes: fl past the GeLU's 512-value chunks and not a multiple
+ * of 16, odd row counts, one row. Then the typed GEMM's fallback (the fp32
+ * GEMM on widened operands, for a shape the native matmul cannot run) on
+ * the same calls: the same values up to the order of the sums. */
+static void check_mlp(const ptdp_ops *n, const ptdp_ops *c, int64_t N, int64_t h, int64_t fl,
+                      uint64_t seed, int fallback) {
+    float *w1 = filled(fl * h, seed), *w2 = filled(h * fl, seed + 1), *b1 = filled(fl, seed + 2);
+    float *x = filled(N * h, seed + 3), *dy = filled(N * h, seed + 4);
+    for (int64_t e = 0; e < N * h; e++) dy[e] *= 0.01f;
+    float *ws[] = {w1, w2, b1, x, dy};
+    const int64_t wn[] = {fl * h, h * fl, fl, N * h, N * h};
+    for (int i = 0; i < 5; i++) ptdp_round_bf16_n(ws[i], wn[i]);
+    const int64_t nf = N * fl, nh = N * h;
+    float *fc[2], *gl[2], *dfc[2], *y[2], *dx[2], *db[2], *dw1[2], *dw2[2];
+    for (int k = 0; k < 2; k++) {
+        fc[k] = filled(nf, 7), gl[k] = filled(nf, 8), dfc[k] = filled(nf, 9);
+        y[k] = filled(nh, 10), dx[k] = filled(nh, 11), db[k] = filled(fl, 12);
+        dw1[k] = filled(fl * h, 13), dw2[k] = filled(h * fl, 14);
+    }
+    const int64_t before = ptdp__gemm_bf16_typed_fallbacks(fallback);
+    const ptdp_ops *t[2] = {c, n};
+    for (int k = 0; k < 2; k++) {
+        ptdp_mlp_fwd(t[k], x, w1, b1, w2, fc[k], gl[k], y[k], N, h, fl);
+        ptdp_mlp_bwd_b(t[k], dy, w2, fc[k], b1, w1, dfc[k], db[k], dx[k], N, h, fl);
+        ptdp_mlp_bwd_w(t[k], dy, gl[k], dfc[k], x, dw2[k], dw1[k], N, h, fl);
+    }
+    CHECK(ptdp__gemm_bf16_typed_fallbacks(0) == before + (fallback ? 6 : 0));
+    /* fc, gl and dfc: bf16 in the first half of the native table's buffers */
+    float *f16[3] = {bf16_values((uint16_t *)fc[1], nf), bf16_values((uint16_t *)gl[1], nf),
+                     bf16_values((uint16_t *)dfc[1], nf)};
+    float *f32[3] = {fc[0], gl[0], dfc[0]};
+    const char *names[] = {"fc", "gl", "dfc", "y", "dx", "db1", "dW2", "dW1"};
+    float *got[8] = {f16[0], f16[1], f16[2], y[1], dx[1], db[1], dw2[1], dw1[1]};
+    float *want[8] = {f32[0], f32[1], f32[2], y[0], dx[0], db[0], dw2[0], dw1[0]};
+    const int64_t len[8] = {nf, nf, nf, nh, nh, fl, h * fl, fl * h};
+    for (int i = 0; i < 8; i++) {
+        /* the fallback sums in another order, so its bf16 outputs may sit a
+         * bf16 step (0.4%) from the matmul's and what follows inherits
+         * that: within 2% of 1 + |value| there, a check of its plumbing
+         * (widening, strides, narrowing), not of its last bit */
+        const int64_t d = differ(got[i], want[i], len[i], fallback ? 2e-2 : 0.0);
+        if (d)
+            printf("mlp %s (N %lld h %lld fl %lld%s): %lld of %lld differ\n", names[i],
+                   (long long)N, (long long)h, (long long)fl, fallback ? ", fallback" : "",
+                   (long long)d, (long long)len[i]);
+        CHECK(d == 0);
+    }
+    for (int i = 0; i < 3; i++) free(f16[i]);
+    for (int k = 0; k < 2; k++) {
+        free(fc[k]), free(gl[k]), free(dfc[k]), free(y[k]), free(dx[k]), free(db[k]);
+        free(dw1[k]), free(dw2[k]);
+    }
+    for (int i = 0; i < 5; i++) free(ws[i]);
+}
+
+static void test_mlp(void) {
+    const ptdp_ops *n = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    CHECK(n->mlp_fwd && n->mlp_bwd_b && n->mlp_bwd_w);
+    ptdp_ops c = *n;
+    c.mlp_fwd = NULL, c.mlp_bwd_b = NULL, c.mlp_bwd_w = NULL;
+    const int64_t shapes[][3] = {{64, 64, 256}, {37, 24, 100}, {1, 16, 64}, {130, 48, 600}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int fb = 0; fb < 2; fb++)
+            check_mlp(n, &c, shapes[i][0], shapes[i][1], shapes[i][2], 100 + 10 * i, fb);
+}
+
 int main(void) {
     unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
     const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
@@ -579,6 +651,7 @@ int main(void) {
     if (tiles) test_pack_both();
     if (copies && tiles) test_wgrad_packs();
     if (copies && tiles) test_head_bwd();
+    if (copies && tiles) test_mlp();
     if (!tiles) {
         printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
         return test_done("test_bf16_native");

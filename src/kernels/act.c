@@ -101,6 +101,65 @@ void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, f
     ptdp__bias_gelu_bwd_r(dout, x, bias, dx, dbias, N, n, NULL);
 }
 
+/* The same two passes on values stored in bf16 (the native bf16 table's
+ * MLP, precision.c): each row goes GELU_CHUNK values at a time through
+ * fp32 rows on the stack, widened exactly, computed by the same row
+ * functions and narrowed to nearest even, so the values are those the _r
+ * forms leave in fp32 storage with the bf16 rounding, and dbias sums them
+ * in ptdp__bias_bwd's order. */
+enum { GELU_CHUNK = 512 };
+
+/* a bf16 value widened to fp32 (exact) */
+static inline float widen1(uint16_t v) {
+    const uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out, int64_t N,
+                             int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        float u[GELU_CHUNK], o[GELU_CHUNK];
+        for (int64_t j0 = 0; j0 < n; j0 += GELU_CHUNK) {
+            const int64_t m = n - j0 < GELU_CHUNK ? n - j0 : GELU_CHUNK;
+            ptdp_bf16_to_f32_n(u, x + r * n + j0, m);
+            gelu_fwd_row(u, bias + j0, o, m);
+            ptdp_f32_to_bf16_n(out + r * n + j0, o, m);
+        }
+    }
+}
+
+void ptdp__bias_bwd_b16(const uint16_t *dy, float *dbias, int64_t N, int64_t n) {
+    const int64_t blk = 64;
+    int64_t nblk = (n + blk - 1) / blk;
+#pragma omp parallel for schedule(static)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t j0 = cb * blk, j1 = j0 + blk < n ? j0 + blk : n;
+        float acc[64] = {0};
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t j = j0; j < j1; j++) acc[j - j0] += widen1(dy[r * n + j]);
+        for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+    }
+}
+
+void ptdp__bias_gelu_bwd_b16(const uint16_t *dout, const uint16_t *x, const float *bias,
+                             uint16_t *dx, float *dbias, int64_t N, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        float gr[GELU_CHUNK], u[GELU_CHUNK], d[GELU_CHUNK];
+        for (int64_t j0 = 0; j0 < n; j0 += GELU_CHUNK) {
+            const int64_t m = n - j0 < GELU_CHUNK ? n - j0 : GELU_CHUNK, e = r * n + j0;
+            ptdp_bf16_to_f32_n(gr, dout + e, m);
+            ptdp_bf16_to_f32_n(u, x + e, m);
+            gelu_bwd_row(gr, u, bias + j0, d, m);
+            ptdp_f32_to_bf16_n(dx + e, d, m);
+        }
+    }
+    ptdp__bias_bwd_b16(dx, dbias, N, n);
+}
+
 void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,
                                   int64_t N, int64_t h, ptdp_dropout drop, ptdp__round_fn rnd) {
     if (drop.p == 0.0f) {

@@ -89,15 +89,26 @@ BF16_TARGET static inline void put16(uint16_t *dst, __mmask16 m, __m512i v, int 
         _mm512_mask_storeu_epi32(dst, m, v);
 }
 
+/* Sources: fp32 values (b16 0, rounded to bf16 as they are read) or values
+ * already stored in bf16 (b16 1, the native table's 16-bit activations:
+ * gemm_bf16.c's typed GEMM); element i of a row at p */
+static inline const void *elt(const void *p, int b16, int64_t i) {
+    return (const char *)p + i * (b16 ? 2 : 4);
+}
+/* pairs (r0[j], r1[j]) for the lanes of m (r1 NULL: zeros) */
+BF16_TARGET static inline __m512i pairs_of(const void *r0, const void *r1, __mmask16 m, int b16) {
+    return b16 ? ptdp__bf16_pairs16_b16(r0, r1, m) : ptdp__bf16_pairs16(r0, r1, m);
+}
+
 /* tb = 0: the pair rows k, k + 1 (r1 NULL past K) for n0 <= n < n1, all in
  * one block column (16 | nb, so 16 values never straddle two blocks) */
-BF16_TARGET static void pairs_of_rows(const ptdp__bf16_blocking *b, uint16_t *dst, const float *r0,
-                                      const float *r1, int64_t k, int64_t n0, int64_t n1,
+BF16_TARGET static void pairs_of_rows(const ptdp__bf16_blocking *b, uint16_t *dst, const void *r0,
+                                      const void *r1, int b16, int64_t k, int64_t n0, int64_t n1,
                                       int stream) {
     uint16_t *d = dst + at(b, k, n0); /* then 16 pairs (32 values) per 16 columns */
     for (int64_t n = n0; n < n1; n += 16, d += 32) {
         const __mmask16 m = lanes(n1 - n);
-        const __m512i p = ptdp__bf16_pairs16(r0 + n, r1 ? r1 + n : NULL, m);
+        const __m512i p = pairs_of(elt(r0, b16, n), r1 ? elt(r1, b16, n) : NULL, m, b16);
         put16(d, m, p, stream);
     }
 }
@@ -116,8 +127,8 @@ BF16_TARGET static void tile_of_wt(const ptdp__bf16_blocking *b, uint16_t *dst, 
     for (int j = 0; j < pairs; j++) put16(d + 2 * b->nb * j, m, r[j], stream);
 }
 
-BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst, const float *B,
-                                    int tb, int64_t K, int64_t N, int64_t ldb) {
+BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst, const void *B,
+                                    int b16, int tb, int64_t K, int64_t N, int64_t ldb) {
     const int stream = 2 * K * N > STREAM;
     /* streamed stores are weakly ordered, and an SFENCE orders only its own
      * thread's: each thread fences before the region's closing barrier */
@@ -127,10 +138,11 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
         {
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < pairs; t++) {
-                const float *r0 = B + 2 * t * ldb, *r1 = 2 * t + 1 < K ? r0 + ldb : NULL;
+                const void *r0 = elt(B, b16, 2 * t * ldb),
+                           *r1 = 2 * t + 1 < K ? elt(r0, b16, ldb) : NULL;
                 for (int64_t n0 = 0; n0 < N; n0 += b->nb) {
                     const int64_t n1 = n0 + b->nb < N ? n0 + b->nb : N;
-                    pairs_of_rows(b, dst, r0, r1, 2 * t, n0, n1, stream);
+                    pairs_of_rows(b, dst, r0, r1, b16, 2 * t, n0, n1, stream);
                 }
             }
             _mm_sfence();
@@ -150,8 +162,8 @@ BF16_TARGET static void pack_avx512(const ptdp__bf16_blocking *b, uint16_t *dst,
                 const int64_t end_blk = (k0 / b->kb + 1) * b->kb, lim = end_blk < K ? end_blk : K;
                 const int64_t kc = lim - k0 < 32 ? lim - k0 : 32;
                 for (int64_t n0 = c * b->nb; n0 < nend; n0 += 16)
-                    tile_of_wt(b, dst, B, ldb, n0, (int)(nend - n0 < 16 ? nend - n0 : 16), k0, kc,
-                               stream);
+                    tile_of_wt(b, dst, (const float *)B, ldb, n0,
+                               (int)(nend - n0 < 16 ? nend - n0 : 16), k0, kc, stream);
                 k0 += kc;
             }
         }
@@ -181,7 +193,7 @@ BF16_TARGET static void pack_both_avx512(const ptdp__bf16_blocking *bt, uint16_t
                 tile_of_wt(bt, dt, W, ldw, r0, rows, c0, kc, stream);
                 for (int p = 0; 2 * p < rows; p++) {
                     const float *w0 = W + (r0 + 2 * p) * ldw;
-                    pairs_of_rows(bw, dw, w0, 2 * p + 1 < rows ? w0 + ldw : NULL, r0 + 2 * p, c0,
+                    pairs_of_rows(bw, dw, w0, 2 * p + 1 < rows ? w0 + ldw : NULL, 0, r0 + 2 * p, c0,
                                   c0 + kc, stream);
                 }
             }
@@ -213,8 +225,8 @@ void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
  * store writes 32 values of one row of dst. */
 enum { TCOLS = 256 };
 /* transpose_avx512's work on columns [mb, mend) */
-BF16_TARGET static void transpose_cols(uint16_t *dst, const float *A, int64_t K, int64_t lda,
-                                       int64_t mb, int64_t mend) {
+BF16_TARGET static void transpose_cols(uint16_t *dst, const void *A, int b16, int64_t K,
+                                       int64_t lda, int64_t mb, int64_t mend) {
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
         const __mmask32 kmask = ptdp__lanes32(K - k0);
         for (int64_t m0 = mb; m0 < mend; m0 += 16) {
@@ -227,11 +239,11 @@ BF16_TARGET static void transpose_cols(uint16_t *dst, const float *A, int64_t K,
                  * side the hardware's prefetchers fall behind (10-50% faster at
                  * the layers' shapes with this) */
                 if (k + 33 < K) {
-                    _mm_prefetch((const char *)(A + (k + 32) * lda + m0), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(A + (k + 33) * lda + m0), _MM_HINT_T0);
+                    _mm_prefetch(elt(A, b16, (k + 32) * lda + m0), _MM_HINT_T0);
+                    _mm_prefetch(elt(A, b16, (k + 33) * lda + m0), _MM_HINT_T0);
                 }
-                r[j] = k < K ? ptdp__bf16_pairs16(A + k * lda + m0,
-                                                  k + 1 < K ? A + (k + 1) * lda + m0 : NULL, m)
+                r[j] = k < K ? pairs_of(elt(A, b16, k * lda + m0),
+                                        k + 1 < K ? elt(A, b16, (k + 1) * lda + m0) : NULL, m, b16)
                              : _mm512_setzero_si512();
             }
             ptdp__transpose16(r);
@@ -241,20 +253,25 @@ BF16_TARGET static void transpose_cols(uint16_t *dst, const float *A, int64_t K,
     }
 }
 
-BF16_TARGET static void transpose_avx512(uint16_t *dst, const float *A, int64_t K, int64_t M,
-                                         int64_t lda) {
+BF16_TARGET static void transpose_avx512(uint16_t *dst, const void *A, int b16, int64_t K,
+                                         int64_t M, int64_t lda) {
 #pragma omp parallel if (K * M > 65536)
     {
         const int64_t nt = omp_get_num_threads(), units = (M + 15) / 16,
                       per = (units + nt - 1) / nt, lo = omp_get_thread_num() * per * 16,
                       hi = lo + per * 16 < M ? lo + per * 16 : M;
         for (int64_t mb = lo; mb < hi; mb += TCOLS)
-            transpose_cols(dst, A, K, lda, mb, mb + TCOLS < hi ? mb + TCOLS : hi);
+            transpose_cols(dst, A, b16, K, lda, mb, mb + TCOLS < hi ? mb + TCOLS : hi);
     }
 }
 
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda) {
-    transpose_avx512(dst, A, K, M, lda);
+    transpose_avx512(dst, A, 0, K, M, lda);
+}
+
+void ptdp__bf16_pack_transposed_b16(uint16_t *dst, const uint16_t *A, int64_t K, int64_t M,
+                                    int64_t lda) {
+    transpose_avx512(dst, A, 1, K, M, lda);
 }
 
 /* ---- the loss head's cross-entropy on bf16 logits ------------------------
@@ -419,12 +436,29 @@ void ptdp__bf16_pack_blocked(const ptdp__bf16_blocking *b, uint16_t *dst, const 
                              int64_t K, int64_t N, int64_t ldb) {
     PTDP_ASSERT_MSG(b->kb > 0 && b->nb % 16 == 0 && ((uintptr_t)dst & 63) == 0,
                     "bf16 blocked pack without a layout or a 64-byte aligned buffer");
-    pack_avx512(b, dst, B, tb, K, N, ldb);
+    pack_avx512(b, dst, B, 0, tb, K, N, ldb);
+}
+
+void ptdp__bf16_pack_blocked_b16(const ptdp__bf16_blocking *b, uint16_t *dst, const uint16_t *B,
+                                 int64_t K, int64_t N, int64_t ldb) {
+    PTDP_ASSERT_MSG(b->kb > 0 && b->nb % 16 == 0 && ((uintptr_t)dst & 63) == 0,
+                    "bf16 blocked pack without a layout or a 64-byte aligned buffer");
+    pack_avx512(b, dst, B, 1, 0, K, N, ldb);
 }
 #else
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda) {
     (void)dst, (void)A, (void)K, (void)M, (void)lda;
     PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
+}
+void ptdp__bf16_pack_transposed_b16(uint16_t *dst, const uint16_t *A, int64_t K, int64_t M,
+                                    int64_t lda) {
+    (void)dst, (void)A, (void)K, (void)M, (void)lda;
+    PTDP_ASSERT_MSG(0, "bf16 transposing pack without AVX512_BF16");
+}
+void ptdp__bf16_pack_blocked_b16(const ptdp__bf16_blocking *b, uint16_t *dst, const uint16_t *B,
+                                 int64_t K, int64_t N, int64_t ldb) {
+    (void)b, (void)dst, (void)B, (void)K, (void)N, (void)ldb;
+    PTDP_ASSERT_MSG(0, "bf16 blocked pack without AVX512_BF16");
 }
 void ptdp__xent_max_b16(const uint16_t *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                         int64_t V) {

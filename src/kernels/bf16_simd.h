@@ -38,6 +38,15 @@ BF16_TARGET static inline __m512i ptdp__bf16_pairs16(const float *r0, const floa
     return ptdp__bf16_join16(w0, w1);
 }
 
+/* the same pairs of values already stored in bf16 (r1 NULL: zeros) */
+BF16_TARGET static inline __m512i ptdp__bf16_pairs16_b16(const uint16_t *r0, const uint16_t *r1,
+                                                         __mmask16 m) {
+    const __m256i w0 = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, r0));
+    const __m256i w1 = r1 ? _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, r1))
+                          : _mm256_setzero_si256();
+    return ptdp__bf16_join16(w0, w1);
+}
+
 /* pairs (x[2t], x[2t+1]) rounded to bf16 for t < 16, of a row with n
  * values left (x[j] for j >= n read as 0) */
 BF16_TARGET static inline __m512i ptdp__bf16_row32(const float *x, int64_t n) {

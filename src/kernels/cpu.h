@@ -44,6 +44,16 @@ void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n);
 void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc);
+/* The same GEMM on operands stored in fp32 or, where a16, b16 or c16 says
+ * so, in bf16 (the native bf16 table's 16-bit activations: the values at
+ * the same strides, 2 bytes each); alpha 1; beta 0, or 1 into an fp32 C (a
+ * weight gradient, kept fp32). With beta 0 C's values come out on the bf16
+ * grid: stored in bf16 (oneDNN's conversion, to nearest even) or rounded in
+ * fp32 storage. Where the native matmul cannot run a shape it widens the
+ * bf16 operands and runs the fp32 GEMM on the same values. */
+void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
+                           int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C,
+                           int c16, int64_t ldc);
 /* The blocked bf16 weight layout of oneDNN's bf16 matmul, as bf16_blocked.c
  * writes it: blocks of kb values of K by nb of N, placed by the outer strides
  * sk and sn (elements), pairs along K inside. */
@@ -68,6 +78,12 @@ void ptdp__bf16_pack_both(const ptdp__bf16_blocking *bt, uint16_t *dt,
  * stored [K, M] with row stride lda (AVX512_BF16 only: where
  * ptdp__bf16_blocking_of says yes) */
 void ptdp__bf16_pack_transposed(uint16_t *dst, const float *A, int64_t K, int64_t M, int64_t lda);
+/* the same two packs from values stored in bf16 (copied, not rounded):
+ * A^T into plain rows, and B [K, N] (row stride ldb) into layout b */
+void ptdp__bf16_pack_transposed_b16(uint16_t *dst, const uint16_t *A, int64_t K, int64_t M,
+                                    int64_t lda);
+void ptdp__bf16_pack_blocked_b16(const ptdp__bf16_blocking *b, uint16_t *dst, const uint16_t *B,
+                                 int64_t K, int64_t N, int64_t ldb);
 /* The loss head's gradient dl [N = s*b, Vl] (ptdp_xent_grad: xent_bwd's
  * values, masked rows zero) from the bf16 logits [N, Vl] and their row
  * maxima gmax (the exponentials recomputed: ptdp__xent_exp_b16), rounded to
@@ -96,6 +112,9 @@ void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const flo
 int64_t ptdp__gemm_bf16_wgrad_calls(void);
 /* how many loss head backwards ptdp__gemm_bf16_head_bwd ran (likewise) */
 int64_t ptdp__gemm_bf16_head_calls(void);
+/* how many typed GEMMs ran as fp32 GEMMs on widened operands; test hook:
+ * force 1 sends every later one that way, 0 ends that, -1 leaves it */
+int64_t ptdp__gemm_bf16_typed_fallbacks(int force);
 /* test and bench hook: the weight copy of op(B) [K, N] for a bf16 GEMM of M
  * rows, made by bf16_blocked.c (own) or by oneDNN's reorder (its padding
  * filled with 0xff first, so the reorder must write it) and converted reps
@@ -139,6 +158,15 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
                            float *dbias, int64_t N, int64_t n, ptdp__round_fn rnd);
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n);
+/* bias + GeLU and its backward on values stored in bf16 (x, out, dout, dx:
+ * the native bf16 table's MLP; dx may alias dout), the values of the _r
+ * forms with bf16 rounding; dbias (fp32) += the column sums of dx, in
+ * ptdp__bias_bwd's order (ptdp__bias_bwd_b16) */
+void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out, int64_t N,
+                             int64_t n);
+void ptdp__bias_gelu_bwd_b16(const uint16_t *dout, const uint16_t *x, const float *bias,
+                             uint16_t *dx, float *dbias, int64_t N, int64_t n);
+void ptdp__bias_bwd_b16(const uint16_t *dy, float *dbias, int64_t N, int64_t n);
 void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,
                                   int64_t N, int64_t h, ptdp_dropout drop, ptdp__round_fn rnd);
 void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,

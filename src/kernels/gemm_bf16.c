@@ -92,6 +92,10 @@ static struct {
     int nshapes;
     uint16_t *a, *b; /* bf16 scratch */
     size_t acap, bcap;
+    float *f[3]; /* fp32 scratch of the typed GEMM's fallback: A, B, C */
+    size_t fcap[3];
+    int64_t fallbacks;  /* typed GEMMs run as fp32 GEMMs (the test reads it) */
+    int force_fallback; /* test hook: every typed GEMM takes that path */
     wrange ranges[MAX_RANGES];
     int nranges;
     uint64_t gen;
@@ -390,28 +394,51 @@ static shape *wgrad_shape(int64_t M, int64_t N, int64_t K, int64_t ldc) {
     return s && s->bmem ? s : NULL;
 }
 
-/* runs it on A^T already in g.a: B [K, N] (row stride ldb) into its blocked
- * buffer, then the matmul into C */
-static void wgrad_run(shape *ws, const float *B, int64_t ldb, float *C) {
-    ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, ws->K, ws->N, ldb);
+/* runs it on A^T already in g.a: B [K, N] (row stride ldb; fp32, or bf16
+ * where b16) into its blocked buffer, then the matmul into C */
+static void wgrad_run(shape *ws, const void *B, int b16, int64_t ldb, float *C) {
+    if (b16)
+        ptdp__bf16_pack_blocked_b16(&ws->blk, ws->bbuf, B, ws->K, ws->N, ldb);
+    else
+        ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, ws->K, ws->N, ldb);
     ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, C);
 }
 
-void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                            float *C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (g.lb16 && C < g.lb16 + g.lb16_n && C + (M - 1) * ldc + N > g.lb16)
-        g.lb16 = NULL; /* fp32 values over the bf16 logits */
-    const int sum = beta != 0.0f;
-    const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    if (alpha != 1.0f || (sum && beta != 1.0f) || K == 0 || g.state != 1 ||
-        !grow(&g.a, &g.acap, (size_t)(ar * ac))) {
-        ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+/* rows x cols of x (row stride ld), fp32 or (b16) bf16, into packed bf16 */
+static void pack_any(uint16_t *dst, const void *x, int b16, int64_t rows, int64_t cols,
+                     int64_t ld) {
+    if (!b16) {
+        pack(dst, x, rows, cols, ld);
         return;
     }
-    /* weights: their blocked copy; anything else: packed at this call */
-    const uint64_t gen = range_gen(B, B + (br - 1) * ldb + bc);
+    const uint16_t *s = x;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + r * cols, s + r * ld, sizeof *dst * (size_t)cols);
+}
+
+/* bytes of C [M, N] (row stride ldc, 2 or 4 bytes a value) */
+static void c_written(const void *C, int c16, int64_t M, int64_t N, int64_t ldc) {
+    const char *lo = C, *hi = lo + (c16 ? 2 : 4) * ((M - 1) * ldc + N);
+    const char *l = (const char *)g.lb16;
+    if (g.lb16 && lo < l + 4 * g.lb16_n && hi > l)
+        g.lb16 = NULL; /* other values over the bf16 logits */
+}
+
+/* The GEMM on operands stored in fp32 or, where a16, b16 or c16 says so, in
+ * bf16 (at the same strides, in values); alpha 1, beta 0 or 1 (1: C fp32).
+ * Returns 1, or 0 with nothing done where it cannot run the native matmul
+ * (the caller takes the fp32 GEMM). An fp32 C comes out unrounded. */
+static int gemm_s(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
+                  int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C, int c16,
+                  int64_t ldc) {
+    const int sum = beta != 0.0f;
+    const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    if ((sum && (beta != 1.0f || c16)) || K == 0 || g.state != 1 ||
+        !grow(&g.a, &g.acap, (size_t)(ar * ac)))
+        return 0;
+    /* weights (fp32, declared): their blocked copy; anything else: packed at this call */
+    const uint64_t gen = b16 ? 0 : range_gen(B, (const float *)B + (br - 1) * ldb + bc);
     if (sum && ta && !tb && !gen && g.own) {
         /* a weight gradient C += A^T B of activations: oneDNN's brgemm reads a
          * transposed A and a plain B slowly (620-650 against 810-850 GFLOP/s
@@ -419,26 +446,108 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
          * into the blocked layout itself (docs/performance.md) */
         shape *ws = wgrad_shape(M, N, K, ldc);
         if (ws) {
-            ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
-            wgrad_run(ws, B, ldb, C);
+            if (a16)
+                ptdp__bf16_pack_transposed_b16(g.a, A, K, M, lda);
+            else
+                ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
+            wgrad_run(ws, B, b16, ldb, C);
             g.wgrad_calls++;
-            return;
+            return 1;
         }
     }
     dnnl_memory_t mb = NULL;
     shape key = shape_key(ta, tb, sum, gen != 0, M, N, K, ldc), *sh = NULL;
+    key.cb16 = c16;
     if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;
         sh = find_shape(&key);
-        if (!sh || !grow(&g.b, &g.bcap, (size_t)(br * bc))) {
-            ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (!sh || !grow(&g.b, &g.bcap, (size_t)(br * bc))) return 0;
+        pack_any(g.b, B, b16, br, bc, ldb);
+    }
+    const void *a = A; /* bf16 rows the matmul reads as they are */
+    if (!a16 || lda != ac) {
+        pack_any(g.a, A, a16, ar, ac, lda);
+        a = g.a;
+    }
+    ptdp__onednn_mm_run(&sh->mm, a, mb ? NULL : g.b, mb, C);
+    return 1;
+}
+
+void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                            float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    c_written(C, 0, M, N, ldc);
+    if (alpha != 1.0f || !gemm_s(ta, tb, M, N, K, A, 0, lda, B, 0, ldb, beta, C, 0, ldc))
+        ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* fp32 scratch of at least n values for the typed GEMM's fallback */
+static float *scratch_f32(int k, size_t n) {
+    if (n > g.fcap[k]) {
+        float *q = alloc_lines(n * sizeof(float));
+        if (!q) return NULL;
+        free(g.f[k]);
+        g.f[k] = q;
+        g.fcap[k] = n;
+    }
+    return g.f[k];
+}
+
+/* rows x cols of bf16 values x (row stride ld) widened into dst (plain rows) */
+static void widen(float *dst, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+    for (int64_t r = 0; r < rows; r++) ptdp_bf16_to_f32_n(dst + r * cols, x + r * ld, cols);
+}
+
+void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
+                           int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C,
+                           int c16, int64_t ldc) {
+    PTDP_ASSERT_MSG((beta == 0.0f || beta == 1.0f) && !(c16 && beta != 0.0f),
+                    "typed bf16 GEMM: beta must be 0, or 1 into fp32 C");
+    if (M == 0 || N == 0) return;
+    c_written(C, c16, M, N, ldc);
+    if (g.force_fallback || !gemm_s(ta, tb, M, N, K, A, a16, lda, B, b16, ldb, beta, C, c16, ldc)) {
+        g.fallbacks++;
+        /* the fp32 GEMM on the same values: bf16 operands widened (exactly),
+         * a bf16 C made in fp32 scratch and narrowed below */
+        const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        const float *af = A, *bf = B;
+        float *cf = C;
+        int64_t la = lda, lb = ldb, lc = ldc;
+        if (a16) {
+            float *t = scratch_f32(0, (size_t)(ar * ac));
+            PTDP_ASSERT_MSG(t, "out of memory for the bf16 GEMM's fp32 scratch");
+            widen(t, A, ar, ac, lda);
+            af = t, la = ac;
+        }
+        if (b16) {
+            float *t = scratch_f32(1, (size_t)(br * bc));
+            PTDP_ASSERT_MSG(t, "out of memory for the bf16 GEMM's fp32 scratch");
+            widen(t, B, br, bc, ldb);
+            bf = t, lb = bc;
+        }
+        if (c16) {
+            cf = scratch_f32(2, (size_t)(M * N));
+            PTDP_ASSERT_MSG(cf, "out of memory for the bf16 GEMM's fp32 scratch");
+            lc = N;
+        }
+        ptdp__gemm_onednn(ta, tb, M, N, K, 1.0f, af, la, bf, lb, beta, cf, lc);
+        if (c16) {
+            uint16_t *c = C;
+#pragma omp parallel for schedule(static) if (M * N > 65536)
+            for (int64_t r = 0; r < M; r++) ptdp_f32_to_bf16_n(c + r * ldc, cf + r * N, N);
             return;
         }
-        pack(g.b, B, br, bc, ldb);
     }
-    pack(g.a, A, ar, ac, lda);
-    ptdp__onednn_mm_run(&sh->mm, g.a, mb ? NULL : g.b, mb, C);
+    if (!c16 && beta == 0.0f) { /* an activation's values: on the grid */
+        float *c = C;
+        if (ldc == N)
+            ptdp_round_bf16_n(c, M * N);
+        else
+            for (int64_t r = 0; r < M; r++) ptdp_round_bf16_n(c + r * ldc, N);
+    }
 }
 
 /* ---- the loss head ---------------------------------------------------------
@@ -495,13 +604,18 @@ void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const flo
     PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && p->ds->N == h,
                     "bf16 loss head backward without its forward's bf16 logits");
     ptdp__bf16_xent_grad(g.a, (uint16_t *)logits, xg);
-    wgrad_run(p->ws, x, h, dwte);
+    wgrad_run(p->ws, x, 0, h, dwte);
     ptdp__onednn_mm_run(&p->ds->mm, logits, NULL, p->w, dx);
     g.lb16 = NULL; /* dl's rows there now */
     g.head_calls++;
 }
 
 int64_t ptdp__gemm_bf16_head_calls(void) { return g.head_calls; }
+
+int64_t ptdp__gemm_bf16_typed_fallbacks(int force) {
+    if (force >= 0) g.force_fallback = force;
+    return g.fallbacks;
+}
 
 int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
                                int own, void *out, size_t cap, size_t *bytes, double *seconds,

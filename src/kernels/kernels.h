@@ -247,7 +247,39 @@ typedef struct ptdp_ops {
      * over the start of the buffer. */
     void (*head_logits)(const float *x, const float *wte, int64_t h, float *logits, float *rowmax,
                         int64_t N, int64_t Vl, int64_t v0, int64_t V);
+
+    /* OPTIONAL, all three or none (NULL: ptdp_mlp_fwd and the others below
+     * compose them from gemm, bias_gelu_fwd and bias_gelu_bwd): a layer's
+     * MLP on N rows, for a table that keeps the MLP's own activations in a
+     * storage of its own (the native bf16 table: bf16 values in the first
+     * half of each buffer). fc, gl and dfc [N, fl] are written and read by
+     * these three only, so what their bytes hold is the table's business;
+     * x, y, dy, dx [N, h] and the weights are ordinary fp32 storage:
+     *   mlp_fwd:   fc = x W1^T, gl = gelu(fc + b1), y = gl W2^T
+     *   mlp_bwd_b: dfc = (dy W2) * gelu'(fc + b1), db1 += sum_rows dfc,
+     *              dx = dfc W1 (the input gradient)
+     *   mlp_bwd_w: dW2 += dy^T gl, dW1 += dfc^T x (the weight gradients)
+     * with W1 [fl, h], b1 [fl], W2 [h, fl], as the composition's gemms and
+     * bias_gelu ops compute them, outputs on the table's grid alike. */
+    void (*mlp_fwd)(const float *x, const float *w1, const float *b1, const float *w2, float *fc,
+                    float *gl, float *y, int64_t N, int64_t h, int64_t fl);
+    void (*mlp_bwd_b)(const float *dy, const float *w2, const float *fc, const float *b1,
+                      const float *w1, float *dfc, float *db1, float *dx, int64_t N, int64_t h,
+                      int64_t fl);
+    void (*mlp_bwd_w)(const float *dy, const float *gl, const float *dfc, const float *x,
+                      float *dw2, float *dw1, int64_t N, int64_t h, int64_t fl);
 } ptdp_ops;
+
+/* A layer's MLP through o (mlp_fwd and the others above): the table's ops
+ * where it has them, else the composition of gemm and bias_gelu. */
+void ptdp_mlp_fwd(const ptdp_ops *o, const float *x, const float *w1, const float *b1,
+                  const float *w2, float *fc, float *gl, float *y, int64_t N, int64_t h,
+                  int64_t fl);
+void ptdp_mlp_bwd_b(const ptdp_ops *o, const float *dy, const float *w2, const float *fc,
+                    const float *b1, const float *w1, float *dfc, float *db1, float *dx, int64_t N,
+                    int64_t h, int64_t fl);
+void ptdp_mlp_bwd_w(const ptdp_ops *o, const float *dy, const float *gl, const float *dfc,
+                    const float *x, float *dw2, float *dw1, int64_t N, int64_t h, int64_t fl);
 
 /* The loss head's logits and their row maximum through o (head_logits
  * above): o->head_logits where the table has it, else gemm and xent_max. */

@@ -88,3 +88,37 @@ void ptdp_head_logits(const ptdp_ops *o, const float *x, const float *wte, int64
     o->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, logits, Vl);
     o->xent_max(logits, rowmax, N, Vl, v0, V);
 }
+
+void ptdp_mlp_fwd(const ptdp_ops *o, const float *x, const float *w1, const float *b1,
+                  const float *w2, float *fc, float *gl, float *y, int64_t N, int64_t h,
+                  int64_t fl) {
+    if (o->mlp_fwd) {
+        o->mlp_fwd(x, w1, b1, w2, fc, gl, y, N, h, fl);
+        return;
+    }
+    o->gemm(0, 1, N, fl, h, 1.0f, x, h, w1, h, 0.0f, fc, fl);
+    o->bias_gelu_fwd(fc, b1, gl, N, fl);
+    o->gemm(0, 1, N, h, fl, 1.0f, gl, fl, w2, fl, 0.0f, y, h);
+}
+
+void ptdp_mlp_bwd_b(const ptdp_ops *o, const float *dy, const float *w2, const float *fc,
+                    const float *b1, const float *w1, float *dfc, float *db1, float *dx, int64_t N,
+                    int64_t h, int64_t fl) {
+    if (o->mlp_bwd_b) {
+        o->mlp_bwd_b(dy, w2, fc, b1, w1, dfc, db1, dx, N, h, fl);
+        return;
+    }
+    o->gemm(0, 0, N, fl, h, 1.0f, dy, h, w2, fl, 0.0f, dfc, fl);
+    o->bias_gelu_bwd(dfc, fc, b1, dfc, db1, N, fl);
+    o->gemm(0, 0, N, h, fl, 1.0f, dfc, fl, w1, h, 0.0f, dx, h);
+}
+
+void ptdp_mlp_bwd_w(const ptdp_ops *o, const float *dy, const float *gl, const float *dfc,
+                    const float *x, float *dw2, float *dw1, int64_t N, int64_t h, int64_t fl) {
+    if (o->mlp_bwd_w) {
+        o->mlp_bwd_w(dy, gl, dfc, x, dw2, dw1, N, h, fl);
+        return;
+    }
+    o->gemm(1, 0, h, fl, N, 1.0f, dy, h, gl, fl, 1.0f, dw2, fl);
+    o->gemm(1, 0, fl, h, N, 1.0f, dfc, fl, x, h, 1.0f, dw1, h);
+}

@@ -18,7 +18,7 @@
  * products, fp32 accumulation, in another order) and, with AVX512_BF16,
  * attention's tile products in bf16 (attn_bf16.c: the probabilities and dS
  * rounded to bf16 first, as Megatron rounds them). Not here: 16-bit
- * storage. */
+ * storage, but for the native bf16 table's MLP (below). */
 #include "kernels/cpu.h"
 
 /* C [M, N] with row stride ldc, rounded row by row */
@@ -188,6 +188,34 @@ static void bf16_attn_bwd_packed(const float *dctx, const float *qkv, const floa
     ptdp_round_bf16_n(dqkv, s * b * al * 3 * hd);
 }
 
+/* bf16 with AVX512_BF16: the MLP's fc, gl and dfc stored in bf16, in the
+ * first half of their buffers (kernels.h's mlp ops): the GEMMs read and
+ * write them as they are (ptdp__gemm_bf16_typed: no conversion, no rounding
+ * pass), and bias + GeLU reads and writes 2 bytes a value. The values are
+ * those of the composition over fp32 storage, the matmul's bf16 output
+ * aside: oneDNN narrows fp32 subnormal sums (below 2^-126) to zero where
+ * the rounding pass keeps them. */
+static void bf16_mlp_fwd(const float *x, const float *w1, const float *b1, const float *w2,
+                         float *fc, float *gl, float *y, int64_t N, int64_t h, int64_t fl) {
+    uint16_t *f = (uint16_t *)fc, *g = (uint16_t *)gl;
+    ptdp__gemm_bf16_typed(0, 1, N, fl, h, x, 0, h, w1, 0, h, 0.0f, f, 1, fl);
+    ptdp__bias_gelu_fwd_b16(f, b1, g, N, fl);
+    ptdp__gemm_bf16_typed(0, 1, N, h, fl, g, 1, fl, w2, 0, fl, 0.0f, y, 0, h);
+}
+static void bf16_mlp_bwd_b(const float *dy, const float *w2, const float *fc, const float *b1,
+                           const float *w1, float *dfc, float *db1, float *dx, int64_t N, int64_t h,
+                           int64_t fl) {
+    uint16_t *d = (uint16_t *)dfc;
+    ptdp__gemm_bf16_typed(0, 0, N, fl, h, dy, 0, h, w2, 0, fl, 0.0f, d, 1, fl);
+    ptdp__bias_gelu_bwd_b16(d, (const uint16_t *)fc, b1, d, db1, N, fl);
+    ptdp__gemm_bf16_typed(0, 0, N, h, fl, d, 1, fl, w1, 0, h, 0.0f, dx, 0, h);
+}
+static void bf16_mlp_bwd_w(const float *dy, const float *gl, const float *dfc, const float *x,
+                           float *dw2, float *dw1, int64_t N, int64_t h, int64_t fl) {
+    ptdp__gemm_bf16_typed(1, 0, h, fl, N, dy, 0, h, gl, 1, fl, 1.0f, dw2, 0, fl);
+    ptdp__gemm_bf16_typed(1, 0, fl, h, N, dfc, 1, fl, x, 0, h, 1.0f, dw1, 0, h);
+}
+
 PTDP__PREC_COMMON(bf16, ptdp_round_bf16_n, PTDP_DTYPE_BF16)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, onednn)
 PTDP__PREC_LIB(bf16, ptdp_round_bf16_n, openblas)
@@ -247,6 +275,9 @@ static void build_tables(void) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_packed;
             t->attention_bwd = bf16_attn_bwd_packed;
+            t->mlp_fwd = bf16_mlp_fwd;
+            t->mlp_bwd_b = bf16_mlp_bwd_b;
+            t->mlp_bwd_w = bf16_mlp_bwd_w;
         }
     }
     tables[1][PTDP_DTYPE_BF16] = make_table(ob, "cpu/openblas/bf16", PTDP_DTYPE_BF16);

@@ -194,9 +194,7 @@ static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
         allreduce(g, g->tmp, n * h);
         o->bias_dropout_add_fwd(g->tmp, W->proj_b, g->x, g->xm, n, h, none);
         o->layernorm_fwd(g->xm, W->ln2_w, W->ln2_b, g->ln, g->mean, g->rstd, n, h, cfg->ln_eps);
-        o->gemm(0, 1, n, fl, h, 1.0f, g->ln, h, W->fc1_w, h, 0.0f, g->fc, fl);
-        o->bias_gelu_fwd(g->fc, W->fc1_b, g->gl, n, fl);
-        o->gemm(0, 1, n, h, fl, 1.0f, g->gl, fl, W->fc2_w, fl, 0.0f, g->tmp, h);
+        ptdp_mlp_fwd(o, g->ln, W->fc1_w, W->fc1_b, W->fc2_w, g->fc, g->gl, g->tmp, n, h, fl);
         allreduce(g, g->tmp, n * h);
         o->bias_dropout_add_fwd(g->tmp, W->fc2_b, g->xm, g->x, n, h, none);
     }

@@ -130,9 +130,7 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
 
     o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns, h,
                      c->cfg->ln_eps);
-    o->gemm(0, 1, N, fl, h, 1.0f, whole(c, A->ln2), h, W->fc1_w, h, 0.0f, A->fc, fl);
-    o->bias_gelu_fwd(A->fc, W->fc1_b, A->gl, N, fl);
-    o->gemm(0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
+    ptdp_mlp_fwd(o, whole(c, A->ln2), W->fc1_w, W->fc1_b, W->fc2_w, A->fc, A->gl, c->tmp, N, h, fl);
     o->bias_dropout_add_fwd(
         g_fwd(c), W->fc2_b, A->xm, y, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
@@ -157,9 +155,8 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
         dres, c->sp ? dtmp : wg->dmlp_out, G->fc2_b, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
     if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dmlp_out);
-    o->gemm(0, 0, N, fl, h, 1.0f, wg->dmlp_out, h, W->fc2_w, fl, 0.0f, wg->dfc, fl);
-    o->bias_gelu_bwd(wg->dfc, A->fc, W->fc1_b, wg->dfc, G->fc1_b, N, fl);
-    o->gemm(0, 0, N, h, fl, 1.0f, wg->dfc, fl, W->fc1_w, h, 0.0f, f_bwd_buf(c), h);
+    ptdp_mlp_bwd_b(o, wg->dmlp_out, W->fc2_w, A->fc, W->fc1_b, W->fc1_w, wg->dfc, G->fc1_b,
+                   f_bwd_buf(c), N, h, fl);
     f_bwd(c);
     o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, Ns,
                      h);
@@ -195,8 +192,7 @@ void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     const ptdp_layer_ptrs *G = &c->G.layers[i];
     const ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl;
-    o->gemm(1, 0, h, fl, N, 1.0f, wg->dmlp_out, h, A->gl, fl, 1.0f, G->fc2_w, fl);
-    o->gemm(1, 0, fl, h, N, 1.0f, wg->dfc, fl, whole(c, A->ln2), h, 1.0f, G->fc1_w, h);
+    ptdp_mlp_bwd_w(o, wg->dmlp_out, A->gl, wg->dfc, whole(c, A->ln2), G->fc2_w, G->fc1_w, N, h, fl);
     o->gemm(1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
     o->gemm(1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, whole(c, A->ln1), h, 1.0f, G->qkv_w, h);
 }
