@@ -33,10 +33,21 @@ M="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --voc
 run_np 1 train $M --log-jsonl "$TMP/f32.jsonl" >"$TMP/f32.out" 2>&1 && ok || fail "fp32 run: $(tail -3 "$TMP/f32.out")"
 run_np 1 train $M --bf16 --log-jsonl "$TMP/b1.jsonl" >"$TMP/b1.out" 2>&1 && ok || fail "bf16 run: $(tail -3 "$TMP/b1.out")"
 grep -q "mixed precision: bf16 activations and working weights, fp32 arithmetic, fp32 master weights" "$TMP/b1.out" &&
-    grep -Eq "bf16 values in fp32 storage \(every op rounds its outputs\), 16-bit messages between ranks; compute table cpu/onednn/bf16(-native \(GEMMs: oneDNN's native bf16 matmul|  \(GEMMs: fp32 on)" "$TMP/b1.out" &&
+    grep -Eq "bf16 values in fp32 storage \(every op rounds its outputs(; the MLP's own activations in bf16 storage)?\), 16-bit messages between ranks; compute table cpu/onednn/bf16(-native \(GEMMs: oneDNN's native bf16 matmul|  \(GEMMs: fp32 on)" "$TMP/b1.out" &&
     ok || fail "no start-up line for bf16: $(grep 'mixed precision' "$TMP/b1.out")"
 grep -q "optimizer state 12.00 B (fp32 master weights" "$TMP/b1.out" && ok || fail "bf16: optimizer state is not 12 B"
 check_plan "$TMP/b1.out" 1 && ok || fail "bf16: memory plan differs from the allocation"
+# the native table (AVX512_BF16) stores the MLP's fc and gl (and the workspace's dfc) in bf16:
+# per layer 2 x N fl values (N = 32 tokens, fl = 256) of 2 bytes less, 4 layers in the stash
+act_bytes() { sed -n 's/.*activation memory (pipeline stage 0): measured peak [^(]*(\([0-9]*\) bytes.*predicted [^(]*(\([0-9]*\) bytes).*/\1 \2/p' "$1"; }
+read -r af32 pf32 <<<"$(act_bytes "$TMP/f32.out")"
+read -r ab16 pb16 <<<"$(act_bytes "$TMP/b1.out")"
+if grep -q "the MLP's own activations in bf16 storage" "$TMP/b1.out"; then
+    [ "$ab16" = "$pb16" ] && [ $((af32 - ab16)) = $((4 * 2 * 32 * 256 * 2 + 32 * 256 * 2)) ] && ok ||
+        fail "bf16 MLP storage: activation peak $ab16 (predicted $pb16) against fp32's $af32, want 147456 bytes less"
+else
+    [ "$ab16" = "$af32" ] && ok || fail "bf16 without native MLP storage: activation peak $ab16, fp32's $af32"
+fi
 compare_jsonl "$TMP/f32.jsonl" "$TMP/b1.jsonl" lm_loss 0.00390625 && ok || fail "bf16 does not track fp32"
 ! cmp -s <(grep -o '"lm_loss":[^,]*' "$TMP/f32.jsonl") <(grep -o '"lm_loss":[^,]*' "$TMP/b1.jsonl") && ok ||
     fail "bf16 losses equal fp32's bit for bit: nothing was rounded"

@@ -132,8 +132,13 @@ for prec in "" --bf16 --fp16; do
 done
 # the master weights: half the fp32 run's AdamW moments (4 of its 8 bytes per parameter)
 opt=$(awk '$1 == "optimizer" && $2 == "state" { print $3; exit }' "$tmp/lt")
-[ -n "$opt" ] && [ "$((membf16 - mem))" = "$((opt / 2))" ] && [ "$membf16" = "$memfp16" ] && ok ||
-    bad "local: bf16 $membf16, fp16 $memfp16, fp32 $mem bytes (fp32 optimizer state $opt): 16-bit runs add the master weights"
+# and where the CPU's bf16 table keeps the MLP's activations in bf16 (the bf16 run says so), a
+# bf16 run carves fc and gl of its 2 layers and the workspace's dfc (N fl = 64 x 256 values
+# each) at 2 bytes a value: 5 x 32768 bytes less than fp16's
+mlp=0
+grep -q "the MLP's own activations in bf16 storage" "$tmp/lt--bf16" && mlp=$((5 * 64 * 256 * 2))
+[ -n "$opt" ] && [ "$((memfp16 - mem))" = "$((opt / 2))" ] && [ "$((memfp16 - membf16))" = "$mlp" ] && ok ||
+    bad "local: bf16 $membf16, fp16 $memfp16, fp32 $mem bytes (fp32 optimizer state $opt, MLP storage $mlp): 16-bit runs add the master weights"
 "$PTDP" plan --cluster local --num-devices 1 "${small[@]}" --bf16 --no-recompute >"$tmp/lpt" 2>&1
 grep -q "this prediction is for ptdp's CPU bf16: 16-bit values in fp32 storage" "$tmp/lpt" && ok ||
     bad "local --bf16: the table does not say which storage it predicts: $(tail -4 "$tmp/lpt")"

@@ -500,6 +500,8 @@ int ptdp_cmd_plan(int argc, char **argv) {
     const ptdp_ops *cpu = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
     job.attn_saved_floats = cpu->attention_saved_floats;
     job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
+    job.bf16_mlp16 =
+        ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->mlp_store != PTDP_DTYPE_FP32;
     job.uneven_splits = !F.even_only;
     ptdp_stage_layout split = {
         .first = F.first, .last = F.last, .embedding = F.account_embedding, .loss = F.account_loss};

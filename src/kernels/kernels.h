@@ -261,6 +261,10 @@ typedef struct ptdp_ops {
      *   mlp_bwd_w: dW2 += dy^T gl, dW1 += dfc^T x (the weight gradients)
      * with W1 [fl, h], b1 [fl], W2 [h, fl], as the composition's gemms and
      * bias_gelu ops compute them, outputs on the table's grid alike. */
+    /* what fc, gl and dfc hold: PTDP_DTYPE_FP32 (0, tables without the
+     * mlp ops), or PTDP_DTYPE_BF16 (n values in (n + 1) / 2 floats: the
+     * model carves them so, ptdp_mlp_floats) */
+    ptdp_dtype mlp_store;
     void (*mlp_fwd)(const float *x, const float *w1, const float *b1, const float *w2, float *fc,
                     float *gl, float *y, int64_t N, int64_t h, int64_t fl);
     void (*mlp_bwd_b)(const float *dy, const float *w2, const float *fc, const float *b1,
@@ -269,6 +273,11 @@ typedef struct ptdp_ops {
     void (*mlp_bwd_w)(const float *dy, const float *gl, const float *dfc, const float *x,
                       float *dw2, float *dw1, int64_t N, int64_t h, int64_t fl);
 } ptdp_ops;
+
+/* floats o's fc, gl or dfc of n values take (mlp_store above) */
+static inline int64_t ptdp_mlp_floats(const ptdp_ops *o, int64_t n) {
+    return o->mlp_store == PTDP_DTYPE_FP32 ? n : (n + 1) / 2;
+}
 
 /* A layer's MLP through o (mlp_fwd and the others above): the table's ops
  * where it has them, else the composition of gemm and bias_gelu. */

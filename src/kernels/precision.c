@@ -275,6 +275,7 @@ static void build_tables(void) {
             t->name = "cpu/onednn/bf16-native";
             t->attention_fwd = bf16_attn_fwd_packed;
             t->attention_bwd = bf16_attn_bwd_packed;
+            t->mlp_store = PTDP_DTYPE_BF16;
             t->mlp_fwd = bf16_mlp_fwd;
             t->mlp_bwd_b = bf16_mlp_bwd_b;
             t->mlp_bwd_w = bf16_mlp_bwd_w;

@@ -23,8 +23,9 @@
 /* saved: floats attention keeps for its backward (the backend's number).
  * Ns: rows of the residual stream's tensors (the sequence shard with
  * sequence parallelism), N: rows of the tensor-parallel region's. */
+/* mf: the floats of fc and gl, N fl values in the table's MLP storage */
 static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t Ns, int64_t h,
-                        int64_t hl, int64_t fl, int64_t saved) {
+                        int64_t hl, int64_t mf, int64_t saved) {
     la->ln1 = CARVE_F(cv, Ns * h);
     la->ln1_mean = CARVE_F(cv, Ns);
     la->ln1_rstd = CARVE_F(cv, Ns);
@@ -35,8 +36,8 @@ static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t 
     la->ln2 = CARVE_F(cv, Ns * h);
     la->ln2_mean = CARVE_F(cv, Ns);
     la->ln2_rstd = CARVE_F(cv, Ns);
-    la->fc = CARVE_F(cv, N * fl);
-    la->gl = CARVE_F(cv, N * fl);
+    la->fc = CARVE_F(cv, mf);
+    la->gl = CARVE_F(cv, mf);
 }
 
 /* Which layers are recomputed, in which groups (Megatron's semantics):
@@ -69,7 +70,8 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = p->micro_batch;
-    const int64_t saved = c->ops->attention_saved_floats(s, b, c->al);
+    const int64_t saved = c->ops->attention_saved_floats(s, b, c->al),
+                  mf = ptdp_mlp_floats(c->ops, N * fl); /* fc, gl, dfc */
     const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
@@ -81,12 +83,12 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
             sa->x[i] = x_stored(c, i) ? CARVE_F(act, Ns * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            carve_layer(act, &sa->layer[i], N, Ns, h, hl, fl, selective ? 0 : saved);
+            carve_layer(act, &sa->layer[i], N, Ns, h, hl, mf, selective ? 0 : saved);
             if (!p->split_backward) continue;
             /* kept from B to W: the weight GEMMs' output gradients */
             ptdp__layer_wgrad *wg = &sa->wg[i];
             wg->dmlp_out = CARVE_F(act, N * h);
-            wg->dfc = CARVE_F(act, N * fl);
+            wg->dfc = CARVE_F(act, mf);
             /* xm is dead by then (model_internal.h), but with sequence
              * parallelism it is a shard and the gradient is [s, b, h] */
             wg->dattn_out = c->sp ? CARVE_F(act, N * h) : sa->layer[i].xm;
@@ -96,7 +98,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     }
     before = ws->used;
     for (int64_t g = 0; g < c->max_group; g++) {
-        carve_layer(ws, &c->ws_layer[g], N, Ns, h, hl, fl, saved);
+        carve_layer(ws, &c->ws_layer[g], N, Ns, h, hl, mf, saved);
         c->ws_x[g] = CARVE_F(ws, Ns * h);
     }
     c->ws_out = c->max_group ? CARVE_F(ws, Ns * h) : NULL;
@@ -106,7 +108,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     c->gath = c->sp ? CARVE_F(ws, N * h) : NULL;
     c->dctx = CARVE_F(ws, N * hl);
     c->dqkv = CARVE_F(ws, N * 3 * hl);
-    c->dfc = CARVE_F(ws, N * fl);
+    c->dfc = CARVE_F(ws, mf);
     /* with sp a layer's xm is a shard: the attention output's gradient, kept
      * from B to W, needs [s, b, h] of its own */
     c->wg_ws = (ptdp__layer_wgrad){.dmlp_out = c->tmp,

@@ -71,8 +71,8 @@ static void plan(ptdp_generator *g, carver *cv) {
     g->ctx = CARVE_F(cv, C * g->hl);
     g->tmp = CARVE_F(cv, C * h);
     g->xm = CARVE_F(cv, C * h);
-    g->fc = CARVE_F(cv, C * g->fl);
-    g->gl = CARVE_F(cv, C * g->fl);
+    g->fc = CARVE_F(cv, ptdp_mlp_floats(g->ops, C * g->fl));
+    g->gl = CARVE_F(cv, ptdp_mlp_floats(g->ops, C * g->fl));
     g->S = CARVE_F(cv, C * g->max_len);
     g->lnf = CARVE_F(cv, h);
     g->lnf_mean = CARVE_F(cv, 1);

@@ -37,13 +37,19 @@
  * the layer's stashed xm, dead by then, except with sequence parallelism,
  * where xm is a shard and the slot carves N h more. With sequence
  * parallelism and B, W back to back the workspace holds that fourth one
- * ([s, b, h]) instead. */
+ * ([s, b, h]) instead. The native bf16 table keeps the MLP's three
+ * (fc, gl and dfc, N fl values each) in bf16: N fl / 2 floats (mlp16). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan.h"
 
 static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
+
+/* floats of one of the MLP's N fl tensors (fc, gl, dfc) */
+static double mlp_floats(const ptdp_plan_mem *m, int64_t N, int64_t fl) {
+    return m->mlp16 ? (double)((N * fl + 1) / 2) : (double)(N * fl);
+}
 
 /* One layer's stored activations, piece by piece as the model carves them. */
 static int64_t rows_of_stream(const ptdp_plan_mem *m) { /* Ns: the residual stream's rows */
@@ -57,7 +63,7 @@ static size_t layer_bytes(const ptdp_plan_mem *m) {
     const int selective = m->recompute == PTDP_RECOMPUTE_SELECTIVE;
     return 3 * nf((double)(Ns * h)) + 4 * nf((double)Ns) + nf((double)(N * 3 * hl)) +
            (selective ? 0 : nf((double)m->attn_saved_floats)) + nf((double)(N * hl)) +
-           2 * nf((double)(N * fl));
+           2 * nf(mlp_floats(m, N, fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
@@ -81,7 +87,7 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         /* kept from B to W; with sequence parallelism also the attention
          * output's gradient (xm, which holds it otherwise, is only a shard) */
         if (i < l && g < 0 && m->split_backward)
-            slot += XN + nf((double)(N * fl)) + nf((double)(N * 3 * hl)) + (Ns < N ? XN : 0);
+            slot += XN + nf(mlp_floats(m, N, fl)) + nf((double)(N * 3 * hl)) + (Ns < N ? XN : 0);
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
@@ -89,7 +95,7 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
      * (sequence parallelism), the backward's tensor-parallel buffers, and with
      * sequence parallelism the attention output's gradient from B to W */
     sh += XN + 2 * X + (Ns < N ? 2 * XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
-          nf((double)(N * fl));
+          nf(mlp_floats(m, N, fl));
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
     if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
         sh += nf((double)m->attn_saved_floats); /* the one layer being recomputed */
@@ -204,7 +210,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .sequence_parallel = r->sequence_parallel,
                                  .split_backward = ptdp_schedule_splits_backward(sp),
                                  .attn_saved_floats = r->attn_saved_floats,
-                                 .attn_scratch_floats = r->attn_scratch_floats};
+                                 .attn_scratch_floats = r->attn_scratch_floats,
+                                 .mlp16 = r->mlp16};
         double slot, shared;
         ptdp_plan_activation_bytes(&m, &slot, &shared);
         bytes[PTDP_MEM_ACTIVATIONS] +=

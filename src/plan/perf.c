@@ -223,6 +223,7 @@ static int memory_fp32(const ptdp_plan_job *job, const ptdp_plan_layout *L,
                        double mem[PTDP_PMEM_COUNT], double *params) {
     ptdp_plan_rank r = ptdp_plan_rank_default_params();
     r.master_weights = job->precision != PTDP_PREC_FP32; /* ptdp's CPU --bf16/--fp16 */
+    r.mlp16 = job->precision == PTDP_PREC_BF16 && job->bf16_mlp16;
     r.layers = job->layers;
     r.h = job->h;
     r.a = job->a;

@@ -121,6 +121,8 @@ typedef struct {
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
      * ptdp_attention_scratch_floats(s, threads) */
     int64_t attn_saved_floats, attn_scratch_floats;
+    int mlp16; /* the MLP's fc, gl and dfc in 16 bits, N fl / 2 floats each
+                  (ptdp_mlp_floats: the native bf16 table) */
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -144,6 +146,7 @@ typedef struct {
     int recompute;            /* ptdp_recompute_method (base.h) */
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
+    int mlp16;                                      /* as in ptdp_plan_mem */
     int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
     int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
                               between stages carry s/t positions) */
@@ -243,6 +246,8 @@ typedef struct {
      * ptdp_attention_scratch_floats(s, threads per rank) */
     int64_t (*attn_saved_floats)(int64_t s, int64_t b, int64_t al);
     int64_t attn_scratch_floats;
+    int bf16_mlp16; /* the CPU's bf16 table keeps the MLP's activations in bf16
+                       (ops->mlp_store): --bf16 plans count them so */
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
  * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1

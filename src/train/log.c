@@ -95,8 +95,11 @@ void ptdp__log_start(ptdp_run *r) {
         ptdp_log0(
             "mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
             "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
-            "its outputs), 16-bit messages between ranks; compute table %s (GEMMs: %s)",
-            ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype), tp->ops->name,
+            "its outputs%s), 16-bit messages between ranks; compute table %s (GEMMs: %s)",
+            ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
+            tp->ops->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
+                                                  : "",
+            tp->ops->name,
             strstr(tp->ops->name, "native-gemm") ? "oneDNN's native bf16 matmul, fp32 accumulation"
             : strstr(tp->ops->name, "native")
                 ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "

@@ -104,6 +104,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
     r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
     r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
+    r.mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32;
     r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
@@ -593,7 +594,8 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
                                   .attn_saved_floats = p->ops->attention_saved_floats(
                                       p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
                                   .attn_scratch_floats = ptdp_attention_scratch_floats(
-                                      p->cfg.seq_length, omp_get_max_threads())};
+                                      p->cfg.seq_length, omp_get_max_threads()),
+                                  .mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;

@@ -147,7 +147,8 @@ static const ptdp_ops cuda_ops = {
     .weights_changed = NULL, /* fp32: nothing converted */
     .head_bwd = NULL,        /* the composition: xent_bwd and two GEMMs */
     .head_logits = NULL,     /* gemm, then xent_max */
-    .mlp_fwd = NULL,         /* the MLP's compositions of gemm and bias_gelu */
+    .mlp_store = PTDP_DTYPE_FP32,
+    .mlp_fwd = NULL, /* the MLP's compositions of gemm and bias_gelu */
     .mlp_bwd_b = NULL,
     .mlp_bwd_w = NULL,
 };
