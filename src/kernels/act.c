@@ -36,17 +36,30 @@ void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
     ptdp__bias_add_r(y, bias, N, n, NULL);
 }
 
+/* a bf16 value widened to fp32 (exact) */
+static inline float widen1(uint16_t v) {
+    const uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* columns [j0, j0 + 64) of dbias += the column sums of dy [N, n], rows in
+ * order (fp32 values, or bf16 where b16: a constant at each call) */
+__attribute__((always_inline)) static inline void bias_cols(const void *dy, int b16, float *dbias,
+                                                            int64_t N, int64_t n, int64_t j0) {
+    const int64_t j1 = j0 + 64 < n ? j0 + 64 : n;
+    float acc[64] = {0};
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = j0; j < j1; j++)
+            acc[j - j0] +=
+                b16 ? widen1(((const uint16_t *)dy)[r * n + j]) : ((const float *)dy)[r * n + j];
+    for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+}
+
 void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n) {
-    const int64_t blk = 64;
-    int64_t nblk = (n + blk - 1) / blk;
 #pragma omp parallel for schedule(static)
-    for (int64_t cb = 0; cb < nblk; cb++) {
-        int64_t j0 = cb * blk, j1 = j0 + blk < n ? j0 + blk : n;
-        float acc[64] = {0};
-        for (int64_t r = 0; r < N; r++)
-            for (int64_t j = j0; j < j1; j++) acc[j - j0] += dy[r * n + j];
-        for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
-    }
+    for (int64_t j0 = 0; j0 < n; j0 += 64) bias_cols(dy, 0, dbias, N, n, j0);
 }
 
 /* One row of each GeLU pass, out of line and cloned for AVX-512 (chosen at
@@ -109,14 +122,6 @@ void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, f
  * in ptdp__bias_bwd's order. */
 enum { GELU_CHUNK = 512 };
 
-/* a bf16 value widened to fp32 (exact) */
-static inline float widen1(uint16_t v) {
-    const uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out, int64_t N,
                              int64_t n) {
 #pragma omp parallel for schedule(static)
@@ -132,16 +137,8 @@ void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out
 }
 
 void ptdp__bias_bwd_b16(const uint16_t *dy, float *dbias, int64_t N, int64_t n) {
-    const int64_t blk = 64;
-    int64_t nblk = (n + blk - 1) / blk;
 #pragma omp parallel for schedule(static)
-    for (int64_t cb = 0; cb < nblk; cb++) {
-        int64_t j0 = cb * blk, j1 = j0 + blk < n ? j0 + blk : n;
-        float acc[64] = {0};
-        for (int64_t r = 0; r < N; r++)
-            for (int64_t j = j0; j < j1; j++) acc[j - j0] += widen1(dy[r * n + j]);
-        for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
-    }
+    for (int64_t j0 = 0; j0 < n; j0 += 64) bias_cols(dy, 1, dbias, N, n, j0);
 }
 
 void ptdp__bias_gelu_bwd_b16(const uint16_t *dout, const uint16_t *x, const float *bias,
