@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_mixed_precision.sh - Megatron's --bf16 and --fp16 end to end (see
-# docs/mixed-precision.md): bf16 tracks fp32; bf16 under 9 parallel layouts
+# docs/mixed-precision.md): bf16 tracks fp32; bf16 under 11 parallel layouts
 # equals the single-process bf16 run; fp16's dynamic loss scaler skips and
 # backs off exactly by Megatron's rule, skips the same iterations on every
 # layout, and an injected non-finite gradient on one rank skips the
@@ -52,7 +52,7 @@ compare_jsonl "$TMP/f32.jsonl" "$TMP/b1.jsonl" lm_loss 0.00390625 && ok || fail 
 ! cmp -s <(grep -o '"lm_loss":[^,]*' "$TMP/f32.jsonl") <(grep -o '"lm_loss":[^,]*' "$TMP/b1.jsonl") && ok ||
     fail "bf16 losses equal fp32's bit for bit: nothing was rounded"
 
-# ---- bf16 under 9 layouts equals one bf16 process (dropout on) -------------------------
+# ---- bf16 under 11 layouts (two zero-bubble: B and W apart) equals one bf16 process (dropout on) -------------------------
 L=("2:--tensor-model-parallel-size 2"
    "2:--pipeline-model-parallel-size 2"
    "2:--pipeline-model-parallel-size 2 --pipeline-schedule gpipe"
@@ -61,7 +61,9 @@ L=("2:--tensor-model-parallel-size 2"
    "2:--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
    "4:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
    "4:--tensor-model-parallel-size 2 --use-distributed-optimizer --sequence-parallel"
-   "4:--tensor-model-parallel-size 4 --sequence-parallel")
+   "4:--tensor-model-parallel-size 4 --sequence-parallel"
+   "2:--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
+   "2:--pipeline-model-parallel-size 2 --pipeline-schedule zb-v")
 i=0
 for l in "${L[@]}"; do
     i=$((i + 1))
