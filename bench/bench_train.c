@@ -16,7 +16,13 @@
  *
  * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
  *                    [--gemm onednn|openblas] [--peak-gflops X] [--dropout P]
- *                    [--precision fp32|bf16|fp16]
+ *                    [--precision P[,P...]] [--rounds R]
+ * A list of precisions (e.g. fp32,bf16) runs each configuration in every
+ * precision in turn, --rounds times (default 1), and after each round
+ * prints a "train_ratio" line: the first precision's median over each
+ * other's, measured minutes apart in one process (this machine is shared:
+ * compare ratios taken in one window, not medians taken hours apart);
+ * after the rounds a "train_ratio_summary" line with their median.
  * --dropout sets the hidden and attention dropout (default 0; Megatron's
  * GPT default is 0.1), to time the mask generation.
  * Defaults: all configurations, 2 warm-up + 5 timed iterations (d: 1 + 3
@@ -47,7 +53,7 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
-        "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16]\n");
+        "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16[,...]] [--rounds R]\n");
 }
 
 /* The GEMM rate of this machine with the run's library, threads and
@@ -72,9 +78,10 @@ static double measure_peak(ptdp_gemm_lib lib, ptdp_dtype dtype) {
     return best;
 }
 
-/* Runs one configuration; returns 0, or 1 after printing why it could not. */
+/* Runs one configuration; returns 0 and its median ms in *median, or 1
+ * after printing why it could not. */
 static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib, double peak_gflops,
-               int remeasure, float dropout, ptdp_dtype dtype) {
+               int remeasure, float dropout, ptdp_dtype dtype, double *median) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
@@ -126,6 +133,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     memcpy(sorted, ms, sizeof(double) * (size_t)iters);
     qsort(sorted, (size_t)iters, sizeof(double), bench_cmp_double);
     double med = iters % 2 ? sorted[iters / 2] : 0.5 * (sorted[iters / 2 - 1] + sorted[iters / 2]);
+    *median = med;
     if (remeasure) { /* the peak again, after the timed iterations: the best of the two */
         const double again = measure_peak(lib, dtype);
         if (again > peak_gflops) peak_gflops = again;
@@ -160,7 +168,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
 
 int main(int argc, char **argv) {
     const char *which = "all", *gemm = "onednn", *precision = "fp32";
-    int iters = -1, warmup = -1;
+    int iters = -1, warmup = -1, rounds = 1;
     double peak = 0, dropout = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -189,6 +197,8 @@ int main(int argc, char **argv) {
             dropout = strtod(v, &end);
         else if (!strcmp(f, "--precision"))
             precision = v;
+        else if (!strcmp(f, "--rounds"))
+            rounds = (int)strtol(v, &end, 10);
         else {
             fprintf(stderr, "bench_train: unknown flag %s\n", f);
             usage(stderr);
@@ -199,8 +209,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if ((iters != -1 && iters < 1) || warmup < -1) {
-        fprintf(stderr, "bench_train: --iters must be >= 1 and --warmup >= 0\n");
+    if ((iters != -1 && iters < 1) || warmup < -1 || rounds < 1 || rounds > 100) {
+        fprintf(stderr, "bench_train: --iters and --rounds must be >= 1 (rounds <= 100) and "
+                        "--warmup >= 0\n");
         return 2;
     }
     if (dropout < 0 || dropout >= 1) {
@@ -212,18 +223,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: %s\n", ptdp_last_error());
         return 2;
     }
-    ptdp_dtype dtype = !strcmp(precision, "bf16")   ? PTDP_DTYPE_BF16
-                       : !strcmp(precision, "fp16") ? PTDP_DTYPE_FP16
-                                                    : PTDP_DTYPE_FP32;
-    if (strcmp(precision, "fp32") && dtype == PTDP_DTYPE_FP32) {
-        fprintf(stderr, "bench_train: --precision must be fp32, bf16 or fp16, got '%s'\n",
-                precision);
-        return 2;
+    enum { MAXP = 3 };
+    ptdp_dtype dts[MAXP];
+    int np = 0;
+    for (const char *p = precision; np <= MAXP;) {
+        const size_t len = strcspn(p, ",");
+        int k = -1;
+        for (int d = 0; d < MAXP; d++)
+            if (strlen(ptdp_dtype_name((ptdp_dtype)d)) == len &&
+                !strncmp(p, ptdp_dtype_name((ptdp_dtype)d), len))
+                k = d;
+        if (k < 0 || np == MAXP) {
+            fprintf(stderr,
+                    "bench_train: --precision must be fp32, bf16 or fp16, or a list of up to "
+                    "three of them (fp32,bf16), got '%s'\n",
+                    precision);
+            return 2;
+        }
+        dts[np++] = (ptdp_dtype)k;
+        if (!p[len]) break;
+        p += len + 1;
     }
     int known = !strcmp(which, "all");
     for (int i = 0; i < NCONFIGS; i++) known |= !strcmp(which, configs[i].name);
     const int remeasure = known && peak <= 0;
-    if (remeasure) peak = measure_peak(lib, dtype);
+    double peaks[MAXP];
+    for (int k = 0; k < np; k++) peaks[k] = remeasure ? measure_peak(lib, dts[k]) : peak;
     int found = 0, rc = 0;
     for (int i = 0; i < NCONFIGS; i++) {
         if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;
@@ -231,7 +256,35 @@ int main(int argc, char **argv) {
         int big = !strcmp(configs[i].name, "d");
         int w = warmup >= 0 ? warmup : big ? 1 : 2;
         int n = iters >= 1 ? iters : big ? 3 : 5;
-        rc |= run(&configs[i], w, n, lib, peak, remeasure, (float)dropout, dtype);
+        double ratio[MAXP][100];
+        for (int r = 0; r < rounds && !rc; r++) {
+            double med[MAXP];
+            for (int k = 0; k < np && !rc; k++)
+                rc |= run(&configs[i], w, n, lib, peaks[k], remeasure, (float)dropout, dts[k],
+                          &med[k]);
+            if (rc || np < 2) continue;
+            printf("{\"bench\":\"train_ratio\",\"config\":\"%s\",\"round\":%d", configs[i].name,
+                   r + 1);
+            for (int k = 1; k < np; k++) {
+                ratio[k][r] = med[0] / med[k];
+                printf(",\"%s_over_%s\":%.3f", ptdp_dtype_name(dts[0]), ptdp_dtype_name(dts[k]),
+                       ratio[k][r]);
+            }
+            printf("}\n");
+        }
+        if (rc || np < 2) continue;
+        printf("{\"bench\":\"train_ratio_summary\",\"config\":\"%s\",\"rounds\":%d",
+               configs[i].name, rounds);
+        for (int k = 1; k < np; k++) {
+            qsort(ratio[k], (size_t)rounds, sizeof(double), bench_cmp_double);
+            const double m = rounds % 2 ? ratio[k][rounds / 2]
+                                        : 0.5 * (ratio[k][rounds / 2 - 1] + ratio[k][rounds / 2]);
+            const char *a = ptdp_dtype_name(dts[0]), *b = ptdp_dtype_name(dts[k]);
+            printf(",\"%s_over_%s_median\":%.3f,\"%s_over_%s_min\":%.3f,\"%s_over_%s_max\":%.3f", a,
+                   b, m, a, b, ratio[k][0], a, b, ratio[k][rounds - 1]);
+        }
+        printf("}\n");
+        fflush(stdout);
     }
     if (!found) {
         fprintf(stderr, "bench_train: --config must be a, b, c, d or all, got '%s'\n", which);
