@@ -632,7 +632,8 @@ static void test_mlp(void) {
     CHECK(n->mlp_fwd && n->mlp_bwd_b && n->mlp_bwd_w);
     ptdp_ops c = *n;
     c.mlp_fwd = NULL, c.mlp_bwd_b = NULL, c.mlp_bwd_w = NULL;
-    const int64_t shapes[][3] = {{64, 64, 256}, {37, 24, 100}, {1, 16, 64}, {130, 48, 600}};
+    const int64_t shapes[][3] = {
+        {64, 64, 256}, {37, 24, 100}, {1, 16, 64}, {130, 48, 600}, {5, 16, 37}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fb = 0; fb < 2; fb++)
             check_mlp(n, &c, shapes[i][0], shapes[i][1], shapes[i][2], 100 + 10 * i, fb);
