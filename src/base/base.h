@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- errors ------------------------------------------------------------ */
 #define PTDP_ERRORS(X)                                \
@@ -324,7 +325,12 @@ typedef struct {
  * fp16 subnormals are rounded correctly; beyond the range gives +-inf (fp16:
  * |x| >= 65520), so a caller that must refuse overflow checks for a finite
  * input with an infinite result. Pure functions, thread-safe. */
-float ptdp_bf16_to_f32(uint16_t h);
+static inline float ptdp_bf16_to_f32(uint16_t h) { /* inline: kernels widen in their loops */
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 uint16_t ptdp_f32_to_bf16(float f);
 float ptdp_f16_to_f32(uint16_t h);
 uint16_t ptdp_f32_to_f16(float f);

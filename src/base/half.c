@@ -29,8 +29,6 @@ static float bits_f32(uint32_t u) {
     return f;
 }
 
-float ptdp_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
 uint16_t ptdp_f32_to_bf16(float f) {
     uint32_t x = f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u); /* quiet NaN */

@@ -36,14 +36,6 @@ void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
     ptdp__bias_add_r(y, bias, N, n, NULL);
 }
 
-/* a bf16 value widened to fp32 (exact) */
-static inline float widen1(uint16_t v) {
-    const uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* columns [j0, j0 + 64) of dbias += the column sums of dy [N, n], rows in
  * order (fp32 values, or bf16 where b16: a constant at each call) */
 __attribute__((always_inline)) static inline void bias_cols(const void *dy, int b16, float *dbias,
@@ -52,8 +44,8 @@ __attribute__((always_inline)) static inline void bias_cols(const void *dy, int 
     float acc[64] = {0};
     for (int64_t r = 0; r < N; r++)
         for (int64_t j = j0; j < j1; j++)
-            acc[j - j0] +=
-                b16 ? widen1(((const uint16_t *)dy)[r * n + j]) : ((const float *)dy)[r * n + j];
+            acc[j - j0] += b16 ? ptdp_bf16_to_f32(((const uint16_t *)dy)[r * n + j])
+                               : ((const float *)dy)[r * n + j];
     for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
 }
 
