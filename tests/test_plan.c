@@ -427,7 +427,10 @@ static void table1_fit(const ptdp_cluster *c, int authors) {
         int count, nfit;
         CHECK_OK(ptdp_plan_search(c, &j, table1[i].n, &pins, &cand, &count, &nfit));
         CHECK(nfit > 0);
-        if (nfit == 0) continue;
+        if (nfit == 0) {
+            free(cand);
+            continue;
+        }
         if (authors) CHECK(cand[0].layout.v == table1[i].v && cand[0].layout.b == table1[i].b);
         const double got = cand[0].est.tflops_per_device, err = got / table1[i].tflops - 1;
         printf("%7.1fB t=%d p=%d v=%d b=%d (%s): predicted %.1f, paper %.0f TFLOP/s (%+.1f%%)\n",
