@@ -383,20 +383,38 @@ static const struct {
     double params;
     int a, h, l, t, p, n, B;
     double tflops;
-    int named; /* one of the three rows the issue names (within 5%) */
-    int b, v;  /* the authors' micro-batch size and chunks per rank */
+    int named;   /* one of the three rows the issue names (within 5%) */
+    int b, v;    /* the authors' micro-batch size and chunks per rank */
+    int pick_ok; /* the planner's own pick is the paper's (t, p) or within 3%
+                    of it (0: the four rows docs/planner.md says it misses) */
 } table1[] = {
-    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 1, 16, 1},
-    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 0, 16, 1},
-    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 0, 16, 1},
-    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 0, 8, 1},
-    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 0, 4, 1},
-    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 0, 2, 3},
-    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 1, 2, 2},
-    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 0, 1, 2},
-    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 0, 1, 3},
-    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1, 1},
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 1, 16, 1, 1},
+    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 0, 16, 1, 1},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 0, 16, 1, 0},
+    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 0, 8, 1, 0},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 0, 4, 1, 0},
+    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 0, 2, 3, 1},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 1, 2, 2, 0},
+    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 0, 1, 2, 1},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 0, 1, 3, 1},
+    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1, 1, 1},
 };
+
+/* A Table 1 row as the paper ran it: fp16, full recomputation, interleaved
+ * schedule with scatter/gather, s 2048, V 51,200, the data-parallel
+ * reduction after the backward. */
+static ptdp_plan_job table1_job(size_t i) {
+    ptdp_plan_job j = ptdp_plan_job_default_params();
+    j.layers = table1[i].l;
+    j.h = table1[i].h;
+    j.a = table1[i].a;
+    j.s = 2048;
+    j.vocab = 51200;
+    j.global_batch = table1[i].B;
+    j.precision = PTDP_PREC_FP16;
+    j.overlap_grad_reduce = 0;
+    return j;
+}
 
 /* Every row predicted with t and p pinned to the paper's and v and b either
  * searched (authors = 0) or pinned to the authors' (authors = 1): the three
@@ -406,18 +424,7 @@ static void table1_fit(const ptdp_cluster *c, int authors) {
     double sum = 0, worst = 0;
     const size_t rows = sizeof table1 / sizeof table1[0];
     for (size_t i = 0; i < rows; i++) {
-        /* the paper's settings: fp16, full recomputation, interleaved
-         * schedule with scatter/gather, s 2048, V 51,200, the data-parallel
-         * reduction after the backward */
-        ptdp_plan_job j = ptdp_plan_job_default_params();
-        j.layers = table1[i].l;
-        j.h = table1[i].h;
-        j.a = table1[i].a;
-        j.s = 2048;
-        j.vocab = 51200;
-        j.global_batch = table1[i].B;
-        j.precision = PTDP_PREC_FP16;
-        j.overlap_grad_reduce = 0;
+        ptdp_plan_job j = table1_job(i);
         ptdp_plan_pins pins = {.t = table1[i].t,
                                .p = table1[i].p,
                                .v = authors ? table1[i].v : 0,
@@ -448,11 +455,46 @@ static void table1_fit(const ptdp_cluster *c, int authors) {
     CHECK(mae <= 0.05);
 }
 
+/* The planner's own pick for every row (t, p, v, b searched, recomputation
+ * on) against the best layout with the paper's (t, p): the pick is the
+ * paper's (t, p) or predicted within 3% of it on the six rows where
+ * docs/planner.md says so; the other four are printed, not checked (the
+ * model leans to pipelining there, which the docs explain). */
+static void table1_picks(const ptdp_cluster *c) {
+    int met = 0;
+    for (size_t i = 0; i < sizeof table1 / sizeof table1[0]; i++) {
+        const ptdp_plan_job j = table1_job(i);
+        const ptdp_plan_pins paper = {.t = table1[i].t, .p = table1[i].p, .recompute = 1},
+                             open = {.recompute = 1};
+        ptdp_plan_candidate *best, *pinned;
+        int count, nbest, npinned;
+        CHECK_OK(ptdp_plan_search(c, &j, table1[i].n, &open, &best, &count, &nbest));
+        CHECK_OK(ptdp_plan_search(c, &j, table1[i].n, &paper, &pinned, &count, &npinned));
+        CHECK(nbest > 0 && npinned > 0);
+        if (nbest > 0 && npinned > 0) {
+            const ptdp_plan_layout *L = &best[0].layout;
+            const int same = L->t == table1[i].t && L->p == table1[i].p;
+            const double gain = pinned[0].est.iteration_s / best[0].est.iteration_s - 1;
+            const int ok = same || gain <= 0.03;
+            printf("%7.1fB pick t=%d p=%d v=%d b=%d, %.1f%% ahead of the paper's (%d, %d)%s\n",
+                   table1[i].params, (int)L->t, (int)L->p, (int)L->v, (int)L->b, 100 * gain,
+                   table1[i].t, table1[i].p, ok ? "" : " (goal not met)");
+            CHECK(gain >= 0); /* the open search includes the paper's (t, p) */
+            if (table1[i].pick_ok) CHECK(ok);
+            met += ok;
+        }
+        free(best);
+        free(pinned);
+    }
+    printf("the pick is the paper's (t, p) or within 3%% of it on %d of 10 rows\n", met);
+}
+
 static void test_table1(void) {
     ptdp_cluster c;
     CHECK_OK(ptdp_cluster_load(PTDP_SOURCE_DIR "/clusters/a100-superpod.json", &c));
     table1_fit(&c, 0);
     table1_fit(&c, 1);
+    table1_picks(&c);
 }
 
 /* Uneven stages: with a vocabulary large against the layers (config (c)'s
