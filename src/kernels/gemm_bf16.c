@@ -483,11 +483,12 @@ void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* fp32 scratch of at least n values for the typed GEMM's fallback */
+/* fp32 scratch of at least n values for the typed GEMM's fallback (grown on
+ * first use only) */
 static float *scratch_f32(int k, size_t n) {
     if (n > g.fcap[k]) {
         float *q = alloc_lines(n * sizeof(float));
-        if (!q) return NULL;
+        PTDP_ASSERT_MSG(q, "out of memory for the bf16 GEMM's fp32 scratch");
         free(g.f[k]);
         g.f[k] = q;
         g.fcap[k] = n;
@@ -518,19 +519,16 @@ void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, cons
         int64_t la = lda, lb = ldb, lc = ldc;
         if (a16) {
             float *t = scratch_f32(0, (size_t)(ar * ac));
-            PTDP_ASSERT_MSG(t, "out of memory for the bf16 GEMM's fp32 scratch");
             widen(t, A, ar, ac, lda);
             af = t, la = ac;
         }
         if (b16) {
             float *t = scratch_f32(1, (size_t)(br * bc));
-            PTDP_ASSERT_MSG(t, "out of memory for the bf16 GEMM's fp32 scratch");
             widen(t, B, br, bc, ldb);
             bf = t, lb = bc;
         }
         if (c16) {
             cf = scratch_f32(2, (size_t)(M * N));
-            PTDP_ASSERT_MSG(cf, "out of memory for the bf16 GEMM's fp32 scratch");
             lc = N;
         }
         ptdp__gemm_onednn(ta, tb, M, N, K, 1.0f, af, la, bf, lb, beta, cf, lc);
