@@ -617,6 +617,29 @@ static void test_dropout_batched(const ptdp_ops *o) {
     free(x), free(y), free(db);
 }
 
+/* Parameter initialisation draws its normals 32 Philox blocks at a time:
+ * every element must be ptdp_rng_normal's value at its index, bit for bit,
+ * for odd lengths, and for indices that carry into the counter's high word. */
+static void test_rng_normal_batched(void) {
+    const ptdp_rng_key key = ptdp_rng_key_make(1234, "transformer.h.0.attn.c_attn.weight");
+    const uint64_t starts[] = {0, 5, 4294967296ull - 40, 123456789012ull};
+    const int64_t lens[] = {1, 31, 32, 33, 100};
+    int64_t bad = 0, total = 0;
+    float out[100];
+    for (size_t a = 0; a < sizeof starts / sizeof starts[0]; a++)
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            const float scale = a % 2 ? 0.02f : 1.0f;
+            ptdp_rng_normal_n(key, starts[a], lens[l], scale, out);
+            for (int64_t i = 0; i < lens[l]; i++, total++) {
+                const float want = scale * ptdp_rng_normal(key, starts[a] + (uint64_t)i);
+                bad += memcmp(&out[i], &want, sizeof want) != 0;
+            }
+        }
+    printf("batched normals: %lld of %lld differ from ptdp_rng_normal\n", (long long)bad,
+           (long long)total);
+    CHECK(bad == 0 && total == 4 * (1 + 31 + 32 + 33 + 100));
+}
+
 /* ---- embeddings ----------------------------------------------------------- */
 
 static void test_embed(const ptdp_ops *o) {
@@ -870,6 +893,7 @@ int main(void) {
     test_attention(o);
     test_attention_tiled(o);
     test_dropout_batched(o);
+    test_rng_normal_batched();
     test_embed(o);
     test_xent_split(o, 2);
     test_xent_split(o, 3); /* third slice lies wholly in the padding */

@@ -92,6 +92,9 @@ ptdp_rng_key ptdp_rng_key_make(uint64_t seed, const char *name);
 /* Uniform in (0, 1], and standard normal (Box-Muller on one Philox block). */
 float ptdp_rng_uniform(ptdp_rng_key k, uint64_t idx);
 float ptdp_rng_normal(ptdp_rng_key k, uint64_t idx);
+/* out[i] = scale * ptdp_rng_normal(k, idx0 + i) for i < n, bit for bit, with
+ * the Philox blocks drawn many at a time (parameter initialisation). */
+void ptdp_rng_normal_n(ptdp_rng_key k, uint64_t idx0, int64_t n, float scale, float *out);
 /* Four uniform 32-bit words for counter idx (used by dropout kernels). */
 void ptdp_rng_u32x4(ptdp_rng_key k, uint64_t idx, uint32_t out[4]);
 

@@ -8,10 +8,12 @@
 #include <math.h>
 #include <string.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+#include "base/philox_lanes.h"
+
+#define PHILOX_M0 PTDP_PHILOX_M0
+#define PHILOX_M1 PTDP_PHILOX_M1
+#define PHILOX_W0 PTDP_PHILOX_W0
+#define PHILOX_W1 PTDP_PHILOX_W1
 
 void ptdp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
@@ -73,12 +75,38 @@ float ptdp_rng_uniform(ptdp_rng_key k, uint64_t idx) {
     return u32_to_unit(o[0]);
 }
 
+/* Box-Muller in double for accuracy on words 0 and 1 of a block; one normal
+ * per index keeps element i independent of how a tensor is sharded. */
+static inline double box_muller(uint32_t w0, uint32_t w1) {
+    double u1 = ((double)w0 + 1.0) / 4294967296.0;
+    double u2 = (double)w1 / 4294967296.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 float ptdp_rng_normal(ptdp_rng_key k, uint64_t idx) {
     uint32_t o[4];
     ptdp_rng_u32x4(k, idx, o);
-    /* Box-Muller in double for accuracy; one normal per index keeps element
-     * i independent of how a tensor is sharded. */
-    double u1 = ((double)o[0] + 1.0) / 4294967296.0;
-    double u2 = (double)o[1] / 4294967296.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    return (float)box_muller(o[0], o[1]);
+}
+
+void ptdp_rng_normal_n(ptdp_rng_key k, uint64_t idx0, int64_t n, float scale, float *out) {
+    enum { LANES = 32 }; /* Philox blocks side by side (AVX2 baseline) */
+    uint32_t r[4 * LANES];
+    double u1[LANES], a2[LANES];
+    for (int64_t i = 0; i < n; i += LANES) {
+        ptdp__philox_lanes(k, idx0 + (uint64_t)i, r, LANES);
+        const int m = n - i < LANES ? (int)(n - i) : LANES;
+        /* box_muller's operations, each rounded as there, in three passes:
+         * the conversions and the square root in vector loops, log and cos
+         * glibc's scalar calls (the same bits as ptdp_rng_normal) */
+        for (int j = 0; j < LANES; j++) {
+            u1[j] = ((double)r[4 * j] + 1.0) / 4294967296.0;
+            a2[j] = 6.283185307179586 * ((double)r[4 * j + 1] / 4294967296.0);
+        }
+        for (int j = 0; j < m; j++) {
+            u1[j] = log(u1[j]);
+            a2[j] = cos(a2[j]);
+        }
+        for (int j = 0; j < m; j++) out[i + j] = scale * (float)(sqrt(-2.0 * u1[j]) * a2[j]);
+    }
 }

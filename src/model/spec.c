@@ -119,26 +119,18 @@ void ptdp__init_spec(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int 
     if (sp->init == PTDP_INIT_SCALED) std = cfg->init_std / sqrtf(2.0f * (float)cfg->num_layers);
     ptdp_rng_key key = ptdp_rng_key_make(cfg->seed, sp->name);
     const int64_t rows = sp->lshape[0], cols = sp->lshape[1];
+    const int normal = sp->init == PTDP_INIT_NORMAL || sp->init == PTDP_INIT_SCALED;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float v = 0.0f;
-            if (r < sp->valid_rows) {
-                switch (sp->init) {
-                case PTDP_INIT_NORMAL:
-                case PTDP_INIT_SCALED:
-                    v = std * ptdp_rng_normal(key, (uint64_t)global_index(sp, tp, r, c));
-                    break;
-                case PTDP_INIT_ONE:
-                    v = 1.0f;
-                    break;
-                case PTDP_INIT_ZERO:
-                    v = 0.0f;
-                    break;
-                }
-            }
-            dst[r * cols + c] = v;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = dst + r * cols;
+        if (r < sp->valid_rows && normal) {
+            /* a row's global indices are consecutive (global_index) */
+            ptdp_rng_normal_n(key, (uint64_t)global_index(sp, tp, r, 0), cols, std, row);
+        } else {
+            const float v = r < sp->valid_rows && sp->init == PTDP_INIT_ONE ? 1.0f : 0.0f;
+            for (int64_t c = 0; c < cols; c++) row[c] = v;
         }
+    }
 }
 
 void ptdp_spec_scatter(const ptdp_param_spec *sp, int tp, const float *global, float *local) {
