@@ -10,25 +10,20 @@
 
 #include "base/philox_lanes.h"
 
-#define PHILOX_M0 PTDP_PHILOX_M0
-#define PHILOX_M1 PTDP_PHILOX_M1
-#define PHILOX_W0 PTDP_PHILOX_W0
-#define PHILOX_W1 PTDP_PHILOX_W1
-
 void ptdp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
     uint32_t k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+        uint64_t p0 = (uint64_t)PTDP_PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)PTDP_PHILOX_M1 * c2;
         uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
         uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
         c1 = (uint32_t)p1;
         c3 = (uint32_t)p0;
         c0 = n0;
         c2 = n2;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
+        k0 += PTDP_PHILOX_W0;
+        k1 += PTDP_PHILOX_W1;
     }
     out[0] = c0;
     out[1] = c1;
