@@ -131,8 +131,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     }
     double *sorted = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
     memcpy(sorted, ms, sizeof(double) * (size_t)iters);
-    qsort(sorted, (size_t)iters, sizeof(double), bench_cmp_double);
-    double med = iters % 2 ? sorted[iters / 2] : 0.5 * (sorted[iters / 2 - 1] + sorted[iters / 2]);
+    double med = bench_sort_median(sorted, iters);
     *median = med;
     if (remeasure) { /* the peak again, after the timed iterations: the best of the two */
         const double again = measure_peak(lib, dtype);
@@ -276,9 +275,7 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"train_ratio_summary\",\"config\":\"%s\",\"rounds\":%d",
                configs[i].name, rounds);
         for (int k = 1; k < np; k++) {
-            qsort(ratio[k], (size_t)rounds, sizeof(double), bench_cmp_double);
-            const double m = rounds % 2 ? ratio[k][rounds / 2]
-                                        : 0.5 * (ratio[k][rounds / 2 - 1] + ratio[k][rounds / 2]);
+            const double m = bench_sort_median(ratio[k], rounds);
             const char *a = ptdp_dtype_name(dts[0]), *b = ptdp_dtype_name(dts[k]);
             printf(",\"%s_over_%s_median\":%.3f,\"%s_over_%s_min\":%.3f,\"%s_over_%s_max\":%.3f", a,
                    b, m, a, b, ratio[k][0], a, b, ratio[k][rounds - 1]);

@@ -18,6 +18,12 @@ static int bench_cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* Sorts x[0..n) in place and returns its median (n >= 1). */
+static inline double bench_sort_median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof x[0], bench_cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static int bench_gemm_times(ptdp_gemm_lib lib, ptdp_dtype dtype, int64_t n, int reps, double *t) {
     float *A = malloc(sizeof(float) * (size_t)(n * n)),
           *B = malloc(sizeof(float) * (size_t)(n * n)), *C = calloc((size_t)(n * n), sizeof(float));

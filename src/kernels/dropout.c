@@ -8,14 +8,12 @@
 
 #include "base/philox_lanes.h"
 
-#define MAX_LANES PTDP_PHILOX_MAX_LANES
-
 static inline __attribute__((always_inline)) void apply_lanes(const float *src, float *dst,
                                                               int64_t n, ptdp_dropout d,
                                                               uint64_t base, const int lanes) {
     const uint32_t thr = (uint32_t)((double)d.p * 4294967296.0);
     const float sc = 1.0f / (1.0f - d.p);
-    uint32_t r[4 * MAX_LANES];
+    uint32_t r[4 * PTDP_PHILOX_MAX_LANES];
     int64_t e = 0;
     while (e < n) {
         uint64_t a = d.offset + base + (uint64_t)e;
