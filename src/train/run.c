@@ -51,10 +51,15 @@ static int open_data(ptdp_run *r) {
         if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&r->gpt, &gp);
         if (rc == PTDP_OK) {
             ptdp_batches_gpt(&r->data, r->gpt, PTDP_SPLIT_TRAIN, s);
-            if (r->n_evals && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_VALID) > 0)
+            if (r->n_evals && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_VALID) > 0) {
                 ptdp_batches_gpt(&r->valid, r->gpt, PTDP_SPLIT_VALID, s);
-            else
+            } else if (r->n_evals) { /* a 0 in --split's validation part (data.h) */
+                ptdp_log0("no validation: --split %s gives the validation split no documents "
+                          "(as Megatron, the run skips evaluation; --eval-iters 0 says so "
+                          "without this line)",
+                          p->split);
                 r->n_evals = 0;
+            }
             r->has_test = p->eval_iters && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_TEST) > 0;
             if (r->has_test) ptdp_batches_gpt(&r->test, r->gpt, PTDP_SPLIT_TEST, s);
         }
