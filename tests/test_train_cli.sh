@@ -152,6 +152,10 @@ grep -q "done: 2 iterations (6 to 7) in" "$tmp/out" && ok || bad "resume: done l
 grep -q "nothing trained: the checkpoint is at iteration 5 and --train-iters 3" "$tmp/out" && ok ||
     bad "resume below the checkpoint: $(tail -1 "$tmp/out")"
 expect_error 2 "the learning-rate schedule differs from the checkpoint's" train $R --lr 2e-3 --train-iters 7 --load "$tmp/rs.ck"
+# the flags it names are spelled as --help lists them
+for f in --use-checkpoint-opt-param-scheduler --override-opt-param-scheduler; do
+    grep -qF -- "$f" "$tmp/err" && "$PTDP" train --help | grep -qF -- "$f" && ok || bad "the message names $f otherwise: $(cat "$tmp/err")"
+done
 expect_error 2 "--lr-decay-iters defaults to --train-iters" train ${R/--lr-decay-iters 10/} --train-iters 7 --load "$tmp/rs.ck"
 for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
     "$PTDP" train $R --lr 2e-3 --train-iters 6 --load "$tmp/rs.ck" $f >"$tmp/out" 2>&1 && ok || bad "$f: $(tail -1 "$tmp/out")"
