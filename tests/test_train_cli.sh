@@ -139,6 +139,17 @@ cp "$tmp/a8.safetensors" "$tmp/old.safetensors"; cp "$tmp/a8.config.json" "$tmp/
 expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
     train $M --mock-data --init-from "$tmp/old.safetensors"
 rm -f "$tmp/config.json"
+# export --init-from takes the shape flags it is not given from the config beside the weights
+# (as generate does): same bytes as the export that wrote them; a flag given is still checked
+"$PTDP" export --init-from "$tmp/a8.safetensors" --out "$tmp/re8.safetensors" >/dev/null 2>"$tmp/err" &&
+    cmp -s "$tmp/a8.safetensors" "$tmp/re8.safetensors" && cmp -s "$tmp/a8.config.json" "$tmp/re8.config.json" && ok ||
+    bad "export --init-from without shape flags: $(cat "$tmp/err")"
+"$PTDP" export --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 8 --vocab-size 100 \
+    --out "$tmp/v100.safetensors" >/dev/null 2>&1
+"$PTDP" export --init-from "$tmp/v100.safetensors" --out "$tmp/re100.safetensors" >/dev/null 2>"$tmp/err" &&
+    cmp -s "$tmp/v100.safetensors" "$tmp/re100.safetensors" && ok || bad "export --init-from, vocabulary 100: $(cat "$tmp/err")"
+expect_error 2 "--num-attention-heads 4 but $tmp/a8.config.json says n_head 8" \
+    export --init-from "$tmp/a8.safetensors" --num-attention-heads 4 --out "$tmp/x.safetensors"
 
 # a tiny --ddp-bucket-size (one collective per few gradients) is refused with a sensible size
 expect_error 2 "--ddp-bucket-size 1 cuts this rank's" train $M --mock-data --ddp-bucket-size 1
