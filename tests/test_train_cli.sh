@@ -97,6 +97,11 @@ printf '{"num_layers": "two"}' >"$tmp/type.json"
 expect_error 2 "--num-layers expects an integer" train $M --mock-data --config "$tmp/type.json"
 printf '{"num_layers": [2]}' >"$tmp/type2.json"
 expect_error 2 "key 'num_layers' must be a number, string or boolean" train $M --mock-data --config "$tmp/type2.json"
+# hostile files: nesting is bounded before cJSON parses; 1e300 is no integer
+{ printf '%.0s[' $(seq 100); printf 1; printf '%.0s]' $(seq 100); } >"$tmp/deep.json"
+expect_error 2 "--config $tmp/deep.json: JSON nested deeper than 32 levels" train $M --mock-data --config "$tmp/deep.json"
+printf '{"num_layers": 1e300}' >"$tmp/huge.json"
+expect_error 2 "--num-layers expects an integer" train $M --mock-data --config "$tmp/huge.json"
 
 # ---- input files (cannot open: 1; bad contents: 2) ---------------------------
 expect_error 1 "$tmp/none.bin" train $M --token-file "$tmp/none.bin"
