@@ -4,7 +4,9 @@
 # with one <polyline> per curve per run (training loss, validation loss where
 # the run has any, learning rate, gradient norm, tokens/s), a circle per
 # end-of-training evaluation and the runs' file names; nan values are left
-# out; every bad input is one error naming the file and line.
+# out; a log that goes back in iterations (a resumed run) is drawn once per
+# iteration; -o must end in .svg; every bad input is one error naming the file
+# and line.
 source "$PTDP_SRC/tests/script_lib.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PTDP" train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 128 --mock-data \
