@@ -163,6 +163,19 @@ expect_error 2 "not a JSON object" -- "$PTDP" preprocess --input "$T/broken.json
 cmp -s "$T/small_text_document.bin" "$T/before.bin" && cmp -s "$T/small_text_document.idx" "$T/before.idx" &&
     ok || bad "a failed preprocess changed the existing dataset"
 ls "$T" | grep -q '\.tmp\.' && bad "temporaries left: $(ls "$T" | grep '\.tmp\.')" || ok
+# a lone UTF-16 surrogate, an escape JSON lacks, a \u without 4 hex digits (cJSON would read it
+# as \u0000 and cut the text): the escape and its line named; a pair is fine
+printf '{"text": "ok"}\n{"text": "a \\ud800 b"}\n' >"$T/sur.jsonl"
+expect_error 2 "$T/sur.jsonl:2: column 13: \\ud800 is a lone UTF-16 surrogate" -- "$PTDP" preprocess --input "$T/sur.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "\\ude00"}\n' >"$T/sur2.jsonl"
+expect_error 2 "$T/sur2.jsonl:1: column 11: \\ude00 is a lone UTF-16 surrogate" -- "$PTDP" preprocess --input "$T/sur2.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "a \\x"}\n' >"$T/esc.jsonl"
+expect_error 2 "$T/esc.jsonl:1: column 13: \\x is not a JSON escape" -- "$PTDP" preprocess --input "$T/esc.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "a \\u12g4 b"}\n' >"$T/hex.jsonl"
+expect_error 2 "$T/hex.jsonl:1: column 13: \\u12g4 is not a \\u escape of 4 hex digits" -- "$PTDP" preprocess --input "$T/hex.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "\\ud83d\\ude00 \\"\\\\ud800\\""}\n' >"$T/pair.jsonl"
+"$PTDP" preprocess --input "$T/pair.jsonl" --output-prefix "$T/pair" "${P[@]}" >/dev/null 2>"$T/err" && ok ||
+    bad "a surrogate pair and an escaped backslash before ud800: $(cat "$T/err")"
 printf 'plain text\n' > "$T/plain2.txt"
 expect_error 2 "plain2.txt:1: not a JSON object" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format json --output-prefix "$T/x" "${P[@]}"
 expect_error 2 "--input-format must be one of" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format xml --output-prefix "$T/x" "${P[@]}"
@@ -178,8 +191,25 @@ expect_error 1 "--data-path takes the prefix of PREFIX.bin and PREFIX.idx" -- "$
 expect_error 1 "datasets in that directory: " -- "$PTDP" "${TR[@]}" --data-path "$T/m1"
 "$PTDP" "${TR[@]}" --data-path "$T/m1" >/dev/null 2>"$T/err"; grep -qF "$T/m1_text_document" "$T/err" && ok ||
     bad "the existing prefix is not listed: $(cat "$T/err")"
-expect_error 2 "the validation split (part 1 of --split) has 0 tokens" -- "$PTDP" "${TR[@]}" --data-path "$T/m1_text_document" --split 100,0,0 --eval-interval 1 --eval-iters 1
+# a 0 validation part skips validation, as Megatron does, saying so once (with the default
+# --eval-iters too)
+"$PTDP" "${TR[@]}" --data-path "$T/m1_text_document" --split 100,0,0 >"$T/out" 2>&1 && ok ||
+    bad "--split 100,0,0: $(tail -2 "$T/out")"
+[ "$(grep -c "no validation: --split 100,0,0 gives the validation split no documents" "$T/out")" = 1 ] &&
+    ! grep -q "validation loss" "$T/out" && ok || bad "--split 100,0,0: $(grep -i valid "$T/out")"
+# 11 documents: the default split's 3% of them rounds to none. The error names a split that
+# works (not the default that just failed), and that split trains with validation
+for i in $(seq 11); do echo "{\"text\": \"Document $i: call me Ishmael. Some years ago, never mind how long precisely.\"}"; done >"$T/d11.jsonl"
+"$PTDP" preprocess --input "$T/d11.jsonl" --output-prefix "$T/d11" --vocab-file "$V" --merge-file "$M" >/dev/null 2>&1 && ok || bad "preprocess d11"
+TV=("${TR[@]}" --data-path "$T/d11_text_document" --eval-interval 1 --eval-iters 1)
+expect_error 2 "the validation split (part 1 of --split 969,30,1) gets none of the 11 documents" -- "$PTDP" "${TV[@]}"
 grep -qF -- "--eval-iters 0" "$T/err" && ok || bad "no --eval-iters 0 suggestion: $(cat "$T/err")"
+fix=$(sed -n 's/.*give it documents with --split \([0-9,]*\) .*/\1/p' "$T/err")
+[ -n "$fix" ] && [ "$fix" != 969,30,1 ] && ok || bad "no working split suggested: $(cat "$T/err")"
+"$PTDP" "${TV[@]}" --split "$fix" >"$T/out" 2>&1 && grep -q "validation loss at iteration 1 |" "$T/out" && ok ||
+    bad "the suggested --split $fix: $(tail -2 "$T/out")"
+expect_error 2 "the training split (part 0 of --split 0,100,0) gets none of the 11 documents" -- "$PTDP" "${TV[@]}" --split 0,100,0
+grep -qF "give it documents with --split 1,10,0 " "$T/err" && ok || bad "training split suggestion: $(cat "$T/err")"
 
 # Megatron's perplexity caps the exponent at 20: a validation loss of hundreds (init std 10)
 # prints PPL exp(20) = 4.851652E+08, not inf

@@ -182,8 +182,24 @@ int main(void) {
         q.split = "1,x";
         CHECK(ptdp_gpt_data_open(&g, &q) == PTDP_EINVAL);
         CHECK(strstr(ptdp_last_error(), "--split") != NULL);
+        /* a 0 validation part: no validation samples, no error (Megatron skips
+         * validation); a part that rounds to no document: an error naming a
+         * --split that works, which then does */
         q.split = "1,0,0";
+        CHECK_OK(ptdp_gpt_data_open(&g, &q));
+        CHECK(g && ptdp_gpt_data_num_samples(g, PTDP_SPLIT_VALID) == 0);
+        ptdp_gpt_data_free(g);
+        q.split = "969,30,1";
         CHECK(ptdp_gpt_data_open(&g, &q) == PTDP_ECONFIG);
+        CHECK(strstr(ptdp_last_error(), "gets none of the 10 documents") &&
+              strstr(ptdp_last_error(), "give it documents with --split 9,1,0 "));
+        q.split = "9,1,0";
+        CHECK_OK(ptdp_gpt_data_open(&g, &q));
+        CHECK(g && ptdp_gpt_data_num_samples(g, PTDP_SPLIT_VALID) > 0);
+        ptdp_gpt_data_free(g);
+        q.split = "0,1,0";
+        CHECK(ptdp_gpt_data_open(&g, &q) == PTDP_ECONFIG);
+        CHECK(strstr(ptdp_last_error(), "the training split (part 0 of --split 0,1,0)"));
         q.split = "1";
         q.num_samples[1] = q.num_samples[2] = 0;
         q.vocab_size = 100;

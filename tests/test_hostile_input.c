@@ -15,7 +15,6 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
-#include "cli/cli.h"
 #include "data/data.h"
 #include "data/data_internal.h"
 #include "test.h"
@@ -220,23 +219,7 @@ static void test_json_nesting(void) {
     CHECK(ptdp_json_check(s, strlen(s), 1, "s") == PTDP_OK);
     CHECK(ptdp_json_check("[[[]]]", 6, 2, "x") == PTDP_EFORMAT && HAS("x: JSON nested deeper"));
     CHECK(ptdp_json_check("[[[]]]", 6, 3, "x") == PTDP_OK);
-    /* --config */
-    static ptdp_args a;
-    ptdp_args_defaults(&a);
-    void *keep = NULL;
-    char deep[202];
-    for (int i = 0; i < 100; i++) deep[i] = '[', deep[101 + i] = ']';
-    deep[100] = '1';
-    deep[201] = 0;
-    CHECK(ptdp_args_apply_config_text(&a, PTDP_ARGS_TRAIN, deep, 201, "c.json", &keep) ==
-          PTDP_EINVAL);
-    CHECK(HAS("--config c.json: JSON nested deeper than 32 levels"));
-    ptdp_args_free(keep);
-    /* an integer flag of 1e300 is not converted to an integer */
-    const char *big = "{\"num_layers\": 1e300}";
-    CHECK(ptdp_args_apply_config_text(&a, PTDP_ARGS_TRAIN, big, strlen(big), "c.json", &keep) ==
-          PTDP_EINVAL);
-    ptdp_args_free(keep);
+    /* (--config files, a command-line matter, are tests/test_train_cli.sh's) */
     /* preprocess's JSON lines: deeper than cJSON's own limit */
     size_t n = 3000;
     char *line = malloc(n);

@@ -61,6 +61,22 @@ static void test_rules(void) {
     CHECK(ptdp_stage_layout_check(&L, 8, 2, 1) == PTDP_ECONFIG); /* 4 left, no middle rank */
     CHECK(ptdp_stage_layout_check(&L, 9, 4, 1) == PTDP_ECONFIG); /* 5 over 2 middle ranks */
     CHECK(ptdp_stage_layout_check(&L, 8, 1, 1) == PTDP_ECONFIG); /* p = 1 */
+    /* the messages name the ranks the flags leave to the split, never "middle"
+     * ranks that p = 2 does not have */
+    L.first = 4, L.last = 0;
+    CHECK(ptdp_stage_layout_check(&L, 4, 2, 1) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "--decoder-first-pipeline-num-layers 4 takes all "
+                                    "--num-layers 4 and leaves none for pipeline rank 1") &&
+          !strstr(ptdp_last_error(), "middle"));
+    CHECK(ptdp_stage_layout_check(&L, 7, 2, 2) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "leave for pipeline rank 1 must split evenly into its v = 2") &&
+          !strstr(ptdp_last_error(), "middle"));
+    L.first = 2, L.last = 2;
+    CHECK(ptdp_stage_layout_check(&L, 8, 2, 1) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "leave 4 of --num-layers 8 to no pipeline rank") &&
+          !strstr(ptdp_last_error(), "middle"));
+    CHECK(ptdp_stage_layout_check(&L, 9, 4, 1) == PTDP_ECONFIG);
+    CHECK(strstr(ptdp_last_error(), "leave for the 2 pipeline ranks 1-2 must split evenly"));
 
     /* embedding / loss counted as a layer */
     memset(&L, 0, sizeof L);

@@ -4,7 +4,9 @@
 # with one <polyline> per curve per run (training loss, validation loss where
 # the run has any, learning rate, gradient norm, tokens/s), a circle per
 # end-of-training evaluation and the runs' file names; nan values are left
-# out; every bad input is one error naming the file and line.
+# out; a log that goes back in iterations (a resumed run) is drawn once per
+# iteration; -o must end in .svg; every bad input is one error naming the file
+# and line.
 source "$PTDP_SRC/tests/script_lib.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PTDP" train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 128 --mock-data \
@@ -43,6 +45,37 @@ pts=$(grep '<title>hand.jsonl: lm loss</title>' "$tmp/p.svg" | sed 's/.*points="
 for t in "loss (training, validation)" "learning rate" "gradient norm (before clipping)" "tokens/s" iteration; do
     grep -qF ">$t</text>" "$tmp/p.svg" && ok || bad "no label '$t'"
 done
+
+# a log that goes back (a run resumed from iteration 2 by a ptdp that kept the records after
+# it, and one with a skipped iteration's grad_norm left out): each iteration drawn once, in
+# order, the later record winning
+cat >"$tmp/again.jsonl" <<'J'
+{"iteration":1,"consumed_samples":4,"lm_loss":10.5,"grad_norm":3.5,"lr":0.0005,"tokens_per_s":900}
+{"iteration":2,"consumed_samples":8,"lm_loss":9.75,"grad_norm":2.5,"lr":0.001,"tokens_per_s":1000}
+{"iteration":2,"val_loss":9.9,"val_ppl":19930.4}
+{"iteration":3,"consumed_samples":12,"lm_loss":99,"grad_norm":1,"lr":0.001,"tokens_per_s":1000}
+{"iteration":4,"consumed_samples":16,"lm_loss":98,"grad_norm":1,"lr":0.001,"tokens_per_s":1000}
+{"iteration":4,"val_loss":97,"val_ppl":1}
+{"iteration":3,"consumed_samples":12,"lm_loss":9.5,"lr":0.001,"tokens_per_s":1000,"skipped":1}
+{"iteration":4,"consumed_samples":16,"lm_loss":9.25,"grad_norm":1.5,"lr":0.001,"tokens_per_s":1000}
+{"iteration":4,"val_loss":9.3,"val_ppl":10938}
+{"iteration":5,"consumed_samples":20,"lm_loss":9,"grad_norm":1.25,"lr":0.001,"tokens_per_s":1000}
+J
+"$PTDP" plot "$tmp/again.jsonl" -o "$tmp/again.svg" >"$tmp/out" 2>&1 && ok || bad "plot of a restarted log: $(cat "$tmp/out")"
+# points of the curve TITLE: their x coordinates in order, and their count
+xs() { grep "<title>again.jsonl: $1</title>" "$tmp/again.svg" | sed 's/.*points="\([^"]*\)".*/\1/' | tr ' ' '\n' | cut -d, -f1; }
+[ "$(xs 'lm loss' | wc -l)" = 5 ] && [ "$(xs 'lm loss' | sort -n -c 2>&1)" = "" ] && [ "$(xs 'lm loss' | sort -u | wc -l)" = 5 ] &&
+    ok || bad "restarted log: want 5 loss points going forward, got $(xs 'lm loss' | tr '\n' ' ')"
+[ "$(xs 'validation loss' | wc -l)" = 2 ] && ok || bad "restarted log: want 2 validation points, got $(xs 'validation loss' | tr '\n' ' ')"
+[ "$(xs 'grad norm' | wc -l)" = 4 ] && ok || bad "restarted log: want 4 grad norm points (3 skipped), got $(xs 'grad norm' | tr '\n' ' ')"
+# the drawing is SVG: another extension is refused, nothing written
+for o in "$tmp/p.png" "$tmp/p" "$tmp/p.svg.pdf"; do
+    "$PTDP" plot "$tmp/real.jsonl" -o "$o" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ "$rc" = 2 ] && grep -qF "ptdp: error: ptdp plot: -o $o: ptdp plot writes SVG; give a name ending in .svg" "$tmp/err" &&
+        [ ! -e "$o" ] && ok || bad "plot -o $o: status $rc: $(cat "$tmp/err")"
+done
+"$PTDP" plot "$tmp/real.jsonl" -o "$tmp/P.SVG" >/dev/null 2>&1 && [ -s "$tmp/P.SVG" ] && ok || bad "plot -o P.SVG"
 
 # bad input: one error naming the file (and line), no drawing
 expect() { # STATUS TEXT ARGS...

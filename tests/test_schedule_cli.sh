@@ -88,6 +88,26 @@ head -c 4 "$tmp/t.svg" | grep -q '<svg' && tail -1 "$tmp/t.svg" | grep -q '</svg
 out=$("$PTDP" schedule --pipeline-model-parallel-size 2 --num-microbatches 1 --simulate --comm-time 0.5)
 echo "$out" | grep -q '^makespan 7$' && ok || bad "comm time makespan: $out"
 
+# every text of a drawing fits inside it (the demo's p=2 v=2 drawing cut its legend's last
+# entry at the right edge; and zb-v's six entries, v=4's eight): each <text>'s right end, at a
+# generous 0.65 em a character, is within the width, and every y within the height
+for d in "2 2 interleaved" "4 2 zb-v" "4 4 interleaved"; do
+    set -- $d
+    "$PTDP" schedule --pipeline-model-parallel-size $1 --virtual-pipeline-model-parallel-size $2 \
+        --pipeline-schedule $3 --num-microbatches 4 --draw "$tmp/d.svg" >/dev/null 2>&1 || { bad "--draw $d"; continue; }
+    awk -v what="$d" '
+        /^<svg/ { match($0, /width="[0-9]+"/); W = substr($0, RSTART + 7, RLENGTH - 8) + 0
+                  match($0, /height="[0-9]+"/); H = substr($0, RSTART + 8, RLENGTH - 9) + 0 }
+        /<text/ { s = $0; match(s, /x="[0-9.]+"/); x = substr(s, RSTART + 3, RLENGTH - 4) + 0
+                  match(s, /y="[0-9.]+"/); y = substr(s, RSTART + 3, RLENGTH - 4) + 0
+                  fs = 11; if (match(s, /font-size="[0-9]+"/)) fs = substr(s, RSTART + 11, RLENGTH - 12) + 0
+                  t = s; sub(/<\/text>.*/, "", t); sub(/.*>/, "", t)
+                  w = 0.65 * fs * length(t)
+                  if (s ~ /text-anchor="middle"/) x -= w / 2; else if (s ~ /text-anchor="end"/) x -= w
+                  if (x < 0 || x + w > W || y > H) { printf "%s: \"%s\" spans x %g-%g, y %g, in %gx%g\n", what, t, x, x + w, y, W, H; bad = 1 } }
+        END { exit bad }' "$tmp/d.svg" >"$tmp/fit" && ok || bad "text outside the drawing: $(cat "$tmp/fit")"
+done
+
 # --draw into a directory that does not exist: runtime failure, status 1.
 "$PTDP" schedule --num-microbatches 2 --draw "$tmp/no/such/dir.svg" >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q 'ptdp: error: --draw' "$tmp/err" && ok || bad "bad --draw path: $(cat "$tmp/err")"

@@ -97,6 +97,11 @@ printf '{"num_layers": "two"}' >"$tmp/type.json"
 expect_error 2 "--num-layers expects an integer" train $M --mock-data --config "$tmp/type.json"
 printf '{"num_layers": [2]}' >"$tmp/type2.json"
 expect_error 2 "key 'num_layers' must be a number, string or boolean" train $M --mock-data --config "$tmp/type2.json"
+# hostile files: nesting is bounded before cJSON parses; 1e300 is no integer
+{ printf '%.0s[' $(seq 100); printf 1; printf '%.0s]' $(seq 100); } >"$tmp/deep.json"
+expect_error 2 "--config $tmp/deep.json: JSON nested deeper than 32 levels" train $M --mock-data --config "$tmp/deep.json"
+printf '{"num_layers": 1e300}' >"$tmp/huge.json"
+expect_error 2 "--num-layers expects an integer" train $M --mock-data --config "$tmp/huge.json"
 
 # ---- input files (cannot open: 1; bad contents: 2) ---------------------------
 expect_error 1 "$tmp/none.bin" train $M --token-file "$tmp/none.bin"
@@ -139,6 +144,17 @@ cp "$tmp/a8.safetensors" "$tmp/old.safetensors"; cp "$tmp/a8.config.json" "$tmp/
 expect_error 2 "--num-attention-heads 4 but $tmp/config.json says n_head 8" \
     train $M --mock-data --init-from "$tmp/old.safetensors"
 rm -f "$tmp/config.json"
+# export --init-from takes the shape flags it is not given from the config beside the weights
+# (as generate does): same bytes as the export that wrote them; a flag given is still checked
+"$PTDP" export --init-from "$tmp/a8.safetensors" --out "$tmp/re8.safetensors" >/dev/null 2>"$tmp/err" &&
+    cmp -s "$tmp/a8.safetensors" "$tmp/re8.safetensors" && cmp -s "$tmp/a8.config.json" "$tmp/re8.config.json" && ok ||
+    bad "export --init-from without shape flags: $(cat "$tmp/err")"
+"$PTDP" export --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 8 --vocab-size 100 \
+    --out "$tmp/v100.safetensors" >/dev/null 2>&1
+"$PTDP" export --init-from "$tmp/v100.safetensors" --out "$tmp/re100.safetensors" >/dev/null 2>"$tmp/err" &&
+    cmp -s "$tmp/v100.safetensors" "$tmp/re100.safetensors" && ok || bad "export --init-from, vocabulary 100: $(cat "$tmp/err")"
+expect_error 2 "--num-attention-heads 4 but $tmp/a8.config.json says n_head 8" \
+    export --init-from "$tmp/a8.safetensors" --num-attention-heads 4 --out "$tmp/x.safetensors"
 
 # a tiny --ddp-bucket-size (one collective per few gradients) is refused with a sensible size
 expect_error 2 "--ddp-bucket-size 1 cuts this rank's" train $M --mock-data --ddp-bucket-size 1
@@ -152,6 +168,10 @@ grep -q "done: 2 iterations (6 to 7) in" "$tmp/out" && ok || bad "resume: done l
 grep -q "nothing trained: the checkpoint is at iteration 5 and --train-iters 3" "$tmp/out" && ok ||
     bad "resume below the checkpoint: $(tail -1 "$tmp/out")"
 expect_error 2 "the learning-rate schedule differs from the checkpoint's" train $R --lr 2e-3 --train-iters 7 --load "$tmp/rs.ck"
+# the flags it names are spelled as --help lists them
+for f in --use-checkpoint-opt-param-scheduler --override-opt-param-scheduler; do
+    grep -qF -- "$f" "$tmp/err" && "$PTDP" train --help | grep -qF -- "$f" && ok || bad "the message names $f otherwise: $(cat "$tmp/err")"
+done
 expect_error 2 "--lr-decay-iters defaults to --train-iters" train ${R/--lr-decay-iters 10/} --train-iters 7 --load "$tmp/rs.ck"
 for f in --use-checkpoint-opt_param-scheduler --override-opt_param-scheduler; do
     "$PTDP" train $R --lr 2e-3 --train-iters 6 --load "$tmp/rs.ck" $f >"$tmp/out" 2>&1 && ok || bad "$f: $(tail -1 "$tmp/out")"

@@ -687,9 +687,9 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (which == PTDP_ARGS_TRAIN && !a->load) {
         const char *with_load = a->finetune             ? "--finetune"
                                 : a->no_load_optim      ? "--no-load-optim"
-                                : a->override_scheduler ? "--override-opt_param-scheduler"
+                                : a->override_scheduler ? "--override-opt-param-scheduler"
                                 : a->use_checkpoint_scheduler
-                                    ? "--use-checkpoint-opt_param-scheduler"
+                                    ? "--use-checkpoint-opt-param-scheduler"
                                     : NULL;
         if (with_load)
             return ptdp_errorf(
@@ -706,7 +706,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             "checkpoint's weights)");
     if (which == PTDP_ARGS_TRAIN && a->override_scheduler && a->use_checkpoint_scheduler)
         return ptdp_errorf(
-            PTDP_EINVAL, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler "
+            PTDP_EINVAL, "--override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler "
                          "exclude each other; give one");
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing)

@@ -70,6 +70,12 @@ extern const char *const ptdp__cli_hf_flags[PTDP_HF_NKEYS]; /* --vocab-size, ...
  * limit is PTDP_ECONFIG naming the key, the value and where it was read. */
 int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP_HF_NKEYS],
                        int *found, char *src, size_t cap);
+/* Fills the shape values still 0 (fields in the order of the keys above)
+ * from the weights' config.json, then their safetensors metadata, then their
+ * tensors' shapes (`ptdp generate` and `ptdp export --init-from`). Errors as
+ * ptdp__cli_hf_shape, the file's own (named by --init-from), and
+ * PTDP_EINVAL naming the flag to give where no source states a value. */
+int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_NKEYS]);
 /* Checks --init-from weights against the full model before loading them
  * (ptdp_hf_check), then the config beside them (if any): its n_head,
  * n_layer, n_embd, n_positions and vocab_size must match cfg. PTDP_ECONFIG /

@@ -3,14 +3,19 @@
  * (src/plan/chart.c): training and validation loss, learning rate, gradient
  * norm and tokens/s against the iteration, runs overlaid and labelled by file
  * name. Lines with "final":true (the end-of-training validation and test
- * losses) are circles; nan/inf values (written as such by a run with
- * --no-check-for-nan-in-loss-and-grad) are left out of the curves. */
+ * losses) are circles; values a line leaves out (a skipped iteration's grad
+ * norm) or writes as null are left out of the curves, and so are the nan/inf
+ * of logs from before ptdp wrote only valid JSON. A log that goes back in
+ * iterations (a run resumed from a checkpoint by a ptdp that kept the
+ * records after it) is drawn as one run: each iteration once, the later
+ * record winning. */
 #define _POSIX_C_SOURCE 200809L /* getline */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
 #include "plan/plan.h"
@@ -50,7 +55,22 @@ static int number(const cJSON *o, const char *key, double *out) {
     return 1;
 }
 
-/* log.c prints non-finite values as nan/inf, which JSON lacks: copies s to
+/* A training line at iteration `it` that is not past the last one: the run
+ * restarted from a checkpoint there, so the points from `it` on (training
+ * and validation) give way to the new ones. */
+static void restart_at(run *r, double it) {
+    static const int xcol[NCOL] = {IT, IT, IT, IT, IT, VAL_IT, VAL_IT, FIN_IT, FIN_IT};
+    int keep[NCOL];
+    for (int c = 0; c < NCOL; c++) {
+        const int x = xcol[c];
+        int k = r->n[x];
+        while (k > 0 && r->col[x][k - 1] >= it) k--;
+        keep[c] = k;
+    }
+    for (int c = 0; c < NCOL; c++) r->n[c] = keep[c];
+}
+
+/* Old logs printed non-finite values as nan/inf, which JSON lacks: copies s to
  * out (room for 2 x strlen(s) + 1) with them as null (left out of the
  * curves). */
 static void nonfinite_to_null(const char *s, char *out) {
@@ -105,6 +125,10 @@ static int read_run(run *r) {
             double loss = NAN;
             int has_val = number(o, "val_loss", &loss), has_test = 0;
             if (has_val == 0) has_test = number(o, "test_loss", &loss);
+            /* a non-finite evaluation loss is left out of its line */
+            if (has_val == 0 && has_test == 0)
+                has_val = cJSON_GetObjectItemCaseSensitive(o, "val_ppl") ||
+                          cJSON_GetObjectItemCaseSensitive(o, "test_ppl");
             int has_train = 0;
             for (int k = 0; k < 4; k++) {
                 int got = number(o, train_keys[k], &v[k]);
@@ -120,6 +144,7 @@ static int read_run(run *r) {
                 rc = ptdp_errorf(PTDP_EFORMAT, "%s:%ld: \"%s_loss\" is not a number", r->path,
                                  lineno, has_val < 0 ? "val" : "test");
             } else if (has_train) {
+                if (r->n[IT] && it <= r->col[IT][r->n[IT] - 1]) restart_at(r, it);
                 rc = push(r, IT, it);
                 for (int k = 0; k < 4 && rc == PTDP_OK; k++) rc = push(r, LOSS + k, v[k]);
             } else if (has_val || has_test) {
@@ -146,8 +171,11 @@ static void usage(FILE *f) {
                "Draws --log-jsonl files of `ptdp train` as one SVG: training and validation loss,\n"
                "learning rate, gradient norm and tokens/s against the iteration; several runs\n"
                "are overlaid in different colours, labelled by file name. End-of-training\n"
-               "evaluations (\"final\":true) are circles.\n\n"
-               "  -o, --output FILE.svg    the drawing to write (required)\n");
+               "evaluations (\"final\":true) are circles. Where a log goes back in iterations\n"
+               "(a run resumed from a checkpoint), each iteration is drawn once, the later\n"
+               "record winning.\n\n"
+               "  -o, --output FILE.svg    the drawing to write (required; SVG, so the name\n"
+               "                           must end in .svg)\n");
 }
 
 int ptdp_cmd_plot(int argc, char **argv) {
@@ -180,6 +208,14 @@ int ptdp_cmd_plot(int argc, char **argv) {
     if (!status && (!nruns || !out)) {
         ptdp_log_error("ptdp plot: give %s (see ptdp plot --help)",
                        !nruns ? "at least one LOG.jsonl file" : "-o FILE.svg");
+        status = 2;
+    }
+    /* the drawing is SVG: a .png or .pdf name would hold SVG text */
+    const char *dot = out ? strrchr(out, '.') : NULL;
+    if (!status && (!dot || strchr(dot, '/') || strcasecmp(dot, ".svg"))) {
+        ptdp_log_error("ptdp plot: -o %s: ptdp plot writes SVG; give a name ending in .svg "
+                       "(convert it with e.g. `rsvg-convert -o X.png X.svg` for a PNG)",
+                       out);
         status = 2;
     }
     for (int r = 0; r < nruns && !status; r++) {

@@ -39,7 +39,8 @@ static void usage(FILE *f, const char *cmd, int which) {
             f,
             "usage: ptdp %s --out FILE.safetensors [model flags] [--init-from FILE | --load CHECKPOINT_DIR]\n\n"
             "Writes the model's weights (Megatron initialisation from --seed, or --init-from) as Hugging Face\n"
-            "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors.\n\n",
+            "GPT-2 safetensors, with NAME.config.json beside NAME.safetensors. With --init-from, the shape\n"
+            "flags not given come from the weights' NAME.config.json (or config.json), metadata or tensors.\n\n",
             cmd);
     /* one block per argument group, as Megatron's --help */
     for (int i = 0, j; i < n; i = j) {
@@ -292,7 +293,16 @@ int ptdp_cmd_export(int argc, char **argv) {
                 : ptdp_ckpt_read_config(a.load, &cfg);
         if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
     } else {
-        rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
+        rc = PTDP_OK;
+        if (a.init_from) { /* the shape flags not given come from the weights, as generate's */
+            if (a.vocab_size == 50257) a.vocab_size = 0; /* the default: the file says */
+            int64_t *const fields[PTDP_HF_NKEYS] = {&a.vocab_size, &a.max_position_embeddings,
+                                                    &a.hidden_size, &a.num_layers,
+                                                    &a.num_attention_heads};
+            rc = ptdp__cli_hf_fill_shape(a.init_from, fields);
+            if (!a.seq_length) a.seq_length = a.max_position_embeddings; /* unused by export */
+        }
+        if (rc == PTDP_OK) rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
     }
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);

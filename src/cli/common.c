@@ -108,6 +108,51 @@ int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP
     return rc;
 }
 
+int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_NKEYS]) {
+    char cfgpath[4096], where[4096];
+    int64_t said[PTDP_HF_NKEYS];
+    int found = 0;
+    for (int source = 0; source < 2; source++) { /* config.json, then the file's metadata */
+        int rc = ptdp__cli_hf_shape(weights, source, said, &found, where, sizeof where);
+        if (rc) return rc;
+        if (source == 0) snprintf(cfgpath, sizeof cfgpath, "%s", where);
+        for (int k = 0; k < PTDP_HF_NKEYS; k++)
+            if (*fields[k] == 0) *fields[k] = said[k];
+    }
+    ptdp_st_file *st = NULL;
+    int rc = ptdp_st_open(&st, weights);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ptdp_last_error());
+        return ptdp_errorf(rc, "--init-from: %s", msg);
+    }
+    const char *prefix[2] = {"transformer.", ""};
+    for (int p = 0; p < 2; p++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "%swte.weight", prefix[p]);
+        const ptdp_st_tensor *wte = ptdp_st_find(st, nm);
+        snprintf(nm, sizeof nm, "%swpe.weight", prefix[p]);
+        const ptdp_st_tensor *wpe = ptdp_st_find(st, nm);
+        if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) continue;
+        if (!*fields[PTDP_HF_VOCAB]) *fields[PTDP_HF_VOCAB] = wte->shape[0];
+        if (!*fields[PTDP_HF_EMBD]) *fields[PTDP_HF_EMBD] = wte->shape[1];
+        if (!*fields[PTDP_HF_POSITIONS]) *fields[PTDP_HF_POSITIONS] = wpe->shape[0];
+        int64_t l = 0;
+        for (;; l++) {
+            snprintf(nm, sizeof nm, "%sh.%lld.ln_1.weight", prefix[p], (long long)l);
+            if (!ptdp_st_find(st, nm)) break;
+        }
+        if (!*fields[PTDP_HF_LAYERS]) *fields[PTDP_HF_LAYERS] = l;
+        break;
+    }
+    ptdp_st_close(st);
+    for (int k = 0; k < PTDP_HF_NKEYS; k++)
+        if (*fields[k] <= 0)
+            return ptdp_errorf(PTDP_EINVAL, "%s: not in %s, nor in %s; give the flag",
+                               ptdp__cli_hf_flags[k], cfgpath, weights);
+    return PTDP_OK;
+}
+
 int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, int allow_extra) {
     int rc = ptdp_hf_check(weights, cfg, allow_extra);
     if (rc) {

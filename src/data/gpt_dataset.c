@@ -95,9 +95,10 @@ int ptdp_gpt_data_parse_paths(ptdp_gpt_data_params *p, int argc, char **argv) {
 
 /* Megatron's split: fractions of the sequence count, rounded half-to-even,
  * with the rounding drift taken off every boundary after the first. */
-static int ptdp__split_bounds(const char *split, int64_t size,
-                              int64_t bounds[PTDP_NUM_SPLITS + 1]) {
-    double w[PTDP_NUM_SPLITS] = {0, 0, 0}, sum = 0;
+static int ptdp__split_bounds(const char *split, int64_t size, int64_t bounds[PTDP_NUM_SPLITS + 1],
+                              double w[PTDP_NUM_SPLITS]) {
+    double sum = 0;
+    for (int i = 0; i < PTDP_NUM_SPLITS; i++) w[i] = 0;
     const char *s = split;
     int k = 0;
     while (*s) {
@@ -174,24 +175,77 @@ static int missing_prefix(const char *prefix) {
         prefix, n ? "datasets in that directory: " : "no .idx files in that directory", listed);
 }
 
+static int64_t ptdp__split_tokens(const ptdp_idx_dataset *ds, int64_t lo, int64_t hi) {
+    int64_t tokens = 0;
+    for (int64_t i = lo; i < hi; i++) tokens += ptdp_idx_sequence_length(ds, i);
+    return tokens;
+}
+
+/* A --split that works for this dataset, in its document counts (as weights
+ * they reproduce these boundaries exactly): the boundaries of b moved by as
+ * few documents as needed for the training part, and the validation part
+ * when `valid`, to hold more than one token (a sample needs two). Takes
+ * validation documents from the end of the training part while it keeps
+ * enough, else from the test part. 0 when the dataset is too small. */
+static int ptdp__suggest_split(const ptdp_idx_dataset *ds, const int64_t b[PTDP_NUM_SPLITS + 1],
+                               int valid, char *out, size_t cap) {
+    const int64_t n = b[PTDP_NUM_SPLITS];
+    int64_t b1 = b[1], b2 = b[2];
+    while (ptdp__split_tokens(ds, 0, b1) <= 1 && b1 < n)
+        if (++b1 > b2) b2 = b1;
+    while (valid && ptdp__split_tokens(ds, b1, b2) <= 1) {
+        if (b1 > 1 && ptdp__split_tokens(ds, 0, b1 - 1) > 1)
+            b1--;
+        else if (b2 < n)
+            b2++;
+        else
+            break;
+    }
+    if (ptdp__split_tokens(ds, 0, b1) <= 1 || (valid && ptdp__split_tokens(ds, b1, b2) <= 1))
+        return 0;
+    snprintf(out, cap, "%lld,%lld,%lld", (long long)b1, (long long)(b2 - b1), (long long)(n - b2));
+    return 1;
+}
+
+/* The error for a split k that must provide `need` samples and holds no
+ * more than one token: what it got, and a --split that works. */
+static int ptdp__split_error(const ptdp_idx_dataset *ds, const char *split,
+                             const int64_t b[PTDP_NUM_SPLITS + 1], int k, int64_t need, int64_t s,
+                             int valid) {
+    const int64_t docs = b[k + 1] - b[k], n = b[PTDP_NUM_SPLITS];
+    char got[128], fix[256];
+    if (docs == 0)
+        snprintf(got, sizeof got, "none of the %lld documents", (long long)n);
+    else
+        snprintf(got, sizeof got, "%lld of the %lld documents, %lld tokens", (long long)docs,
+                 (long long)n, (long long)ptdp__split_tokens(ds, b[k], b[k + 1]));
+    char works[96];
+    const char *off = k == PTDP_SPLIT_VALID
+                          ? ", or skip validation with a 0 validation part (e.g. --split 100,0,0) "
+                            "or --eval-iters 0"
+                          : "";
+    if (ptdp__suggest_split(ds, b, valid, works, sizeof works))
+        snprintf(fix, sizeof fix,
+                 "give it documents with --split %s (this dataset's document "
+                 "counts)%s",
+                 works, off);
+    else
+        snprintf(fix, sizeof fix, "the dataset is too small for a %s split%s",
+                 valid ? "training and a validation" : "training", off);
+    return ptdp_errorf(PTDP_ECONFIG,
+                       "'%s': the %s split (part %d of --split %s) gets %s, too few for %lld "
+                       "samples of %lld tokens; %s",
+                       ptdp_idx_prefix(ds), split_names[k], k, split, got, (long long)need,
+                       (long long)s + 1, fix);
+}
+
+/* Builds split k's indices over sequences [lo, hi); one holding at most one
+ * token provides no samples (the caller has refused it where samples are
+ * needed). */
 static int ptdp__build_split(ptdp__gpt_split *sp, const ptdp_idx_dataset *ds, int64_t lo,
                              int64_t hi, int64_t need, int64_t s, uint64_t seed, int di, int k) {
-    int64_t ndocs = hi - lo, tokens = 0;
-    for (int64_t i = lo; i < hi; i++) tokens += ptdp_idx_sequence_length(ds, i);
-    if (tokens <= 1) {
-        /* Megatron evaluates the test split only where it has documents */
-        if (need > 0 && k != PTDP_SPLIT_TEST)
-            return ptdp_errorf(
-                PTDP_ECONFIG,
-                "'%s': the %s split (part %d of --split) has %lld tokens, cannot provide "
-                "%lld samples of %lld tokens%s",
-                ptdp_idx_prefix(ds), split_names[k], k, (long long)tokens, (long long)need,
-                (long long)s + 1,
-                k == PTDP_SPLIT_VALID ? "; give validation documents with --split (e.g. 969,30,1) "
-                                        "or turn evaluation off with --eval-iters 0"
-                                      : "; give it documents with --split (e.g. 969,30,1)");
-        return PTDP_OK;
-    }
+    int64_t ndocs = hi - lo, tokens = ptdp__split_tokens(ds, lo, hi);
+    if (tokens <= 1) return PTDP_OK;
     int64_t epochs = 1;
     if (need > 0)
         while (epochs * tokens < need * s + 1) epochs++;
@@ -310,6 +364,8 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
     d->n = p->num_paths;
     int blended = d->n > 1, rc = PTDP_OK;
     int64_t bounds[PTDP_DATA_MAX_PATHS][PTDP_NUM_SPLITS + 1];
+    double part[PTDP_NUM_SPLITS] = {0, 0, 0}; /* --split's weights */
+    const char *split = p->split ? p->split : "969,30,1";
     for (int i = 0; i < d->n && !rc; i++) {
         {
             char idx[4200], bin[4200];
@@ -319,9 +375,7 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         }
         if (!rc) rc = ptdp_idx_open(&d->ds[i], p->prefixes[i]);
         if (!rc && p->vocab_size > 0) rc = ptdp__check_tokens(d->ds[i], p->vocab_size);
-        if (!rc)
-            rc = ptdp__split_bounds(p->split ? p->split : "969,30,1",
-                                    ptdp_idx_num_sequences(d->ds[i]), bounds[i]);
+        if (!rc) rc = ptdp__split_bounds(split, ptdp_idx_num_sequences(d->ds[i]), bounds[i], part);
     }
     /* the blend's weights per split: the flags', or each split's samples in
      * one epoch (an unweighted list; equal weights where no dataset has any,
@@ -342,6 +396,10 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         for (int i = 0; i < d->n; i++)
             d->weights[k][i] = sum > 0 ? d->weights[k][i] / sum : 1.0 / d->n;
     }
+    /* samples from a split with no tokens: refused, except for the test split
+     * (Megatron evaluates it only where it has documents) and a validation
+     * split that --split gives a 0 part (no validation, as in Megatron) */
+    const int valid = p->num_samples[PTDP_SPLIT_VALID] > 0 && part[PTDP_SPLIT_VALID] > 0;
     for (int i = 0; i < d->n && !rc; i++)
         for (int k = 0; k < PTDP_NUM_SPLITS && !rc; k++) {
             int64_t need = p->num_samples[k];
@@ -349,13 +407,18 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
                 need = (int64_t)ceil((double)need * d->weights[k][i] * 1.005);
                 if (need == 0) continue; /* not used by the blend */
             }
-            rc = ptdp__build_split(&d->sp[i][k], d->ds[i], bounds[i][k], bounds[i][k + 1], need,
-                                   p->seq_length, p->seed, i, k);
+            if (need > 0 && (k == PTDP_SPLIT_TRAIN || (k == PTDP_SPLIT_VALID && valid)) &&
+                ptdp__split_tokens(d->ds[i], bounds[i][k], bounds[i][k + 1]) <= 1)
+                rc = ptdp__split_error(d->ds[i], split, bounds[i], k, need, p->seq_length, valid);
+            else
+                rc = ptdp__build_split(&d->sp[i][k], d->ds[i], bounds[i][k], bounds[i][k + 1], need,
+                                       p->seq_length, p->seed, i, k);
         }
     for (int k = 0; blended && k < PTDP_NUM_SPLITS && !rc; k++) {
         int64_t n = p->num_samples[k];
         for (int i = 0; i < d->n && k == PTDP_SPLIT_TEST; i++)
             if (d->sp[i][k].n_samples == 0) n = 0; /* a part without test documents: no test */
+        if (k == PTDP_SPLIT_VALID && !(part[k] > 0)) n = 0; /* --split gives it nothing */
         d->blend_n[k] = n;
         if (n == 0) continue;
         d->blend_ds[k] = malloc((size_t)n);

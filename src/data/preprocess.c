@@ -11,7 +11,9 @@
  * number of workers. Several JSON keys write one dataset each, from one pass over the input.
  * Not supported: sentence splitting. As with Python's
  * json.loads, the last of duplicate keys wins, and "\u0000" escapes are kept as NUL bytes (see
- * ptdp__json_nul). */
+ * ptdp__json_nul); as json.loads and Megatron's tokenizer do between them, an escape JSON lacks,
+ * a \u without 4 hex digits and half a surrogate pair are refused, naming the escape and its
+ * column (ptdp__bad_escape). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +85,65 @@ static int ptdp__json_nul(const char *d, size_t n, char **copy, size_t *copy_n) 
     return 1;
 }
 
+static int ptdp__hex4(const char *d, size_t n, size_t i, unsigned *u) {
+    *u = 0;
+    if (i + 4 > n) return 0;
+    for (size_t k = i; k < i + 4; k++) {
+        const char c = d[k];
+        const int v = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+        if (v < 0) return 0;
+        *u = *u * 16 + (unsigned)v;
+    }
+    return 1;
+}
+
+/* Why a line is not JSON, where a string's escape is the reason: the first
+ * escape that JSON does not have (\x), a \u without four hex digits, or half
+ * of a UTF-16 surrogate pair without the other (Python's json.loads takes
+ * that one, but it is no Unicode text: its UTF-8 encoding, which the
+ * tokenizer needs, fails in Megatron too). Writes the message into msg and
+ * returns 1; 0 when the escapes are all fine. */
+static int ptdp__bad_escape(const char *d, size_t n, char *msg, size_t cap) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == '"') in_str = !in_str;
+        if (!in_str || d[i] != '\\') continue;
+        const size_t col = i + 1;
+        if (i + 1 >= n) break;
+        const char c = d[++i];
+        if (strchr("\"\\/bfnrt", c)) continue;
+        unsigned u, lo;
+        if (c != 'u') {
+            snprintf(msg, cap,
+                     "column %zu: \\%c is not a JSON escape (\\\" \\\\ \\/ \\b \\f \\n "
+                     "\\r \\t \\uXXXX)",
+                     col, c);
+            return 1;
+        }
+        if (!ptdp__hex4(d, n, i + 1, &u)) {
+            snprintf(msg, cap, "column %zu: \\u%.*s is not a \\u escape of 4 hex digits", col,
+                     (int)(n - i - 1 < 4 ? n - i - 1 : 4), d + i + 1);
+            return 1;
+        }
+        const int high = u >= 0xD800 && u <= 0xDBFF, low = u >= 0xDC00 && u <= 0xDFFF;
+        const int paired = high && i + 6 < n && d[i + 5] == '\\' && d[i + 6] == 'u' &&
+                           ptdp__hex4(d, n, i + 7, &lo) && lo >= 0xDC00 && lo <= 0xDFFF;
+        if ((high && !paired) || low) {
+            snprintf(msg, cap,
+                     "column %zu: \\u%.4s is a lone UTF-16 surrogate, half of a pair without the "
+                     "other (a character above U+FFFF is escaped as a %s surrogate and a %s one, "
+                     "e.g. \\ud83d\\ude00); it is no Unicode text",
+                     col, d + i + 1, "high", "low");
+            return 1;
+        }
+        i += paired ? 10 : 4;
+    }
+    return 0;
+}
+
 /* Appends the EOD id to a non-empty document when asked. */
 static int ptdp__pp_eod(const ptdp__pp_ctx *c, ptdp_tokens *out) {
     int rc = PTDP_OK;
@@ -97,6 +158,11 @@ int ptdp__pp_json_line(const ptdp_tokenizer *tok, ptdp_tok_cache *cache, const c
                        size_t line_n, const char *const *keys, int n_keys, int32_t eod,
                        ptdp_tokens *out, const char *input, size_t lineno) {
     for (int k = 0; k < n_keys; k++) out[k].n = 0;
+    /* before cJSON, which reads a \u without 4 hex digits as \u0000 and so
+     * would cut the text there */
+    char why[256];
+    if (memchr(line, '\\', line_n) && ptdp__bad_escape(line, line_n, why, sizeof why))
+        return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: %s", input, lineno, why);
     char *copy = NULL;
     int nul = ptdp__json_nul(line, line_n, &copy, &line_n);
     if (nul < 0)

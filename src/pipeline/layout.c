@@ -200,20 +200,44 @@ static int check_first_last(const ptdp_stage_layout *L, int64_t l, int p, int v)
                            "--decoder-first/last-pipeline-num-layers (%lld, %lld) add up to more "
                            "than --num-layers %lld",
                            (long long)L->first, (long long)L->last, (long long)l);
-    if ((rest > 0) != (mid > 0))
+    /* the ranks whose layers the flags leave to the split: "pipeline rank 1",
+     * "pipeline ranks 1-2" (neither the first rank, when its count is given,
+     * nor the last) */
+    char others[96];
+    const int lo = L->first > 0, hi = p - 1 - (L->last > 0);
+    if (mid == 1)
+        snprintf(others, sizeof others, "pipeline rank %d", lo);
+    else
+        snprintf(others, sizeof others, "the %lld pipeline ranks %d-%d", (long long)mid, lo, hi);
+    if (rest > 0 && mid == 0)
         return ptdp_errorf(PTDP_ECONFIG,
                            "--decoder-first/last-pipeline-num-layers (%lld, %lld) leave %lld of "
-                           "--num-layers %lld for %lld middle pipeline ranks; with no middle "
-                           "rank they must add up to --num-layers, with middle ranks leave "
-                           "layers for them",
+                           "--num-layers %lld to no pipeline rank (with p = %d both ranks have "
+                           "their count); make them add up to --num-layers",
                            (long long)L->first, (long long)L->last, (long long)rest, (long long)l,
-                           (long long)mid);
-    if (mid && (rest % mid || (rest / mid) % v))
+                           p);
+    if (rest == 0 && mid > 0 && L->first && L->last)
         return ptdp_errorf(PTDP_ECONFIG,
-                           "the %lld layers left by --decoder-first/last-pipeline-num-layers "
-                           "must split evenly over the %lld middle pipeline ranks and then "
-                           "into v = %d chunks each",
-                           (long long)rest, (long long)mid, v);
+                           "--decoder-first/last-pipeline-num-layers (%lld, %lld) take all "
+                           "--num-layers %lld and leave none for %s; give them fewer",
+                           (long long)L->first, (long long)L->last, (long long)l, others);
+    if (rest == 0 && mid > 0)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--decoder-%s-pipeline-num-layers %lld takes all --num-layers %lld and "
+                           "leaves none for %s; give it fewer",
+                           L->first ? "first" : "last", (long long)(L->first ? L->first : L->last),
+                           (long long)l, others);
+    if (mid == 1 && rest % v)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "the %lld layers --decoder-first/last-pipeline-num-layers leave for %s "
+                           "must split evenly into its v = %d model chunks",
+                           (long long)rest, others, v);
+    if (mid > 1 && (rest % mid || (rest / mid) % v))
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "the %lld layers --decoder-first/last-pipeline-num-layers leave for %s "
+                           "must split evenly over them%s",
+                           (long long)rest, others,
+                           v > 1 ? " and then into v model chunks each" : "");
     return PTDP_OK;
 }
 

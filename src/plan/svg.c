@@ -8,6 +8,7 @@
  * Deliberately not here: interactivity, communication arrows, or any layout
  * engine; the drawing is a plain function of the simulation result. */
 #include <math.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "plan/plan.h"
@@ -24,6 +25,42 @@ static void box_colour(int kind, int chunk, int v, char *buf) {
              (int)(c[1] + (255 - c[1]) * t), (int)(c[2] + (255 - c[2]) * t));
 }
 
+/* A generous width for text at font size `px`: 0.65 em a character, above
+ * the average of common sans-serif faces, so text placed by it is not cut. */
+static double text_width(const char *s, double px) { return 0.65 * px * (double)strlen(s); }
+
+/* The legend: a swatch and a name per action kind and chunk, left to right
+ * from x = LEFT, a new row of LEGEND pixels whenever the next entry would
+ * pass the right margin. Writes nothing when f is NULL; returns the rows. */
+static int legend(FILE *f, const ptdp_schedule_params *sp, int top, int width, int *one_row) {
+    const int kinds = ptdp_schedule_splits_backward(sp) ? PTDP_ACT_COUNT : PTDP_ACT_WGT;
+    int lx = LEFT, ly = top, rows = 1;
+    char col[16], name[64];
+    for (int kind = 0; kind < kinds; kind++)
+        for (int c = 0; c < sp->v; c++) {
+            if (sp->v > 1)
+                snprintf(name, sizeof name, "%s chunk %d", ptdp_action_kind_name(kind), c);
+            else
+                snprintf(name, sizeof name, "%s", ptdp_action_kind_name(kind));
+            const int w = 16 + (int)ceil(text_width(name, 11));
+            if (lx > LEFT && lx + w > width - RIGHT) {
+                lx = LEFT;
+                ly += LEGEND;
+                rows++;
+            }
+            if (f) {
+                box_colour(kind, c, sp->v, col);
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx,
+                        ly, col);
+                fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 16, ly + 10, name);
+            }
+            lx += w + 14;
+            *one_row += w + 14;
+        }
+    *one_row += LEFT + RIGHT - 14;
+    return rows;
+}
+
 double ptdp__svg_tick_step(double span, int ticks) {
     if (span <= 0) return 1;
     double raw = span / ticks, mag = pow(10, floor(log10(raw)));
@@ -38,20 +75,29 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
     double plot_w = 24.0 * s->len * (res->makespan / (res->ideal > 0 ? res->ideal : 1));
     if (plot_w < 400) plot_w = 400;
     if (plot_w > 4000) plot_w = 4000;
-    double scale = res->makespan > 0 ? plot_w / res->makespan : 1;
-    int width = LEFT + (int)plot_w + RIGHT, height = TOP + p * ROW + AXIS + LEGEND;
-    char col[16], buf[32];
+    char col[16], buf[32], heading[256];
+    snprintf(heading, sizeof heading, "%s: p=%d, m=%d, v=%d; makespan %g, bubble %.4g",
+             title ? title : ptdp_schedule_kind_name(sp->kind), p, sp->m, sp->v, res->makespan,
+             res->bubble_fraction);
+    /* wide enough for the heading and, up to 1000 pixels, the legend in one
+     * row (beyond, it wraps); the timeline takes the width */
+    const int ay = TOP + p * ROW + 4; /* the time axis */
+    int width = LEFT + (int)plot_w + RIGHT, legend_w = 0;
+    legend(NULL, sp, 0, width, &legend_w);
+    const int need = LEFT + (int)ceil(text_width(heading, 14)) + RIGHT;
+    if (width < need) width = need;
+    if (width < legend_w) width = legend_w < 1000 ? legend_w : width < 1000 ? 1000 : width;
+    plot_w = width - LEFT - RIGHT;
+    const double scale = res->makespan > 0 ? plot_w / res->makespan : 1;
+    const int height =
+        TOP + p * ROW + AXIS + LEGEND * legend(NULL, sp, ay + AXIS - 6, width, &legend_w);
 
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "font-family=\"sans-serif\" font-size=\"11\">\n",
             width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(
-        f,
-        "<text x=\"%d\" y=\"20\" font-size=\"14\">%s: p=%d, m=%d, v=%d; makespan %g, bubble %.4g</text>\n",
-        LEFT, title ? title : ptdp_schedule_kind_name(sp->kind), p, sp->m, sp->v, res->makespan,
-        res->bubble_fraction);
+    fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s</text>\n", LEFT, heading);
     for (int r = 0; r < p; r++) {
         int y = TOP + r * ROW;
         fprintf(f, "<text x=\"8\" y=\"%d\">rank %d</text>\n", y + BOX / 2 + 4, r);
@@ -76,7 +122,6 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
         }
     }
     /* Time axis. */
-    int ay = TOP + p * ROW + 4;
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, ay,
             LEFT + plot_w, ay);
     double step = ptdp__svg_tick_step(res->makespan, 10);
@@ -88,22 +133,7 @@ int ptdp_svg_write(FILE *f, const ptdp_schedule *s, const ptdp_sim_result *res, 
     }
     fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"end\">time</text>\n", LEFT + plot_w,
             ay + 30);
-    /* Legend. */
-    int ly = ay + AXIS - 6, lx = LEFT;
-    const int kinds = ptdp_schedule_splits_backward(sp) ? PTDP_ACT_COUNT : PTDP_ACT_WGT;
-    for (int kind = 0; kind < kinds; kind++)
-        for (int c = 0; c < sp->v; c++) {
-            box_colour(kind, c, sp->v, col);
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx, ly,
-                    col);
-            if (sp->v > 1)
-                fprintf(f, "<text x=\"%d\" y=\"%d\">%s chunk %d</text>\n", lx + 16, ly + 10,
-                        ptdp_action_kind_name(kind), c);
-            else
-                fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 16, ly + 10,
-                        ptdp_action_kind_name(kind));
-            lx += 120;
-        }
+    legend(f, sp, ay + AXIS - 6, width, &legend_w);
     fprintf(f, "</svg>\n");
     if (fflush(f) || ferror(f)) return ptdp_errorf(PTDP_EIO, "cannot write the SVG timeline");
     return PTDP_OK;

@@ -4,23 +4,95 @@
  * the file format is tensorboard.c's), the start-up memory budget and the
  * end-of-run report (time, activation memory measured vs predicted,
  * --log-comm counters). */
-#define _POSIX_C_SOURCE 200809L /* localtime_r */
+#define _POSIX_C_SOURCE 200809L /* localtime_r, getline, fsync */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train/train_internal.h"
 
 int ptdp__log_open(ptdp_run *r) {
     const char *path = r->p.log_jsonl;
-    /* a resumed run continues the history (Megatron's TensorBoard logs do) */
-    if (path && r->comm->world_rank == 0 && !(r->jsonl = fopen(path, r->resuming ? "a" : "w")))
-        return ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", path);
+    /* a resumed run continues the history (Megatron's TensorBoard logs do):
+     * ptdp__log_resume opens the file once the checkpoint's iteration is
+     * known; here only the check that it can be written */
+    if (path && r->comm->world_rank == 0) {
+        FILE *f = fopen(path, r->resuming ? "a" : "w");
+        if (!f) return ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", path);
+        if (r->resuming)
+            fclose(f);
+        else
+            r->jsonl = f;
+    }
     /* a resumed run starts a new event file in the same directory; TensorBoard
      * reads them all as one run (as with Megatron's SummaryWriter) */
     if (r->p.tensorboard_dir && r->comm->world_rank == 0)
         return ptdp__tb_open(&r->tb, r->p.tensorboard_dir);
+    return PTDP_OK;
+}
+
+/* The iteration of a --log-jsonl line (every record starts with it), or -1
+ * for a line that is no record of ptdp's. */
+static long long record_iteration(const char *line) {
+    static const char head[] = "{\"iteration\":";
+    if (strncmp(line, head, sizeof head - 1)) return -1;
+    char *end;
+    long long it = strtoll(line + sizeof head - 1, &end, 10);
+    return end != line + sizeof head - 1 && (*end == ',' || *end == '}') ? it : -1;
+}
+
+int ptdp__log_resume(ptdp_run *r) {
+    const char *path = r->p.log_jsonl;
+    if (!path || r->comm->world_rank != 0 || r->jsonl) return PTDP_OK;
+    /* the records of iterations after the checkpoint's (a run that went on
+     * past its last checkpoint, then crashed) are dropped, so the log reads
+     * as one run: the file is rewritten into a temporary one beside it and
+     * renamed over it, so a crash here leaves the old file or the new one */
+    const int64_t keep_to = r->loaded.found && !r->p.finetune ? r->loaded.iteration : -1;
+    FILE *in = keep_to >= 0 ? fopen(path, "r") : NULL;
+    int64_t dropped = 0;
+    if (in) {
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        FILE *out = fopen(tmp, "w");
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        int bad = !out;
+        while (!bad && (n = getline(&line, &cap, in)) > 0) {
+            /* a record cut short by the crash (no newline) goes too */
+            if (record_iteration(line) > keep_to || line[n - 1] != '\n') {
+                dropped++;
+                continue;
+            }
+            bad = fwrite(line, 1, (size_t)n, out) != (size_t)n;
+        }
+        free(line);
+        bad |= ferror(in);
+        fclose(in);
+        if (out) {
+            bad |= fflush(out) != 0 || fsync(fileno(out)) != 0;
+            bad |= fclose(out) != 0;
+        }
+        if (!bad && dropped && rename(tmp, path) != 0) bad = 1;
+        if (bad || !dropped) remove(tmp);
+        if (bad)
+            return ptdp_errorf(PTDP_EIO,
+                               "--log-jsonl %s: cannot rewrite it without the records after "
+                               "iteration %lld (the checkpoint's): %s",
+                               path, (long long)keep_to, strerror(errno));
+    }
+    if (!(r->jsonl = fopen(path, "a")))
+        return ptdp_errorf(PTDP_EIO, "--log-jsonl %s: cannot open for writing", path);
+    if (dropped)
+        ptdp_log0("--log-jsonl %s: dropped %lld record%s after iteration %lld, which this run "
+                  "repeats from the checkpoint",
+                  path, (long long)dropped, dropped == 1 ? "" : "s", (long long)keep_to);
     return PTDP_OK;
 }
 
@@ -56,7 +128,9 @@ static void tb_iteration(ptdp_run *r) {
     tb_scalar(r, "lm loss", st->loss, 1);
     if (p->log_loss_scale_to_tensorboard) tb_scalar(r, "loss-scale", st->loss_scale, 1);
     if (p->log_world_size_to_tensorboard) tb_scalar(r, "world-size", r->comm->world_size, 1);
-    tb_scalar(r, "grad-norm", st->grad_norm, 1);
+    /* Megatron's optimizer returns no norm for a skipped step (its gradient
+     * was not finite) and training_log then writes none */
+    if (!st->skipped) tb_scalar(r, "grad-norm", st->grad_norm, 1);
 }
 
 void ptdp__log_start(ptdp_run *r) {
@@ -112,6 +186,14 @@ void ptdp__log_start(ptdp_run *r) {
     ptdp_trainer_log_memory(r->tr);
 }
 
+/* ,"key":value (printf's fmt), left out when the value is not finite: JSON
+ * (RFC 8259) has no nan or inf. */
+static void json_field(FILE *f, const char *key, const char *fmt, double v) {
+    if (!isfinite(v)) return;
+    fprintf(f, ",\"%s\":", key);
+    fprintf(f, fmt, v);
+}
+
 void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const ptdp_run_params *p = &r->p;
     const ptdp_step_stats *st = &r->st;
@@ -121,7 +203,12 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const double flops = ptdp_gpt_flops_per_iter(&p->trainer.cfg, B, p->trainer.recompute_method);
     r->t_interval += dt;
     r->t_total += dt;
-    r->loss_interval += st->loss;
+    /* Megatron's training_log averages the loss over the iterations that
+     * advanced (a skipped step's loss is left out) */
+    if (!st->skipped) {
+        r->loss_interval += st->loss;
+        r->advanced_interval++;
+    }
     r->n_interval++;
     r->iters_run++;
     r->skipped_total += st->skipped;
@@ -131,22 +218,29 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const double mflops = ptdp_gpt_megatron_flops(&p->trainer.cfg, B);
     char thr[64] = "";
     if (r->jsonl) {
-        if (p->log_throughput)
-            snprintf(thr, sizeof thr, ",\"throughput\":%.9g", mflops / dt / n / 1e12);
-        fprintf(
-            r->jsonl,
-            "{\"iteration\":%lld,\"consumed_samples\":%lld,\"lm_loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,"
-            "\"elapsed_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.4f%s,\"skipped\":%d,"
-            "\"loss_scale\":%.17g}\n",
-            (long long)st->iteration, (long long)r->consumed, st->loss, st->grad_norm, st->lr,
-            dt * 1e3, (double)(B * s) / dt, flops / dt / n / 1e12, thr, st->skipped,
-            st->loss_scale);
-        fflush(r->jsonl);
+        /* a skipped iteration has no gradient norm (Megatron's line has none
+         * either); non-finite values are left out, never written as nan */
+        FILE *f = r->jsonl;
+        fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%lld", (long long)st->iteration,
+                (long long)r->consumed);
+        json_field(f, "lm_loss", "%.9g", st->loss);
+        json_field(f, "grad_norm", "%.9g", st->skipped ? NAN : st->grad_norm);
+        json_field(f, "lr", "%.9g", st->lr);
+        json_field(f, "elapsed_ms", "%.3f", dt * 1e3);
+        json_field(f, "tokens_per_s", "%.1f", (double)(B * s) / dt);
+        json_field(f, "tflops", "%.4f", flops / dt / n / 1e12);
+        if (p->log_throughput) json_field(f, "throughput", "%.9g", mflops / dt / n / 1e12);
+        fprintf(f, ",\"skipped\":%d", st->skipped);
+        json_field(f, "loss_scale", "%.17g", st->loss_scale);
+        fputs("}\n", f);
+        fflush(f);
     }
     /* Megatron's training_log: every --log-interval, the last iteration, and
      * the first one this run trains; the timestamp first, the loss scale
      * always (1.0 without loss scaling: fp32, bf16), skipped and nan iterations
-     * counted over the interval, each its own count */
+     * counted over the interval, each its own count; the loss averaged over
+     * the interval's iterations that advanced (none: no loss), the grad norm
+     * of the iteration logged (skipped: none) */
     tb_iteration(r);
     if (st->iteration % p->log_interval == 0 || last || r->iters_run == 1) {
         double ms = r->t_interval / (double)r->n_interval * 1e3;
@@ -156,7 +250,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             tb_scalar(r, "iteration-time", ms / 1e3, 0);
             if (p->log_throughput) tb_scalar(r, "throughput", mflops / (ms / 1e3) / n / 1e12, 0);
         }
-        char stamp[32];
+        char stamp[32], loss[48] = "", gnorm[48] = "";
         time_t now = time(NULL);
         struct tm tmv;
         strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tmv));
@@ -164,17 +258,21 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
         if (p->log_throughput)
             snprintf(thr, sizeof thr, "throughput per GPU (TFLOP/s/GPU): %.3f | ",
                      mflops / (ms / 1e3) / n / 1e12);
+        if (r->advanced_interval)
+            snprintf(loss, sizeof loss, "lm loss: %.6E | ",
+                     r->loss_interval / (double)r->advanced_interval);
+        if (!st->skipped) snprintf(gnorm, sizeof gnorm, "grad norm: %.3f | ", st->grad_norm);
         ptdp_log0(
             " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
             "%sthroughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-            "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+            "global batch size: %5lld | %sloss scale: %.1f | %s"
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
             stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
             thr, flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
-            r->loss_interval / (double)r->n_interval, st->loss_scale, st->grad_norm,
-            (long long)r->skipped_interval, (long long)r->nan_interval);
+            loss, st->loss_scale, gnorm, (long long)r->skipped_interval,
+            (long long)r->nan_interval);
         r->t_interval = r->loss_interval = 0;
-        r->n_interval = r->skipped_interval = r->nan_interval = 0;
+        r->n_interval = r->advanced_interval = r->skipped_interval = r->nan_interval = 0;
     }
 }
 
@@ -201,8 +299,13 @@ void ptdp__log_validation(ptdp_run *r, double vl, const char *set) {
         tb_scalar(r, test ? "lm loss test ppl" : "lm loss validation ppl", ppl, 1);
     if (r->jsonl) {
         const char *k = test ? "test" : "val";
-        fprintf(r->jsonl, "{\"iteration\":%lld,\"%s_loss\":%.9g,\"%s_ppl\":%.9g%s}\n",
-                (long long)r->st.iteration, k, vl, k, ppl, set ? ",\"final\":true" : "");
+        char key[16];
+        fprintf(r->jsonl, "{\"iteration\":%lld", (long long)r->st.iteration);
+        snprintf(key, sizeof key, "%s_loss", k);
+        json_field(r->jsonl, key, "%.9g", vl);
+        snprintf(key, sizeof key, "%s_ppl", k);
+        json_field(r->jsonl, key, "%.9g", ppl);
+        fputs(set ? ",\"final\":true}\n" : "}\n", r->jsonl);
         fflush(r->jsonl);
     }
 }

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -51,10 +52,15 @@ static int open_data(ptdp_run *r) {
         if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&r->gpt, &gp);
         if (rc == PTDP_OK) {
             ptdp_batches_gpt(&r->data, r->gpt, PTDP_SPLIT_TRAIN, s);
-            if (r->n_evals && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_VALID) > 0)
+            if (r->n_evals && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_VALID) > 0) {
                 ptdp_batches_gpt(&r->valid, r->gpt, PTDP_SPLIT_VALID, s);
-            else
+            } else if (r->n_evals) { /* a 0 in --split's validation part (data.h) */
+                ptdp_log0("no validation: --split %s gives the validation split no documents "
+                          "(as Megatron, the run skips evaluation; --eval-iters 0 says so "
+                          "without this line)",
+                          p->split);
                 r->n_evals = 0;
+            }
             r->has_test = p->eval_iters && ptdp_gpt_data_num_samples(r->gpt, PTDP_SPLIT_TEST) > 0;
             if (r->has_test) ptdp_batches_gpt(&r->test, r->gpt, PTDP_SPLIT_TEST, s);
         }
@@ -83,6 +89,14 @@ static int check_outputs(const ptdp_run_params *p) {
                                    "%s %s: the directory is not writable (or does not exist)",
                                    outputs[i][0], outputs[i][1]);
         }
+    /* a file where the checkpoint folder should be would fail only at the
+     * first save, a whole --save-interval later */
+    struct stat st;
+    if (p->save && stat(p->save, &st) == 0 && !S_ISDIR(st.st_mode))
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--save %s: exists and is not a directory; --save names the folder of "
+                           "the checkpoints (give another path, or move the file away)",
+                           p->save);
     return p->save ? ptdp_ckpt_prepare_dir(p->save) : PTDP_OK;
 }
 
@@ -102,17 +116,19 @@ static int dump_config(const ptdp_run *r) {
  * the first collective, so a failure on some ranks (memory, a file one node
  * cannot read) brings every rank down with a message instead of leaving the
  * others waiting in a collective. */
-static int agree_on_start(ptdp_comm *comm, int rc) {
+static int agree(ptdp_comm *comm, int rc) {
     int32_t bad = rc != PTDP_OK;
-    if (!bad && ptdp_fault("start")) {
-        bad = 1;
-        rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT=start: rank %d fails to start (fault injection)",
-                         comm->world_rank);
-    }
     ptdp_allreduce_max_i32(&comm->world, &bad, 1);
     if (bad && rc == PTDP_OK)
         rc = ptdp_errorf(PTDP_ECOMM, "another rank failed to start (see its message); stopping");
     return rc;
+}
+
+static int agree_on_start(ptdp_comm *comm, int rc) {
+    if (rc == PTDP_OK && ptdp_fault("start"))
+        rc = ptdp_errorf(PTDP_ENOMEM, "PTDP_FAULT=start: rank %d fails to start (fault injection)",
+                         comm->world_rank);
+    return agree(comm, rc);
 }
 
 /* Megatron: --finetune loads weights only (iteration 0, fresh optimizer,
@@ -145,8 +161,8 @@ static int lr_differs(const ptdp_lr_schedule *a, const ptdp_lr_schedule *b) {
 
 /* Megatron's OptimizerParamScheduler.load_state_dict: a resumed run keeps the
  * checkpoint's schedule; flags that say otherwise are an error unless
- * --override-opt_param-scheduler (the flags win) or
- * --use-checkpoint-opt_param-scheduler (the checkpoint wins). A fresh
+ * --override-opt-param-scheduler (the flags win) or
+ * --use-checkpoint-opt-param-scheduler (the checkpoint wins). A fresh
  * optimizer (--no-load-optim, --finetune) starts the flags' schedule. Reads
  * only the manifest (every rank, no collective); sets r->resuming. */
 static int check_schedule(ptdp_run *r) {
@@ -183,7 +199,7 @@ static int check_schedule(ptdp_run *r) {
         "--min-lr %g, warm-up %g samples, decay to sample %g, --lr-decay-style %s; checkpoint: "
         "%g, %g, %g, %g, %s; schedules count samples, iterations x --global-batch-size, and "
         "--lr-decay-iters defaults to --train-iters); give the checkpoint's values, "
-        "--use-checkpoint-opt_param-scheduler to keep them, or --override-opt_param-scheduler "
+        "--use-checkpoint-opt-param-scheduler to keep them, or --override-opt-param-scheduler "
         "to use the flags'",
         p->load, mine->max_lr, mine->min_lr, mine->warmup_samples, mine->decay_samples,
         styles[mine->style], ck.max_lr, ck.min_lr, ck.warmup_samples, ck.decay_samples,
@@ -205,6 +221,8 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     if (rc == PTDP_OK) rc = ptdp_trainer_init(&r->tr, &r->p.trainer);
     rc = agree_on_start(r->comm, rc);
     if (rc == PTDP_OK && p->load) rc = load_checkpoint(r);
+    /* rank 0 rewrites a resumed run's --log-jsonl: every rank learns how it went */
+    if (rc == PTDP_OK && p->load && p->log_jsonl) rc = agree(r->comm, ptdp__log_resume(r));
     if (rc == PTDP_OK) {
         const int64_t Bl =
             p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */

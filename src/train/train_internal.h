@@ -30,12 +30,18 @@ struct ptdp_run {
     /* the Megatron line averages over the logging interval */
     double t_interval, loss_interval, t_total;
     int64_t n_interval, skipped_total, iters_run;
-    int64_t skipped_interval, nan_interval; /* over the current logging interval */
+    /* over the current logging interval: iterations that advanced (their
+     * losses are in loss_interval), skipped, nan */
+    int64_t advanced_interval, skipped_interval, nan_interval;
 };
 
 /* Logging sinks: the Megatron iteration line, --log-jsonl, validation lines,
  * the start-up and end-of-run reports (memory, communication counters). */
 int ptdp__log_open(ptdp_run *r);
+/* Rank 0, once --load is done: opens --log-jsonl of a resumed run for
+ * appending, first dropping the records after the loaded iteration (an
+ * atomic rewrite). PTDP_EIO naming the flag. Other ranks: PTDP_OK. */
+int ptdp__log_resume(ptdp_run *r);
 void ptdp__log_start(ptdp_run *r);
 void ptdp__log_iteration(ptdp_run *r, double dt, int last);
 /* `set`: NULL during training, else "validation" or "test" (the end of
