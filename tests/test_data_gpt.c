@@ -244,6 +244,20 @@ int main(void) {
         }
         ptdp_gpt_data_free(g);
         ptdp_gpt_data_free(g2);
+        /* a weight of 0 is valid in any position: that dataset is never
+         * read (it used to win the tie at sample 1 when it came first) */
+        for (int first = 0; first < 2; first++) {
+            char *zero[] = {first ? "0" : "1", a, first ? "1" : "0", b};
+            CHECK_OK(ptdp_gpt_data_parse_paths(&q, 4, zero));
+            CHECK_OK(ptdp_gpt_data_open(&g, &q));
+            int only = 1;
+            for (int64_t i = 0; g && i < 1000; i++) {
+                only &= ptdp_gpt_data_sample(g, 0, i, x) == 0;
+                only &= (x[0] >= TAG_B) == first; /* all from the weighted one */
+            }
+            CHECK(g && only);
+            ptdp_gpt_data_free(g);
+        }
         char *bad1[] = {"0.3", a, "x", b};
         CHECK(ptdp_gpt_data_parse_paths(&q, 4, bad1) == PTDP_EINVAL);
         char *bad2[] = {"0.3", a, "0.7"};

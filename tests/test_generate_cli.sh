@@ -40,6 +40,8 @@ expect_error 2 "--num-attention-heads 16 but" --init-from "$F" --prompt "1 2" --
     fail "--allow-extra-tensors does not load the first layer"
 
 gen() { "$PTDP" generate --init-from "$F" --prompt "5 17 42" --max-new-tokens 13 "$@" 2>"$TMP/err"; }
+# gen_src SOURCE...: the same greedy run with another prompt source
+gen_src() { "$PTDP" generate --init-from "$F" --max-new-tokens 13 --temperature 0 "$@" 2>"$TMP/err"; }
 greedy=$(gen --temperature 0) || fail "greedy run failed: $(cat "$TMP/err")"
 n=$(echo "$greedy" | wc -w)
 [ "$n" -eq 16 ] && ok || fail "greedy: expected 16 ids, got '$greedy'"
@@ -83,5 +85,39 @@ for prec in bf16 fp16; do
         --temperature 0 --tensor-model-parallel-size 2 --$prec 2>"$TMP/err_tp")
     [ -n "$one" ] && [ "$two" = "$one" ] && ok || fail "--$prec t=2 greedy '$two' differs from t=1 '$one' ($(cat "$TMP/err_tp"))"
 done
+
+# the prompt from standard input (--prompt -), from a file, and one per line (Megatron's
+# --sample-input-file): the same continuation as --prompt; each line's sample does not depend
+# on the lines before it; JSON lines on stdout or in --sample-output-file
+[ "$(echo "5 17 42" | gen_src --prompt -)" = "$greedy" ] && ok || fail "--prompt - (stdin) differs from --prompt"
+printf '5 17 42\n' >"$TMP/p.txt"
+[ "$(gen_src --prompt-file "$TMP/p.txt")" = "$greedy" ] && ok || fail "--prompt-file differs from --prompt"
+printf '9 9\n\n5 17 42\r\n' >"$TMP/lines.txt"
+gen_src --sample-input-file "$TMP/lines.txt" >"$TMP/samples.jsonl" || fail "--sample-input-file failed: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/samples.jsonl")" -eq 2 ] && ok || fail "--sample-input-file: expected 2 JSON lines (empty line skipped), got $(cat "$TMP/samples.jsonl")"
+want="{\"prompt\":\"5 17 42\",\"text\":\"${greedy#5 17 42 }\"}"
+[ "$(sed -n 2p "$TMP/samples.jsonl")" = "$want" ] && ok ||
+    fail "second prompt's sample '$(sed -n 2p "$TMP/samples.jsonl")' is not the lone prompt's '$want'"
+grep -q '^{"prompt":"9 9","text":"' "$TMP/samples.jsonl" && ok || fail "first sample line: $(head -1 "$TMP/samples.jsonl")"
+gen_src --sample-input-file "$TMP/lines.txt" --sample-output-file "$TMP/out.jsonl" >"$TMP/stdout" &&
+    cmp -s "$TMP/out.jsonl" "$TMP/samples.jsonl" && [ ! -s "$TMP/stdout" ] && ok ||
+    fail "--sample-output-file does not hold the samples (or they went to stdout too)"
+expect_error 2 "give one of --prompt, --prompt-file" --init-from "$F" --prompt "1 2" --prompt-file "$TMP/p.txt"
+expect_error 2 "--sample-output-file goes with --sample-input-file" --init-from "$F" --prompt "1 2" --sample-output-file "$TMP/o"
+expect_error 2 "would destroy the prompts" --init-from "$F" --sample-input-file "$TMP/lines.txt" --sample-output-file "$TMP/lines.txt"
+cmp -s "$TMP/lines.txt" <(printf '9 9\n\n5 17 42\r\n') && ok || fail "the prompts file was changed"
+expect_error 1 "--prompt-file $TMP/none.txt" --init-from "$F" --prompt-file "$TMP/none.txt"
+expect_error 2 "line 3: token id 500" --init-from "$F" --max-new-tokens 3 --sample-input-file <(printf '1\n\n2 500\n')
+printf '\n\n' >"$TMP/empty.txt"
+expect_error 2 "no prompts" --init-from "$F" --sample-input-file "$TMP/empty.txt"
+# t = 2: rank 0 reads standard input and the file; both ranks generate the same
+tp=$(echo "5 17 42" | "$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$F" --prompt - \
+    --max-new-tokens 13 --temperature 0 --tensor-model-parallel-size 2 2>"$TMP/err_tp")
+[ "$tp" = "$greedy" ] && ok || fail "t=2 --prompt - gives '$tp', not '$greedy' ($(cat "$TMP/err_tp"))"
+"$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$F" --prompt-file "$TMP/none.txt" \
+    --tensor-model-parallel-size 2 >/dev/null 2>"$TMP/err_tp"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$(grep -c 'ptdp: error:' "$TMP/err_tp")" -eq 1 ] && grep -q "none.txt" "$TMP/err_tp" && ok ||
+    fail "t=2 missing --prompt-file: status $rc, $(cat "$TMP/err_tp")"
 
 finish

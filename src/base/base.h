@@ -63,13 +63,33 @@ _Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, c
 
 /* ---- logging ------------------------------------------------------------ */
 /* Every line is prefixed "[dp,pp,tp]" once the rank is known. Rank-0 lines
- * (ptdp_log0) are printed only by the global rank 0. */
+ * (ptdp_log0) are printed only by the global rank 0. By default information
+ * goes to stdout and errors to stderr, each line in one write(2); a program
+ * embedding ptdp may take the lines instead (ptdp_log_set_sink) or keep
+ * only the errors (ptdp_log_set_level). Internal-error (assertion) reports
+ * always go to stderr. */
 void ptdp_log_set_rank(int global_rank, int dp, int pp, int tp);
 int ptdp_log_rank(void);
 void ptdp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ptdp_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Error line to stderr: "ptdp: error: <msg>" with the rank prefix. */
 void ptdp_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Levels of a line, most important first. */
+typedef enum { PTDP_LOG_ERROR = 0, PTDP_LOG_INFO = 1 } ptdp_log_level;
+#define PTDP_LOG_NONE (-1) /* ptdp_log_set_level: not even errors */
+/* Receives each whole line, its rank prefix and "ptdp: error: " included,
+ * without the newline; `line` is valid during the call only. It may be called
+ * from any of ptdp's threads (the communication watchdog reports a hang from
+ * its own), so it must be thread-safe. */
+typedef void (*ptdp_log_fn)(void *user, ptdp_log_level level, const char *line);
+/* Where lines go: fn(user, ...) instead of stdout/stderr; NULL restores the
+ * default. Process-wide; set it before starting ptdp's work (ptdp_comm_init),
+ * not while another thread logs. */
+void ptdp_log_set_sink(ptdp_log_fn fn, void *user);
+/* Lines above `level` are dropped (PTDP_LOG_INFO, the default, keeps all;
+ * PTDP_LOG_ERROR only errors; PTDP_LOG_NONE nothing). Process-wide, as above. */
+void ptdp_log_set_level(int level);
 
 /* ---- RNG: Philox4x32-10, counter based ---------------------------------- */
 /* A key is (seed, stream); streams are derived from names so every global

@@ -1,6 +1,7 @@
 /* err_log.c - error codes, per-thread error messages, always-on asserts and
- * rank-tagged logging. Deliberately no log levels or files: ranks print to
- * stdout/stderr and the launcher collects them. */
+ * rank-tagged logging. Ranks print to stdout/stderr and the launcher collects
+ * them; a program embedding ptdp may take the lines through a sink or keep
+ * only errors. Deliberately no log files. */
 #define _POSIX_C_SOURCE 200809L
 #include "base.h"
 
@@ -17,6 +18,11 @@ static _Thread_local char g_errmsg[1024];
  * runs; the abort hook likewise. */
 static int g_rank = -1, g_dp, g_pp, g_tp;
 static ptdp_abort_fn g_abort_hook;
+/* The embedding program's choices (ptdp_log_set_sink / _level), set before
+ * ptdp's threads start. */
+static ptdp_log_fn g_sink;
+static void *g_sink_user;
+static int g_level = PTDP_LOG_INFO;
 /* What the iterating thread is doing; another thread (comm's watchdog) reads
  * it only once the iterating thread has been blocked for seconds, so plain
  * stores are enough (a torn read could only garble a message). */
@@ -50,19 +56,35 @@ static void prefix(FILE *f) {
     if (g_rank >= 0) fprintf(f, "[%d,%d,%d] ", g_dp, g_pp, g_tp);
 }
 
-/* Formats one whole line and hands it to the kernel in one write, so lines
- * from several ranks sharing a terminal or pipe never interleave. */
-static void emit(int fd, int with_prefix, const char *lead, const char *fmt, va_list ap) {
+/* Formats one whole line and hands it to the sink, or to the kernel in one
+ * write, so lines from several ranks sharing a terminal or pipe never
+ * interleave. */
+static void emit(ptdp_log_level level, int with_prefix, const char *lead, const char *fmt,
+                 va_list ap) {
+    if ((int)level > g_level) return;
     char buf[4096];
     int n = 0;
     if (with_prefix && g_rank >= 0) n = snprintf(buf, sizeof buf, "[%d,%d,%d] ", g_dp, g_pp, g_tp);
     n += snprintf(buf + n, sizeof buf - (size_t)n, "%s", lead);
     int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
     n = m < 0 ? n : (n + m < (int)sizeof buf - 1 ? n + m : (int)sizeof buf - 2);
+    if (g_sink) {
+        buf[n] = 0;
+        g_sink(g_sink_user, level, buf);
+        return;
+    }
+    fflush(stdout);
     buf[n++] = '\n';
-    ssize_t w = write(fd, buf, (size_t)n);
+    ssize_t w = write(level == PTDP_LOG_ERROR ? 2 : 1, buf, (size_t)n);
     (void)w;
 }
+
+void ptdp_log_set_sink(ptdp_log_fn fn, void *user) {
+    g_sink = fn;
+    g_sink_user = user;
+}
+
+void ptdp_log_set_level(int level) { g_level = level; }
 
 _Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg) {
     fflush(stdout);
@@ -86,8 +108,7 @@ int ptdp_log_rank(void) { return g_rank < 0 ? 0 : g_rank; }
 void ptdp_log(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    emit(1, 1, "", fmt, ap);
+    emit(PTDP_LOG_INFO, 1, "", fmt, ap);
     va_end(ap);
 }
 
@@ -95,16 +116,14 @@ void ptdp_log0(const char *fmt, ...) {
     if (g_rank > 0) return;
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    emit(1, 0, "", fmt, ap);
+    emit(PTDP_LOG_INFO, 0, "", fmt, ap);
     va_end(ap);
 }
 
 void ptdp_log_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    emit(2, 1, "ptdp: error: ", fmt, ap);
+    emit(PTDP_LOG_ERROR, 1, "ptdp: error: ", fmt, ap);
     va_end(ap);
 }
 

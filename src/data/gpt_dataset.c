@@ -430,15 +430,18 @@ int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p) {
         int64_t cur[PTDP_DATA_MAX_PATHS] = {0};
         for (int64_t i = 0; i < n; i++) {
             double x = i > 1 ? (double)i : 1.0;
-            int best = 0;
-            double best_err = d->weights[k][0] * x - (double)cur[0];
-            for (int j = 1; j < d->n; j++) {
+            int best = -1;
+            double best_err = 0;
+            /* Megatron's rule, except that a dataset of weight 0 never wins a
+             * tie (at sample 1 every error is 0): it was not built (need 0) */
+            for (int j = 0; j < d->n; j++) {
                 double e = d->weights[k][j] * x - (double)cur[j];
-                if (e > best_err) {
+                if (d->weights[k][j] > 0 && (best < 0 || e > best_err)) {
                     best_err = e;
                     best = j;
                 }
             }
+            PTDP_ASSERT(best >= 0); /* the weights sum to 1 */
             d->blend_ds[k][i] = (uint8_t)best;
             d->blend_sample[k][i] = cur[best]++;
         }
