@@ -10,6 +10,7 @@
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/megatron/megatron.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/cli.h"
 #include "data/data.h"
 #include "model/model.h"

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/cli.h"
 #include "train/train.h"
 #include "data/data.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "train/train_internal.h"
 
 ptdp_run_params ptdp_run_default_params(void) {

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "pipeline/pipeline.h"
 #include "plan/plan.h"
 

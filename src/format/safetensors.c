@@ -1,10 +1,10 @@
 /* safetensors.c - the safetensors reader (mmap + full validation) and the
- * atomic writer declared in ckpt.h. The header is parsed with cJSON;
+ * atomic writer declared in format/format.h. The header is parsed with cJSON;
  * it is written by hand so the key order and the exact bytes are ours. Not
  * here: sharded checkpoints, conversion of whole models (see ckpt/). */
 #define _POSIX_C_SOURCE 200809L
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -18,7 +18,9 @@
  * count and index is checked against the input and against fixed bounds.
  * Not here: protocol 5 out-of-band buffers, EXT registries, the text forms
  * STRING/UNICODE/PERSID (torch never writes them). */
-#include "ckpt/torch_internal.h"
+#include "format/torch.h"
+
+#include "base/base.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
-/* megatron_export.c - a ptdp checkpoint (any layout) out as a Megatron-LM
+/* export.c - a ptdp checkpoint (any layout) out as a Megatron-LM
  * --ckpt-format torch checkpoint: `ptdp checkpoint export-megatron`.
  *
  * Writes OUT/latest_checkpointed_iteration.txt and
  * OUT/iter_%07d/mp_rank_TT[_PPP]/model_optim_rng.pt for the asked tensor
- * size T and pipeline size P, each a torch.save file (zip.c, pickle_write.c)
+ * size T and pipeline size P, each a torch.save file (format/zip.c, pickle_write.c)
  * of {'args': argparse.Namespace(...), 'checkpoint_version': 3.0,
  * 'iteration': N, 'model': {name: float32 tensor}} with Megatron-Core's
  * names for its local (non-Transformer-Engine) layer spec, layer numbers
@@ -14,7 +14,7 @@
  * Megatron-Core's last stage holds. Not written: optimizer state, RNG
  * states, an interleaved (virtual pipeline) layout. */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/torch_internal.h"
+#include "ckpt/megatron/megatron.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,9 +22,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "format/torch.h"
 
-const char *ptdp__megatron_core_name(const char *ptdp_suffix); /* megatron.c */
+const char *ptdp__megatron_core_name(const char *ptdp_suffix); /* import.c */
 
 ptdp_megatron_export_params ptdp_megatron_export_default_params(void) {
     return (ptdp_megatron_export_params){.t = 1, .p = 1, .make_vocab_size_divisible_by = 128};
@@ -199,7 +201,7 @@ int ptdp_megatron_export(const char *src, const char *dst, const ptdp_megatron_e
     const float *host = full ? ptdp_gpt_chunk_params(full) : NULL;
     char itdir[4300], path[4500];
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dst, (long long)ld.iteration);
-    if (rc == PTDP_OK) rc = ptdp__ckpt_mkdir_p(itdir);
+    if (rc == PTDP_OK) rc = ptdp_file_mkdirs(itdir);
     for (int pp = 0; rc == PTDP_OK && pp < P; pp++)
         for (int tp = 0; rc == PTDP_OK && tp < T; tp++) {
             out_list L = {0};
@@ -276,7 +278,7 @@ int ptdp_megatron_export(const char *src, const char *dst, const ptdp_megatron_e
         char lp[4400], txt[32];
         snprintf(lp, sizeof lp, "%s/%s", dst, LATEST);
         snprintf(txt, sizeof txt, "%lld\n", (long long)ld.iteration);
-        rc = ptdp__ckpt_write_atomic(lp, txt);
+        rc = ptdp_file_write_atomic(lp, txt);
     }
     if (rc == PTDP_OK && log)
         fprintf(log,

@@ -1,7 +1,7 @@
-/* megatron.c - Megatron-LM checkpoints (--ckpt-format torch) into ptdp:
+/* import.c - Megatron-LM checkpoints (--ckpt-format torch) into ptdp:
  * `ptdp checkpoint import-megatron`. Names, tensor-parallel splits and the
- * model's shape; the export is megatron_export.c, the file formats zip.c and
- * pickle.c, the user's view docs/megatron.md.
+ * model's shape; the export is export.c, the file formats format/zip.c and
+ * format/pickle.c, the user's view docs/megatron.md.
  *
  * Megatron's layout: DIR/latest_checkpointed_iteration.txt ("N" or
  * "release"), DIR/iter_%07d/ (or DIR/release/) holding one
@@ -23,7 +23,7 @@
  * own layout, fp32 master weights included) and the RNG states are not
  * converted: the ptdp checkpoint says it has no optimizer state. */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/torch_internal.h"
+#include "ckpt/megatron/megatron.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -32,7 +32,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "format/torch.h"
 
 /* ---- names ------------------------------------------------------------------- */
 
