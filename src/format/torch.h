@@ -1,9 +1,10 @@
 /* torch.h - PyTorch's torch.save container: the zip it writes (zip.c), the
- * pickle tree the reader builds (pickle.c) and the pickle writer
- * (pickle_write.c). Only the Megatron-LM mapping (src/ckpt/megatron) and the
- * tests use it, so it is not installed and keeps the internal prefix. The
- * byte layouts are described in zip.c and pickle.c; docs/megatron.md says
- * what ptdp reads and writes with them. */
+ * pickle tree the reader builds (pickle.c), the two together as a
+ * torch.save file (torch.c) and the pickle writer (pickle_write.c). Only the
+ * Megatron-LM mapping (src/ckpt/megatron), the fuzz harnesses and the tests
+ * use it, so it is not installed and keeps the internal prefix. The byte
+ * layouts are described in zip.c and pickle.c; docs/megatron.md says what
+ * ptdp reads and writes with them. */
 #ifndef PTDP_FORMAT_TORCH_H
 #define PTDP_FORMAT_TORCH_H
 
@@ -128,12 +129,15 @@ void ptdp__pk_free(ptdp__pk *p); /* NULL is a no-op */
 
 /* Lookups on the tree (NULL when absent or not that kind). */
 const ptdp__pk_node *ptdp__pk_get(const ptdp__pk_node *dict, const char *key);
+/* The LIST of every STORAGE node the parse built (NULL when none), for the
+ * torch.save file's checks against the archive. */
+const ptdp__pk_node *ptdp__pk_storages(const ptdp__pk *p);
 /* An OBJECT's attribute: its BUILD state's dict entry (argparse.Namespace). */
 const ptdp__pk_node *ptdp__pk_attr(const ptdp__pk_node *obj, const char *key);
 const char *ptdp__torch_dtype_name(int dtype);
 size_t ptdp__torch_dtype_size(int dtype);
 
-/* ---- a torch.save file: zip + pickle -------------------------------------- */
+/* ---- a torch.save file: zip + pickle (torch.c) ---------------------------- */
 
 typedef struct {
     ptdp__zip zip;
