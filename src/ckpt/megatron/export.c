@@ -24,9 +24,8 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/megatron/megatron_internal.h"
 #include "format/torch.h"
-
-const char *ptdp__megatron_core_name(const char *ptdp_suffix); /* import.c */
 
 ptdp_megatron_export_params ptdp_megatron_export_default_params(void) {
     return (ptdp_megatron_export_params){.t = 1, .p = 1, .make_vocab_size_divisible_by = 128};
