@@ -406,8 +406,19 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dir, (long long)meta->iteration);
     int rc = PTDP_OK;
     if (comm->world_rank == 0) {
-        remove_temporaries(dir, 0);
-        rc = ptdp_file_mkdirs(itdir);
+        int64_t newest = 0;
+        int has = ptdp_ckpt_newest(dir, &newest);
+        if (has < 0)
+            rc = has;
+        else if (has && newest >= meta->iteration && !meta->overwrite)
+            rc = ptdp_errorf(PTDP_ECONFIG,
+                             "%s already holds a checkpoint of iteration %lld: saving iteration "
+                             "%lld there would %s it (nothing written; --overwrite-checkpoints "
+                             "allows it)",
+                             dir, (long long)newest, (long long)meta->iteration,
+                             newest == meta->iteration ? "replace" : "rewind past");
+        if (rc == PTDP_OK) remove_temporaries(dir, 0);
+        if (rc == PTDP_OK) rc = ptdp_file_mkdirs(itdir);
         char mp[4400];
         snprintf(mp, sizeof mp, "%s/%s", itdir, MANIFEST);
         /* an older save of the same iteration is invalid from here on */
@@ -428,7 +439,13 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     free(json);
     if (comm->world_rank == 0) {
         rc = write_manifest(itdir, meta, comm, all, counts);
-        if (rc == PTDP_OK) {
+        int64_t latest = 0;
+        if (rc == PTDP_OK && ptdp__ckpt_read_latest(dir, 0, &latest) == 1 &&
+            latest > meta->iteration) {
+            ptdp_log0("%s/%s stays at iteration %lld, later than this save (%s is loaded by its "
+                      "own path)",
+                      dir, LATEST, (long long)latest, itdir);
+        } else if (rc == PTDP_OK) {
             char lp[4200], txt[32];
             snprintf(lp, sizeof lp, "%s/%s", dir, LATEST);
             snprintf(txt, sizeof txt, "%lld\n", (long long)meta->iteration);

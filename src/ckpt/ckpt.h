@@ -44,12 +44,18 @@ typedef struct {
     int v, zero;                    /* model chunks per rank, ZeRO-1 */
     const ptdp_loss_scaler *scaler; /* fp16's dynamic scaler, or NULL */
     int no_optimizer;               /* weights only (an import): "has_optimizer": false */
+    int overwrite; /* may replace an iteration DIR holds, or save one before its newest */
 } ptdp_ckpt_meta;
 
 /* Writes DIR/iter_%07d/ (shards, then manifest) and then moves
  * DIR/latest_checkpointed_iteration.txt, only when every rank wrote its
  * shard. Collective over comm->world; every rank returns the same code
  * (PTDP_EIO with the message of the lowest failing rank). Blocks on I/O.
+ * Never destroys or rewinds a checkpoint DIR holds unless meta->overwrite:
+ * PTDP_ECONFIG, nothing written, when DIR's newest checkpoint
+ * (ptdp_ckpt_newest) is of this iteration or a later one. The latest file
+ * never moves back, even with meta->overwrite (the save then sits beside
+ * the newer checkpoint, loadable by its iteration directory).
  * Only data-parallel rank 0 writes weights (ZeRO-1: every rank writes its
  * optimizer shard), only tensor-parallel rank 0 writes replicated tensors,
  * and the tied embedding is written by the first pipeline stage. */
@@ -68,6 +74,25 @@ typedef struct ptdp_ckpt_loaded {
 /* Creates DIR (and its parents) for --save and checks it is writable;
  * PTDP_EIO naming the flag otherwise. Any rank may call it. */
 int ptdp_ckpt_prepare_dir(const char *dir);
+
+/* The newest checkpoint DIR holds: the larger of the iteration its latest
+ * file names and those of its iter_NNNNNNN directories that hold a
+ * manifest.json (saves that finished). Returns 1 with *iteration, 0 when DIR
+ * holds none (or does not exist), or PTDP_EFORMAT naming a latest file that
+ * is not an iteration. Any rank may call it. */
+int ptdp_ckpt_newest(const char *dir, int64_t *iteration);
+
+/* Before a run saves into `save` (`ptdp train --save`), at start-up: the
+ * run starts from iteration S (the checkpoint `load` points to, or 0 without
+ * `load` or with `finetune`); if `save` holds a checkpoint later than S, or
+ * of S itself that is not the one loaded, its saves would replace or rewind
+ * it: PTDP_ECONFIG naming --overwrite-checkpoints, or with `overwrite` a
+ * note on rank 0 and PTDP_OK. *resumes = 1 when the run continues
+ * `save`'s own newest checkpoint (S need not be saved again). A --load that
+ * cannot be read is left to the load to report (PTDP_OK). Reads files only;
+ * every rank may call it and gets the same answer from the same files. */
+int ptdp_ckpt_check_save_dir(const char *save, const char *load, int finetune, int overwrite,
+                             int *resumes);
 
 /* Loads the checkpoint DIR points to (DIR/latest_checkpointed_iteration.txt,
  * or DIR itself when it holds manifest.json) into this rank's chunks: the

@@ -681,8 +681,22 @@ static int check_complete(const importer *im, const source *S) {
     return PTDP_OK;
 }
 
+/* Step 0: a destination that holds checkpoints is the user's; nothing is
+ * written among them unless told. */
+static int check_destination(const char *dst, int overwrite) {
+    int64_t newest = 0;
+    int rc = ptdp_ckpt_newest(dst, &newest);
+    if (rc <= 0 || overwrite) return rc < 0 ? rc : PTDP_OK;
+    return ptdp_errorf(PTDP_ECONFIG,
+                       "%s already holds ptdp checkpoints (the newest: iteration %lld): "
+                       "import-megatron would write among them; import into a new or empty "
+                       "directory, or add --overwrite-checkpoints (an iteration it holds is "
+                       "replaced; latest_checkpointed_iteration.txt never moves back)",
+                       dst, (long long)newest);
+}
+
 /* Step 6: the full model as a weights-only ptdp checkpoint. */
-static int save_import(importer *im, const source *S, const char *dst) {
+static int save_import(importer *im, const source *S, const char *dst, int overwrite) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_optimizer none = {0};
@@ -695,7 +709,8 @@ static int save_import(importer *im, const source *S, const char *dst) {
                            .lr = &S->lr,
                            .adam = &S->adam,
                            .v = 1,
-                           .no_optimizer = 1};
+                           .no_optimizer = 1,
+                           .overwrite = overwrite};
     int rc = ptdp_ckpt_prepare_dir(dst);
     if (rc == PTDP_OK) rc = ptdp_ckpt_save(dst, &meta, &im->full, &none, 1, &comm);
     ptdp_comm_finalize(&comm);
@@ -719,19 +734,26 @@ static void summary(FILE *log, const importer *im, const source *S, const char *
             S->version, (long long)c->num_layers, (long long)c->hidden, (long long)c->heads,
             (long long)c->ffn_hidden, (long long)c->vocab, pad, dst, (long long)S->iteration,
             (long long)S->consumed, dst);
+    int64_t latest = 0;
+    if (ptdp__ckpt_read_latest(dst, 0, &latest) == 1 && latest > S->iteration)
+        fprintf(log,
+                "%s/latest_checkpointed_iteration.txt still names iteration %lld (newer): load "
+                "this import with --load %s/iter_%07lld\n",
+                dst, (long long)latest, dst, (long long)S->iteration);
 }
 
 int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_import_params *ip,
                          FILE *log) {
     source S = {0};
     importer im = {0};
-    int rc = read_source(src, ip, &S);
+    int rc = check_destination(dst, ip->overwrite);
+    if (rc == PTDP_OK) rc = read_source(src, ip, &S);
     if (rc == PTDP_OK) rc = stage_layers(&S);
     if (rc == PTDP_OK) rc = importer_init(&im, &S);
     for (int pp = 0; rc == PTDP_OK && pp < S.g.P; pp++)
         for (int tp = 0; rc == PTDP_OK && tp < S.g.T; tp++) rc = import_file(&im, &S, tp, pp);
     if (rc == PTDP_OK) rc = check_complete(&im, &S);
-    if (rc == PTDP_OK) rc = save_import(&im, &S, dst);
+    if (rc == PTDP_OK) rc = save_import(&im, &S, dst, ip->overwrite);
     if (rc == PTDP_OK && log) summary(log, &im, &S, dst);
     importer_free(&im);
     free(S.nl);

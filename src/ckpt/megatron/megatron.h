@@ -19,6 +19,7 @@ typedef struct {
     int64_t max_position_embeddings, seq_length;
     int64_t vocab_size; /* the real vocabulary; Megatron's padding rows are dropped */
     int64_t make_vocab_size_divisible_by; /* the ptdp checkpoint's padding (128) */
+    int overwrite; /* write into a directory that holds checkpoints (--overwrite-checkpoints) */
 } ptdp_megatron_import_params;
 ptdp_megatron_import_params ptdp_megatron_import_default_params(void);
 
@@ -26,17 +27,21 @@ ptdp_megatron_import_params ptdp_megatron_import_default_params(void);
  * pipeline sizes; Megatron-Core names, Transformer Engine's fused-norm
  * names or legacy names) and writes a ptdp checkpoint (t=1, weights only,
  * "has_optimizer": false) to `dst`, which any layout can --load. Prints a
- * summary to log (may be NULL). Errors (each naming the file and the
- * problem): PTDP_ENOTFOUND, PTDP_EFORMAT (malformed zip or pickle, missing
- * or misshapen tensors), PTDP_EUNSUPPORTED (a model ptdp cannot represent:
- * GQA, SwiGLU, rotary, RMSNorm, no biases, untied output layer, MoE),
- * PTDP_ECONFIG, PTDP_EIO, PTDP_ENOMEM. */
+ * summary to log (may be NULL). A `dst` that already holds a ptdp checkpoint
+ * (ptdp_ckpt_newest) is refused (PTDP_ECONFIG, nothing read or written)
+ * unless p->overwrite; then an iteration it holds is replaced, and its
+ * latest file never moves back (ptdp_ckpt_save). Errors (each naming the
+ * file and the problem): PTDP_ENOTFOUND, PTDP_EFORMAT (malformed zip or
+ * pickle, missing or misshapen tensors), PTDP_EUNSUPPORTED (a model ptdp
+ * cannot represent: GQA, SwiGLU, rotary, RMSNorm, no biases, untied output
+ * layer, MoE), PTDP_ECONFIG, PTDP_EIO, PTDP_ENOMEM. */
 int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_import_params *p,
                          FILE *log);
 
 typedef struct {
     int t, p;                             /* Megatron's tensor and pipeline sizes to write */
     int64_t make_vocab_size_divisible_by; /* Megatron's padding: a multiple of this x t */
+    int overwrite; /* write into a directory that is not empty (--overwrite-checkpoints) */
 } ptdp_megatron_export_params;
 ptdp_megatron_export_params ptdp_megatron_export_default_params(void);
 
