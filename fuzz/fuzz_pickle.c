@@ -1,7 +1,7 @@
 /* fuzz_pickle.c - the pickle machine of the Megatron-LM import
- * (ckpt/pickle.c): any bytes as a pickle stream. It builds a plain tree and
+ * (format/pickle.c): any bytes as a pickle stream. It builds a plain tree and
  * runs nothing; an accepted stream is freed, a refused one leaves a message. */
-#include "ckpt/ckpt.h"
+#include "format/torch.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

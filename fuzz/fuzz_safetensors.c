@@ -1,11 +1,11 @@
-/* fuzz_safetensors.c - the safetensors reader (ckpt/safetensors.c): the
+/* fuzz_safetensors.c - the safetensors reader (format/safetensors.c): the
  * 8-byte header length, the JSON header and its tensor table, every
  * tensor's data read back as float and int32. Input: a whole .safetensors
  * file. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

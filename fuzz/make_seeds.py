@@ -131,3 +131,24 @@ put("decode_ids", "bad.txt", "1 99999999999999999999999999\n-1 +2 0x10\n12a\n\0 
 put("token_file", "seed", bytes([7]) + struct.pack("<H", 300) + struct.pack("<20H", *range(0, 300, 15)))
 put("token_file", "bad_token", bytes([3]) + struct.pack("<H", 9) + struct.pack("<5H", 1, 2, 3, 10, 4))
 put("token_file", "bad_odd", bytes([3]) + struct.pack("<H", 10) + b"\x01\x00\x02")
+
+# ---- zip (stored entries, as torch.save writes them; the real torch.save
+# files are in corpus/torch)
+import io
+import zipfile
+
+
+def zipped(entries, method=zipfile.ZIP_STORED):
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", compression=method) as z:
+        for name, data in entries:
+            z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data, compress_type=method)
+    return b.getvalue()
+
+
+two = [("archive/data.pkl", b"\x80\x02}q\x00."), ("archive/data/0", struct.pack("<4f", 1, 2, 3, 4))]
+put("zip", "seed_two_entries", zipped(two))
+put("zip", "bad_deflated", zipped(two, zipfile.ZIP_DEFLATED))
+crc = bytearray(zipped(two))
+crc[crc.index(b"\x80\x02")] ^= 0xFF  # a byte of the first entry's data
+put("zip", "bad_crc", bytes(crc))

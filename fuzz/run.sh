@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${FUZZ_BUILD:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-NAMES=${FUZZ_ONLY:-"safetensors manifest idx bpe config jsonl decode_ids token_file pickle torch"}
+NAMES=${FUZZ_ONLY:-"safetensors manifest idx bpe config jsonl decode_ids token_file pickle zip torch"}
 if ! command -v clang >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
     bash scripts/setup.sh fuzz
 fi

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "train/train.h"
 #include "test.h"
 

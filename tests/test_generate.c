@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "model/model.h"
 #include "test.h"
 

@@ -15,6 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "format/format.h"
 #include "data/data.h"
 #include "data/data_internal.h"
 #include "test.h"

@@ -13,7 +13,7 @@ files=$(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name 
 # shellcheck disable=SC2086
 awk '
     BEGIN {
-        lib = "base kernels comm model pipeline optim data ckpt plan train"
+        lib = "base kernels comm model pipeline optim data format ckpt plan train"
         rule["base"] = "base"
         rule["kernels"] = "base kernels"
         rule["comm"] = "base comm"
@@ -21,8 +21,9 @@ awk '
         rule["pipeline"] = "base kernels comm model pipeline"
         rule["optim"] = "base kernels comm optim"
         rule["data"] = "base data"
+        rule["format"] = "base format"
         rule["plan"] = "base plan pipeline/schedule.h"
-        rule["ckpt"] = "base kernels comm model pipeline optim data ckpt"
+        rule["ckpt"] = "base kernels comm model pipeline optim data format ckpt"
         rule["train"] = lib
         rule["cli"] = lib " cli"
         rule["tests"] = lib  # tests, tools, benchmarks, the embedding example: the library only

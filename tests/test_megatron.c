@@ -17,7 +17,8 @@
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"
-#include "ckpt/torch_internal.h"
+#include "ckpt/megatron/megatron.h"
+#include "format/torch.h"
 #include "test.h"
 
 #ifndef PTDP_SOURCE_DIR

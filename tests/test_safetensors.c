@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 #include "test.h"
 
 #ifndef PTDP_SOURCE_DIR

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
+#include "format/format.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -61,7 +62,7 @@ static int cache_get(file_cache *fc, int i, ptdp_st_file **out) {
     if (rc) return rc;
     uint32_t crc;
     int64_t size;
-    rc = ptdp__ckpt_file_crc(path, &crc, &size);
+    rc = ptdp_file_crc32(path, &crc, &size);
     if (rc) return rc;
     if (size != fr->bytes)
         return ptdp_errorf(PTDP_EFORMAT,
@@ -221,7 +222,7 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
         if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
         uint32_t crc = 0;
         int64_t size = 0;
-        if (rc == PTDP_OK) rc = ptdp__ckpt_file_crc(path, &crc, &size);
+        if (rc == PTDP_OK) rc = ptdp_file_crc32(path, &crc, &size);
         char hex[16];
         snprintf(hex, sizeof hex, "%08x", crc);
         cJSON_AddStringToObject(me, "file", name);
@@ -349,8 +350,8 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     if (rc == PTDP_OK) {
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", itdir, MANIFEST);
-        rc = ptdp__ckpt_write_atomic(path, text);
-        ptdp__ckpt_fsync_dir(itdir);
+        rc = ptdp_file_write_atomic(path, text);
+        ptdp_file_fsync_dir(itdir);
     }
     free(text);
     return rc;
@@ -387,8 +388,13 @@ static void remove_temporaries(const char *dir, int depth) {
 }
 
 int ptdp_ckpt_prepare_dir(const char *dir) {
-    int rc = ptdp__ckpt_mkdir_p(dir);
-    if (rc == PTDP_OK && access(dir, W_OK) != 0)
+    int rc = ptdp_file_mkdirs(dir);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ptdp_last_error());
+        return ptdp_errorf(rc, "--save %s: %s", dir, why);
+    }
+    if (access(dir, W_OK) != 0)
         rc = ptdp_errorf(PTDP_EIO, "--save %s: the directory is not writable", dir);
     return rc;
 }
@@ -400,8 +406,19 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     snprintf(itdir, sizeof itdir, "%s/iter_%07lld", dir, (long long)meta->iteration);
     int rc = PTDP_OK;
     if (comm->world_rank == 0) {
-        remove_temporaries(dir, 0);
-        rc = ptdp__ckpt_mkdir_p(itdir);
+        int64_t newest = 0;
+        int has = ptdp_ckpt_newest(dir, &newest);
+        if (has < 0)
+            rc = has;
+        else if (has && newest >= meta->iteration && !meta->overwrite)
+            rc = ptdp_errorf(PTDP_ECONFIG,
+                             "%s already holds a checkpoint of iteration %lld: saving iteration "
+                             "%lld there would %s it (nothing written; --overwrite-checkpoints "
+                             "allows it)",
+                             dir, (long long)newest, (long long)meta->iteration,
+                             newest == meta->iteration ? "replace" : "rewind past");
+        if (rc == PTDP_OK) remove_temporaries(dir, 0);
+        if (rc == PTDP_OK) rc = ptdp_file_mkdirs(itdir);
         char mp[4400];
         snprintf(mp, sizeof mp, "%s/%s", itdir, MANIFEST);
         /* an older save of the same iteration is invalid from here on */
@@ -422,12 +439,18 @@ int ptdp_ckpt_save(const char *dir, const ptdp_ckpt_meta *meta, ptdp_gpt_chunk *
     free(json);
     if (comm->world_rank == 0) {
         rc = write_manifest(itdir, meta, comm, all, counts);
-        if (rc == PTDP_OK) {
+        int64_t latest = 0;
+        if (rc == PTDP_OK && ptdp__ckpt_read_latest(dir, 0, &latest) == 1 &&
+            latest > meta->iteration) {
+            ptdp_log0("%s/%s stays at iteration %lld, later than this save (%s is loaded by its "
+                      "own path)",
+                      dir, LATEST, (long long)latest, itdir);
+        } else if (rc == PTDP_OK) {
             char lp[4200], txt[32];
             snprintf(lp, sizeof lp, "%s/%s", dir, LATEST);
             snprintf(txt, sizeof txt, "%lld\n", (long long)meta->iteration);
-            rc = ptdp__ckpt_write_atomic(lp, txt);
-            ptdp__ckpt_fsync_dir(dir);
+            rc = ptdp_file_write_atomic(lp, txt);
+            ptdp_file_fsync_dir(dir);
         }
     }
     free(all);

@@ -1,6 +1,6 @@
-/* ckpt_internal.h - what the files of src/ckpt share and nobody else sees:
- * the file primitives of files.c (each returns PTDP_OK or PTDP_EIO with a
- * message naming the path) and the manifest in memory (manifest.c). */
+/* ckpt_internal.h - what the files of src/ckpt (and src/ckpt/megatron)
+ * share and nobody else sees: the latest file, shard paths and the manifest
+ * in memory (manifest.c). The file primitives they use are format/format.h's. */
 #ifndef PTDP_CKPT_INTERNAL_H
 #define PTDP_CKPT_INTERNAL_H
 
@@ -21,20 +21,12 @@ extern const char *const ptdp__ckpt_kind_names[K_COUNT];
  * weights); anything else is PTDP_EFORMAT naming the file. Trailing blanks and
  * line ends are ignored. */
 int ptdp__ckpt_read_latest(const char *dir, int allow_release, int64_t *it);
-/* CRC-32 and size of a whole file. */
-int ptdp__ckpt_file_crc(const char *path, uint32_t *crc, int64_t *size);
-/* mkdir -p. */
-int ptdp__ckpt_mkdir_p(const char *dir);
-/* fsync of a directory, so a rename in it is durable (errors ignored). */
-void ptdp__ckpt_fsync_dir(const char *dir);
 /* dir/name into path[cap] for a shard file named by a manifest, refusing
  * (PTDP_EFORMAT, naming the path) a name that is not plain, a symbolic link
  * that resolves outside dir, and anything but a regular file (a FIFO or a
  * device would hang or never end the checksum). A missing file is left to
  * the caller's open. */
 int ptdp__ckpt_shard_path(const char *dir, const char *name, char *path, size_t cap);
-/* Writes text to path through a temporary, fsync and rename. */
-int ptdp__ckpt_write_atomic(const char *path, const char *text);
 
 /* ---- the manifest in memory (manifest.c) ---- */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 
 typedef enum { MAP_COPY, MAP_T, MAP_QKV_W, MAP_QKV_B, MAP_VOCAB } map_kind;
 

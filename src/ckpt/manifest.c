@@ -1,9 +1,10 @@
 /* manifest.c - a checkpoint's manifest.json in memory: finding it (the latest
  * file or the directory itself), parsing and checking every record, and the
  * questions answered from the manifest alone (the model configuration and
- * the learning-rate schedule a checkpoint was saved with). The format is in
- * ckpt.h and docs/checkpoint-format.md. */
-#define _POSIX_C_SOURCE 200809L
+ * the learning-rate schedule a checkpoint was saved with), and the path of
+ * a shard file it names. The format is in ckpt.h and
+ * docs/checkpoint-format.md. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const ptdp__ckpt_kind_names[K_COUNT] = {"param", "exp_avg", "exp_avg_sq"};
@@ -97,6 +99,34 @@ int ptdp__ckpt_safe_name(const char *name) {
     for (const unsigned char *c = (const unsigned char *)name; *c; c++)
         if (*c == '/' || *c == '\\' || *c < 0x20 || *c == 0x7f) return 0;
     return 1;
+}
+
+int ptdp__ckpt_shard_path(const char *dir, const char *name, char *path, size_t cap) {
+    if (!ptdp__ckpt_safe_name(name))
+        return ptdp_errorf(PTDP_EFORMAT, "%s: shard file name '%s' is not a plain file name", dir,
+                           name);
+    snprintf(path, cap, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(path, &st) != 0) return PTDP_OK; /* missing: the caller's open says so */
+    if (S_ISLNK(st.st_mode)) {
+        char *real_dir = realpath(dir, NULL), *real = realpath(path, NULL);
+        const size_t n = real_dir ? strlen(real_dir) : 0;
+        const int inside = real_dir && real && strncmp(real, real_dir, n) == 0 && real[n] == '/';
+        int rc = PTDP_OK;
+        if (!inside)
+            rc = ptdp_errorf(PTDP_EFORMAT,
+                             "%s: a symbolic link to %s, outside the checkpoint directory: "
+                             "refused (copy the file into the directory instead)",
+                             path, real ? real : "a missing file");
+        free(real_dir);
+        free(real);
+        if (rc) return rc;
+        if (stat(path, &st) != 0) return PTDP_OK;
+    }
+    if (!S_ISREG(st.st_mode))
+        return ptdp_errorf(PTDP_EFORMAT, "%s: not a regular file (a checkpoint shard must be one)",
+                           path);
+    return PTDP_OK;
 }
 
 int ptdp__ckpt_manifest_parse(manifest *M, const char *text, size_t len) {

@@ -264,6 +264,9 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "with --load: load weights and iteration, start a fresh optimizer"),
         B("finetune", finetune,
           "with --load: load weights only; iteration 0, fresh optimizer and data position"),
+        B("overwrite-checkpoints", overwrite_checkpoints,
+          "with --save: let this run replace checkpoints DIR holds at or after the iteration it "
+          "starts from (refused otherwise; latest_checkpointed_iteration.txt never moves back)"),
         S("save-safetensors", save_safetensors, "write the trained weights as HF GPT-2 safetensors",
           NULL),
     };
@@ -684,6 +687,9 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     };
     if (which == PTDP_ARGS_TRAIN && a->save_interval && !a->save)
         return ptdp_errorf(PTDP_EINVAL, "--save-interval needs --save DIR");
+    if (which == PTDP_ARGS_TRAIN && a->overwrite_checkpoints && !a->save)
+        return ptdp_errorf(PTDP_EINVAL, "--overwrite-checkpoints applies to --save DIR, and there "
+                                        "is no --save; add --save DIR or drop it");
     if (which == PTDP_ARGS_TRAIN && !a->load) {
         const char *with_load = a->finetune             ? "--finetune"
                                 : a->no_load_optim      ? "--no-load-optim"

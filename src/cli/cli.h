@@ -151,6 +151,7 @@ typedef struct {
     double distributed_timeout_minutes; /* the watchdog's bound (comm.h) */
     int exit_signal_handler;
     int no_load_optim, finetune;
+    int overwrite_checkpoints;
     int override_scheduler, use_checkpoint_scheduler;
 } ptdp_args;
 

@@ -10,6 +10,7 @@
 
 #include "base/base.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/megatron/megatron.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f) {
@@ -19,13 +20,16 @@ static void usage(FILE *f) {
         "       ptdp checkpoint verify DIR   check every checksum and that every tensor is fully covered\n\n"
         "       ptdp checkpoint import-megatron MEGATRON_DIR OUT_DIR [--vocab-size N] [model flags]\n"
         "       ptdp checkpoint export-megatron PTDP_DIR OUT_DIR --tensor-model-parallel-size T\n"
-        "                                       --pipeline-model-parallel-size P\n\n"
+        "                                       --pipeline-model-parallel-size P\n"
+        "       (either: [--overwrite-checkpoints])\n\n"
         "DIR is a --save directory (its latest_checkpointed_iteration.txt is followed) or one\n"
         "iter_NNNNNNN directory. import-megatron reads Megatron-LM's --ckpt-format torch\n"
         "(mp_rank_TT[_PPP]/model_optim_rng.pt, any t, p and v) and writes a ptdp checkpoint of\n"
         "the weights (train from it with --load OUT_DIR --no-load-optim, or --finetune); the\n"
         "model flags override the checkpoint's args. export-megatron writes the weights of a\n"
-        "ptdp checkpoint as Megatron-Core names, t x p files (see docs/megatron.md).\n");
+        "ptdp checkpoint as Megatron-Core names, t x p files (see docs/megatron.md).\n"
+        "Neither writes over what OUT_DIR holds (import: ptdp checkpoints; export: anything)\n"
+        "unless --overwrite-checkpoints; latest_checkpointed_iteration.txt never moves back.\n");
 }
 
 /* import-megatron / export-megatron: two directories, then flags. */
@@ -48,6 +52,10 @@ static int megatron(int import, int argc, char **argv) {
          "the real vocabulary size (args.vocab_size; needed when it is None)", NULL, 1, 1e9, 0},
         {"make-vocab-size-divisible-by", PTDP_OPT_INT, &ip.make_vocab_size_divisible_by,
          "the ptdp checkpoint's vocabulary padding", NULL, 1, 1e6, 0},
+        {"overwrite-checkpoints", PTDP_OPT_BOOL, &ip.overwrite,
+         "write into an OUT_DIR that holds ptdp checkpoints (an iteration it holds is replaced; "
+         "latest_checkpointed_iteration.txt never moves back)",
+         NULL, 0, 0, 0},
     };
     ptdp_opt exp[] = {
         {"tensor-model-parallel-size", PTDP_OPT_INT, &t, "Megatron's t to write", NULL, 1, 1024, 0},
@@ -55,6 +63,10 @@ static int megatron(int import, int argc, char **argv) {
          0},
         {"make-vocab-size-divisible-by", PTDP_OPT_INT, &ep.make_vocab_size_divisible_by,
          "Megatron's padding: padded_vocab_size is a multiple of this x t", NULL, 1, 1e6, 0},
+        {"overwrite-checkpoints", PTDP_OPT_BOOL, &ep.overwrite,
+         "write into an OUT_DIR that is not empty (its iter_NNNNNNN is replaced whole; "
+         "latest_checkpointed_iteration.txt never moves back)",
+         NULL, 0, 0, 0},
     };
     ptdp_opt *opts = import ? imp : exp;
     int nopts = import ? (int)(sizeof imp / sizeof imp[0]) : (int)(sizeof exp / sizeof exp[0]);
@@ -86,7 +98,7 @@ static int megatron(int import, int argc, char **argv) {
                 : ptdp_megatron_export(argv[0], argv[1], &ep, stdout);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
-        return rc == PTDP_EINVAL ? 2 : 1;
+        return rc == PTDP_EINVAL || rc == PTDP_ECONFIG ? 2 : 1;
     }
     return 0;
 }

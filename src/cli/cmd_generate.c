@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/cli.h"
 #include "data/data.h"
 #include "model/model.h"

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/cli.h"
 #include "train/train.h"
 #include "data/data.h"
@@ -233,6 +234,7 @@ int ptdp_cmd_train(int argc, char **argv) {
     rp.exit_signal_handler = a.exit_signal_handler;
     rp.finetune = a.finetune;
     rp.no_load_optim = a.no_load_optim;
+    rp.overwrite_checkpoints = a.overwrite_checkpoints;
     rp.override_scheduler = a.override_scheduler;
     rp.use_checkpoint_scheduler = a.use_checkpoint_scheduler;
     rp.trace = a.trace;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/cli.h"
 
 /* OpenMP threads per rank: the cores this rank may run on (its affinity

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "train/train_internal.h"
 
 ptdp_run_params ptdp_run_default_params(void) {
@@ -215,6 +216,10 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     r->p.trainer.check_nonfinite = p->check_for_nan;
     int rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
+    /* no save may replace or rewind a checkpoint --save holds (before any work) */
+    if (rc == PTDP_OK && p->save)
+        rc = ptdp_ckpt_check_save_dir(p->save, p->load, p->finetune, p->overwrite_checkpoints,
+                                      &r->resumes_save);
     if (rc == PTDP_OK) rc = dump_config(r);
     if (rc == PTDP_OK) rc = check_schedule(r);
     if (rc == PTDP_OK) rc = ptdp__log_open(r);
@@ -261,7 +266,7 @@ static double evaluate(ptdp_run *r, const ptdp_batches *split, int64_t round) {
 /* Saves a checkpoint of the current iteration; 0 or an exit status of 1. */
 static int save(ptdp_run *r) {
     ptdp_activity_phase("checkpoint save");
-    if (ptdp_trainer_save(r->tr, r->p.save, r->consumed)) {
+    if (ptdp_trainer_save(r->tr, r->p.save, r->consumed, r->p.overwrite_checkpoints)) {
         ptdp_log_error("%s", ptdp_last_error());
         return 1;
     }
@@ -357,8 +362,7 @@ int ptdp_run_loop(ptdp_run *r) {
     const int64_t start_iter = ptdp_trainer_iteration(r->tr);
     r->consumed = r->loaded.found && !p->finetune ? r->loaded.consumed_samples : 0;
     r->last_saved = -1;
-    if (r->loaded.found && !p->finetune && p->save && !strcmp(p->save, p->load))
-        r->last_saved = start_iter;
+    if (r->loaded.found && r->resumes_save) r->last_saved = start_iter; /* --load X --save X */
     r->eval_round = p->eval_interval ? start_iter / p->eval_interval : 0;
     if (p->exit_signal_handler) {
         if (!p->save)

@@ -166,12 +166,13 @@ void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
 /* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and
  * AdamW state with the iteration, consumed samples and optimizer step under
  * DIR/iter_%07d. Collective over the world; every rank returns the same
- * code. */
+ * code. PTDP_ECONFIG, nothing written, when DIR holds this iteration or a
+ * later one, unless overwrite (ptdp_ckpt_save). */
 /* 16-bit runs: on = 1 puts the fp32 master weights in the model's parameters
  * (all-gathered under ZeRO-1; collective over the data group) to save or
  * export them; on = 0 rounds them back to the working copy. No-op in fp32. */
 void ptdp_trainer_full_precision(ptdp_trainer *tr, int on);
-int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples);
+int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples, int overwrite);
 /* Loads the checkpoint DIR points to, saved under any layout: parameters,
  * with load_optim the AdamW state and step, with restore_iteration the
  * iteration counter (Megatron: --finetune restores neither, --no-load-optim
@@ -221,6 +222,10 @@ typedef struct {
     const char *save, *load;
     int64_t save_interval;
     int finetune, no_load_optim;
+    /* --overwrite-checkpoints: saves may replace checkpoints --save holds at or
+     * after the run's first iteration (refused at set-up otherwise; the latest
+     * file never moves back either way) */
+    int overwrite_checkpoints;
     /* stop early (Megatron): after an iteration that is a multiple of exit_interval, or
      * once the loop has run exit_duration_mins minutes (0: off) */
     int64_t exit_interval;

@@ -22,6 +22,7 @@ struct ptdp_run {
     int64_t eval_round;      /* validation batches already used / eval_iters */
     int64_t consumed;        /* consumed samples (global) */
     int64_t last_saved;      /* iteration of the last checkpoint, -1: none */
+    int resumes_save;        /* --load is --save's own newest checkpoint */
     ptdp_ckpt_loaded loaded; /* what --load found */
     int resuming;            /* --load holds a checkpoint and it is not --finetune */
     ptdp_step_stats st;      /* the last step's */

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "pipeline/pipeline.h"
 #include "plan/plan.h"
 
@@ -655,7 +656,7 @@ void ptdp_trainer_full_precision(ptdp_trainer *tr, int on) {
     }
 }
 
-int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples) {
+int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_samples, int overwrite) {
     ptdp_ckpt_meta meta = {.iteration = tr->iteration,
                            .consumed_samples = consumed_samples,
                            .optimizer_step = tr->opts[0].step,
@@ -666,7 +667,8 @@ int ptdp_trainer_save(ptdp_trainer *tr, const char *dir, int64_t consumed_sample
                            .adam = &tr->p.adam,
                            .v = tr->v,
                            .zero = tr->p.distributed_optimizer,
-                           .scaler = &tr->p.scaler};
+                           .scaler = &tr->p.scaler,
+                           .overwrite = overwrite};
     /* checkpoints hold the fp32 master weights whatever the precision */
     ptdp_trainer_full_precision(tr, 1);
     int rc = ptdp_ckpt_save(dir, &meta, tr->chunks, tr->opts, tr->v, tr->p.comm);

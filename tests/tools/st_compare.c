@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 #include "base/base.h"
 
 static int ends_with(const char *s, const char *suffix) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 #include "base/base.h"
 
 int main(int argc, char **argv) {

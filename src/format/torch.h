@@ -1,15 +1,17 @@
-/* torch_internal.h - what the PyTorch-file half of src/ckpt shares (zip.c,
- * pickle.c, pickle_write.c, megatron.c) and nobody else sees: the zip
- * container torch.save writes, the pickle tree the reader builds, and the
- * pickle writer. The byte layouts are described in zip.c and pickle.c;
- * docs/megatron.md says what ptdp reads and writes with them. */
-#ifndef PTDP_TORCH_INTERNAL_H
-#define PTDP_TORCH_INTERNAL_H
+/* torch.h - PyTorch's torch.save container: the zip it writes (zip.c), the
+ * pickle tree the reader builds (pickle.c), the two together as a
+ * torch.save file (torch.c) and the pickle writer (pickle_write.c). Only the
+ * Megatron-LM mapping (src/ckpt/megatron), the fuzz harnesses and the tests
+ * use it, so it is not installed and keeps the internal prefix. The byte
+ * layouts are described in zip.c and pickle.c; docs/megatron.md says what
+ * ptdp reads and writes with them. */
+#ifndef PTDP_FORMAT_TORCH_H
+#define PTDP_FORMAT_TORCH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 
 /* ---- zip (zip.c) ---------------------------------------------------------- */
 
@@ -127,12 +129,15 @@ void ptdp__pk_free(ptdp__pk *p); /* NULL is a no-op */
 
 /* Lookups on the tree (NULL when absent or not that kind). */
 const ptdp__pk_node *ptdp__pk_get(const ptdp__pk_node *dict, const char *key);
+/* The LIST of every STORAGE node the parse built (NULL when none), for the
+ * torch.save file's checks against the archive. */
+const ptdp__pk_node *ptdp__pk_storages(const ptdp__pk *p);
 /* An OBJECT's attribute: its BUILD state's dict entry (argparse.Namespace). */
 const ptdp__pk_node *ptdp__pk_attr(const ptdp__pk_node *obj, const char *key);
 const char *ptdp__torch_dtype_name(int dtype);
 size_t ptdp__torch_dtype_size(int dtype);
 
-/* ---- a torch.save file: zip + pickle -------------------------------------- */
+/* ---- a torch.save file: zip + pickle (torch.c) ---------------------------- */
 
 typedef struct {
     ptdp__zip zip;
@@ -182,5 +187,13 @@ void ptdp__pkw_none(ptdp__pkw *w);
 int64_t ptdp__pkw_tensor_f32(ptdp__pkw *w, int ndim, const int64_t *shape);
 /* STOP; PTDP_OK or PTDP_ENOMEM. The caller frees w->buf. */
 int ptdp__pkw_finish(ptdp__pkw *w);
+
+/* ---- fuzzing entry points ------------------------------------------------- */
+
+/* Parse data[n] as a pickle, or as a whole torch.save zip (checking every
+ * storage), and free everything. PTDP_OK, or an error with a message; never
+ * a crash, whatever the bytes. */
+int ptdp_pickle_check(const void *data, size_t n);
+int ptdp_torch_check(const void *data, size_t n);
 
 #endif

@@ -14,7 +14,9 @@
  * Deliberately not here: compression (torch never compresses), encryption,
  * multi-disk archives, zip64 on write (exports past 4 GiB are refused). */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/torch_internal.h"
+#include "format/torch.h"
+
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,9 @@
  *             TUPLE REDUCE
  * No memo is written (PUT/GET are an optimisation of the pickler, not part
  * of the format). Not here: other dtypes, nested containers beyond dicts. */
-#include "ckpt/torch_internal.h"
+#include "format/torch.h"
+
+#include "base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* safetensors.c - the safetensors reader (mmap + full validation) and the
- * atomic writer declared in ckpt.h. The header is parsed with cJSON;
+ * atomic writer declared in format/format.h. The header is parsed with cJSON;
  * it is written by hand so the key order and the exact bytes are ours. Not
  * here: sharded checkpoints, conversion of whole models (see ckpt/). */
 #define _POSIX_C_SOURCE 200809L
 
-#include "ckpt/ckpt.h"
+#include "format/format.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -146,29 +146,37 @@ static char *xstrdup(const char *s) {
     return d;
 }
 
-/* Parses and validates the header of f (f->map, f->size already set). */
-static int parse_header(ptdp_st_file *f) {
+/* The 8-byte header length: within the limit, inside the file, long enough
+ * for an object. */
+static int header_length(const ptdp_st_file *f, uint64_t *hlen) {
     const char *path = f->path;
     if (f->size < 8)
         return ptdp_errorf(PTDP_EFORMAT,
                            "file %s: truncated: %zu bytes, too short for the 8-byte header length",
                            path, f->size);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
-    if (hlen > PTDP_ST_MAX_HEADER)
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--) *hlen = (*hlen << 8) | f->map[i];
+    if (*hlen > PTDP_ST_MAX_HEADER)
         return ptdp_errorf(PTDP_EFORMAT,
                            "file %s: header length %llu exceeds the limit of %llu bytes", path,
-                           (unsigned long long)hlen, PTDP_ST_MAX_HEADER);
-    if (hlen > f->size - 8)
+                           (unsigned long long)*hlen, PTDP_ST_MAX_HEADER);
+    if (*hlen > f->size - 8)
         return ptdp_errorf(
             PTDP_EFORMAT,
             "file %s: header length %llu runs past the end of the file (%zu bytes; truncated?)",
-            path, (unsigned long long)hlen, f->size);
-    if (hlen < 2)
+            path, (unsigned long long)*hlen, f->size);
+    if (*hlen < 2)
         return ptdp_errorf(PTDP_EFORMAT,
                            "file %s: header length %llu is too short for a JSON object", path,
-                           (unsigned long long)hlen);
-    const char *hdr = (const char *)f->map + 8;
+                           (unsigned long long)*hlen);
+    return PTDP_OK;
+}
+
+/* The header bytes as one JSON object (no NUL, bounded nesting, only
+ * whitespace after it). *root is the caller's to free, also on error. */
+static int header_json(const ptdp_st_file *f, uint64_t hlen, cJSON **root) {
+    const char *path = f->path, *hdr = (const char *)f->map + 8;
+    *root = NULL;
     if (memchr(hdr, 0, hlen))
         return ptdp_errorf(
             PTDP_EFORMAT,
@@ -177,229 +185,208 @@ static int parse_header(ptdp_st_file *f) {
     snprintf(what, sizeof what, "file %s: header", path);
     if (ptdp_json_check(hdr, hlen, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EFORMAT;
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
-    if (!root) {
+    *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
+    if (!*root) {
         long at = end ? (long)(end - hdr) : -1;
         return ptdp_errorf(PTDP_EFORMAT,
                            "file %s: header is not valid JSON (parse error near byte %ld of %llu)",
                            path, at, (unsigned long long)hlen);
     }
-    int rc = PTDP_OK;
-    span *spans = NULL;
-    named *names = NULL;
-    for (const char *p = end; p < hdr + hlen; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            rc = ptdp_errorf(
+    for (const char *p = end; p < hdr + hlen; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            return ptdp_errorf(
                 PTDP_EFORMAT,
                 "file %s: header is not valid JSON (unexpected text after the object at byte %ld)",
                 path, (long)(p - hdr));
-            goto done;
-        }
-    }
-    if (!cJSON_IsObject(root)) {
-        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: header JSON is not an object", path);
-        goto done;
-    }
+    if (!cJSON_IsObject(*root))
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: header JSON is not an object", path);
+    return PTDP_OK;
+}
 
-    int nent = 0, nmetaobj = 0;
-    for (const cJSON *e = root->child; e; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0)
-            nmetaobj++;
-        else
-            nent++;
+/* __metadata__: an object of string values, no key twice. */
+static int read_metadata(ptdp_st_file *f, const cJSON *e) {
+    const char *path = f->path;
+    if (!cJSON_IsObject(e))
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: __metadata__ is not a JSON object", path);
+    int nm = cJSON_GetArraySize(e);
+    f->meta = calloc(2 * (size_t)(nm ? nm : 1), sizeof *f->meta);
+    if (!f->meta) return ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for metadata", path);
+    for (const cJSON *m = e->child; m; m = m->next) {
+        if (!cJSON_IsString(m))
+            return ptdp_errorf(PTDP_EFORMAT, "file %s: __metadata__ value for '%s' is not a string",
+                               path, m->string);
+        for (int k = 0; k < f->nmeta; k++)
+            if (strcmp(f->meta[2 * k], m->string) == 0)
+                return ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate __metadata__ key '%s'", path,
+                                   m->string);
+        f->meta[2 * f->nmeta] = xstrdup(m->string);
+        f->meta[2 * f->nmeta + 1] = xstrdup(m->valuestring);
+        f->nmeta++;
+        if (!f->meta[2 * f->nmeta - 2] || !f->meta[2 * f->nmeta - 1])
+            return ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for metadata", path);
     }
-    if (nmetaobj > 1) {
-        rc =
-            ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate name '__metadata__' in the header", path);
-        goto done;
-    }
-    f->t = calloc(nent ? nent : 1, sizeof *f->t);
-    f->by_name = calloc(nent ? nent : 1, sizeof *f->by_name);
-    spans = calloc(nent ? nent : 1, sizeof *spans);
-    names = calloc(nent ? nent : 1, sizeof *names);
-    if (!f->t || !f->by_name || !spans || !names) {
-        rc = ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for %d tensor entries", path, nent);
-        goto done;
-    }
+    return PTDP_OK;
+}
 
-    for (const cJSON *e = root->child; e; e = e->next) {
-        const char *name = e->string;
-        if (strcmp(name, "__metadata__") == 0) {
-            if (!cJSON_IsObject(e)) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "file %s: __metadata__ is not a JSON object", path);
-                goto done;
-            }
-            int nm = cJSON_GetArraySize(e);
-            f->meta = calloc(2 * (size_t)(nm ? nm : 1), sizeof *f->meta);
-            if (!f->meta) {
-                rc = ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for metadata", path);
-                goto done;
-            }
-            for (const cJSON *m = e->child; m; m = m->next) {
-                if (!cJSON_IsString(m)) {
-                    rc = ptdp_errorf(PTDP_EFORMAT,
-                                     "file %s: __metadata__ value for '%s' is not a string", path,
-                                     m->string);
-                    goto done;
-                }
-                for (int k = 0; k < f->nmeta; k++)
-                    if (strcmp(f->meta[2 * k], m->string) == 0) {
-                        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate __metadata__ key '%s'",
-                                         path, m->string);
-                        goto done;
-                    }
-                f->meta[2 * f->nmeta] = xstrdup(m->string);
-                f->meta[2 * f->nmeta + 1] = xstrdup(m->valuestring);
-                f->nmeta++;
-                if (!f->meta[2 * f->nmeta - 2] || !f->meta[2 * f->nmeta - 1]) {
-                    rc = ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for metadata", path);
-                    goto done;
-                }
-            }
-            continue;
-        }
-        ptdp_st_tensor *t = &f->t[f->n];
-        if (!cJSON_IsObject(e)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': entry is not a JSON object", path,
-                             name);
-            goto done;
-        }
-        const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsString(jd)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-string \"dtype\"",
-                             path, name);
-            goto done;
-        }
-        int dt = dtype_from_name(jd->valuestring);
-        if (dt < 0) {
-            rc = ptdp_errorf(
-                PTDP_EFORMAT,
-                "file %s: tensor '%s': unknown dtype \"%s\" (known: F64 F32 F16 BF16 I64 I32 U16 U8)",
-                path, name, jd->valuestring);
-            goto done;
-        }
-        if (!cJSON_IsArray(js)) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-array \"shape\"",
-                             path, name);
-            goto done;
-        }
-        int ndim = cJSON_GetArraySize(js);
-        if (ndim > PTDP_ST_MAX_DIMS) {
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "file %s: tensor '%s': shape has %d dims, at most %d supported", path,
-                             name, ndim, PTDP_ST_MAX_DIMS);
-            goto done;
-        }
-        int64_t numel = 1;
-        int d = 0;
-        for (const cJSON *x = js->child; x; x = x->next, d++) {
-            if (!json_uint(x, &t->shape[d])) {
-                rc = ptdp_errorf(PTDP_EFORMAT,
-                                 "file %s: tensor '%s': shape[%d] is not a non-negative integer",
-                                 path, name, d);
-                goto done;
-            }
-            if (t->shape[d] && numel > INT64_MAX / 8 / t->shape[d]) {
-                rc = ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape is too large", path,
-                                 name);
-                goto done;
-            }
-            numel *= t->shape[d];
-        }
-        int64_t b0, b1;
-        if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &b0) ||
-            !json_uint(jo->child->next, &b1)) {
-            rc = ptdp_errorf(
-                PTDP_EFORMAT,
-                "file %s: tensor '%s': \"data_offsets\" missing or not two non-negative integers",
-                path, name);
-            goto done;
-        }
-        if (b1 < b0) {
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "file %s: tensor '%s': data_offsets [%lld,%lld] end before they begin",
-                             path, name, (long long)b0, (long long)b1);
-            goto done;
-        }
-        int64_t want = numel * (int64_t)k_dtypes[dt].size;
-        if (b1 - b0 != want) {
-            rc = ptdp_errorf(
-                PTDP_EFORMAT,
-                "file %s: tensor '%s': data_offsets [%lld,%lld] hold %lld bytes but shape of %lld "
-                "elements of %s needs %lld",
-                path, name, (long long)b0, (long long)b1, (long long)(b1 - b0), (long long)numel,
-                k_dtypes[dt].name, (long long)want);
-            goto done;
-        }
-        t->name = xstrdup(name);
-        if (!t->name) {
-            rc = ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory", path);
-            goto done;
-        }
-        t->dtype = (ptdp_st_dtype)dt;
-        t->ndim = ndim;
-        t->numel = numel;
-        t->nbytes = (size_t)want;
-        spans[f->n] = (span){b0, b1, f->n};
-        names[f->n] = (named){t->name, f->n};
-        f->n++;
+/* One tensor entry into f->t[f->n]: a known dtype, a shape of at most 8
+ * non-negative dims whose byte size fits, and data_offsets spanning exactly
+ * that many bytes (*sp: where, checked against the others later). */
+static int read_entry(ptdp_st_file *f, const cJSON *e, span *sp) {
+    const char *path = f->path, *name = e->string;
+    ptdp_st_tensor *t = &f->t[f->n];
+    if (!cJSON_IsObject(e))
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': entry is not a JSON object", path,
+                           name);
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(jd))
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-string \"dtype\"",
+                           path, name);
+    int dt = dtype_from_name(jd->valuestring);
+    if (dt < 0)
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: tensor '%s': unknown dtype \"%s\" (known: F64 F32 F16 BF16 I64 I32 U16 U8)",
+            path, name, jd->valuestring);
+    if (!cJSON_IsArray(js))
+        return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': missing or non-array \"shape\"",
+                           path, name);
+    int ndim = cJSON_GetArraySize(js);
+    if (ndim > PTDP_ST_MAX_DIMS)
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "file %s: tensor '%s': shape has %d dims, at most %d supported", path,
+                           name, ndim, PTDP_ST_MAX_DIMS);
+    int64_t numel = 1;
+    int d = 0;
+    for (const cJSON *x = js->child; x; x = x->next, d++) {
+        if (!json_uint(x, &t->shape[d]))
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "file %s: tensor '%s': shape[%d] is not a non-negative integer",
+                               path, name, d);
+        if (t->shape[d] && numel > INT64_MAX / 8 / t->shape[d])
+            return ptdp_errorf(PTDP_EFORMAT, "file %s: tensor '%s': shape is too large", path,
+                               name);
+        numel *= t->shape[d];
     }
+    int64_t b0, b1;
+    if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &b0) ||
+        !json_uint(jo->child->next, &b1))
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: tensor '%s': \"data_offsets\" missing or not two non-negative integers", path,
+            name);
+    if (b1 < b0)
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "file %s: tensor '%s': data_offsets [%lld,%lld] end before they begin",
+                           path, name, (long long)b0, (long long)b1);
+    int64_t want = numel * (int64_t)k_dtypes[dt].size;
+    if (b1 - b0 != want)
+        return ptdp_errorf(
+            PTDP_EFORMAT,
+            "file %s: tensor '%s': data_offsets [%lld,%lld] hold %lld bytes but shape of %lld "
+            "elements of %s needs %lld",
+            path, name, (long long)b0, (long long)b1, (long long)(b1 - b0), (long long)numel,
+            k_dtypes[dt].name, (long long)want);
+    t->name = xstrdup(name);
+    if (!t->name) return ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory", path);
+    t->dtype = (ptdp_st_dtype)dt;
+    t->ndim = ndim;
+    t->numel = numel;
+    t->nbytes = (size_t)want;
+    *sp = (span){b0, b1, f->n};
+    f->n++;
+    return PTDP_OK;
+}
 
+/* f->by_name from the names sorted; a name twice is refused. */
+static int index_names(ptdp_st_file *f, named *names) {
+    for (int i = 0; i < f->n; i++) names[i] = (named){f->t[i].name, i};
     qsort(names, f->n, sizeof *names, cmp_named);
     for (int i = 0; i < f->n; i++) {
-        if (i > 0 && strcmp(names[i - 1].name, names[i].name) == 0) {
-            rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate tensor name '%s' in the header",
-                             path, names[i].name);
-            goto done;
-        }
+        if (i > 0 && strcmp(names[i - 1].name, names[i].name) == 0)
+            return ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate tensor name '%s' in the header",
+                               f->path, names[i].name);
         f->by_name[i] = names[i].idx;
     }
+    return PTDP_OK;
+}
 
+/* The tensors sorted by offset tile the data buffer from 0, with no hole,
+ * no overlap and nothing after the last; then each gets its data pointer. */
+static int place_data(ptdp_st_file *f, span *spans, uint64_t hlen) {
+    const char *path = f->path;
     qsort(spans, f->n, sizeof *spans, cmp_span);
     int64_t pos = 0;
     for (int i = 0; i < f->n; i++) {
         const span *s = &spans[i];
-        if (s->begin > pos) {
-            rc = ptdp_errorf(
+        if (s->begin > pos)
+            return ptdp_errorf(
                 PTDP_EFORMAT,
                 "file %s: hole in the data buffer: bytes [%lld,%lld) belong to no tensor "
                 "(next is '%s')",
                 path, (long long)pos, (long long)s->begin, f->t[s->idx].name);
-            goto done;
-        }
-        if (s->begin < pos) {
-            rc = ptdp_errorf(
+        if (s->begin < pos)
+            return ptdp_errorf(
                 PTDP_EFORMAT,
                 "file %s: tensor '%s' data_offsets [%lld,%lld] overlap the previous tensor "
                 "(which ends at %lld)",
                 path, f->t[s->idx].name, (long long)s->begin, (long long)s->end, (long long)pos);
-            goto done;
-        }
         pos = s->end;
     }
     uint64_t data_size = f->size - 8 - hlen;
-    if ((uint64_t)pos > data_size) {
-        rc = ptdp_errorf(
+    if ((uint64_t)pos > data_size)
+        return ptdp_errorf(
             PTDP_EFORMAT,
             "file %s: truncated: the header declares %lld data bytes but only %llu follow it", path,
             (long long)pos, (unsigned long long)data_size);
-        goto done;
-    }
-    if ((uint64_t)pos < data_size) {
-        rc = ptdp_errorf(
+    if ((uint64_t)pos < data_size)
+        return ptdp_errorf(
             PTDP_EFORMAT,
             "file %s: %llu trailing bytes after the last tensor (8 + header %llu + data %lld "
             "!= file size %zu)",
             path, (unsigned long long)(data_size - pos), (unsigned long long)hlen, (long long)pos,
             f->size);
-        goto done;
-    }
     const unsigned char *data = f->map + 8 + hlen;
     for (int i = 0; i < f->n; i++) f->t[spans[i].idx].data = data + spans[i].begin;
+    return PTDP_OK;
+}
 
-done:
+/* Parses and validates the header of f (f->map, f->size already set): the
+ * length, the JSON, the metadata and every entry, then the names and the
+ * data buffer as a whole. */
+static int parse_header(ptdp_st_file *f) {
+    uint64_t hlen = 0;
+    int rc = header_length(f, &hlen);
+    if (rc) return rc;
+    cJSON *root = NULL;
+    rc = header_json(f, hlen, &root);
+    int nent = 0, nmetaobj = 0;
+    for (const cJSON *e = rc ? NULL : root->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0)
+            nmetaobj++;
+        else
+            nent++;
+    }
+    if (rc == PTDP_OK && nmetaobj > 1)
+        rc = ptdp_errorf(PTDP_EFORMAT, "file %s: duplicate name '__metadata__' in the header",
+                         f->path);
+    span *spans = NULL;
+    named *names = NULL;
+    if (rc == PTDP_OK) {
+        f->t = calloc(nent ? nent : 1, sizeof *f->t);
+        f->by_name = calloc(nent ? nent : 1, sizeof *f->by_name);
+        spans = calloc(nent ? nent : 1, sizeof *spans);
+        names = calloc(nent ? nent : 1, sizeof *names);
+        if (!f->t || !f->by_name || !spans || !names)
+            rc = ptdp_errorf(PTDP_ENOMEM, "file %s: out of memory for %d tensor entries", f->path,
+                             nent);
+    }
+    for (const cJSON *e = rc ? NULL : root->child; rc == PTDP_OK && e; e = e->next)
+        rc = strcmp(e->string, "__metadata__") == 0 ? read_metadata(f, e)
+                                                    : read_entry(f, e, &spans[f->n]);
+    if (rc == PTDP_OK) rc = index_names(f, names);
+    if (rc == PTDP_OK) rc = place_data(f, spans, hlen);
     free(spans);
     free(names);
     cJSON_Delete(root);

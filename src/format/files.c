@@ -1,13 +1,13 @@
-/* files.c - the file primitives checkpoints are made of: CRC-32 (IEEE 802.3,
- * zlib's), a file's CRC and size, mkdir -p, fsync of a directory and atomic
- * writes (temporary, fsync, rename). Not here: what is written (checkpoint.c). */
-#define _XOPEN_SOURCE 700 /* realpath */
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"
+/* files.c - the file primitives checkpoints and exports are made of: CRC-32
+ * (IEEE 802.3, zlib's), a file's CRC and size, mkdir -p, fsync of a
+ * directory and atomic writes (temporary, fsync, rename). Not here: what is
+ * written (src/ckpt). */
+#include "format/format.h"
+
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,8 +26,7 @@ uint32_t ptdp_crc32(uint32_t crc, const void *data, size_t n) {
     return ~crc;
 }
 
-/* CRC-32 and size of a whole file. */
-int ptdp__ckpt_file_crc(const char *path, uint32_t *crc, int64_t *size) {
+int ptdp_file_crc32(const char *path, uint32_t *crc, int64_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return ptdp_errorf(errno == ENOENT ? PTDP_ENOTFOUND : PTDP_EIO, "%s: cannot open: %s", path,
@@ -54,7 +53,7 @@ int ptdp__ckpt_file_crc(const char *path, uint32_t *crc, int64_t *size) {
     return PTDP_OK;
 }
 
-int ptdp__ckpt_mkdir_p(const char *dir) {
+int ptdp_file_mkdirs(const char *dir) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *s = buf + 1;; s++) {
@@ -62,7 +61,7 @@ int ptdp__ckpt_mkdir_p(const char *dir) {
             char keep = *s;
             *s = 0;
             if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ptdp_errorf(PTDP_EIO, "--save %s: cannot create directory %s: %s", dir, buf,
+                return ptdp_errorf(PTDP_EIO, "cannot create directory %s: %s", buf,
                                    strerror(errno));
             *s = keep;
             if (!keep) break;
@@ -71,7 +70,7 @@ int ptdp__ckpt_mkdir_p(const char *dir) {
     return PTDP_OK;
 }
 
-void ptdp__ckpt_fsync_dir(const char *dir) {
+void ptdp_file_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd);
@@ -79,36 +78,7 @@ void ptdp__ckpt_fsync_dir(const char *dir) {
     }
 }
 
-int ptdp__ckpt_shard_path(const char *dir, const char *name, char *path, size_t cap) {
-    if (!ptdp__ckpt_safe_name(name))
-        return ptdp_errorf(PTDP_EFORMAT, "%s: shard file name '%s' is not a plain file name", dir,
-                           name);
-    snprintf(path, cap, "%s/%s", dir, name);
-    struct stat st;
-    if (lstat(path, &st) != 0) return PTDP_OK; /* missing: the caller's open says so */
-    if (S_ISLNK(st.st_mode)) {
-        char *real_dir = realpath(dir, NULL), *real = realpath(path, NULL);
-        const size_t n = real_dir ? strlen(real_dir) : 0;
-        const int inside = real_dir && real && strncmp(real, real_dir, n) == 0 && real[n] == '/';
-        int rc = PTDP_OK;
-        if (!inside)
-            rc = ptdp_errorf(PTDP_EFORMAT,
-                             "%s: a symbolic link to %s, outside the checkpoint directory: "
-                             "refused (copy the file into the directory instead)",
-                             path, real ? real : "a missing file");
-        free(real_dir);
-        free(real);
-        if (rc) return rc;
-        if (stat(path, &st) != 0) return PTDP_OK;
-    }
-    if (!S_ISREG(st.st_mode))
-        return ptdp_errorf(PTDP_EFORMAT, "%s: not a regular file (a checkpoint shard must be one)",
-                           path);
-    return PTDP_OK;
-}
-
-/* Writes text to path atomically: path.tmp.PID, fsync, rename. */
-int ptdp__ckpt_write_atomic(const char *path, const char *text) {
+int ptdp_file_write_atomic(const char *path, const char *text) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");

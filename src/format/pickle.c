@@ -1,7 +1,8 @@
 /* pickle.c - a reader of the pickles torch.save writes: a stack machine over
  * the protocol 0-2 opcodes (and the few of 3-4 a newer pickler may emit)
  * that builds a plain tree of ptdp__pk_node and never imports or runs
- * anything. Also the torch.save file (zip + data.pkl + storages) on top.
+ * anything. The torch.save file on top of it (zip + data.pkl + storages) is
+ * torch.c.
  *
  * A pickle is a program: each opcode byte pushes or combines values on a
  * stack (MARK opens a group, TUPLE/LIST/DICT/SETITEMS/APPENDS consume up to
@@ -18,7 +19,9 @@
  * count and index is checked against the input and against fixed bounds.
  * Not here: protocol 5 out-of-band buffers, EXT registries, the text forms
  * STRING/UNICODE/PERSID (torch never writes them). */
-#include "ckpt/torch_internal.h"
+#include "format/torch.h"
+
+#include "base/base.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -658,6 +661,8 @@ const ptdp__pk_node *ptdp__pk_get(const ptdp__pk_node *d, const char *key) {
     return NULL;
 }
 
+const ptdp__pk_node *ptdp__pk_storages(const ptdp__pk *p) { return p ? p->storages : NULL; }
+
 const ptdp__pk_node *ptdp__pk_attr(const ptdp__pk_node *o, const char *key) {
     if (!o || o->kind != PTDP_PK_OBJECT) return NULL;
     const ptdp__pk_node *st = o->state;
@@ -666,119 +671,10 @@ const ptdp__pk_node *ptdp__pk_attr(const ptdp__pk_node *o, const char *key) {
     return st && st->kind == PTDP_PK_DICT ? ptdp__pk_get(st, key) : NULL;
 }
 
-/* ---- a torch.save file ---------------------------------------------------------- */
-
-/* Every storage the pickle names is an entry data/KEY of exactly numel x
- * element size bytes, so tensor reads (bounded by their storage's numel at
- * parse time) stay inside the file. */
-static int check_storages(ptdp__torch_file *tf) {
-    const ptdp__pk_node *l = tf->pk->storages;
-    for (int64_t i = 0; l && i < l->n; i++) {
-        const ptdp__pk_node *s = l->items[i];
-        char key[96];
-        snprintf(key, sizeof key, "data/%s", s->s);
-        const ptdp__zip_entry *e = ptdp__zip_find(&tf->zip, key);
-        const size_t es = dtypes[s->dtype].size;
-        if (!e)
-            return ptdp_errorf(PTDP_EFORMAT,
-                               "%s: storage '%s' named by the pickle is not in the zip (a "
-                               "truncated or incomplete file?)",
-                               tf->zip.what, s->s);
-        if (e->size != (uint64_t)s->i * es)
-            return ptdp_errorf(PTDP_EFORMAT,
-                               "%s: storage '%s' holds %llu bytes but the pickle says %lld "
-                               "elements of %zu bytes",
-                               tf->zip.what, s->s, (unsigned long long)e->size, (long long)s->i,
-                               es);
-    }
-    return PTDP_OK;
-}
-
-static int torch_open(ptdp__torch_file *tf, const char *what) {
-    const ptdp__zip_entry *pk = ptdp__zip_find(&tf->zip, "data.pkl");
-    if (!pk)
-        return ptdp_errorf(PTDP_EFORMAT,
-                           "%s: a zip without ARCHIVE/data.pkl: not a torch.save file", what);
-    int rc = ptdp__pk_parse(&tf->pk, &tf->root, tf->zip.data + pk->offset, (size_t)pk->size, what);
-    if (rc == PTDP_OK) rc = check_storages(tf);
-    return rc;
-}
-
-int ptdp__torch_open_mem(ptdp__torch_file *tf, const void *data, size_t n, const char *what) {
-    memset(tf, 0, sizeof *tf);
-    int rc = ptdp__zip_open_mem(&tf->zip, data, n, what);
-    if (rc == PTDP_OK) rc = torch_open(tf, what);
-    if (rc) ptdp__torch_close(tf);
-    return rc;
-}
-
-int ptdp__torch_open(ptdp__torch_file *tf, const char *path) {
-    memset(tf, 0, sizeof *tf);
-    int rc = ptdp__zip_open_file(&tf->zip, path);
-    if (rc == PTDP_OK) rc = torch_open(tf, path);
-    if (rc) ptdp__torch_close(tf);
-    return rc;
-}
-
-void ptdp__torch_close(ptdp__torch_file *tf) {
-    if (!tf) return;
-    ptdp__pk_free(tf->pk);
-    ptdp__zip_close(&tf->zip);
-    memset(tf, 0, sizeof *tf);
-}
-
-int ptdp__torch_read_f32(const ptdp__torch_file *tf, const ptdp__pk_node *t, float *dst,
-                         int64_t n) {
-    const char *what = tf->zip.what;
-    if (t->kind != PTDP_PK_TENSOR) return ptdp_errorf(PTDP_EFORMAT, "%s: not a tensor", what);
-    if (t->numel != n)
-        return ptdp_errorf(PTDP_EFORMAT, "%s: a tensor of %lld elements where %lld are needed",
-                           what, (long long)t->numel, (long long)n);
-    int dt = t->dtype;
-    if (dt != PTDP_TD_F32 && dt != PTDP_TD_F16 && dt != PTDP_TD_BF16 && dt != PTDP_TD_F64)
-        return ptdp_errorf(PTDP_EUNSUPPORTED, "%s: a %s tensor where floats are needed", what,
-                           dtypes[dt].name);
-    char key[96];
-    snprintf(key, sizeof key, "data/%s", t->storage->s);
-    const ptdp__zip_entry *e = ptdp__zip_find(&tf->zip, key);
-    const size_t es = dtypes[dt].size;
-    PTDP_ASSERT(e && e->size == (uint64_t)t->storage->i * es); /* check_storages at open */
-    const uint8_t *base = tf->zip.data + e->offset;
-    int64_t idx[PTDP_PK_MAX_DIMS] = {0};
-    for (int64_t k = 0; k < n; k++) {
-        int64_t off = t->offset;
-        for (int d = 0; d < t->ndim; d++) off += idx[d] * t->stride[d];
-        const uint8_t *p = base + (size_t)off * es;
-        if (dt == PTDP_TD_F32) {
-            memcpy(&dst[k], p, 4);
-        } else if (dt == PTDP_TD_F64) {
-            double v;
-            memcpy(&v, p, 8);
-            dst[k] = (float)v;
-        } else {
-            uint16_t h;
-            memcpy(&h, p, 2);
-            dst[k] = dt == PTDP_TD_F16 ? ptdp_f16_to_f32(h) : ptdp_bf16_to_f32(h);
-        }
-        for (int d = t->ndim - 1; d >= 0; d--) {
-            if (++idx[d] < t->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
-    return PTDP_OK;
-}
-
 int ptdp_pickle_check(const void *data, size_t n) {
     ptdp__pk *p;
     const ptdp__pk_node *root;
     int rc = ptdp__pk_parse(&p, &root, data, n, "pickle");
     ptdp__pk_free(p);
-    return rc;
-}
-
-int ptdp_torch_check(const void *data, size_t n) {
-    ptdp__torch_file tf;
-    int rc = ptdp__torch_open_mem(&tf, data, n, "torch file");
-    ptdp__torch_close(&tf);
     return rc;
 }

@@ -1,7 +1,7 @@
-/* megatron.c - Megatron-LM checkpoints (--ckpt-format torch) into ptdp:
+/* import.c - Megatron-LM checkpoints (--ckpt-format torch) into ptdp:
  * `ptdp checkpoint import-megatron`. Names, tensor-parallel splits and the
- * model's shape; the export is megatron_export.c, the file formats zip.c and
- * pickle.c, the user's view docs/megatron.md.
+ * model's shape; the export is export.c, the file formats format/zip.c and
+ * format/pickle.c, the user's view docs/megatron.md.
  *
  * Megatron's layout: DIR/latest_checkpointed_iteration.txt ("N" or
  * "release"), DIR/iter_%07d/ (or DIR/release/) holding one
@@ -23,7 +23,7 @@
  * own layout, fp32 master weights included) and the RNG states are not
  * converted: the ptdp checkpoint says it has no optimizer state. */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt/torch_internal.h"
+#include "ckpt/megatron/megatron.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -32,100 +32,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
-
-/* ---- names ------------------------------------------------------------------- */
-
-/* A layer parameter's names: ptdp's (after "layers.i."), Megatron-Core's
- * local spec, Transformer Engine's fused norms, legacy Megatron's. */
-static const struct {
-    const char *ptdp, *core, *te, *legacy;
-} layer_names[] = {
-    {"input_layernorm.weight", "input_layernorm.weight",
-     "self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
-    {"input_layernorm.bias", "input_layernorm.bias", "self_attention.linear_qkv.layer_norm_bias",
-     "input_layernorm.bias"},
-    {"self_attention.query_key_value.weight", "self_attention.linear_qkv.weight", NULL,
-     "self_attention.query_key_value.weight"},
-    {"self_attention.query_key_value.bias", "self_attention.linear_qkv.bias", NULL,
-     "self_attention.query_key_value.bias"},
-    {"self_attention.dense.weight", "self_attention.linear_proj.weight", NULL,
-     "self_attention.dense.weight"},
-    {"self_attention.dense.bias", "self_attention.linear_proj.bias", NULL,
-     "self_attention.dense.bias"},
-    {"post_attention_layernorm.weight", "pre_mlp_layernorm.weight",
-     "mlp.linear_fc1.layer_norm_weight", "post_attention_layernorm.weight"},
-    {"post_attention_layernorm.bias", "pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias",
-     "post_attention_layernorm.bias"},
-    {"mlp.dense_h_to_4h.weight", "mlp.linear_fc1.weight", NULL, "mlp.dense_h_to_4h.weight"},
-    {"mlp.dense_h_to_4h.bias", "mlp.linear_fc1.bias", NULL, "mlp.dense_h_to_4h.bias"},
-    {"mlp.dense_4h_to_h.weight", "mlp.linear_fc2.weight", NULL, "mlp.dense_4h_to_h.weight"},
-    {"mlp.dense_4h_to_h.bias", "mlp.linear_fc2.bias", NULL, "mlp.dense_4h_to_h.bias"},
-};
-#define NLAYER_NAMES (int)(sizeof layer_names / sizeof layer_names[0])
-
-const char *ptdp__megatron_core_name(const char *ptdp_suffix) {
-    for (int i = 0; i < NLAYER_NAMES; i++)
-        if (!strcmp(layer_names[i].ptdp, ptdp_suffix)) return layer_names[i].core;
-    return NULL;
-}
-
-enum { N_UNKNOWN, N_IGNORE, N_PARAM, N_HEAD };
-
-/* Megatron name -> ptdp name (with the chunk-local layer number in *local,
- * -1 outside layers). N_HEAD: the last stage's copy of the tied embedding. */
-static int classify(const char *name, char *out, size_t cap, int64_t *local) {
-    *local = -1;
-    size_t n = strlen(name);
-    if (n >= 12 && !strcmp(name + n - 12, "_extra_state")) return N_IGNORE; /* TE's fp8 metadata */
-    static const char *const lm = "language_model.";
-    const char *s = !strncmp(name, lm, strlen(lm)) ? name + strlen(lm) : name;
-    const int legacy = s != name;
-    if (!strcmp(s, "embedding.word_embeddings.weight") ||
-        !strcmp(s, "embedding.position_embeddings.weight")) {
-        snprintf(out, cap, "%s", s);
-        return N_PARAM;
-    }
-    if (!strcmp(name, "output_layer.weight") || !strcmp(name, "word_embeddings_for_head.weight") ||
-        !strcmp(name, "language_model.output_layer.weight")) {
-        snprintf(out, cap, "embedding.word_embeddings.weight");
-        return N_HEAD;
-    }
-    static const char *const blocks[] = {"decoder.", "encoder.", "transformer."};
-    for (int b = 0; b < 3; b++) {
-        size_t bl = strlen(blocks[b]);
-        if ((b == 0) == legacy || strncmp(s, blocks[b], bl)) continue;
-        const char *r = s + bl;
-        if (!strcmp(r, "final_layernorm.weight") || !strcmp(r, "final_layernorm.bias") ||
-            !strcmp(r, "final_norm.weight") || !strcmp(r, "final_norm.bias")) {
-            snprintf(out, cap, "final_layernorm.%s", strrchr(r, '.') + 1);
-            return N_PARAM;
-        }
-        char *end;
-        if (strncmp(r, "layers.", 7)) return N_UNKNOWN;
-        long long li = strtoll(r + 7, &end, 10);
-        if (end == r + 7 || *end != '.' || li < 0 || li > 1000000) return N_UNKNOWN;
-        const char *suffix = end + 1;
-        char fixed[160];
-        if (legacy && !strncmp(suffix, "attention.", 10)) { /* before self_attention */
-            snprintf(fixed, sizeof fixed, "self_%s", suffix);
-            suffix = fixed;
-        }
-        for (int i = 0; i < NLAYER_NAMES; i++) {
-            const char *cand[3] = {legacy ? NULL : layer_names[i].core,
-                                   legacy ? NULL : layer_names[i].te,
-                                   legacy ? layer_names[i].legacy : NULL};
-            for (int k = 0; k < 3; k++)
-                if (cand[k] && !strcmp(suffix, cand[k])) {
-                    *local = li;
-                    snprintf(out, cap, "%s", layer_names[i].ptdp);
-                    return N_PARAM;
-                }
-        }
-        return N_UNKNOWN;
-    }
-    return N_UNKNOWN;
-}
+#include "ckpt/megatron/megatron_internal.h"
+#include "format/torch.h"
 
 /* ---- the state dict of one file ------------------------------------------------ */
 
@@ -352,7 +262,9 @@ static const ptdp__pk_node *model_dict(const ptdp__pk_node *root, int v, int c) 
 }
 
 typedef struct {
-    const char *path; /* current file */
+    const char *path;       /* current file */
+    ptdp_gpt_config holder; /* the full chunk's configuration and group (it keeps pointers) */
+    ptdp_group one;
     ptdp_gpt_chunk *full;
     const ptdp_param_spec *specs;
     int nspecs;
@@ -419,7 +331,7 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
     if (rc) return ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname);
     float *g = im->host + sp->offset;
     const int64_t C = sp->ndim == 2 ? sp->gshape[1] : 1;
-    if (kind == N_HEAD) { /* the tied copy must equal the word embedding */
+    if (kind == PTDP__MEG_HEAD) { /* the tied copy must equal the word embedding */
         for (int64_t r = 0; r < want[0]; r++) {
             int64_t gr = tp * want[0] + r;
             if (gr >= im->cfg->vocab) break;
@@ -463,7 +375,8 @@ static int count_layers(const ptdp__pk_node *md, const char *path, int64_t *nl) 
     for (int i = 0; rc == PTDP_OK && i < n; i++) {
         char pn[192];
         int64_t local;
-        if (classify(all[i].name, pn, sizeof pn, &local) == N_PARAM && local + 1 > *nl)
+        if (ptdp__megatron_classify(all[i].name, pn, sizeof pn, &local) == PTDP__MEG_PARAM &&
+            local + 1 > *nl)
             *nl = local + 1;
     }
     free(all);
@@ -556,74 +469,87 @@ static void training_meta(const margs *a, ptdp_lr_schedule *lr, ptdp_adamw_param
     if (style) ptdp_lr_style_parse(style, &lr->style);
 }
 
-int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_import_params *ip,
-                         FILE *log) {
-    char itdir[4200], path[4400];
-    int64_t iteration;
-    int release;
-    grid g = {0};
-    int rc = resolve(src, itdir, sizeof itdir, &iteration, &release);
-    if (rc == PTDP_OK) rc = scan(itdir, &g);
+/* What the directory and its first file say about the checkpoint. */
+typedef struct {
+    char itdir[4200];
+    grid g;
+    int release, v; /* a release checkpoint; virtual chunks per pipeline rank */
+    int64_t iteration, consumed, padded;
+    double version;
+    ptdp_gpt_config cfg;
+    ptdp_lr_schedule lr;
+    ptdp_adamw_params adam;
+    int64_t mbs, gbs;
+    int64_t *nl; /* layers of virtual stage c*P + pp, [P*v] */
+} source;
+
+/* Step 1: the iteration directory, its T x P files, and from tensor and
+ * pipeline rank 0's file the args (checked, then the model configuration
+ * and the training metadata), the checkpoint version and the iteration. */
+static int read_source(const char *src, const ptdp_megatron_import_params *ip, source *S) {
+    char path[4400];
+    int rc = resolve(src, S->itdir, sizeof S->itdir, &S->iteration, &S->release);
+    if (rc == PTDP_OK) rc = scan(S->itdir, &S->g);
     if (rc) return rc;
     ptdp__torch_file tf;
-    file_path(path, sizeof path, itdir, &g, 0, 0);
+    file_path(path, sizeof path, S->itdir, &S->g, 0, 0);
     rc = ptdp__torch_open(&tf, path);
     if (rc) return rc;
-    /* args, version, iteration, chunks: from the first file */
     margs a = {.ns = ptdp__pk_get(tf.root, "args")};
     if (tf.root->kind != PTDP_PK_DICT ||
         (!ptdp__pk_get(tf.root, "model") && !ptdp__pk_get(tf.root, "model0")))
         rc = ptdp_errorf(PTDP_EFORMAT,
                          "%s: not a Megatron checkpoint (no 'model' or 'model0' state dict)", path);
     const ptdp__pk_node *ver = ptdp__pk_get(tf.root, "checkpoint_version");
-    double version = ver && ver->kind == PTDP_PK_FLOAT ? ver->f
-                     : ver && ver->kind == PTDP_PK_INT ? (double)ver->i
-                                                       : 0;
-    if (rc == PTDP_OK && version < 2.0)
+    S->version = ver && ver->kind == PTDP_PK_FLOAT ? ver->f
+                 : ver && ver->kind == PTDP_PK_INT ? (double)ver->i
+                                                   : 0;
+    if (rc == PTDP_OK && S->version < 2.0)
         rc = ptdp_errorf(PTDP_EUNSUPPORTED,
                          "%s: checkpoint_version %g: versions before 2.0 store the query, key "
                          "and value rows in another order; load and save it with a recent "
                          "Megatron-LM first",
-                         path, version);
+                         path, S->version);
     if (rc == PTDP_OK && a.ns && a.ns->kind != PTDP_PK_OBJECT) a.ns = NULL;
     if (rc == PTDP_OK) rc = refuse_features(&a, path);
     int64_t targ = 0, parg = 0, varg = 1;
-    if (rc == PTDP_OK && arg_int(&a, "tensor_model_parallel_size", &targ) && targ != g.T)
+    if (rc == PTDP_OK && arg_int(&a, "tensor_model_parallel_size", &targ) && targ != S->g.T)
         rc = ptdp_errorf(PTDP_EFORMAT,
                          "%s: args.tensor_model_parallel_size is %lld but the directory holds %d "
                          "tensor ranks (missing mp_rank_* directories?)",
-                         itdir, (long long)targ, g.T);
-    if (rc == PTDP_OK && arg_int(&a, "pipeline_model_parallel_size", &parg) && parg != g.P)
+                         S->itdir, (long long)targ, S->g.T);
+    if (rc == PTDP_OK && arg_int(&a, "pipeline_model_parallel_size", &parg) && parg != S->g.P)
         rc = ptdp_errorf(PTDP_EFORMAT,
                          "%s: args.pipeline_model_parallel_size is %lld but the directory holds "
                          "%d pipeline ranks (missing mp_rank_* directories?)",
-                         itdir, (long long)parg, g.P);
+                         S->itdir, (long long)parg, S->g.P);
     if (!arg_int(&a, "virtual_pipeline_model_parallel_size", &varg) || varg < 1) varg = 1;
     if (rc == PTDP_OK && varg > 1 && !ptdp__pk_get(tf.root, "model0"))
         varg = 1; /* saved without interleaving after all */
     if (rc == PTDP_OK && varg > 64)
         rc = ptdp_errorf(PTDP_EFORMAT, "%s: %lld virtual pipeline chunks", path, (long long)varg);
+    S->v = (int)varg;
     const ptdp__pk_node *it = ptdp__pk_get(tf.root, "iteration");
-    if (rc == PTDP_OK && it && it->kind == PTDP_PK_INT) iteration = it->i;
-    int64_t consumed = 0;
-    arg_int(&a, "consumed_train_samples", &consumed);
-    ptdp_gpt_config cfg;
-    if (rc == PTDP_OK) rc = model_config(&a, ip, path, &cfg);
-    ptdp_lr_schedule lr;
-    ptdp_adamw_params adam;
-    int64_t mbs, gbs;
-    training_meta(&a, &lr, &adam, &mbs, &gbs);
-    int64_t padded = 0;
-    arg_int(&a, "padded_vocab_size", &padded);
+    if (rc == PTDP_OK && it && it->kind == PTDP_PK_INT) S->iteration = it->i;
+    arg_int(&a, "consumed_train_samples", &S->consumed);
+    if (rc == PTDP_OK) rc = model_config(&a, ip, path, &S->cfg);
+    training_meta(&a, &S->lr, &S->adam, &S->mbs, &S->gbs);
+    arg_int(&a, "padded_vocab_size", &S->padded);
     ptdp__torch_close(&tf);
-    if (rc) return rc;
-    const int v = (int)varg, S = g.P * v;
+    return rc;
+}
 
-    /* the layers of every virtual stage, from tensor rank 0's files */
-    int64_t *nl = calloc((size_t)S + 1, sizeof *nl), total = 0;
-    if (!nl) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
-    for (int pp = 0; rc == PTDP_OK && pp < g.P; pp++) {
-        file_path(path, sizeof path, itdir, &g, 0, pp);
+/* Step 2: the layers of every virtual stage, from tensor rank 0's files;
+ * together they must be the model's. */
+static int stage_layers(source *S) {
+    const int P = S->g.P, v = S->v;
+    char path[4400];
+    S->nl = calloc((size_t)(P * v) + 1, sizeof *S->nl);
+    if (!S->nl) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    int rc = PTDP_OK;
+    for (int pp = 0; rc == PTDP_OK && pp < P; pp++) {
+        ptdp__torch_file tf;
+        file_path(path, sizeof path, S->itdir, &S->g, 0, pp);
         rc = ptdp__torch_open(&tf, path);
         for (int c = 0; rc == PTDP_OK && c < v; c++) {
             const ptdp__pk_node *md = model_dict(tf.root, v, c);
@@ -631,142 +557,205 @@ int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_i
                 rc = ptdp_errorf(PTDP_EFORMAT, "%s: no state dict 'model%s' (%d virtual chunks)",
                                  path, v == 1 ? "" : "N", v);
             else
-                rc = count_layers(md, path, &nl[c * g.P + pp]);
+                rc = count_layers(md, path, &S->nl[c * P + pp]);
         }
         ptdp__torch_close(&tf);
     }
-    for (int s = 0; s < S; s++) total += nl[s];
-    if (rc == PTDP_OK && total != cfg.num_layers)
+    int64_t total = 0;
+    for (int s = 0; s < P * v; s++) total += S->nl[s];
+    if (rc == PTDP_OK && total != S->cfg.num_layers)
         rc = ptdp_errorf(PTDP_EFORMAT,
                          "%s: the files hold %lld layers but the model has %lld (args.num_layers "
                          "or --num-layers)",
-                         itdir, (long long)total, (long long)cfg.num_layers);
+                         S->itdir, (long long)total, (long long)S->cfg.num_layers);
+    return rc;
+}
 
-    /* a full model (t = 1, every layer) to fill, then save as a ptdp checkpoint */
-    ptdp_gpt_config holder = cfg;
-    holder.seq_length = 1;
-    ptdp_group one = {.name = "import", .size = 1, .rank = 0};
+/* Step 3: a full model (t = 1, every layer, zeroed) to fill. */
+static int importer_init(importer *im, const source *S) {
+    *im = (importer){.T = S->g.T,
+                     .P = S->g.P,
+                     .cfg = &S->cfg,
+                     .holder = S->cfg,
+                     .one = {.name = "import", .size = 1, .rank = 0}};
+    im->holder.seq_length = 1;
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = &holder, cp.layer_end = cfg.num_layers, cp.pre = cp.post = 1, cp.tp = &one;
+    cp.cfg = &im->holder, cp.layer_end = S->cfg.num_layers, cp.pre = cp.post = 1;
+    cp.tp = &im->one;
     cp.inference = 1;
-    importer im = {.T = g.T, .P = g.P, .cfg = &cfg};
-    if (rc == PTDP_OK) rc = ptdp_gpt_chunk_init(&im.full, &cp);
-    if (rc == PTDP_OK) {
-        im.specs = ptdp_gpt_chunk_specs(im.full, &im.nspecs);
-        im.host = ptdp_gpt_chunk_params(im.full);
-        memset(im.host, 0, sizeof(float) * (size_t)ptdp_gpt_chunk_numel(im.full));
-        im.have = calloc((size_t)im.nspecs * (size_t)g.T, 1);
-        if (!im.have) rc = ptdp_errorf(PTDP_ENOMEM, "out of memory");
+    int rc = ptdp_gpt_chunk_init(&im->full, &cp);
+    if (rc) return rc;
+    im->specs = ptdp_gpt_chunk_specs(im->full, &im->nspecs);
+    im->host = ptdp_gpt_chunk_params(im->full);
+    memset(im->host, 0, sizeof(float) * (size_t)ptdp_gpt_chunk_numel(im->full));
+    im->have = calloc((size_t)im->nspecs * (size_t)S->g.T, 1);
+    return im->have ? PTDP_OK : ptdp_errorf(PTDP_ENOMEM, "out of memory");
+}
+
+static void importer_free(importer *im) {
+    free(im->have);
+    free(im->tmp);
+    ptdp_gpt_chunk_free(im->full);
+}
+
+/* One tensor of virtual stage `stage` (whose first global layer is
+ * `first`) of tensor rank tp: mapped to ptdp's name and placed. */
+static int import_tensor(importer *im, const source *S, const ptdp__torch_file *tf, const named *t,
+                         int stage, int64_t first, int tp) {
+    const int T = S->g.T;
+    char pn[192], full[220];
+    int64_t local;
+    const int k = ptdp__megatron_classify(t->name, pn, sizeof pn, &local);
+    if (k == PTDP__MEG_IGNORE) return PTDP_OK;
+    if (k == PTDP__MEG_UNKNOWN)
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "%s: tensor '%s' is not part of a GPT model ptdp can hold (names it "
+                           "maps: Megatron-Core's local and Transformer Engine specs, legacy "
+                           "Megatron)",
+                           im->path, t->name);
+    if (local >= S->nl[stage]) local = S->nl[stage] + 1000000; /* place() reports it */
+    if (local >= 0)
+        snprintf(full, sizeof full, "layers.%lld.%s", (long long)(first + local), pn);
+    else
+        snprintf(full, sizeof full, "%s", pn);
+    if (k == PTDP__MEG_PARAM && !strcmp(pn, "embedding.word_embeddings.weight") && !im->Vl) {
+        im->Vl = t->t->kind == PTDP_PK_TENSOR && t->t->ndim == 2 ? t->t->shape[0] : 0;
+        if (S->padded && im->Vl * T != S->padded)
+            return ptdp_errorf(PTDP_EFORMAT,
+                               "%s: '%s' has %lld rows per tensor rank, but "
+                               "args.padded_vocab_size %lld / %d ranks is not that",
+                               im->path, t->name, (long long)im->Vl, (long long)S->padded, T);
+        if (im->Vl * T < S->cfg.vocab)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "%s: the word embedding has %lld rows, fewer than the vocabulary "
+                               "size %lld (--vocab-size?)",
+                               im->path, (long long)(im->Vl * T), (long long)S->cfg.vocab);
     }
-    for (int pp = 0; rc == PTDP_OK && pp < g.P; pp++)
-        for (int tp = 0; rc == PTDP_OK && tp < g.T; tp++) {
-            file_path(path, sizeof path, itdir, &g, tp, pp);
-            im.path = path;
-            rc = ptdp__torch_open(&tf, path);
-            for (int c = 0; rc == PTDP_OK && c < v; c++) {
-                const int stage = c * g.P + pp;
-                int64_t first = 0;
-                for (int s = 0; s < stage; s++) first += nl[s];
-                const ptdp__pk_node *md = model_dict(tf.root, v, c);
-                named *all = NULL;
-                int n = 0, cap = 0;
-                rc = md ? flatten(md, "", 0, &all, &n, &cap, path)
-                        : ptdp_errorf(PTDP_EFORMAT, "%s: a model chunk's state dict is missing",
-                                      path);
-                for (int i = 0; rc == PTDP_OK && i < n; i++) {
-                    char pn[192], full[220];
-                    int64_t local;
-                    int k = classify(all[i].name, pn, sizeof pn, &local);
-                    if (k == N_IGNORE) continue;
-                    if (k == N_UNKNOWN) {
-                        rc = ptdp_errorf(PTDP_EUNSUPPORTED,
-                                         "%s: tensor '%s' is not part of a GPT model ptdp can "
-                                         "hold (names it maps: Megatron-Core's local and "
-                                         "Transformer Engine specs, legacy Megatron)",
-                                         path, all[i].name);
-                        break;
-                    }
-                    if (local >= nl[stage]) local = nl[stage] + 1000000; /* reported below */
-                    if (local >= 0)
-                        snprintf(full, sizeof full, "layers.%lld.%s", (long long)(first + local),
-                                 pn);
-                    else
-                        snprintf(full, sizeof full, "%s", pn);
-                    if (k == N_PARAM && !strcmp(pn, "embedding.word_embeddings.weight") && !im.Vl) {
-                        const ptdp__pk_node *t = all[i].t;
-                        im.Vl = t->kind == PTDP_PK_TENSOR && t->ndim == 2 ? t->shape[0] : 0;
-                        if (padded && im.Vl * g.T != padded)
-                            rc = ptdp_errorf(
-                                PTDP_EFORMAT,
-                                "%s: '%s' has %lld rows per tensor rank, but args.padded_vocab_size "
-                                "%lld / %d ranks is not that",
-                                path, all[i].name, (long long)im.Vl, (long long)padded, g.T);
-                        else if (im.Vl * g.T < cfg.vocab)
-                            rc = ptdp_errorf(PTDP_ECONFIG,
-                                             "%s: the word embedding has %lld rows, fewer than "
-                                             "the vocabulary size %lld (--vocab-size?)",
-                                             path, (long long)(im.Vl * g.T), (long long)cfg.vocab);
-                        if (rc) break;
-                    }
-                    /* only a last stage that is not also the first holds the tied copy */
-                    if (k == N_HEAD && !(stage == S - 1 && stage != 0)) {
-                        rc = ptdp_errorf(PTDP_EUNSUPPORTED,
-                                         "%s: '%s' is a separate output layer (untied "
-                                         "embeddings); ptdp ties it to the word embedding",
-                                         path, all[i].name);
-                        break;
-                    }
-                    rc = place(&im, &tf, all[i].name, full, k, all[i].t, tp);
-                }
-                free(all);
-            }
-            ptdp__torch_close(&tf);
-        }
-    for (int i = 0; rc == PTDP_OK && i < im.nspecs; i++)
-        for (int tp = 0; rc == PTDP_OK && tp < (im.specs[i].split == PTDP_SPLIT_NONE ? 1 : g.T);
-             tp++)
-            if (!im.have[i * g.T + tp])
-                rc = ptdp_errorf(PTDP_EFORMAT,
-                                 "%s: ptdp's tensor '%s' was not found%s (tensor rank %d): a "
-                                 "missing tensor, or a model ptdp cannot represent",
-                                 itdir, im.specs[i].name,
-                                 im.specs[i].split == PTDP_SPLIT_NONE ? "" : " in every file", tp);
-    if (rc == PTDP_OK) {
-        ptdp_comm comm;
-        ptdp_comm_init_single(&comm);
-        ptdp_optimizer none = {0};
-        ptdp_ckpt_meta meta = {.iteration = iteration,
-                               .consumed_samples = consumed,
-                               .optimizer_step = iteration,
-                               .cfg = &cfg,
-                               .micro_batch = mbs,
-                               .global_batch = gbs,
-                               .lr = &lr,
-                               .adam = &adam,
-                               .v = 1,
-                               .no_optimizer = 1};
-        rc = ptdp_ckpt_prepare_dir(dst);
-        if (rc == PTDP_OK) rc = ptdp_ckpt_save(dst, &meta, &im.full, &none, 1, &comm);
-        ptdp_comm_finalize(&comm);
+    /* only a last stage that is not also the first holds the tied copy */
+    const int last = S->g.P * S->v - 1;
+    if (k == PTDP__MEG_HEAD && !(stage == last && stage != 0))
+        return ptdp_errorf(PTDP_EUNSUPPORTED,
+                           "%s: '%s' is a separate output layer (untied embeddings); ptdp ties "
+                           "it to the word embedding",
+                           im->path, t->name);
+    return place(im, tf, t->name, full, k, t->t, tp);
+}
+
+/* Step 4: every tensor of file (tp, pp), chunk after chunk. */
+static int import_file(importer *im, const source *S, int tp, int pp) {
+    char path[4400];
+    file_path(path, sizeof path, S->itdir, &S->g, tp, pp);
+    im->path = path;
+    ptdp__torch_file tf;
+    int rc = ptdp__torch_open(&tf, path);
+    for (int c = 0; rc == PTDP_OK && c < S->v; c++) {
+        const int stage = c * S->g.P + pp;
+        int64_t first = 0;
+        for (int s = 0; s < stage; s++) first += S->nl[s];
+        const ptdp__pk_node *md = model_dict(tf.root, S->v, c);
+        named *all = NULL;
+        int n = 0, cap = 0;
+        rc = md ? flatten(md, "", 0, &all, &n, &cap, path)
+                : ptdp_errorf(PTDP_EFORMAT, "%s: a model chunk's state dict is missing", path);
+        for (int i = 0; rc == PTDP_OK && i < n; i++)
+            rc = import_tensor(im, S, &tf, &all[i], stage, first, tp);
+        free(all);
     }
+    ptdp__torch_close(&tf);
+    im->path = NULL;
+    return rc;
+}
+
+/* Step 5: every tensor ptdp's model has was found (each tensor-parallel
+ * shard of a split one). */
+static int check_complete(const importer *im, const source *S) {
+    for (int i = 0; i < im->nspecs; i++) {
+        const int split = im->specs[i].split != PTDP_SPLIT_NONE;
+        for (int tp = 0; tp < (split ? S->g.T : 1); tp++)
+            if (!im->have[i * S->g.T + tp])
+                return ptdp_errorf(PTDP_EFORMAT,
+                                   "%s: ptdp's tensor '%s' was not found%s (tensor rank %d): a "
+                                   "missing tensor, or a model ptdp cannot represent",
+                                   S->itdir, im->specs[i].name, split ? " in every file" : "", tp);
+    }
+    return PTDP_OK;
+}
+
+/* Step 0: a destination that holds checkpoints is the user's; nothing is
+ * written among them unless told. */
+static int check_destination(const char *dst, int overwrite) {
+    int64_t newest = 0;
+    int rc = ptdp_ckpt_newest(dst, &newest);
+    if (rc <= 0 || overwrite) return rc < 0 ? rc : PTDP_OK;
+    return ptdp_errorf(PTDP_ECONFIG,
+                       "%s already holds ptdp checkpoints (the newest: iteration %lld): "
+                       "import-megatron would write among them; import into a new or empty "
+                       "directory, or add --overwrite-checkpoints (an iteration it holds is "
+                       "replaced; latest_checkpointed_iteration.txt never moves back)",
+                       dst, (long long)newest);
+}
+
+/* Step 6: the full model as a weights-only ptdp checkpoint. */
+static int save_import(importer *im, const source *S, const char *dst, int overwrite) {
+    ptdp_comm comm;
+    ptdp_comm_init_single(&comm);
+    ptdp_optimizer none = {0};
+    ptdp_ckpt_meta meta = {.iteration = S->iteration,
+                           .consumed_samples = S->consumed,
+                           .optimizer_step = S->iteration,
+                           .cfg = &S->cfg,
+                           .micro_batch = S->mbs,
+                           .global_batch = S->gbs,
+                           .lr = &S->lr,
+                           .adam = &S->adam,
+                           .v = 1,
+                           .no_optimizer = 1,
+                           .overwrite = overwrite};
+    int rc = ptdp_ckpt_prepare_dir(dst);
+    if (rc == PTDP_OK) rc = ptdp_ckpt_save(dst, &meta, &im->full, &none, 1, &comm);
+    ptdp_comm_finalize(&comm);
+    return rc;
+}
+
+static void summary(FILE *log, const importer *im, const source *S, const char *dst) {
+    const ptdp_gpt_config *c = &S->cfg;
+    const int64_t rows = im->Vl * S->g.T;
     char pad[96] = "no padding rows";
-    if (im.Vl * g.T > cfg.vocab)
-        snprintf(pad, sizeof pad, "Megatron's padding rows %lld-%lld dropped", (long long)cfg.vocab,
-                 (long long)(im.Vl * g.T - 1));
-    if (rc == PTDP_OK && log)
+    if (rows > c->vocab)
+        snprintf(pad, sizeof pad, "Megatron's padding rows %lld-%lld dropped", (long long)c->vocab,
+                 (long long)(rows - 1));
+    fprintf(log,
+            "imported %s (Megatron-LM %s, t=%d p=%d v=%d, checkpoint_version %g): l=%lld "
+            "h=%lld a=%lld ffn=%lld V=%lld (%s)\n"
+            "wrote %s (iteration %lld, consumed samples %lld); model weights only: the "
+            "optimizer state and RNG states were not converted, so train from it with "
+            "--load %s --no-load-optim (or --finetune)\n",
+            S->itdir, S->release ? "release checkpoint" : "checkpoint", S->g.T, S->g.P, S->v,
+            S->version, (long long)c->num_layers, (long long)c->hidden, (long long)c->heads,
+            (long long)c->ffn_hidden, (long long)c->vocab, pad, dst, (long long)S->iteration,
+            (long long)S->consumed, dst);
+    int64_t latest = 0;
+    if (ptdp__ckpt_read_latest(dst, 0, &latest) == 1 && latest > S->iteration)
         fprintf(log,
-                "imported %s (Megatron-LM %s, t=%d p=%d v=%d, checkpoint_version %g): l=%lld "
-                "h=%lld a=%lld ffn=%lld V=%lld (%s)\n"
-                "wrote %s (iteration %lld, consumed samples %lld); model weights only: the "
-                "optimizer state and RNG states were not converted, so train from it with "
-                "--load %s --no-load-optim (or --finetune)\n",
-                itdir, release ? "release checkpoint" : "checkpoint", g.T, g.P, v, version,
-                (long long)cfg.num_layers, (long long)cfg.hidden, (long long)cfg.heads,
-                (long long)cfg.ffn_hidden, (long long)cfg.vocab, pad, dst, (long long)iteration,
-                (long long)consumed, dst);
-    free(im.have);
-    free(im.tmp);
-    free(nl);
-    ptdp_gpt_chunk_free(im.full);
+                "%s/latest_checkpointed_iteration.txt still names iteration %lld (newer): load "
+                "this import with --load %s/iter_%07lld\n",
+                dst, (long long)latest, dst, (long long)S->iteration);
+}
+
+int ptdp_megatron_import(const char *src, const char *dst, const ptdp_megatron_import_params *ip,
+                         FILE *log) {
+    source S = {0};
+    importer im = {0};
+    int rc = check_destination(dst, ip->overwrite);
+    if (rc == PTDP_OK) rc = read_source(src, ip, &S);
+    if (rc == PTDP_OK) rc = stage_layers(&S);
+    if (rc == PTDP_OK) rc = importer_init(&im, &S);
+    for (int pp = 0; rc == PTDP_OK && pp < S.g.P; pp++)
+        for (int tp = 0; rc == PTDP_OK && tp < S.g.T; tp++) rc = import_file(&im, &S, tp, pp);
+    if (rc == PTDP_OK) rc = check_complete(&im, &S);
+    if (rc == PTDP_OK) rc = save_import(&im, &S, dst, ip->overwrite);
+    if (rc == PTDP_OK && log) summary(log, &im, &S, dst);
+    importer_free(&im);
+    free(S.nl);
     return rc;
 }
