@@ -591,6 +591,47 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
     return PTDP_OK;
 }
 
+/* Megatron's TransformerConfig for full recomputation: --recompute-num-layers
+ * is required (for both methods) and at most the layers of a pipeline stage;
+ * a larger value would mean the same as the stage's layer count, so it is
+ * a mistake to point out, not a setting. ptdp's stage is a model chunk
+ * (virtual stage); with uneven stages the largest one bounds it. */
+static int check_recompute_layers(const ptdp_args *a, int64_t pp, int64_t v,
+                                  const ptdp_stage_layout *L) {
+    const int uniform = !strcmp(a->recompute_method, "uniform");
+    if (!a->recompute_num_layers)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--recompute-method %s needs --recompute-num-layers N (%s), as in "
+                           "Megatron-LM; e.g. --recompute-num-layers 1",
+                           a->recompute_method,
+                           uniform ? "the layers of each recomputed group"
+                                   : "the layers recomputed in each pipeline stage");
+    int64_t most = 0;
+    for (int st = 0; st < pp * v; st++) {
+        int64_t b = 0, e = 0;
+        ptdp_stage_layout_range(L, a->num_layers, (int)pp, (int)v, st, &b, &e);
+        if (e - b > most) most = e - b;
+    }
+    if (a->recompute_num_layers > most) {
+        char where[160];
+        if (pp * v == 1)
+            snprintf(where, sizeof where, "the model's --num-layers %lld", (long long)most);
+        else if (ptdp_stage_layout_is_even(L))
+            snprintf(where, sizeof where,
+                     "the %lld layers of a pipeline stage (--num-layers %lld over p x v = %lld "
+                     "stages)",
+                     (long long)most, (long long)a->num_layers, (long long)(pp * v));
+        else
+            snprintf(where, sizeof where, "the %lld layers of the largest pipeline stage",
+                     (long long)most);
+        return ptdp_errorf(
+            PTDP_ECONFIG, "--recompute-num-layers %lld is more than %s; give 1 to %lld (%s)",
+            (long long)a->recompute_num_layers, where, (long long)most,
+            uniform ? "layers per recomputed group" : "layers recomputed in each stage");
+    }
+    return PTDP_OK;
+}
+
 int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v_out,
                               ptdp_stage_layout *L) {
     memset(L, 0, sizeof *L);
@@ -801,6 +842,10 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--recompute-granularity full needs --recompute-method uniform|block");
+        if (a->recompute_granularity && !selective) {
+            int rrc = check_recompute_layers(a, pp, v, &layout);
+            if (rrc) return rrc;
+        }
         if (a->sequence_parallel && t > 1 && a->seq_length % t)
             return ptdp_errorf(
                 PTDP_ECONFIG,
