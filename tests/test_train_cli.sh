@@ -431,8 +431,9 @@ cmp -s "$tmp/x1.safetensors" "$tmp/r1.safetensors" && ok || bad "export and trai
 # LayerNorm epsilon; current Megatron's name for v equals the old one
 A=(train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1
    --global-batch-size 4 --vocab-size 128 --mock-data --lr 1e-3 --train-iters 3 --log-interval 1)
-expect_error 2 "--normalization must be one of LayerNorm" "${A[@]}" --normalization RMSNorm
-expect_error 2 "--position-embedding-type must be one of learned_absolute" "${A[@]}" --position-embedding-type rope
+expect_error 2 "--normalization RMSNorm is not supported: ptdp's GPT is GPT-2's (LayerNorm)" "${A[@]}" --normalization RMSNorm
+expect_error 2 "--position-embedding-type rope is not supported" "${A[@]}" --position-embedding-type rope
+expect_error 2 "--normalization must be one of LayerNorm, got 'Layernorm'" "${A[@]}" --normalization Layernorm
 "$PTDP" "${A[@]}" --log-jsonl "$tmp/arch0.jsonl" >/dev/null 2>&1 || bad "plain run failed"
 "$PTDP" "${A[@]}" --normalization LayerNorm --position-embedding-type learned_absolute --norm-epsilon 1e-5 \
     --log-jsonl "$tmp/arch1.jsonl" >/dev/null 2>&1 || bad "run with Megatron's architecture flags failed"
