@@ -61,7 +61,7 @@ expect_error 2 "--recompute-method and --recompute-num-layers go with --recomput
     train $M --mock-data --recompute-granularity selective --recompute-method uniform
 expect_error 2 "--recompute-granularity must be one of" train $M --mock-data --recompute-granularity some
 # full recomputation needs --recompute-num-layers (Megatron's TransformerConfig), at most the
-# layers of a pipeline stage
+# layers of a pipeline rank
 RCF="--recompute-granularity full --recompute-method"
 expect_error 2 "--recompute-method uniform needs --recompute-num-layers N (the layers of each recomputed group)" \
     train $M --mock-data $RCF uniform
@@ -73,7 +73,7 @@ expect_error 2 "--recompute-num-layers 3 is more than the model's --num-layers 2
 "$MPIRUN" --oversubscribe -np 2 "$PTDP" train $M --mock-data --num-layers 4 --pipeline-model-parallel-size 2 \
     $RCF uniform --recompute-num-layers 3 >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ "$rc" = 2 ] && [ "$(grep -c '^ptdp: error: --recompute-num-layers 3 is more than the 2 layers of a pipeline stage (--num-layers 4 over p x v = 2 stages); give 1 to 2' "$tmp/err")" = 2 ] &&
+[ "$rc" = 2 ] && [ "$(grep -c '^ptdp: error: --recompute-num-layers 3 is more than the 2 layers of a pipeline rank (--num-layers 4 over --pipeline-model-parallel-size 2); give 1 to 2' "$tmp/err")" = 2 ] &&
     ! grep -q iteration "$tmp/out" && ok || bad "--recompute-num-layers 3 with 2 layers per stage: status $rc, $(cat "$tmp/err")"
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
 expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \

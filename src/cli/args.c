@@ -668,10 +668,10 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
 }
 
 /* Megatron's TransformerConfig for full recomputation: --recompute-num-layers
- * is required (for both methods) and at most the layers of a pipeline stage;
- * a larger value would mean the same as the stage's layer count, so it is
- * a mistake to point out, not a setting. ptdp's stage is a model chunk
- * (virtual stage); with uneven stages the largest one bounds it. */
+ * is required (for both methods) and at most the layers of a pipeline rank
+ * (Megatron's num_layers / p; with virtual stages the rank's chunks
+ * together, with uneven stages the fullest rank); a larger value would mean
+ * no more than that, so it is a mistake to point out, not a setting. */
 static int check_recompute_layers(const ptdp_args *a, int64_t pp, int64_t v,
                                   const ptdp_stage_layout *L) {
     const int uniform = !strcmp(a->recompute_method, "uniform");
@@ -683,22 +683,26 @@ static int check_recompute_layers(const ptdp_args *a, int64_t pp, int64_t v,
                            uniform ? "the layers of each recomputed group"
                                    : "the layers recomputed in each pipeline stage");
     int64_t most = 0;
-    for (int st = 0; st < pp * v; st++) {
-        int64_t b = 0, e = 0;
-        ptdp_stage_layout_range(L, a->num_layers, (int)pp, (int)v, st, &b, &e);
-        if (e - b > most) most = e - b;
+    for (int r = 0; r < pp; r++) {
+        int64_t on_rank = 0;
+        for (int c = 0; c < v; c++) {
+            int64_t b = 0, e = 0;
+            ptdp_stage_layout_range(L, a->num_layers, (int)pp, (int)v, (int)(c * pp + r), &b, &e);
+            on_rank += e - b;
+        }
+        if (on_rank > most) most = on_rank;
     }
     if (a->recompute_num_layers > most) {
         char where[160];
-        if (pp * v == 1)
+        if (pp == 1)
             snprintf(where, sizeof where, "the model's --num-layers %lld", (long long)most);
         else if (ptdp_stage_layout_is_even(L))
             snprintf(where, sizeof where,
-                     "the %lld layers of a pipeline stage (--num-layers %lld over p x v = %lld "
-                     "stages)",
-                     (long long)most, (long long)a->num_layers, (long long)(pp * v));
+                     "the %lld layers of a pipeline rank (--num-layers %lld over "
+                     "--pipeline-model-parallel-size %lld)",
+                     (long long)most, (long long)a->num_layers, (long long)pp);
         else
-            snprintf(where, sizeof where, "the %lld layers of the largest pipeline stage",
+            snprintf(where, sizeof where, "the %lld layers of the fullest pipeline rank",
                      (long long)most);
         return ptdp_errorf(
             PTDP_ECONFIG, "--recompute-num-layers %lld is more than %s; give 1 to %lld (%s)",
