@@ -30,6 +30,10 @@ int ptdp_cmd_plan(int argc, char **argv);
  * writes a cluster description to `out` (NULL: stdout, rank 0). Returns the
  * exit status; every rank of the job must call it. */
 int ptdp__cli_plan_calibrate(const char *out);
+/* This machine as --calibrate records it in a description's "machine":
+ * the CPU's model name, the online cores and the memory, e.g. "AMD EPYC, 2
+ * cores, 23 GiB". */
+void ptdp__cli_machine(char *buf, size_t cap);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */
