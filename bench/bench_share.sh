@@ -9,6 +9,9 @@
 # iteration time (iterations after the first 3):
 #   {"bench":"share","config":"small","policy":"ptdp","mode":"alone","ms":27.0,...}
 #   {"bench":"share",...,"mode":"pair","ms":[55.1,56.0],...}
+# (sleeps_per_iter: voluntary context switches per iteration, the times a
+# thread went to sleep and had to be woken: what a waiting policy costs on a
+# quiet machine, counted rather than timed, so a busy machine blurs it less)
 # then per configuration and policy a summary over the rounds:
 #   {"bench":"share_summary","config":"small","policy":"ptdp","alone_ms":27.0,
 #    "pair_ms":55.5,"pair_over_alone":2.06,"alone_over_libgomp":1.01,...}
@@ -61,12 +64,20 @@ env_of() {
     *) echo "bench_share.sh: unknown policy $1" >&2; exit 2 ;;
     esac
 }
-# run CONFIG POLICY OUT: one training run, its log in OUT
+# run CONFIG POLICY OUT: one training run, its log in OUT and, where GNU time is
+# installed, its voluntary context switches (a thread that sleeps: all its
+# threads together) in OUT.cs
+timer=()
+[ -x /usr/bin/time ] && timer=(/usr/bin/time -f %w -o)
 run() {
+    local t=()
+    [ ${#timer[@]} -gt 0 ] && t=("${timer[@]}" "$3.cs")
     # shellcheck disable=SC2046
-    env $(env_of "$2") "$ptdp" train $(flags "$1") --mock-data --train-iters "$iters" --lr 1e-4 \
-        --log-interval 1 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 >"$3" 2>&1
+    "${t[@]}" env $(env_of "$2") "$ptdp" train $(flags "$1") --mock-data --train-iters "$iters" \
+        --lr 1e-4 --log-interval 1 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 >"$3" 2>&1
 }
+# sleeps LOG: voluntary context switches per iteration (null without GNU time)
+sleeps() { [ -s "$1.cs" ] && awk -v n="$iters" '{printf "%.1f", $1 / n}' "$1.cs" || echo null; }
 # median_ms LOG: the median iteration time after the first 3 iterations
 median_ms() {
     grep -o 'elapsed time per iteration (ms): [0-9.]*' "$1" | awk '{print $NF}' | tail -n +4 |
@@ -90,8 +101,8 @@ for r in $(seq 1 "$rounds"); do
             l0=$(load)
             run "$cfg" "$pol" "$tmp/a.log"
             a=$(median_ms "$tmp/a.log")
-            printf '{"bench":"share","round":%s,"config":"%s","policy":"%s","mode":"alone","ms":%s,"loadavg":%s}\n' \
-                "$r" "$cfg" "$pol" "$a" "$l0" | tee -a "$results"
+            printf '{"bench":"share","round":%s,"config":"%s","policy":"%s","mode":"alone","ms":%s,"sleeps_per_iter":%s,"loadavg":%s}\n' \
+                "$r" "$cfg" "$pol" "$a" "$(sleeps "$tmp/a.log")" "$l0" | tee -a "$results"
             [ "$pairs" = 1 ] || continue
             l0=$(load)
             run "$cfg" "$pol" "$tmp/p1.log" &
