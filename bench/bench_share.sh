@@ -28,7 +28,7 @@
 set -u
 build=${1:-build}
 case $build in --*) build=build ;; *) shift || true ;; esac
-rounds=3 iters=20 configs="small c" policies="libgomp ptdp passive" pairs=1
+rounds=3 iters=20 configs="small c" policies="libgomp ptdp passive spin:300 spin:3000" pairs=1
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift 2 ;;

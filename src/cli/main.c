@@ -16,11 +16,12 @@
  * core through every short wait at a barrier; when another process wants
  * the core (two jobs on one machine, a test suite beside a run) that spin is
  * taken from it at every parallel region, and two 2-thread jobs on 2 cores
- * ran 25 times slower each instead of twice. A short spin keeps the quiet
- * machine's speed (a thread sleeps only after a gap longer than the spin)
- * and hands the core over within microseconds. docs/performance.md has the
- * measurements. */
-#define PTDP_SPINCOUNT "10000"
+ * ran 25 times slower each instead of twice. 1,000 (about 40 us on the
+ * 2-core Zen 5) outlasts all but a few of the gaps between the parallel
+ * regions of an iteration, so a quiet machine wakes few threads, and hands
+ * a contended core over within tens of microseconds. docs/performance.md
+ * has the measurements ("Two jobs on one machine"). */
+#define PTDP_SPINCOUNT "1000"
 
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its
  * constructor, before main runs (and glibc's own start-up replaces an
