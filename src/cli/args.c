@@ -493,7 +493,7 @@ int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_
     ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
     int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     *json_keep = NULL;
-    ptdp__flag_report rep = {0};
+    ptdp__flag_report rep = {.megatron = which == PTDP_ARGS_TRAIN};
     int rc = apply_json_text(a, opts, n, text, len, name, json_keep, &rep);
     return rc ? rc : ptdp__megatron_report(&rep);
 }
@@ -528,7 +528,7 @@ static void scan_flags(ptdp_args *a, ptdp_opt *opts, int n, int argc, char **arg
         int nargs = 0;
         if (o)
             nargs = o->type == PTDP_OPT_BOOL || o->type == PTDP_OPT_NEGBOOL ? 0 : 1;
-        else if ((nargs = ptdp__megatron_nargs(name)) < 0)
+        else if ((nargs = rep->megatron ? ptdp__megatron_nargs(name) : -1) < 0)
             for (nargs = 0; i + 1 + nargs < argc && strncmp(argv[i + 1 + nargs], "--", 2);) nargs++;
         if (eq) nargs = 0;
         if (i + nargs >= argc) nargs = argc - 1 - i; /* a missing value: the parser says so */
@@ -548,7 +548,7 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
     int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     *json_keep = NULL;
     *want_help = 0;
-    ptdp__flag_report rep = {0};
+    ptdp__flag_report rep = {.megatron = which == PTDP_ARGS_TRAIN};
     /* find --config first so the command line overrides the file */
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;

@@ -218,6 +218,7 @@ void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_a
 /* ---- Megatron-LM's flags that are not in the table (megatron_flags.c) ---------- */
 /* Every unknown or refused flag of one command line, for one message. */
 typedef struct {
+    int megatron; /* 1: the command takes Megatron-LM's training flags (train) */
     int count, left_out;
     char first[1024]; /* the first problem: the whole message when it is the only one */
     char lines[3072]; /* "\n  PROBLEM" for each one */
@@ -227,7 +228,8 @@ typedef struct {
  * opts takes it as it is (the parser then sets it), 1 when it is dealt with
  * here: an inert Megatron-LM flag is recorded in a->inert, a refused one, a
  * refused value of a flag of the table (--normalization RMSNorm) or an
- * unknown flag is added to the report. */
+ * unknown flag is added to the report. Without r->megatron every flag the
+ * table lacks is unknown. */
 int ptdp__megatron_check(ptdp_opt *opts, int nopts, const char *name, const char *value,
                          const char *origin, ptdp_args *a, ptdp__flag_report *r);
 /* Values a Megatron-LM flag of the table above takes (0: a switch), -1 when

@@ -33,7 +33,9 @@ static void usage(FILE *f, const char *cmd, int which) {
             "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
             "--train-iters --lr and a data source (--data-path PREFIX, --token-file FILE or --mock-data).\n"
             "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
-            "--pipeline-model-parallel-size p; d is derived).\n\n");
+            "--pipeline-model-parallel-size p; d is derived). Megatron-LM flags not listed here\n"
+            "are accepted where they change nothing in ptdp (said at start-up) or refused with\n"
+            "what to use: docs/megatron.md.\n\n");
     else
         fprintf(
             f,

@@ -278,7 +278,7 @@ int ptdp__megatron_check(ptdp_opt *opts, int nopts, const char *name, const char
     if (o) {
         if (o->type != PTDP_OPT_STR || !o->choices || !value || in_choices(o->choices, value))
             return 0;
-        for (size_t i = 0; i < sizeof refused_values / sizeof refused_values[0]; i++)
+        for (size_t i = 0; r->megatron && i < sizeof refused_values / sizeof refused_values[0]; i++)
             if (!strcmp(refused_values[i].flag, name) &&
                 (!refused_values[i].value || !strcmp(refused_values[i].value, value))) {
                 if (refused_values[i].value)
@@ -290,7 +290,7 @@ int ptdp__megatron_check(ptdp_opt *opts, int nopts, const char *name, const char
             }
         return 0; /* the parser's "must be one of" */
     }
-    const megatron_flag *f = find(name);
+    const megatron_flag *f = r->megatron ? find(name) : NULL;
     if (f && f->kind == INERT && f->values && value && !in_choices(f->values, value)) {
         snprintf(text, sizeof text, "--%s %s is not supported: ptdp accepts %s (%s)", name, value,
                  f->values, f->say);
