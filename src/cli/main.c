@@ -24,10 +24,10 @@
 #define PTDP_SPINCOUNT "1000"
 
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its
- * constructor, before main runs (and glibc's own start-up replaces an
- * environment changed earlier, in .preinit_array), so ptdp sets the
- * variable and runs itself again: one exec, before anything else. What the
- * user set wins; commands that run no parallel work skip it. */
+ * constructor, before main runs (a change made earlier, from .preinit_array,
+ * is undone by glibc's own start-up), so ptdp sets the variable and runs
+ * itself again: one exec, before anything else. What the user set wins;
+ * commands that run no parallel work skip it. */
 static void spin_policy(int argc, char **argv) {
     static const char *const parallel[] = {"train", "generate", "export", "preprocess", "plan"};
     int wanted = 0;
