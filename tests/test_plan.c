@@ -325,6 +325,36 @@ static void test_cluster_file(void) {
                   sizeof c.elementwise_efficiency) &&
           !memcmp(c2.attention_flops, c.attention_flops, sizeof c.attention_flops));
     free(buf);
+    /* a shared node (what --calibrate writes): one node holds every rank
+     * (devices_per_node 0), whose memory_bytes is the node's, 1/k for each of
+     * the job's k ranks; "machine" is read and written back; a node of
+     * devices (GPUs) keeps its per-device memory and needs a device count */
+    char shared[2048];
+    snprintf(shared, sizeof shared, "%s",
+             "{\"name\": \"x\", \"machine\": \"Some CPU, 2 cores, 24 GiB\","
+             " \"peak_flops\": {\"fp32\": 1, \"fp16\": 2, \"bf16\": 2},"
+             " \"memory_bytes\": 24e9, \"devices_per_node\": 0, \"shared_node\": 2,"
+             " \"mem_bandwidth\": 1e9, \"intra_bandwidth\": 1e9, \"intra_latency\": 0,"
+             " \"inter_bandwidth\": 1e9, \"inter_latency\": 0, \"gemm_efficiency\": 1,"
+             " \"gemm_half_dim\": 8, \"overhead_s\": 0, \"elementwise_efficiency\": 1}");
+    CHECK_OK(ptdp_cluster_parse(shared, "shared", &c));
+    CHECK(!strcmp(c.machine, "Some CPU, 2 cores, 24 GiB"));
+    CHECK(ptdp_plan_ranks_per_node(&c, 6) == 6 && ptdp_plan_device_memory(&c, 2) == 12e9 &&
+          ptdp_plan_device_memory(&c, 8) == 3e9);
+    f = open_memstream(&buf, &len);
+    CHECK_OK(ptdp_cluster_write(f, &c));
+    fclose(f);
+    CHECK_OK(ptdp_cluster_parse(buf, "written", &c2));
+    CHECK(!strcmp(c2.machine, c.machine) && c2.devices_per_node == 0 && c2.memory_bytes == 24e9);
+    free(buf);
+    c.devices_per_node = 4; /* 8 ranks: 4 per node, each node's memory over its 4 */
+    CHECK(ptdp_plan_ranks_per_node(&c, 8) == 4 && ptdp_plan_device_memory(&c, 8) == 6e9);
+    c.shared_node = 0;
+    CHECK(ptdp_plan_device_memory(&c, 8) == 24e9);
+    char *zero = strstr(shared, "\"shared_node\": 2");
+    zero[strlen("\"shared_node\": ")] = '0';
+    CHECK(ptdp_cluster_parse(shared, "gpus", &c) == PTDP_EFORMAT);
+    CHECK(strstr(ptdp_last_error(), "devices_per_node") != NULL);
     /* a precision missing, an efficiency above 1, a rate that is not an object */
     const char *bads[][2] = {
         {"\"bf16\": 0.7}", "\"bf17\": 0.7}"},

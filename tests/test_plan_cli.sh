@@ -144,6 +144,48 @@ grep -q "this prediction is for ptdp's CPU bf16: 16-bit values in fp32 storage" 
     bad "local --bf16: the table does not say which storage it predicts: $(tail -4 "$tmp/lpt")"
 grep -q "^ptdp train .* --bf16 --train-iters N" "$tmp/lpt" && ok ||
     bad "local --bf16: the best layout's flags lack --bf16: $(grep '^ptdp train' "$tmp/lpt")"
+# ---- ranks sharing a node share its memory: each of the job's k ranks on the node has 1/k of
+# it (the issue: a 2-rank job was planned with 1/8 of the machine and refused, then ran) -----
+sed -e 's/"devices_per_node": [0-9]*/"devices_per_node": 0/' \
+    -e 's/"memory_bytes": [0-9.e+]*/"memory_bytes": 16e9/' -e '/"machine"/d' \
+    "$PTDP_SRC/clusters/local.json" >"$tmp/node16.json"
+gpt2m=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 50257
+    --global-batch-size 8)
+"$PTDP" plan --cluster "$tmp/node16.json" --num-devices 2 "${gpt2m[@]}" --json >"$tmp/fit.json" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "GPT-2 medium on 2 ranks sharing 16 GB: $(cat "$tmp/err")"
+python3 - "$tmp/fit.json" <<'PY' && ok || bad "2 ranks sharing 16 GB: $(head -c 600 "$tmp/fit.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["device_memory_bytes"] == 8e9, j["device_memory_bytes"]
+assert j["layouts"] and all(x["memory_bytes_per_device"] <= 8e9 for x in j["layouts"])
+assert j["layouts"][0]["memory_bytes_per_device"] > 16e9 / 8  # the old 1/8 share would refuse it
+PY
+"$PTDP" plan --cluster "$tmp/node16.json" --num-devices 2 "${gpt2m[@]}" >"$tmp/out" 2>&1
+grep -q "cluster local: 2 ranks, 2 per node, each with 7.5 GiB (the node's 14.9 GiB over its ranks)" "$tmp/out" &&
+    ok || bad "the table's header does not say the memory per rank: $(head -2 "$tmp/out")"
+# a job that needs more than half of the node on each of 2 ranks is refused, saying so
+expect_error "does not fit: needs .* GiB of 7.5 GiB per device (the node's 14.9 GiB shared by 2 ranks)" \
+    --cluster "$tmp/node16.json" --num-devices 2 --num-layers 24 --hidden-size 2048 \
+    --num-attention-heads 16 --seq-length 1024 --vocab-size 50257 --global-batch-size 8
+# 4 ranks: a quarter each
+"$PTDP" plan --cluster "$tmp/node16.json" --num-devices 4 "${gpt2m[@]}" --json >"$tmp/fit4.json" 2>&1
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["device_memory_bytes"] == 4e9' "$tmp/fit4.json" &&
+    ok || bad "4 ranks sharing 16 GB: $(head -c 300 "$tmp/fit4.json")"
+# `plan --help` calls the shipped local description "this machine" only when --calibrate wrote
+# it here: an installed copy whose description names another machine says so, and so does the
+# table planned on it
+mkdir -p "$tmp/inst/bin" "$tmp/inst/share/ptdp/clusters"
+cp "$PTDP" "$tmp/inst/bin/ptdp"
+sed 's/"name": "local",/"name": "local", "machine": "Other CPU, 64 cores, 512 GiB",/' "$tmp/node16.json" \
+    >"$tmp/inst/share/ptdp/clusters/local.json"
+"$tmp/inst/bin/ptdp" plan --help >"$tmp/help" 2>&1
+grep -q "local (measured by --calibrate on Other CPU, 64 cores, 512 GiB," "$tmp/help" &&
+    grep -q "^not on this machine, " "$tmp/help" && ! grep -q "this machine:" "$tmp/help" && ok ||
+    bad "plan --help with a description of another machine: $(grep -A2 'local' "$tmp/help")"
+"$tmp/inst/bin/ptdp" plan --cluster local --num-devices 2 "${gpt2m[@]}" >"$tmp/out" 2>&1
+grep -q "^note: this description was measured on Other CPU, 64 cores, 512 GiB, not on this machine" "$tmp/out" &&
+    ok || bad "plan on another machine's description: $(head -3 "$tmp/out")"
+
 # --calibrate writes a description the planner reads, with ptdp's flash attention and the
 # memory-bound kernels measured per precision, and --explain charges attention as that kernel
 OMP_NUM_THREADS=1 "$PTDP" plan --calibrate --out "$tmp/cal.json" >"$tmp/cal.out" 2>&1 ||
@@ -155,6 +197,12 @@ precs = ("fp32", "fp16", "bf16")
 att, ew = c["attention_flops"], c["elementwise_efficiency"]
 ew = ew if isinstance(ew, dict) else {p: ew for p in precs}
 assert all(att[p] > 1e8 and 0 < ew[p] <= 1 for p in precs), (att, ew)
+# the node (this machine) holds every rank of a job and its memory is the node's, which the
+# planner divides among them: at least half of the machine's memory was available
+total = [int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal:")][0]
+assert c["devices_per_node"] == 0 and c["shared_node"] >= 1, c
+assert 0.5 * total <= c["memory_bytes"] <= total, (c["memory_bytes"], total)
+assert c["machine"].endswith(" GiB") and " cores, " in c["machine"], c["machine"]
 PY
 "$PTDP" plan --cluster "$tmp/cal.json" --num-devices 1 "${small[@]}" --no-recompute \
     --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --explain >"$tmp/cal.explain" 2>&1

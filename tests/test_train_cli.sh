@@ -60,6 +60,21 @@ rc=$?
 expect_error 2 "--recompute-method and --recompute-num-layers go with --recompute-granularity full" \
     train $M --mock-data --recompute-granularity selective --recompute-method uniform
 expect_error 2 "--recompute-granularity must be one of" train $M --mock-data --recompute-granularity some
+# full recomputation needs --recompute-num-layers (Megatron's TransformerConfig), at most the
+# layers of a pipeline rank
+RCF="--recompute-granularity full --recompute-method"
+expect_error 2 "--recompute-method uniform needs --recompute-num-layers N (the layers of each recomputed group)" \
+    train $M --mock-data $RCF uniform
+expect_error 2 "--recompute-method block needs --recompute-num-layers N" train $M --mock-data $RCF block
+expect_error 2 "--recompute-num-layers 3 is more than the model's --num-layers 2; give 1 to 2" \
+    train $M --mock-data $RCF uniform --recompute-num-layers 3
+"$PTDP" train $M --mock-data $RCF block --recompute-num-layers 2 >/dev/null 2>"$tmp/err" && ok ||
+    bad "--recompute-num-layers equal to the layers: $(cat "$tmp/err")"
+"$MPIRUN" --oversubscribe -np 2 "$PTDP" train $M --mock-data --num-layers 4 --pipeline-model-parallel-size 2 \
+    $RCF uniform --recompute-num-layers 3 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && [ "$(grep -c '^ptdp: error: --recompute-num-layers 3 is more than the 2 layers of a pipeline rank (--num-layers 4 over --pipeline-model-parallel-size 2); give 1 to 2' "$tmp/err")" = 2 ] &&
+    ! grep -q iteration "$tmp/out" && ok || bad "--recompute-num-layers 3 with 2 layers per stage: status $rc, $(cat "$tmp/err")"
 "$PTDP" train $M --mock-data --overlap-grad-reduce >/dev/null 2>"$tmp/err" && ok || bad "--overlap-grad-reduce: $(cat "$tmp/err")"
 expect_error 2 "--ffn-hidden-size 255 is not divisible by --tensor-model-parallel-size 2" \
     train $M --mock-data --ffn-hidden-size 255 --tensor-model-parallel-size 2
@@ -310,7 +325,8 @@ JSON
 # ---- --dump-config: the run's flags as a --config file that repeats the run exactly -----
 DC="$MODEL --mock-data --lr 2e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 1 --train-iters 4
  --global-batch-size 4 --micro-batch-size 2 --seed 77 --hidden-dropout 0.2 --weight-decay 0.05 --adam-beta2 0.95
- --clip-grad 0.5 --recompute-granularity full --recompute-method uniform --no-overlap-grad-reduce"
+ --clip-grad 0.5 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+ --no-overlap-grad-reduce"
 "$PTDP" train $DC --dump-config "$tmp/dump.json" --log-jsonl "$tmp/d1.jsonl" >"$tmp/out" 2>&1 && ok ||
     bad "--dump-config run: $(tail -2 "$tmp/out")"
 for k in '"lr":	0.002' '"min_lr":	0.0001' '"lr_decay_style":	"cosine"' '"seed":	77' '"hidden_dropout":	0.2' \
@@ -435,8 +451,9 @@ cmp -s "$tmp/x1.safetensors" "$tmp/r1.safetensors" && ok || bad "export and trai
 # LayerNorm epsilon; current Megatron's name for v equals the old one
 A=(train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1
    --global-batch-size 4 --vocab-size 128 --mock-data --lr 1e-3 --train-iters 3 --log-interval 1)
-expect_error 2 "--normalization must be one of LayerNorm" "${A[@]}" --normalization RMSNorm
-expect_error 2 "--position-embedding-type must be one of learned_absolute" "${A[@]}" --position-embedding-type rope
+expect_error 2 "--normalization RMSNorm is not supported: ptdp's GPT is GPT-2's (LayerNorm)" "${A[@]}" --normalization RMSNorm
+expect_error 2 "--position-embedding-type rope is not supported" "${A[@]}" --position-embedding-type rope
+expect_error 2 "--normalization must be one of LayerNorm, got 'Layernorm'" "${A[@]}" --normalization Layernorm
 "$PTDP" "${A[@]}" --log-jsonl "$tmp/arch0.jsonl" >/dev/null 2>&1 || bad "plain run failed"
 "$PTDP" "${A[@]}" --normalization LayerNorm --position-embedding-type learned_absolute --norm-epsilon 1e-5 \
     --log-jsonl "$tmp/arch1.jsonl" >/dev/null 2>&1 || bad "run with Megatron's architecture flags failed"

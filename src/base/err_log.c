@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static _Thread_local char g_errmsg[1024];
+/* room for a report of every bad flag of a command line (cli/) */
+static _Thread_local char g_errmsg[4096];
 /* Rank identity is process-wide, written once at start-up before any thread
  * runs; the abort hook likewise. */
 static int g_rank = -1, g_dp, g_pp, g_tp;

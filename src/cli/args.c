@@ -53,6 +53,7 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->tensorboard_queue_size = 1000;
     a->log_loss_scale_to_tensorboard = 1;
     a->log_learning_rate_to_tensorboard = 1;
+    a->optimizer = "adam";
 }
 
 #define I(name, field, help, lo, hi) \
@@ -126,6 +127,8 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "stop once training has run this many minutes (saving with --save; 0: off)", 0, 1e9),
         B("exit-signal-handler", exit_signal_handler,
           "on SIGTERM (a preemption notice), finish the iteration, save with --save and exit 0"),
+        B("recompute-activations", recompute_activations,
+          "Megatron's shorthand for --recompute-granularity selective"),
         S("recompute-granularity", recompute_granularity,
           "activation recomputation: full reruns each layer group's forward before its "
           "backward; selective reruns only core attention (the s x s part)",
@@ -145,6 +148,8 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
          0},
     };
     const ptdp_opt optimizer[] = {
+        S("optimizer", optimizer,
+          "AdamW, which is Megatron's adam (decoupled --weight-decay); the only choice", "adam"),
         F("weight-decay", weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0,
           100),
         F("clip-grad", clip_grad, "clip the global gradient norm to this (0: off)", 0, 1e9),
@@ -262,6 +267,10 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
           "resume from the checkpoint in this directory (saved under any parallel layout)", NULL),
         B("no-load-optim", no_load_optim,
           "with --load: load weights and iteration, start a fresh optimizer"),
+        B("use-checkpoint-args", use_checkpoint_args,
+          "with --load: take the model flags not given (--num-layers, --hidden-size, "
+          "--num-attention-heads, --ffn-hidden-size, --seq-length, --max-position-embeddings) "
+          "from the checkpoint"),
         B("finetune", finetune,
           "with --load: load weights only; iteration 0, fresh optimizer and data position"),
         B("overwrite-checkpoints", overwrite_checkpoints,
@@ -422,9 +431,11 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
     return text;
 }
 
-/* Applies the JSON object text[len] (named `path` in messages) to opts. */
-static int apply_json_text(ptdp_opt *opts, int n, const char *text, size_t len, const char *path,
-                           void **json_keep) {
+/* Applies the JSON object text[len] (named `path` in messages) to opts; keys
+ * that are inert or refused Megatron-LM flags, or unknown, go to the report
+ * (the other errors return at once). */
+static int apply_json_text(ptdp_args *a, ptdp_opt *opts, int n, const char *text, size_t len,
+                           const char *path, void **json_keep, ptdp__flag_report *rep) {
     char what[300];
     snprintf(what, sizeof what, "--config %s", path);
     if (ptdp_json_check(text, len, PTDP_JSON_MAX_DEPTH, what)) return PTDP_EINVAL;
@@ -462,18 +473,20 @@ static int apply_json_text(ptdp_opt *opts, int n, const char *text, size_t len, 
                                it->string);
         char origin[300];
         snprintf(origin, sizeof origin, "key in %s:", path);
+        if (ptdp__megatron_check(opts, n, name, v, origin, a, rep)) continue;
         int rc = ptdp_opt_set(opts, n, name, v, origin);
         if (rc) return rc;
     }
     return PTDP_OK;
 }
 
-static int apply_json(ptdp_opt *opts, int n, const char *path, void **json_keep) {
+static int apply_json(ptdp_args *a, ptdp_opt *opts, int n, const char *path, void **json_keep,
+                      ptdp__flag_report *rep) {
     char *text = NULL;
     size_t len = 0;
     int rc = ptdp_read_file(path, "--config file", &text, &len);
     if (rc) return rc;
-    rc = apply_json_text(opts, n, text, len, path, json_keep);
+    rc = apply_json_text(a, opts, n, text, len, path, json_keep, rep);
     free(text);
     return rc;
 }
@@ -483,7 +496,53 @@ int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_
     ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
     int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     *json_keep = NULL;
-    return apply_json_text(opts, n, text, len, name, json_keep);
+    ptdp__flag_report rep = {.megatron = which == PTDP_ARGS_TRAIN};
+    int rc = apply_json_text(a, opts, n, text, len, name, json_keep, &rep);
+    return rc ? rc : ptdp__megatron_report(&rep);
+}
+
+/* The flags of argv (after --data-path's list was taken out) that the
+ * option parser takes go to kept[]; the others are Megatron-LM flags ptdp
+ * accepts as inert (recorded in a), or problems for the report: refused
+ * flags or values and unknown flags, each skipped with its values (an
+ * unknown flag's: every word up to the next flag). */
+static void scan_flags(ptdp_args *a, ptdp_opt *opts, int n, int argc, char **argv, char **kept,
+                       int *nkept, ptdp__flag_report *rep) {
+    *nkept = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0 || !arg[2] || !strcmp(arg, "--help")) {
+            kept[(*nkept)++] = argv[i]; /* the parser says what is wrong with it */
+            continue;
+        }
+        char name[128];
+        const char *eq = strchr(arg + 2, '=');
+        const size_t len = eq ? (size_t)(eq - (arg + 2)) : strlen(arg + 2);
+        if (len >= sizeof name) {
+            kept[(*nkept)++] = argv[i];
+            continue;
+        }
+        memcpy(name, arg + 2, len);
+        name[len] = 0;
+        for (char *c = name; *c; c++)
+            if (*c == '_') *c = '-';
+        const ptdp_opt *o = ptdp_opt_find(opts, n, name);
+        /* how many words after this one belong to it */
+        int nargs = 0;
+        if (o)
+            nargs = o->type == PTDP_OPT_BOOL || o->type == PTDP_OPT_NEGBOOL ? 0 : 1;
+        else if ((nargs = rep->megatron ? ptdp__megatron_nargs(name) : -1) < 0)
+            for (nargs = 0; i + 1 + nargs < argc && strncmp(argv[i + 1 + nargs], "--", 2);) nargs++;
+        if (eq) nargs = 0;
+        if (i + nargs >= argc) nargs = argc - 1 - i; /* a missing value: the parser says so */
+        const char *value = eq ? eq + 1 : nargs ? argv[i + 1] : NULL;
+        if (ptdp__megatron_check(opts, n, name, value, "flag", a, rep)) {
+            i += nargs;
+            continue;
+        }
+        for (int k = 0; k <= nargs; k++) kept[(*nkept)++] = argv[i + k];
+        i += nargs;
+    }
 }
 
 int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_help,
@@ -491,21 +550,24 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
     ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
     int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     *json_keep = NULL;
+    *want_help = 0;
+    ptdp__flag_report rep = {.megatron = which == PTDP_ARGS_TRAIN};
     /* find --config first so the command line overrides the file */
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "--config") && i + 1 < argc) v = argv[i + 1];
         if (!strncmp(argv[i], "--config=", 9)) v = argv[i] + 9;
         if (v) {
-            int rc = apply_json(opts, n, v, json_keep);
+            int rc = apply_json(a, opts, n, v, json_keep, &rep);
             if (rc) return rc;
             a->config = v;
         }
     }
     /* --data-path takes a list: the values up to the next flag */
-    char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+    char **rest = malloc(sizeof(char *) * (size_t)(2 * argc + 1));
     if (!rest) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
-    int nrest = 0, from_cli = 0;
+    char **kept = rest + argc;
+    int nrest = 0, nkept = 0, from_cli = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--data-path") != 0) {
             rest[nrest++] = argv[i];
@@ -534,8 +596,22 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
              tok = strtok(NULL, " \t"))
             a->data_paths[a->n_data_paths++] = tok;
     }
-    int rc = ptdp_opts_parse(opts, n, nrest, rest, want_help);
+    /* every flag ptdp cannot run is reported at once, before any other error */
+    scan_flags(a, opts, n, nrest, rest, kept, &nkept, &rep);
+    for (int i = 0; i < nrest; i++)
+        if (!strcmp(rest[i], "--help") || !strcmp(rest[i], "-h")) *want_help = 1;
+    int rc = *want_help ? PTDP_OK : ptdp__megatron_report(&rep);
+    if (rc == PTDP_OK) rc = ptdp_opts_parse(opts, n, nkept, kept, want_help);
     free(rest);
+    if (rc == PTDP_OK && a->recompute_activations) {
+        /* Megatron's validate_args: --recompute-activations means selective */
+        if (a->recompute_granularity && strcmp(a->recompute_granularity, "selective"))
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--recompute-activations (selective recomputation) and "
+                               "--recompute-granularity %s exclude each other; give one",
+                               a->recompute_granularity);
+        a->recompute_granularity = "selective";
+    }
     return rc;
 }
 
@@ -591,6 +667,51 @@ static int check_schedule_flags(const ptdp_args *a, int64_t B) {
                            "--train-samples %lld is less than one global batch (%lld samples); "
                            "give at least %lld, or 0 to train nothing",
                            (long long)a->train_samples, (long long)B, (long long)B);
+    return PTDP_OK;
+}
+
+/* Megatron's TransformerConfig for full recomputation: --recompute-num-layers
+ * is required (for both methods) and at most the layers of a pipeline rank
+ * (Megatron's num_layers / p; with virtual stages the rank's chunks
+ * together, with uneven stages the fullest rank); a larger value would mean
+ * no more than that, so it is a mistake to point out, not a setting. */
+static int check_recompute_layers(const ptdp_args *a, int64_t pp, int64_t v,
+                                  const ptdp_stage_layout *L) {
+    const int uniform = !strcmp(a->recompute_method, "uniform");
+    if (!a->recompute_num_layers)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--recompute-method %s needs --recompute-num-layers N (%s), as in "
+                           "Megatron-LM; e.g. --recompute-num-layers 1",
+                           a->recompute_method,
+                           uniform ? "the layers of each recomputed group"
+                                   : "the layers recomputed in each pipeline stage");
+    int64_t most = 0;
+    for (int r = 0; r < pp; r++) {
+        int64_t on_rank = 0;
+        for (int c = 0; c < v; c++) {
+            int64_t b = 0, e = 0;
+            ptdp_stage_layout_range(L, a->num_layers, (int)pp, (int)v, (int)(c * pp + r), &b, &e);
+            on_rank += e - b;
+        }
+        if (on_rank > most) most = on_rank;
+    }
+    if (a->recompute_num_layers > most) {
+        char where[160];
+        if (pp == 1)
+            snprintf(where, sizeof where, "the model's --num-layers %lld", (long long)most);
+        else if (ptdp_stage_layout_is_even(L))
+            snprintf(where, sizeof where,
+                     "the %lld layers of a pipeline rank (--num-layers %lld over "
+                     "--pipeline-model-parallel-size %lld)",
+                     (long long)most, (long long)a->num_layers, (long long)pp);
+        else
+            snprintf(where, sizeof where, "the %lld layers of the fullest pipeline rank",
+                     (long long)most);
+        return ptdp_errorf(
+            PTDP_ECONFIG, "--recompute-num-layers %lld is more than %s; give 1 to %lld (%s)",
+            (long long)a->recompute_num_layers, where, (long long)most,
+            uniform ? "layers per recomputed group" : "layers recomputed in each stage");
+    }
     return PTDP_OK;
 }
 
@@ -807,6 +928,10 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
             return ptdp_errorf(
                 PTDP_ECONFIG,
                 "--recompute-granularity full needs --recompute-method uniform|block");
+        if (a->recompute_granularity && !selective) {
+            int rrc = check_recompute_layers(a, pp, v, &layout);
+            if (rrc) return rrc;
+        }
         if (a->sequence_parallel && t > 1 && a->seq_length % t)
             return ptdp_errorf(
                 PTDP_ECONFIG,

@@ -30,6 +30,10 @@ int ptdp_cmd_plan(int argc, char **argv);
  * writes a cluster description to `out` (NULL: stdout, rank 0). Returns the
  * exit status; every rank of the job must call it. */
 int ptdp__cli_plan_calibrate(const char *out);
+/* This machine as --calibrate records it in a description's "machine":
+ * the CPU's model name, the online cores and the memory, e.g. "AMD EPYC, 2
+ * cores, 23 GiB". */
+void ptdp__cli_machine(char *buf, size_t cap);
 
 /* Opens the GPT-2 BPE tokenizer from --vocab-file/--merge-file, printing
  * one error naming the flag; returns an exit status (0 ok). */
@@ -83,6 +87,8 @@ int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_N
 int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, int allow_extra);
 
 /* ---- flags ------------------------------------------------------------------ */
+/* Room for the inert Megatron-LM flags one command line names. */
+#define PTDP_ARGS_MAX_INERT 64
 /* The flags shared by `ptdp train`, `ptdp export` and friends:
  * Megatron-LM's names and defaults, one table, `--config FILE.json` with the
  * same keys. Parsing validates everything before any work starts. */
@@ -153,6 +159,18 @@ typedef struct {
     int no_load_optim, finetune;
     int overwrite_checkpoints;
     int override_scheduler, use_checkpoint_scheduler;
+    int use_checkpoint_args; /* fill the model flags not given from --load's checkpoint */
+    /* Megatron's --recompute-activations (selective recomputation) and
+     * --optimizer (adam only: AdamW with --weight-decay) */
+    int recompute_activations;
+    const char *optimizer;
+    /* Megatron-LM flags accepted because they change nothing in ptdp
+     * (megatron_flags.c): the flag's name without "--", its value (NULL for
+     * a switch) and why; `ptdp train` names each once at start-up */
+    struct {
+        const char *name, *value, *why;
+    } inert[PTDP_ARGS_MAX_INERT];
+    int n_inert;
 } ptdp_args;
 
 /* Which flags a command takes. */
@@ -203,5 +221,29 @@ int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);
 void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
 /* Room for every flag of one command (ptdp_args_table's cap). */
 #define PTDP_ARGS_MAX_FLAGS 128
+
+/* ---- Megatron-LM's flags that are not in the table (megatron_flags.c) ---------- */
+/* Every unknown or refused flag of one command line, for one message. */
+typedef struct {
+    int megatron; /* 1: the command takes Megatron-LM's training flags (train) */
+    int count, left_out;
+    char first[1024]; /* the first problem: the whole message when it is the only one */
+    char lines[3072]; /* "\n  PROBLEM" for each one */
+} ptdp__flag_report;
+/* Looks at one flag `name` (no "--"; `value` NULL when it has none) that
+ * `origin` ("flag", or "key in FILE:") gave: returns 0 when the option table
+ * opts takes it as it is (the parser then sets it), 1 when it is dealt with
+ * here: an inert Megatron-LM flag is recorded in a->inert, a refused one, a
+ * refused value of a flag of the table (--normalization RMSNorm) or an
+ * unknown flag is added to the report. Without r->megatron every flag the
+ * table lacks is unknown. */
+int ptdp__megatron_check(ptdp_opt *opts, int nopts, const char *name, const char *value,
+                         const char *origin, ptdp_args *a, ptdp__flag_report *r);
+/* Values a Megatron-LM flag of the table above takes (0: a switch), -1 when
+ * the name is not there. */
+int ptdp__megatron_nargs(const char *name);
+/* PTDP_OK for an empty report, else PTDP_EINVAL with one message naming
+ * every flag of the report (a lone problem keeps its own one-line text). */
+int ptdp__megatron_report(const ptdp__flag_report *r);
 
 #endif

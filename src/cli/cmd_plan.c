@@ -32,21 +32,46 @@ typedef struct {
     int seqpar;
 } plan_flags;
 
+static void cluster_path(const char *name, char *buf, size_t cap);
+
+/* What the shipped `local` description is: this machine only when
+ * --calibrate wrote it here (its "machine" names this one). */
+static void describe_local(char *buf, size_t cap) {
+    char path[4096], here[128];
+    ptdp_cluster c;
+    cluster_path("local", path, sizeof path);
+    ptdp__cli_machine(here, sizeof here);
+    if (ptdp_cluster_load(path, &c) != PTDP_OK)
+        snprintf(buf, cap, "local (missing or unreadable: %s; write it with --calibrate)", path);
+    else if (!strcmp(c.machine, here))
+        snprintf(buf, cap, "local (this machine: %s, measured by --calibrate)", here);
+    else
+        snprintf(buf, cap,
+                 "local (measured by --calibrate on %s,\nnot on this machine, %s: `ptdp plan "
+                 "--calibrate --out FILE`\nmeasures this one for --cluster FILE)",
+                 c.machine[0] ? c.machine : "another machine", here);
+}
+
 static void usage(FILE *f, const ptdp_opt *opts, int nopts) {
+    char local[4608];
+    describe_local(local, sizeof local);
     fprintf(
-        f, "usage: ptdp plan --cluster NAME|FILE --num-devices N --num-layers L --hidden-size H\n"
-           "                 --num-attention-heads A --seq-length S --global-batch-size B\n"
-           "                 [--vocab-size V] [--fp16|--bf16] [--recompute-granularity full]\n"
-           "                 [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]\n"
-           "                 [--virtual-pipeline-model-parallel-size V] [--micro-batch-size b]\n"
-           "                 [--json] [--explain] [--show-rejected]\n"
-           "       ptdp plan --calibrate [--out FILE.json]   (mpirun -np 2 or more: also links)\n\n"
-           "Predicts every layout (t, p, d = N/(t p), v, b, recomputation) of the model on N "
-           "devices\nof the cluster, ranks those that fit in memory by predicted iteration time "
-           "and prints\nthe best one's `ptdp train` flags. Given parallel sizes are pinned and "
-           "only the rest is\nsearched. Clusters shipped: a100-superpod, h100-dgx, local "
-           "(this machine, from\n--calibrate). The model and its equations: docs/planner.md.\n\n"
-           "flags:\n");
+        f,
+        "usage: ptdp plan --cluster NAME|FILE --num-devices N --num-layers L --hidden-size H\n"
+        "                 --num-attention-heads A --seq-length S --global-batch-size B\n"
+        "                 [--vocab-size V] [--fp16|--bf16] [--recompute-granularity full]\n"
+        "                 [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]\n"
+        "                 [--virtual-pipeline-model-parallel-size V] [--micro-batch-size b]\n"
+        "                 [--json] [--explain] [--show-rejected]\n"
+        "       ptdp plan --calibrate [--out FILE.json]   (mpirun -np 2 or more: also links)\n\n"
+        "Predicts every layout (t, p, d = N/(t p), v, b, recomputation) of the model on N "
+        "devices\nof the cluster, ranks those that fit in memory by predicted iteration time "
+        "and prints\nthe best one's `ptdp train` flags. Given parallel sizes are pinned and "
+        "only the rest is\nsearched. Clusters shipped: a100-superpod, h100-dgx, and\n%s.\n"
+        "On a description of ranks sharing a node (local), each of the job's ranks on the "
+        "node\nhas the node's memory over their number. The model and its equations: "
+        "docs/planner.md.\n\nflags:\n",
+        local);
     ptdp_opts_help(f, opts, nopts);
 }
 
@@ -161,11 +186,12 @@ static void print_json(const plan_flags *F, const ptdp_cluster *c, const ptdp_pl
             ", \"num_devices\": %lld, \"precision\": \"%s\", \"model\": {\"num_layers\": %lld, "
             "\"hidden_size\": %lld, \"num_attention_heads\": %lld, \"ffn_hidden_size\": %lld, "
             "\"seq_length\": %lld, \"vocab_size\": %lld, \"global_batch_size\": %lld}, "
-            "\"num_fit\": %d, \"num_rejected\": %d,\n \"best_flags\": \"",
+            "\"device_memory_bytes\": %.0f, \"num_fit\": %d, \"num_rejected\": %d,\n "
+            "\"best_flags\": \"",
             (long long)F->n, ptdp_plan_precision_name(job->precision), (long long)job->layers,
             (long long)job->h, (long long)job->a, (long long)(job->ffn ? job->ffn : 4 * job->h),
-            (long long)job->s, (long long)job->vocab, (long long)job->global_batch, nfit,
-            count - nfit);
+            (long long)job->s, (long long)job->vocab, (long long)job->global_batch,
+            ptdp_plan_device_memory(c, F->n), nfit, count - nfit);
     print_flags(f, F, job, &cand[0]);
     fprintf(f, "\",\n \"layouts\": [");
     for (int i = 0; i < nfit; i++) {
@@ -187,13 +213,24 @@ static void print_json(const plan_flags *F, const ptdp_cluster *c, const ptdp_pl
 
 static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_plan_job *job,
                         const ptdp_plan_candidate *cand, int count, int nfit) {
-    char b1[32], b2[32];
-    printf("model: l=%lld h=%lld a=%lld s=%lld V=%lld, global batch %lld, %s; cluster %s: %lld "
-           "devices of %s, %d per node\n",
+    char b1[32], b2[32], here[128];
+    printf("model: l=%lld h=%lld a=%lld s=%lld V=%lld, global batch %lld, %s; cluster %s: ",
            (long long)job->layers, (long long)job->h, (long long)job->a, (long long)job->s,
            (long long)job->vocab, (long long)job->global_batch,
-           ptdp_plan_precision_name(job->precision), c->name, (long long)F->n,
-           ptdp_fmt_bytes(c->memory_bytes, b1), c->devices_per_node);
+           ptdp_plan_precision_name(job->precision), c->name);
+    if (c->shared_node > 0)
+        printf("%lld ranks, %lld per node, each with %s (the node's %s over its ranks)\n",
+               (long long)F->n, (long long)ptdp_plan_ranks_per_node(c, F->n),
+               ptdp_fmt_bytes(ptdp_plan_device_memory(c, F->n), b1),
+               ptdp_fmt_bytes(c->memory_bytes, b2));
+    else
+        printf("%lld devices of %s, %d per node\n", (long long)F->n,
+               ptdp_fmt_bytes(c->memory_bytes, b1), c->devices_per_node);
+    ptdp__cli_machine(here, sizeof here);
+    if (c->machine[0] && strcmp(c->machine, here))
+        printf("note: this description was measured on %s, not on this machine (%s); `ptdp plan "
+               "--calibrate --out FILE` measures this one\n",
+               c->machine, here);
     printf("%4s %3s %4s %5s %3s %3s %5s %-9s %10s %9s %7s %11s %9s %9s %9s  %s\n", "rank", "t", "p",
            "d", "v", "b", "m", "recompute", "iter (s)", "TFLOP/s", "bubble", "memory", "tensor",
            "pipeline", "data", "layers per stage");
@@ -331,9 +368,9 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     for (int i = 0; i < PTDP_PMEM_COUNT; i++)
         printf(" %s %s", ptdp_plan_mem_name(i), ptdp_fmt_bytes(e->memory[i], b1));
     char b2[32];
-    printf("; total %s of %s%s\n", ptdp_fmt_bytes(e->memory_bytes, b1),
-           ptdp_fmt_bytes(c->memory_bytes, b2),
-           e->memory_bytes > c->memory_bytes ? " (DOES NOT FIT)" : "");
+    const double have = ptdp_plan_device_memory(c, (int64_t)n);
+    printf("; total %s of %s%s\n", ptdp_fmt_bytes(e->memory_bytes, b1), ptdp_fmt_bytes(have, b2),
+           e->memory_bytes > have ? " (DOES NOT FIT)" : "");
 }
 
 int ptdp_cmd_plan(int argc, char **argv) {

@@ -13,8 +13,11 @@
  *   - under mpirun -np 2 or more: MPI all-reduce (bus bandwidth and
  *     per-step latency) and point-to-point between ranks 0 and 1.
  * The node is one machine whose ranks share its cores (shared_node: their
- * number). The bf16 peak is the bf16 table's GEMM on the same shapes (the
- * fit's x_half kept) where that table runs oneDNN's native bf16 matmul, else
+ * number) and its memory (memory_bytes: what the kernel says is available,
+ * which `ptdp plan` divides among the job's ranks); it holds every rank of a
+ * job (devices_per_node 0), and "machine" names it (ptdp__cli_machine).
+ * The bf16 peak is the bf16 table's GEMM on the same shapes (the fit's
+ * x_half kept) where that table runs oneDNN's native bf16 matmul, else
  * the fp32 one; the fp16 peak is the fp32 one (fp16 runs fp32 GEMMs on the
  * CPU).
  *
@@ -32,6 +35,27 @@
 #include "plan/plan.h"
 
 typedef void (*bench_fn)(void *ctx);
+
+void ptdp__cli_machine(char *buf, size_t cap) {
+    char model[96] = "unknown CPU", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && colon) {
+            snprintf(model, sizeof model, "%s", colon + 1 + (colon[1] == ' '));
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    double kb = 0;
+    f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    snprintf(buf, cap, "%s, %ld cores, %.0f GiB", model, sysconf(_SC_NPROCESSORS_ONLN),
+             kb / 1048576.0);
+}
 
 /* The model's GEMM shape factor g(M) g(N) g(K), g(x) = x / (x + x0). */
 static double shape_factor(const int64_t shape[3], double x0) {
@@ -299,10 +323,11 @@ int ptdp__cli_plan_calibrate(const char *out) {
         for (int i = 0; i < 14; i++) free(*ptrs[i]);
     }
 
-    /* links: one node, every rank a device */
-    c.devices_per_node = 8;
+    /* links: one node, every rank of a job on it */
+    c.devices_per_node = 0;
     c.shared_node = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c.shared_node < 1) c.shared_node = 1;
+    ptdp__cli_machine(c.machine, sizeof c.machine);
     c.memory_bytes = 0;
     {
         FILE *f = fopen("/proc/meminfo", "r");
@@ -313,8 +338,8 @@ int ptdp__cli_plan_calibrate(const char *out) {
                 if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
             fclose(f);
         }
-        /* the node's memory, shared by its ranks: a device gets 1/8 */
-        c.memory_bytes = kb > 0 ? kb * 1024.0 / c.devices_per_node : 1e9;
+        /* the node's memory: `ptdp plan` gives each of a job's k ranks 1/k */
+        c.memory_bytes = kb > 0 ? kb * 1024.0 : 1e9;
     }
     if (n > 1) {
         const int64_t big = 1 << 20;

@@ -34,7 +34,9 @@ static void usage(FILE *f, const char *cmd, int which) {
             "Trains a GPT model. Required: --num-layers --hidden-size --num-attention-heads --seq-length\n"
             "--train-iters --lr and a data source (--data-path PREFIX, --token-file FILE or --mock-data).\n"
             "Parallel layout: mpirun -np n with n = t x p x d (--tensor-model-parallel-size t,\n"
-            "--pipeline-model-parallel-size p; d is derived).\n\n");
+            "--pipeline-model-parallel-size p; d is derived). Megatron-LM flags not listed here\n"
+            "are accepted where they change nothing in ptdp (said at start-up) or refused with\n"
+            "what to use: docs/megatron.md.\n\n");
     else
         fprintf(
             f,
@@ -49,6 +51,43 @@ static void usage(FILE *f, const char *cmd, int which) {
         if (titles[i]) fprintf(f, "%s%s:\n", i ? "\n" : "", titles[i]);
         ptdp_opts_help(f, opts + i, j - i);
     }
+}
+
+/* Megatron's --use-checkpoint-args: the model flags not given come from the
+ * checkpoint in --load (none there yet: the flags as given, as in
+ * Megatron-LM). Writes what it took into took[cap] for the start-up log. */
+static int checkpoint_args(ptdp_args *a, char *took, size_t cap) {
+    took[0] = 0;
+    if (!a->use_checkpoint_args) return PTDP_OK;
+    if (!a->load)
+        return ptdp_errorf(PTDP_EINVAL, "--use-checkpoint-args reads the model flags from the "
+                                        "checkpoint of --load DIR, and there is no --load");
+    ptdp_gpt_config c;
+    int rc = ptdp_ckpt_read_config(a->load, &c);
+    if (rc == PTDP_ENOTFOUND) {
+        snprintf(took, cap, "no checkpoint in %s yet: the model flags as given", a->load);
+        return PTDP_OK;
+    }
+    if (rc) return rc;
+    const struct {
+        int64_t *field, value;
+        const char *flag;
+    } m[] = {{&a->num_layers, c.num_layers, "--num-layers"},
+             {&a->hidden_size, c.hidden, "--hidden-size"},
+             {&a->num_attention_heads, c.heads, "--num-attention-heads"},
+             {&a->ffn_hidden_size, c.ffn_hidden, "--ffn-hidden-size"},
+             {&a->seq_length, c.seq_length, "--seq-length"},
+             {&a->max_position_embeddings, c.max_positions, "--max-position-embeddings"}};
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (*m[i].field == 0 && m[i].value > 0) {
+            *m[i].field = m[i].value;
+            if (len < cap)
+                len += (size_t)snprintf(took + len, cap - len, "%s%s %lld", len ? ", " : "",
+                                        m[i].flag, (long long)m[i].value);
+        }
+    if (!len) snprintf(took, cap, "every model flag was given");
+    return PTDP_OK;
 }
 
 /* Parse + validate; returns 0 to go on, else the exit status (help: 0). */
@@ -88,9 +127,11 @@ int ptdp_cmd_train(int argc, char **argv) {
         return 1;
     }
     ptdp_trainer_params tp = ptdp_trainer_default_params();
-    int d = 1, rc = PTDP_OK;
-    tp.eod_token = 50256; /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
-    if (a.vocab_file) {   /* the vocabulary size comes from the tokenizer */
+    int d = 1;
+    char took[512];
+    int rc = checkpoint_args(&a, took, sizeof took);
+    tp.eod_token = 50256;                /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
+    if (rc == PTDP_OK && a.vocab_file) { /* the vocabulary size comes from the tokenizer */
         ptdp_tokenizer *tok = NULL;
         int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
         if (st) {
@@ -102,7 +143,8 @@ int ptdp_cmd_train(int argc, char **argv) {
         tp.eod_token = ptdp_tokenizer_eod(tok);
         ptdp_tokenizer_free(tok);
     }
-    rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
+    if (rc == PTDP_OK)
+        rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
     tp.eod_mask_loss = a.eod_mask_loss;
     if (rc == PTDP_OK && a.eod_mask_loss && (tp.eod_token < 0 || tp.eod_token >= a.vocab_size))
         rc = ptdp_errorf(PTDP_ECONFIG,
@@ -125,6 +167,13 @@ int ptdp_cmd_train(int argc, char **argv) {
         return status_of(rc);
     }
     ptdp__cli_set_threads(&comm);
+    /* Megatron-LM flags that change nothing here: said once, so a pasted
+     * script shows what it asked for and ptdp does not do */
+    for (int i = 0; i < a.n_inert; i++)
+        ptdp_log0("note: --%s%s%s is accepted and changes nothing in ptdp: %s", a.inert[i].name,
+                  a.inert[i].value ? " " : "", a.inert[i].value ? a.inert[i].value : "",
+                  a.inert[i].why);
+    if (a.use_checkpoint_args) ptdp_log0("--use-checkpoint-args: %s", took);
     rc = ptdp_comm_watchdog_start(&comm, 60.0 * a.distributed_timeout_minutes);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());

@@ -1,10 +1,43 @@
-/* main.c - `ptdp <command> [flags]`: dispatch to the commands in cli/, and
- * `ptdp --version` (what this binary is and what it can use here). */
+/* main.c - `ptdp <command> [flags]`: dispatch to the commands in cli/,
+ * `ptdp --version` (what this binary is and what it can use here), and how
+ * long idle OpenMP threads spin (set before any library starts). */
+#define _POSIX_C_SOURCE 200809L
+#include <unistd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "ptdp_revision.h" /* PTDP_GIT_REVISION, written by the build (cmake/revision.cmake) */
+
+/* How long an OpenMP thread with nothing to do spins before it sleeps, in
+ * libgomp's units (one pause instruction and a load, 10-40 ns on current
+ * x86). libgomp's default, 300,000 (3-12 ms), keeps a waiting thread on its
+ * core through every short wait at a barrier; when another process wants
+ * the core (two jobs on one machine, a test suite beside a run) that spin is
+ * taken from it at every parallel region, and two 2-thread jobs on 2 cores
+ * ran 25 times slower each instead of twice. 1,000 (about 40 us on the
+ * 2-core Zen 5) outlasts all but a few of the gaps between the parallel
+ * regions of an iteration, so a quiet machine wakes few threads, and hands
+ * a contended core over within tens of microseconds. docs/performance.md
+ * has the measurements ("Two jobs on one machine"). */
+#define PTDP_SPINCOUNT "1000"
+
+/* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its
+ * constructor, before main runs (a change made earlier, from .preinit_array,
+ * is undone by glibc's own start-up), so ptdp sets the variable and runs
+ * itself again: one exec, before anything else. What the user set wins;
+ * commands that run no parallel work skip it. */
+static void spin_policy(int argc, char **argv) {
+    static const char *const parallel[] = {"train", "generate", "export", "preprocess", "plan"};
+    int wanted = 0;
+    for (size_t i = 0; argc >= 2 && i < sizeof parallel / sizeof parallel[0]; i++)
+        wanted |= !strcmp(argv[1], parallel[i]);
+    if (!wanted || getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("GOMP_SPINCOUNT", PTDP_SPINCOUNT, 0) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); /* no exec (no /proc): libgomp's default */
+}
 
 typedef struct {
     const char *name;
@@ -68,10 +101,20 @@ static int version(void) {
 #else
     printf("cpu (at run time): not an x86 processor\n");
 #endif
+    const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+    if (wp || sc)
+        printf("OpenMP idle threads: as the environment says (OMP_WAIT_POLICY=%s, "
+               "GOMP_SPINCOUNT=%s)\n",
+               wp ? wp : "unset", sc ? sc : "unset");
+    else
+        printf("OpenMP idle threads: spin then sleep, GOMP_SPINCOUNT=%s (ptdp's default; "
+               "OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment replace it)\n",
+               PTDP_SPINCOUNT);
     return 0;
 }
 
 int main(int argc, char **argv) {
+    spin_policy(argc, argv);
     if (argc == 2 && !strcmp(argv[1], "--version")) return version();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

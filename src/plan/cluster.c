@@ -12,7 +12,11 @@
  *    "overhead_s": 0.0, "shared_node": 0}
  * "elementwise_efficiency" may also be an object per precision, as
  * peak_flops is; "attention_flops" (such an object) is optional: ptdp's
- * flash attention measured by `--calibrate`. Unknown keys are refused (a misspelt key would
+ * flash attention measured by `--calibrate`; so is "machine", a string
+ * naming the machine `--calibrate` measured. With "shared_node" > 0 the
+ * devices are processes sharing one node's cores and memory: peak_flops,
+ * mem_bandwidth and memory_bytes are the node's, and "devices_per_node" may
+ * be 0 (one node holds the whole job). Unknown keys are refused (a misspelt key would
  * otherwise silently keep a default). Deliberately not here: heterogeneous devices, topologies
  * other than nodes of equal size joined by one fabric. */
 #include <cjson/cJSON.h>
@@ -126,7 +130,7 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
                     !strcmp(it->string, "devices_per_node") || !strcmp(it->string, "shared_node") ||
                     !strcmp(it->string, "description") ||
                     !strcmp(it->string, "elementwise_efficiency") ||
-                    !strcmp(it->string, "attention_flops");
+                    !strcmp(it->string, "attention_flops") || !strcmp(it->string, "machine");
         for (int i = 0; i < NFIELDS; i++) known |= !strcmp(it->string, fields[i].key);
         if (!known)
             rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: unknown key \"%s\"", origin, it->string);
@@ -152,10 +156,6 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
     }
     double dpn = 0;
     if (rc == PTDP_OK) rc = number(root, "devices_per_node", origin, &dpn);
-    if (rc == PTDP_OK && !(dpn >= 1 && dpn == floor(dpn) && dpn <= 1e6))
-        rc = ptdp_errorf(PTDP_EFORMAT,
-                         "cluster %s: \"devices_per_node\" must be a positive integer", origin);
-    c->devices_per_node = (int)dpn;
     double shared = 0;
     if (rc == PTDP_OK) rc = number(root, "shared_node", origin, &shared);
     if (rc == PTDP_OK && !(shared >= 0 && shared == floor(shared) && shared <= 1e6))
@@ -164,6 +164,17 @@ int ptdp_cluster_parse(const char *json, const char *origin, ptdp_cluster *c) {
                          "ranks of a node share",
                          origin);
     c->shared_node = (int)shared;
+    if (rc == PTDP_OK && !(dpn >= (shared > 0 ? 0 : 1) && dpn == floor(dpn) && dpn <= 1e6))
+        rc = ptdp_errorf(PTDP_EFORMAT,
+                         "cluster %s: \"devices_per_node\" must be a positive integer (or 0 "
+                         "with \"shared_node\": one node holds every rank of the job)",
+                         origin);
+    c->devices_per_node = (int)dpn;
+    const cJSON *machine = cJSON_GetObjectItemCaseSensitive(root, "machine");
+    if (rc == PTDP_OK && machine && !cJSON_IsString(machine))
+        rc = ptdp_errorf(PTDP_EFORMAT, "cluster %s: \"machine\" must be a string", origin);
+    if (rc == PTDP_OK && machine)
+        snprintf(c->machine, sizeof c->machine, "%s", machine->valuestring);
     for (int i = 0; i < NFIELDS && rc == PTDP_OK; i++) {
         double *dst = (double *)((char *)c + fields[i].off);
         rc = number(root, fields[i].key, origin, dst);
@@ -201,8 +212,19 @@ static void write_per_precision(FILE *f, const char *key, const double *v) {
     fprintf(f, "}");
 }
 
+int64_t ptdp_plan_ranks_per_node(const ptdp_cluster *c, int64_t n) {
+    return c->devices_per_node > 0 && c->devices_per_node < n ? c->devices_per_node : n;
+}
+
+double ptdp_plan_device_memory(const ptdp_cluster *c, int64_t n) {
+    return c->shared_node > 0 ? c->memory_bytes / (double)ptdp_plan_ranks_per_node(c, n)
+                              : c->memory_bytes;
+}
+
 int ptdp_cluster_write(FILE *f, const ptdp_cluster *c) {
-    fprintf(f, "{\n  \"name\": \"%s\",\n  \"peak_flops\": {", c->name);
+    fprintf(f, "{\n  \"name\": \"%s\",\n", c->name);
+    if (c->machine[0]) fprintf(f, "  \"machine\": \"%s\",\n", c->machine);
+    fprintf(f, "  \"peak_flops\": {");
     for (int p = 0; p < PTDP_PREC_COUNT; p++)
         fprintf(f, "%s\"%s\": %.6g", p ? ", " : "", ptdp_plan_precision_name(p), c->peak_flops[p]);
     fprintf(f, "},\n  \"devices_per_node\": %d,\n  \"shared_node\": %d", c->devices_per_node,

@@ -102,10 +102,10 @@ static int check_layout(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     const int64_t t = L->t, p = L->p, d = L->d, v = L->v, b = L->b;
     if (t < 1 || p < 1 || d < 1 || v < 1 || b < 1)
         return ptdp_errorf(PTDP_ECONFIG, "sizes must be positive");
-    if (t > c->devices_per_node)
+    if (c->devices_per_node && t > c->devices_per_node)
         return ptdp_errorf(PTDP_ECONFIG, "t=%lld exceeds a node (%d devices)", (long long)t,
                            c->devices_per_node);
-    if (c->devices_per_node % t)
+    if (c->devices_per_node && c->devices_per_node % t)
         return ptdp_errorf(PTDP_ECONFIG,
                            "t=%lld does not divide a node of %d devices (a tensor group would "
                            "span two nodes)",
@@ -288,7 +288,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     /* Processes sharing a node's C cores (shared_node = C): k ranks on the
      * node, each with max(1, C/k) threads, run at the node's rate times
      * min(1/k, 1/C) while they run; when k > C they also take turns (below). */
-    const int64_t n_all = (int64_t)t * p * d, k_node = n_all < dpn ? n_all : dpn;
+    const int64_t n_all = (int64_t)t * p * d, k_node = ptdp_plan_ranks_per_node(c, n_all);
     const int cores = c->shared_node;
     const double share = cores ? 1.0 / (double)(k_node > cores ? cores : k_node) : 1.0;
     const double peak = c->peak_flops[job->precision] * share;
@@ -298,7 +298,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     /* links: the tensor group lives in a node; the data group spans nodes
      * once t*d exceeds one; adjacent pipeline stages sit t*d ranks apart */
     const double tp_bw = c->intra_bandwidth, tp_lat = c->intra_latency;
-    const int dp_inter = (int64_t)t * d > dpn, pp_inter = (int64_t)t * d >= dpn;
+    const int dp_inter = dpn && (int64_t)t * d > dpn, pp_inter = dpn && (int64_t)t * d >= dpn;
     const double dp_bw = dp_inter ? c->inter_bandwidth : c->intra_bandwidth,
                  dp_lat = dp_inter ? c->inter_latency : c->intra_latency;
     const double pp_bw = pp_inter ? c->inter_bandwidth : c->intra_bandwidth,
@@ -401,7 +401,7 @@ int ptdp__plan_estimate(const ptdp_cluster *c, const ptdp_plan_job *job, const p
     }
     est->memory_bytes = best_total;
 
-    if (!time_if_oom && est->memory_bytes > c->memory_bytes) return PTDP_OK;
+    if (!time_if_oom && est->memory_bytes > ptdp_plan_device_memory(c, n_all)) return PTDP_OK;
 
     /* the pipeline: every virtual stage's forward and backward in the simulator */
     const int stages = p * v;

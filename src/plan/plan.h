@@ -185,7 +185,11 @@ int ptdp_plan_precision_bytes(int prec);        /* 4 or 2 */
 typedef struct {
     char name[64];
     double peak_flops[PTDP_PREC_COUNT]; /* dense GEMM peak per device, FLOP/s */
-    double memory_bytes;                /* usable device memory */
+    /* usable memory of a device; on a shared node (shared_node > 0) the
+     * node's, which its ranks share (ptdp_plan_device_memory) */
+    double memory_bytes;
+    /* devices (ranks) per node; 0 on a shared node: one node holds every
+     * rank of the job (`local`, one machine) */
     int devices_per_node;
     double mem_bandwidth; /* device memory bandwidth, bytes/s */
     double intra_bandwidth, intra_latency;
@@ -207,7 +211,17 @@ typedef struct {
      * min(n, devices_per_node) ranks on a node runs at 1/min(k, C) of them,
      * and with k > C the ranks take turns (docs/planner.md). */
     int shared_node;
+    /* optional ("": absent): the machine --calibrate measured, as
+     * ptdp__cli_machine describes it ("AMD EPYC, 2 cores, 23 GiB") */
+    char machine[128];
 } ptdp_cluster;
+
+/* Ranks a job of n devices puts on one node: min(n, devices_per_node), or n
+ * when devices_per_node is 0. Pure. */
+int64_t ptdp_plan_ranks_per_node(const ptdp_cluster *c, int64_t n);
+/* Memory one device of a job of n devices has: memory_bytes, or on a shared
+ * node the node's memory_bytes over the job's ranks on it. Pure. */
+double ptdp_plan_device_memory(const ptdp_cluster *c, int64_t n);
 
 /* The share of the s x s scores ptdp's flash attention computes: its tiles
  * of 128 at or below the diagonal, n (n + 1) / 2 of n^2 (n = ceil(s / 128)),
@@ -324,7 +338,7 @@ typedef struct {
  * node, n = t p d) and predicts it. Returns PTDP_OK, or PTDP_ECONFIG with a
  * message saying why the layout cannot run (the search's rejection
  * reason), PTDP_ENOMEM. Memory that does not fit is not an error: compare
- * est->memory_bytes with c->memory_bytes. Pure. */
+ * est->memory_bytes with ptdp_plan_device_memory(c, t p d). Pure. */
 int ptdp_plan_estimate_layout(const ptdp_cluster *c, const ptdp_plan_job *job,
                               const ptdp_plan_layout *L, ptdp_plan_estimate *est);
 /* 1 when a 16-bit job on this cluster is modelled as ptdp's CPU tables run

@@ -78,6 +78,17 @@ static int splits(const ptdp_plan_job *job, int p, int v, ptdp_stage_layout out[
     return n;
 }
 
+/* "does not fit: needs X of Y per device", saying where Y comes from on a
+ * node whose ranks share its memory. */
+static void fit_reason(const ptdp_cluster *c, int n, double need, char *buf, size_t cap) {
+    const double gib = 1073741824.0;
+    int k = snprintf(buf, cap, "does not fit: needs %.1f GiB of %.1f GiB per device", need / gib,
+                     ptdp_plan_device_memory(c, n) / gib);
+    if (c->shared_node > 0 && k > 0 && (size_t)k < cap)
+        snprintf(buf + k, cap - (size_t)k, " (the node's %.1f GiB shared by %lld ranks)",
+                 c->memory_bytes / gib, (long long)ptdp_plan_ranks_per_node(c, n));
+}
+
 int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                      const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit) {
     *out = NULL;
@@ -129,11 +140,8 @@ int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                             }
                             if (rc) {
                                 snprintf(k->reason, sizeof k->reason, "%s", ptdp_last_error());
-                            } else if (k->est.memory_bytes > c->memory_bytes) {
-                                snprintf(k->reason, sizeof k->reason,
-                                         "does not fit: needs %.1f GiB of %.1f GiB per device",
-                                         k->est.memory_bytes / 1073741824.0,
-                                         c->memory_bytes / 1073741824.0);
+                            } else if (k->est.memory_bytes > ptdp_plan_device_memory(c, n)) {
+                                fit_reason(c, n, k->est.memory_bytes, k->reason, sizeof k->reason);
                             } else {
                                 k->fits = 1;
                                 (*nfit)++;
