@@ -5,9 +5,11 @@
  * fp32 by vdpbf16ps, as oneDNN's bf16 matmul sums them. The probabilities
  * and dS are rounded here, as Megatron rounds them before its bf16 batched
  * GEMMs and flash attention before its tile products. Both operands are
- * packed per call into per-thread buffers as pairs along K (the layout
- * vdpbf16ps reads): A as [M][K/2] (or [K/2][M] when transposed), op(B) as
- * [K/2][N]; a 6 x 64 register block then runs over K/2 pairs. */
+ * packed per call into buffers on the calling thread's stack as pairs along
+ * K (the layout vdpbf16ps reads): A as [M][K/2] (or [K/2][M] when
+ * transposed), op(B) as [K/2][N]; a 6 x 64 register block then runs over
+ * K/2 pairs. The packed attention below keeps its per-thread packs in the
+ * instance (ptdp__attn_packs). */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -24,9 +26,6 @@
 #define MC 128
 #define NC 128
 #define K2C (KC / 2)
-
-static _Thread_local uint32_t pa[MC * K2C] __attribute__((aligned(64)));
-static _Thread_local uint32_t pb[K2C * NC] __attribute__((aligned(64)));
 
 #define lanes ptdp__lanes16
 
@@ -176,10 +175,14 @@ BF16_TARGET static void panel(int64_t M, int64_t N, int64_t K2, const uint32_t *
     }
 }
 
-BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                                      float beta, float *C, int64_t ldc) {
+BF16_TARGET void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N,
+                                      int64_t K, float alpha, const float *A, int64_t lda,
+                                      const float *B, int64_t ldb, float beta, float *C,
+                                      int64_t ldc) {
+    (void)be;
     if (M == 0 || N == 0) return;
+    uint32_t pa[MC * K2C] __attribute__((aligned(64))); /* 32 KiB each, this call's */
+    uint32_t pb[K2C * NC] __attribute__((aligned(64)));
     if (K == 0) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
@@ -256,26 +259,34 @@ BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, 
     }
 }
 
-/* per-thread packs, grown before a parallel loop that needs more (the first
- * call at a shape), kept for the next: outside the memory plan, like
- * gemm_bf16.c's scratch, and like it not reentrant (the model issues its
- * ops from one thread); more than MAX_THREADS threads take the per-tile path */
+/* The instance's per-thread packs, grown before a parallel loop that needs
+ * more (the first call at a shape), kept for the next, freed at close; more
+ * than MAX_THREADS threads take the per-tile path. */
 enum { MAX_THREADS = 256 };
-static struct {
-    uint32_t *p;
-    size_t cap;
-} packs[MAX_THREADS];
+struct ptdp__attn_packs {
+    struct {
+        uint32_t *p;
+        size_t cap;
+    } t[MAX_THREADS];
+};
 
-static int packs_ready(size_t n) {
+ptdp__attn_packs *ptdp__attn_packs_new(void) { return calloc(1, sizeof(ptdp__attn_packs)); }
+
+void ptdp__attn_packs_free(ptdp__attn_packs *pk) {
+    for (int t = 0; pk && t < MAX_THREADS; t++) free(pk->t[t].p);
+    free(pk);
+}
+
+static int packs_ready(ptdp__attn_packs *pk, size_t n) {
     const int nt = omp_get_max_threads();
     if (nt > MAX_THREADS) return 0;
     for (int t = 0; t < nt; t++) {
-        if (packs[t].cap >= n) continue;
+        if (pk->t[t].cap >= n) continue;
         uint32_t *q = aligned_alloc(64, (n * sizeof(uint32_t) + 63) / 64 * 64);
         if (!q) return 0;
-        free(packs[t].p);
-        packs[t].p = q;
-        packs[t].cap = n;
+        free(pk->t[t].p);
+        pk->t[t].p = q;
+        pk->t[t].cap = n;
     }
     return 1;
 }
@@ -408,10 +419,11 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
     }
 }
 
-BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch,
-                                         int64_t s, int64_t b, int64_t al, int64_t hd,
-                                         ptdp_dropout drop) {
-    if (!packs_ready(pack_need(s, hd, 2, 1))) return 0;
+BF16_TARGET int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
+                                         float *scratch, int64_t s, int64_t b, int64_t al,
+                                         int64_t hd, ptdp_dropout drop) {
+    ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
+    if (!packs_ready(pk, pack_need(s, hd, 2, 1))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -419,7 +431,7 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     for (int64_t task = 0; task < b * al; task++) {
         const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
         float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co;
-        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
+        uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
         uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
         uint32_t *Vb = Kt + s * h2;                   /* [s/2][hd]: v, pairs of rows */
         uint32_t *Pa = Vb + (s + 1) / 2 * hd;         /* a tile's P, pairs along keys */
@@ -449,10 +461,12 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     return 1;
 }
 
-BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
-                                         const float *lse, float *dqkv, float *scratch, int64_t s,
-                                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    if (!packs_ready(pack_need(s, hd, 4, 3))) return 0;
+BF16_TARGET int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
+                                         const float *ctx, const float *lse, float *dqkv,
+                                         float *scratch, int64_t s, int64_t b, int64_t al,
+                                         int64_t hd, ptdp_dropout drop) {
+    ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
+    if (!packs_ready(pk, pack_need(s, hd, 4, 3))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -462,7 +476,7 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
         const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
         float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
         const float *dC = dctx + t.co, *L = lse + task * s;
-        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
+        uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
         uint32_t *dCa = Qa + s * h2;
         uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
         uint32_t *Vt = Kt + s * h2;
@@ -516,24 +530,29 @@ int ptdp__gemm_tile_bf16_available(void) {
            __builtin_cpu_supports("avx512bf16");
 }
 #else
-void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                          float *C, int64_t ldc) {
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+ptdp__attn_packs *ptdp__attn_packs_new(void) { return NULL; }
+void ptdp__attn_packs_free(ptdp__attn_packs *pk) { (void)pk; }
+void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc) {
+    (void)be, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda,
+        (void)B;
     (void)ldb, (void)beta, (void)C, (void)ldc;
     PTDP_ASSERT_MSG(0, "bf16 tile GEMM without AVX512_BF16");
 }
 int ptdp__gemm_tile_bf16_available(void) { return 0; }
-int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch, int64_t s,
-                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
+int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                             ptdp_dropout drop) {
+    (void)be, (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
     (void)drop;
     return 0;
 }
-int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
-                             const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
-                             int64_t al, int64_t hd, ptdp_dropout drop) {
-    (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s, (void)b;
+int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
+                             const float *ctx, const float *lse, float *dqkv, float *scratch,
+                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    (void)be, (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s,
+        (void)b;
     (void)al, (void)hd, (void)drop;
     return 0;
 }

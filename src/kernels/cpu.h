@@ -1,5 +1,6 @@
-/* cpu.h - internal: the CPU kernels that fill the CPU ops table. Tests call
- * them through ptdp_cpu_ops(); nothing outside src/kernels includes this. */
+/* cpu.h - internal: the CPU backend's instance (ptdp__cpu) and the kernels
+ * that fill its ops. Tests call them through an instance opened with
+ * ptdp_backend_open; nothing outside src/kernels includes this. */
 #ifndef PTDP_KERNELS_CPU_H
 #define PTDP_KERNELS_CPU_H
 
@@ -7,18 +8,45 @@
 
 #include "kernels/kernels.h"
 
-void ptdp__gemm_onednn(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+typedef struct ptdp__mm_cache ptdp__mm_cache;     /* gemm.c: fp32 matmul primitives per shape */
+typedef struct ptdp__bf16_gemm ptdp__bf16_gemm;   /* gemm_bf16.c: the native bf16 GEMM */
+typedef struct ptdp__attn_packs ptdp__attn_packs; /* attn_bf16.c: per-thread packs */
+
+/* The CPU backend's instance: the ops (be, whose impl points back here) and
+ * everything the backend keeps between calls; nothing of it is shared with
+ * another instance. */
+typedef struct ptdp__cpu {
+    ptdp_backend be;
+    int dnnl;          /* 1: the oneDNN engine and stream below exist */
+    dnnl_engine_t eng; /* oneDNN's CPU engine and stream, made at open (oneDNN library) */
+    dnnl_stream_t strm;
+    ptdp__mm_cache *mm;      /* NULL without oneDNN */
+    ptdp__bf16_gemm *g16;    /* the native bf16 GEMM's state (bf16 over oneDNN with a native
+                                bf16 matmul), else NULL */
+    ptdp__attn_packs *packs; /* the bf16 attention's packs (AVX512_BF16), else NULL */
+    int check_weights;       /* PTDP_CHECK_WEIGHT_COPIES=1: every reused copy is verified */
+} ptdp__cpu;
+
+static inline ptdp__cpu *ptdp__cpu_of(ptdp_backend *be) { return (ptdp__cpu *)be->impl; }
+
+/* gemm.c: oneDNN's engine, stream and matmul cache of cs (0: none, the
+ * instance runs without oneDNN's matmul), and their release */
+int ptdp__gemm_init(ptdp__cpu *cs);
+void ptdp__gemm_free(ptdp__cpu *cs);
+/* The raw GEMMs of the two libraries (the fp32 backend's gemm op) */
+void ptdp__gemm_onednn(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float beta, float *C, int64_t ldc);
+void ptdp__gemm_openblas(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc);
 /* how many of ptdp__gemm_onednn's calls ran on oneDNN's matmul primitive (the
  * two shape classes of gemm.c) rather than dnnl_sgemm */
-int64_t ptdp__gemm_onednn_matmul_calls(void);
-/* The CPU backend's one oneDNN engine and stream, made on first use; 0 where
- * oneDNN has none (gemm.c). */
-int ptdp__onednn(dnnl_engine_t *eng, dnnl_stream_t *strm);
-/* oneDNN's matmul primitive descriptor for C = A B (sum: C += A B), and the
- * name of the implementation it picked (*impl, valid while the descriptor
- * lives); NULL where oneDNN has none (gemm.c, gemm_bf16.c) */
-dnnl_primitive_desc_t ptdp__onednn_matmul_pd(const dnnl_memory_desc_t *a,
+int64_t ptdp__gemm_onednn_matmul_calls(ptdp_backend *be);
+/* oneDNN's matmul primitive descriptor for C = A B (sum: C += A B) on cs's
+ * engine, and the name of the implementation it picked (*impl, valid while
+ * the descriptor lives); NULL where oneDNN has none (gemm.c, gemm_bf16.c) */
+dnnl_primitive_desc_t ptdp__onednn_matmul_pd(ptdp__cpu *cs, const dnnl_memory_desc_t *a,
                                              const dnnl_memory_desc_t *b,
                                              const dnnl_memory_desc_t *c, int sum,
                                              const char **impl);
@@ -28,32 +56,42 @@ typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t mem[3]; /* src, weights, dst */
 } ptdp__onednn_mm;
-/* Runs m on A, B (or the ready weights memory bmem, when not NULL) and C. */
-void ptdp__onednn_mm_run(ptdp__onednn_mm *m, const void *A, const void *B, dnnl_memory_t bmem,
-                         void *C);
-void ptdp__gemm_openblas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc);
+/* Runs m on cs's stream on A, B (or the ready weights memory bmem, when not
+ * NULL) and C. */
+void ptdp__onednn_mm_run(ptdp__cpu *cs, ptdp__onednn_mm *m, const void *A, const void *B,
+                         dnnl_memory_t bmem, void *C);
+/* frees m's primitive and memory objects */
+void ptdp__onednn_mm_free(ptdp__onednn_mm *m);
+typedef void (*ptdp__gemm_fn)(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                              float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                              float beta, float *C, int64_t ldc);
+/* precision.c: turns cs's fp32 ops into those of dtype (bf16, fp16) */
+void ptdp__cpu_set_precision(ptdp__cpu *cs, ptdp_dtype dtype);
+
 /* bf16 GEMM through oneDNN's native bf16 matmul (gemm_bf16.c): inputs on
  * the bf16 grid in fp32 storage; falls back to the fp32 GEMM for what it
- * cannot run. Available once checked: 1, or 0 with the reason in *why. */
-int ptdp__gemm_bf16_available(const char **why);
-/* the native bf16 table's weights_changed (kernels.h): weight copies in range
- * w[0..n) are converted again at their next use */
-void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n);
-void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                            float *C, int64_t ldc);
+ * cannot run. _new: cs's state for it where oneDNN has a native bf16 matmul
+ * on this CPU (checked at run time), else NULL with the reason in *why
+ * (static text, or why_buf[why_cap]); _free: frees it (NULL: nothing). */
+ptdp__bf16_gemm *ptdp__gemm_bf16_new(ptdp__cpu *cs, char *why_buf, size_t why_cap);
+void ptdp__gemm_bf16_free(ptdp__bf16_gemm *g);
+/* the native bf16 backend's weights contract (kernels.h): register (n = 0:
+ * forget) a range, and the version bump of a write into [w, w + n) */
+void ptdp__gemm_bf16_weights_register(ptdp_backend *be, const float *w, int64_t n);
+void ptdp__gemm_bf16_weights_written(ptdp_backend *be, const float *w, int64_t n);
+void ptdp__gemm_onednn_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                            float beta, float *C, int64_t ldc);
 /* The same GEMM on operands stored in fp32 or, where a16, b16 or c16 says
- * so, in bf16 (the native bf16 table's 16-bit activations: the values at
+ * so, in bf16 (the native bf16 backend's 16-bit activations: the values at
  * the same strides, 2 bytes each); alpha 1; beta 0, or 1 into an fp32 C (a
  * weight gradient, kept fp32). With beta 0 C's values come out on the bf16
  * grid: stored in bf16 (oneDNN's conversion, to nearest even) or rounded in
  * fp32 storage. Where the native matmul cannot run a shape it widens the
  * bf16 operands and runs the fp32 GEMM on the same values. */
-void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
-                           int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C,
-                           int c16, int64_t ldc);
+void ptdp__gemm_bf16_typed(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
+                           float beta, void *C, int c16, int64_t ldc);
 /* The blocked bf16 weight layout of oneDNN's bf16 matmul, as bf16_blocked.c
  * writes it: blocks of kb values of K by nb of N, placed by the outer strides
  * sk and sn (elements), pairs along K inside. */
@@ -91,30 +129,33 @@ void ptdp__bf16_pack_blocked_b16(const ptdp__bf16_blocking *b, uint16_t *dst, co
  * gradient reads it) and dl's plain bf16 rows [N, Vl] over the logits (the
  * input gradient reads them). AVX512_BF16 only, as above. */
 void ptdp__bf16_xent_grad(uint16_t *At, uint16_t *logits, const ptdp_xent_grad *xg);
-/* The native bf16 table's head_logits: the logits x wte^T [N, Vl] written
- * in bf16 over the start of logits (oneDNN's matmul, bf16 output) where it
- * can have everything its head_bwd needs as well: 1; else 0, nothing done
- * (the caller runs the fp32-output GEMM). The last call's answer is
- * remembered for that buffer: ptdp__gemm_bf16_logits_b16 says whether
- * logits [N, Vl] holds bf16 logits (from it, until a GEMM of the native
- * table writes there or weights_changed() is called; only that table's
- * xent_sums and head_bwd ask, right after its head_logits). */
-int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
-                                int64_t N, int64_t Vl);
-int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl);
-/* the native bf16 table's head_bwd (kernels.h) on bf16 logits (xg->gmax:
+/* The native bf16 backend's head_logits: the logits x wte^T [N, Vl]
+ * written in bf16 over the start of logits (oneDNN's matmul, bf16 output)
+ * where it can have everything its head_bwd needs as well: 1; else 0,
+ * nothing done (the caller runs the fp32-output GEMM). The last call's
+ * answer is remembered for that buffer: ptdp__gemm_bf16_logits_b16 says
+ * whether logits [N, Vl] holds bf16 logits (from it, until a GEMM of the
+ * instance writes there or its weights are written; only its xent_sums and
+ * head_bwd ask, right after its head_logits). */
+int ptdp__gemm_bf16_head_logits(ptdp_backend *be, const float *x, const float *wte, int64_t h,
+                                float *logits, int64_t N, int64_t Vl);
+int ptdp__gemm_bf16_logits_b16(ptdp_backend *be, const float *logits, int64_t N, int64_t Vl);
+/* the native bf16 backend's head_bwd (kernels.h) on bf16 logits (xg->gmax:
  * their row maxima), with the matmuls and copies of wte its forward found:
  * it cannot fail where ptdp__gemm_bf16_head_logits wrote them */
-void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x, int64_t h,
-                              float *dwte, float *dx);
-/* how many weight gradients C += A^T B the bf16 GEMM ran with A^T and B
+void ptdp__gemm_bf16_head_bwd(ptdp_backend *be, float *logits, const ptdp_xent_grad *xg,
+                              const float *x, int64_t h, float *dwte, float *dx);
+/* how many weight gradients C += A^T B be's bf16 GEMM ran with A^T and B
  * packed by bf16_blocked.c (the test checks the path runs) */
-int64_t ptdp__gemm_bf16_wgrad_calls(void);
+int64_t ptdp__gemm_bf16_wgrad_calls(ptdp_backend *be);
 /* how many loss head backwards ptdp__gemm_bf16_head_bwd ran (likewise) */
-int64_t ptdp__gemm_bf16_head_calls(void);
+int64_t ptdp__gemm_bf16_head_calls(ptdp_backend *be);
+/* how many weight copies be converted (made or refreshed: the test checks
+ * that a copy is reused until its weights are written) */
+int64_t ptdp__gemm_bf16_conversions(ptdp_backend *be);
 /* how many typed GEMMs ran as fp32 GEMMs on widened operands; test hook:
  * force 1 sends every later one that way, 0 ends that, -1 leaves it */
-int64_t ptdp__gemm_bf16_typed_fallbacks(int force);
+int64_t ptdp__gemm_bf16_typed_fallbacks(ptdp_backend *be, int force);
 /* test and bench hook: the weight copy of op(B) [K, N] for a bf16 GEMM of M
  * rows, made by bf16_blocked.c (own) or by oneDNN's reorder (its padding
  * filled with 0xff first, so the reorder must write it) and converted reps
@@ -124,20 +165,17 @@ int64_t ptdp__gemm_bf16_typed_fallbacks(int force);
  * orientations in one pass (ptdp__bf16_pack_both), timed together; out gets
  * op(B)'s. -1 without a native bf16 matmul, or with own where the layout is
  * not one bf16_blocked.c writes. */
-int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
-                               int own, void *out, size_t cap, size_t *bytes, double *seconds,
-                               int reps, void (*between)(void *), void *ctx);
-typedef void (*ptdp__gemm_fn)(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                              const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                              float *C, int64_t ldc);
-
+int ptdp__gemm_bf16_pack_probe(ptdp_backend *be, int tb, int64_t M, int64_t N, int64_t K,
+                               const float *B, int64_t ldb, int own, void *out, size_t cap,
+                               size_t *bytes, double *seconds, int reps, void (*between)(void *),
+                               void *ctx);
 /* The element-wise kernels below write activations (or their gradients)
- * row by row. The _r forms take a 16-bit table's rounding (rnd: bf16 or
+ * row by row. The _r forms take a 16-bit backend's rounding (rnd: bf16 or
  * fp16, in place; NULL: none) and apply it to each row right after writing
  * it, while the row is in L1, where a pass after the kernel would read and
  * write the whole tensor again; a bias gradient is then summed over the
  * rounded rows, as Megatron sums the 16-bit gradient it gets. The plain
- * forms are the fp32 table's (rnd NULL). */
+ * forms are the fp32 backend's (rnd NULL). */
 typedef void (*ptdp__round_fn)(float *x, int64_t n);
 void ptdp__layernorm_fwd_r(const float *x, const float *w, const float *b, float *out, float *mean,
                            float *rstd, int64_t N, int64_t h, float eps, ptdp__round_fn rnd);
@@ -159,7 +197,7 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n);
 /* bias + GeLU and its backward on values stored in bf16 (x, out, dout, dx:
- * the native bf16 table's MLP; dx may alias dout), the values of the _r
+ * the native bf16 backend's MLP; dx may alias dout), the values of the _r
  * forms with bf16 rounding; dbias (fp32) += the column sums of dx, in
  * ptdp__bias_bwd's order (ptdp__bias_bwd_b16) */
 void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out, int64_t N,
@@ -183,12 +221,13 @@ void ptdp__dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout d
  * tests check both give every element ptdp__dropout_keep's mask. */
 void ptdp__dropout_apply_path(const float *src, float *dst, int64_t n, ptdp_dropout drop,
                               uint64_t base, int wide);
-/* attention's tile products for the bf16 table (attn_bf16.c; only where
+/* attention's tile products for the bf16 backend (attn_bf16.c; only where
  * ptdp__gemm_tile_bf16_available, i.e. AVX512_BF16): both operands rounded to
- * bf16, products summed in fp32, C = alpha op(A) op(B) + beta C. */
-void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                          float *C, int64_t ldc);
+ * bf16, products summed in fp32, C = alpha op(A) op(B) + beta C. Its packs
+ * live on the calling thread's stack (64 KiB); be is not used. */
+void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc);
 int ptdp__gemm_tile_bf16_available(void);
 /* attention.c's pieces that attn_bf16.c's packed attention shares: the
  * tile edge B, the per-thread scratch (three B x B tiles, two [B] row
@@ -227,26 +266,29 @@ void ptdp__attn_bwd_rows(float *Pt, float *dPt, float *Pdt, int64_t r0, int64_t 
                          int64_t blk, int64_t s);
 void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, int64_t hd,
                          int64_t ld);
-/* The bf16 table's attention (attn_bf16.c, AVX512_BF16): ptdp__attention_fwd
+/* The bf16 backend's attention (attn_bf16.c, AVX512_BF16): ptdp__attention_fwd
  * and _bwd through ptdp__gemm_tile_bf16, bit for bit, but with each (sequence,
  * head)'s q, k, v (and dctx) converted to bf16 pairs once, in every layout
- * its tile products read, instead of at every tile. Returns 0 (nothing
- * done) where its per-thread buffers cannot be had. */
-int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch, int64_t s,
-                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
-int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
-                             const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
-                             int64_t al, int64_t hd, ptdp_dropout drop);
-/* attention's per-tile GEMMs run through `gemm`, the table's library; lse
- * [b, al, s] is the saved logsumexp of every row (scaled scores) */
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
-                         float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+ * its tile products read, instead of at every tile, into per-thread packs
+ * of the instance. Returns 0 (nothing done) where those cannot be had.
+ * _new/_free: an instance's packs (none yet; NULL: out of memory). */
+ptdp__attn_packs *ptdp__attn_packs_new(void);
+void ptdp__attn_packs_free(ptdp__attn_packs *p);
+int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                             ptdp_dropout drop);
+int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
+                             const float *ctx, const float *lse, float *dqkv, float *scratch,
+                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+/* attention's per-tile GEMMs run through `gemm` (on be), the backend's
+ * library; lse [b, al, s] is the saved logsumexp of every row (scaled
+ * scores) */
+void ptdp__attention_fwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *qkv, float *ctx,
+                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop);
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
-                         const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
-                         int64_t al, int64_t hd, ptdp_dropout drop);
-/* b * al * s: one logsumexp per row */
-int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al);
+void ptdp__attention_bwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
+                         const float *ctx, const float *lse, float *dqkv, float *scratch, int64_t s,
+                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
@@ -258,7 +300,7 @@ void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, i
 void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                      float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                      int64_t V);
-/* the bf16 tables' xent_max and xent_sums: each logit rounded to bf16 as it
+/* the bf16 backends' xent_max and xent_sums: each logit rounded to bf16 as it
  * is read (the loss head's logits may be left unrounded: head_logits) */
 void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                          int64_t V);
@@ -266,7 +308,7 @@ void ptdp__xent_sums_bf16(float *logits, const float *gmax, const int32_t *targe
                           float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
                           int64_t V);
 /* ... and over logits stored in bf16 [N, Vl] (2-byte values; the native
- * bf16 table's loss head writes them so: ptdp__gemm_bf16_head_logits), with
+ * bf16 backend's loss head writes them so: ptdp__gemm_bf16_head_logits), with
  * AVX-512 (bf16_blocked.c; only where ptdp__gemm_tile_bf16_available): the
  * same max and target logit, the sum of the same exponentials in another
  * order, nothing written back (the backward recomputes the exponentials) */
@@ -288,7 +330,7 @@ void ptdp__xent_bwd(float *logits, const float *sumexp, const int32_t *targets, 
 void ptdp__adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
                  float lr, float beta1, float beta2, float eps, float wd, int64_t step);
 /* AdamW on the fp32 master weights, the working copy work written rounded
- * to dt (bf16 or fp16) in the same pass (the 16-bit tables' adamw_master);
+ * to dt (bf16 or fp16) in the same pass (the 16-bit backends' adamw_master);
  * the same values as ptdp__adamw, copy and rounding */
 void ptdp__adamw_master(float *master, float *work, ptdp_dtype dt, const float *grad, float gscale,
                         float *m, float *v, int64_t n, float lr, float beta1, float beta2,

@@ -1,32 +1,37 @@
-/* gemm_bf16.c - the bf16 table's GEMM on CPUs with native bf16 (AVX512_BF16,
- * AMX): oneDNN's matmul with bf16 inputs and fp32 accumulation and output.
- * The bf16 table keeps its values in fp32 storage (precision.c), so the
- * inputs are converted, exactly (they are on the bf16 grid), into bf16
- * first; beta = 1 (weight gradients) is oneDNN's sum post-op into the fp32 C.
- * Where oneDNN has no native bf16 matmul (it answers unimplemented, or only
- * its reference code, on AVX2 machines) the caller keeps the fp32 GEMM.
+/* gemm_bf16.c - the native bf16 backend's GEMM on CPUs with native bf16
+ * (AVX512_BF16, AMX): oneDNN's matmul with bf16 inputs and fp32
+ * accumulation and output. The bf16 backend keeps its values in fp32
+ * storage (precision.c), so the inputs are converted, exactly (they are on
+ * the bf16 grid), into bf16 first; beta = 1 (weight gradients) is oneDNN's
+ * sum post-op into the fp32 C. Where oneDNN has no native bf16 matmul (it
+ * answers unimplemented, or only its reference code, on AVX2 machines) the
+ * instance keeps the fp32 GEMM.
  *
- * Weights: B operands inside a range the trainer declared with
- * weights_changed (a chunk's flat weights) are converted once per
- * declaration straight into the blocked bf16 layout the matmul reads best
- * (no per-call copy of B inside oneDNN either), by bf16_blocked.c where it
- * writes that layout, else by a oneDNN reorder, and the copy is kept: one per (weight,
- * orientation), about 2 bytes per parameter for each of the forward (W^T) and input-gradient (W)
- * uses. Weight gradients of activations (C += A^T B) are packed at every
- * call by bf16_blocked.c, A^T into plain rows and B into the blocked layout
- * (a buffer per shape), which the brgemm reads faster than a transposed A.
- * The loss head's two GEMMs on the logits' gradient run from its head_bwd op
- * (ptdp__gemm_bf16_head_bwd below) on two bf16 copies of it, dl^T and dl's
- * rows, made in one pass. Everything else is converted into plain bf16
- * scratch at every call. With
- * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks that
- * the fp32 weights still hash as they did when converted.
+ * Weights (the contract of kernels.h): B operands inside a registered range
+ * (a chunk's flat weights) are converted straight into the blocked bf16
+ * layout the matmul reads best (no per-call copy of B inside oneDNN either),
+ * by bf16_blocked.c where it writes that layout, else by a oneDNN reorder,
+ * and the copy is kept for the range's version: one per (weight,
+ * orientation), about 2 bytes per parameter for each of the forward (W^T)
+ * and input-gradient (W) uses. A write into the range through the instance
+ * (precision.c's wrappers of upload, copy, zero, quantize and the AdamW
+ * ops) or announced with weights_written gives the range a new version, and
+ * each copy is converted again at its next use. Weight gradients of
+ * activations (C += A^T B) are packed at every call by bf16_blocked.c, A^T
+ * into plain rows and B into the blocked layout (a buffer per shape), which
+ * the brgemm reads faster than a transposed A. The loss head's two GEMMs on
+ * the logits' gradient run from its head_bwd op (ptdp__gemm_bf16_head_bwd
+ * below) on two bf16 copies of it, dl^T and dl's rows, made in one pass.
+ * Everything else is converted into plain bf16 scratch at every call. With
+ * PTDP_CHECK_WEIGHT_COPIES=1 (the tests set it) every reuse first checks
+ * that the fp32 weights still hash as they did when converted.
  *
- * One primitive per GEMM shape with its memory objects (gemm.c's
- * ptdp__onednn_mm, on the backend's one engine), created on first use and
- * kept (a model has a few dozen shapes); scratch and weight copies are made
- * during the first iteration and reused. Not reentrant: the layer GEMMs are issued by one
- * thread (attention's tiles have their own kernels). */
+ * All of it is the instance's (ptdp__bf16_gemm): one primitive per GEMM
+ * shape with its memory objects (gemm.c's ptdp__onednn_mm, on the
+ * instance's engine), created on first use and kept (a model has a few
+ * dozen shapes); scratch and weight copies are made during the first
+ * iteration and reused. One thread at a time per instance: the layer GEMMs
+ * are issued by one thread (attention's tiles have their own kernels). */
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,9 +88,8 @@ typedef struct {
     dnnl_memory_t wt, w; /* wte's copies: W^T for the logits, W for dx */
 } head_prims;
 
-static struct {
-    int state; /* 0 unknown, 1 available, -1 not */
-    char why[128];
+struct ptdp__bf16_gemm {
+    ptdp__cpu *cs; /* the instance: its oneDNN engine and stream */
     dnnl_engine_t eng;
     dnnl_stream_t strm;
     shape shapes[MAX_SHAPES];
@@ -102,6 +106,7 @@ static struct {
     wcopy *w; /* [MAX_WEIGHTS], allocated on first use */
     int nw;
     int check;           /* PTDP_CHECK_WEIGHT_COPIES */
+    int64_t conversions; /* weight copies made or refreshed (the test reads it) */
     int64_t wgrad_calls; /* weight gradients through ptdp's own packs (the test reads it) */
     int64_t head_calls;  /* loss head backwards through ptdp__gemm_bf16_head_bwd (likewise) */
     const float *lb16;   /* logits [lb16_n values] holding bf16 logits (head_logits) */
@@ -109,14 +114,14 @@ static struct {
     head_prims head; /* what made them, for their backward */
     int own;         /* weight copies by bf16_blocked.c where it writes the layout; 0 with
                       * PTDP_BF16_REORDER=1 (oneDNN's reorder: the A/B of docs/performance.md) */
-} g;
+};
 
 static void b_dims(int tb, int64_t K, int64_t N, int64_t ldb, dnnl_dims_t d, dnnl_dims_t st) {
     d[0] = K, d[1] = N;
     st[0] = tb ? 1 : ldb, st[1] = tb ? ldb : 1;
 }
 
-static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
+static dnnl_primitive_t make_prim(ptdp__bf16_gemm *g, const shape *s, char *impl_out, size_t cap) {
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_dims_t ad = {s->M, s->K}, bd, cd = {s->M, s->N};
     const int ta = s->ta && s->blocked != 2; /* blocked 2: A^T comes packed in plain rows */
@@ -130,7 +135,7 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
             dnnl_success)
         return NULL;
     const char *impl;
-    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(&amd, &bmd, &cmd, s->sum, &impl);
+    dnnl_primitive_desc_t pd = ptdp__onednn_matmul_pd(g->cs, &amd, &bmd, &cmd, s->sum, &impl);
     if (!pd) return NULL;
     if (impl_out) snprintf(impl_out, cap, "%s", impl);
     dnnl_primitive_t prim = NULL;
@@ -139,30 +144,32 @@ static dnnl_primitive_t make_prim(const shape *s, char *impl_out, size_t cap) {
     return prim;
 }
 
-int ptdp__gemm_bf16_available(const char **why) {
-    if (g.state == 0) {
-        g.state = -1;
-        snprintf(g.why, sizeof g.why, "oneDNN has no engine");
-        if (ptdp__onednn(&g.eng, &g.strm)) {
-            char impl[64] = "";
-            const shape probe = shape_key(0, 1, 0, 0, 64, 64, 64, 64);
-            dnnl_primitive_t p = make_prim(&probe, impl, sizeof impl);
-            if (p) {
-                dnnl_primitive_destroy(p);
-                g.state = 1;
-                snprintf(g.why, sizeof g.why, "oneDNN bf16 matmul (%s)", impl);
-            } else {
-                snprintf(g.why, sizeof g.why, "oneDNN has no native bf16 matmul on this CPU%s%s",
-                         impl[0] ? ": " : "", impl);
-            }
-        }
-        const char *c = getenv("PTDP_CHECK_WEIGHT_COPIES");
-        g.check = c && c[0] && strcmp(c, "0") != 0;
-        c = getenv("PTDP_BF16_REORDER");
-        g.own = !(c && c[0] && strcmp(c, "0") != 0);
+ptdp__bf16_gemm *ptdp__gemm_bf16_new(ptdp__cpu *cs, char *why_buf, size_t why_cap) {
+    if (!cs->dnnl) {
+        snprintf(why_buf, why_cap, "oneDNN has no engine");
+        return NULL;
     }
-    if (why) *why = g.why;
-    return g.state == 1;
+    ptdp__bf16_gemm *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(why_buf, why_cap, "out of memory");
+        return NULL;
+    }
+    g->cs = cs, g->eng = cs->eng, g->strm = cs->strm;
+    char impl[64] = "";
+    const shape probe = shape_key(0, 1, 0, 0, 64, 64, 64, 64);
+    dnnl_primitive_t p = make_prim(g, &probe, impl, sizeof impl);
+    if (!p) {
+        snprintf(why_buf, why_cap, "oneDNN has no native bf16 matmul on this CPU%s%s",
+                 impl[0] ? ": " : "", impl);
+        free(g);
+        return NULL;
+    }
+    dnnl_primitive_destroy(p);
+    snprintf(why_buf, why_cap, "oneDNN bf16 matmul (%s)", impl);
+    g->check = cs->check_weights;
+    const char *c = getenv("PTDP_BF16_REORDER");
+    g->own = !(c && c[0] && strcmp(c, "0") != 0);
+    return g;
 }
 
 /* bytes rounded up to whole 64-byte lines, 64-byte aligned (the packs store
@@ -193,41 +200,55 @@ static wcopy new_copy(const float *B, int tb, int64_t K, int64_t N, int64_t ldb,
 }
 
 /* frees the copies of weights in [lo, hi) */
-static void drop_copies(const float *lo, const float *hi) {
+static void drop_copies(ptdp__bf16_gemm *g, const float *lo, const float *hi) {
     int k = 0;
-    for (int i = 0; i < g.nw; i++) {
-        wcopy *c = &g.w[i];
+    for (int i = 0; i < g->nw; i++) {
+        wcopy *c = &g->w[i];
         if (c->src >= lo && c->src < hi) {
             drop_one(c);
         } else {
-            g.w[k++] = *c;
+            g->w[k++] = *c;
         }
     }
-    g.nw = k;
+    g->nw = k;
 }
 
-void ptdp__gemm_bf16_weights_changed(const float *w, int64_t n) {
+/* Registers [w, w + n) as weights, a fresh version, forgetting the range
+ * at w (n = 0: its owner frees it) and any the new one overlaps (memory
+ * reused by another owner), with their copies. */
+void ptdp__gemm_bf16_weights_register(ptdp_backend *be, const float *w, int64_t n) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
     const float *hi = w + n;
-    g.lb16 = NULL; /* bf16 logits (and their copies of wte) belong to the weights before */
-    /* forget the range at w (n = 0: its owner frees it) and any the new one
-     * overlaps (memory reused by another owner), with their copies */
+    g->lb16 = NULL; /* bf16 logits (and their copies of wte) belong to the weights before */
     int k = 0;
-    for (int i = 0; i < g.nranges; i++) {
-        const wrange r = g.ranges[i];
+    for (int i = 0; i < g->nranges; i++) {
+        const wrange r = g->ranges[i];
         if (r.lo == w || (n > 0 && hi > r.lo && w < r.hi)) {
-            if (r.lo != w || n == 0) drop_copies(r.lo, r.hi);
+            drop_copies(g, r.lo, r.hi);
             continue;
         }
-        g.ranges[k++] = r;
+        g->ranges[k++] = r;
     }
-    g.nranges = k;
-    if (n > 0 && g.nranges < MAX_RANGES) g.ranges[g.nranges++] = (wrange){w, hi, ++g.gen};
+    g->nranges = k;
+    if (n > 0 && g->nranges < MAX_RANGES) g->ranges[g->nranges++] = (wrange){w, hi, ++g->gen};
+}
+
+/* A write into [w, w + n): every registered range it touches gets a new
+ * version, so their copies are converted again at their next use. */
+void ptdp__gemm_bf16_weights_written(ptdp_backend *be, const float *w, int64_t n) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    const float *hi = w + n;
+    for (int i = 0; i < g->nranges; i++)
+        if (n > 0 && hi > g->ranges[i].lo && w < g->ranges[i].hi) {
+            g->ranges[i].gen = ++g->gen;
+            g->lb16 = NULL; /* as at registration */
+        }
 }
 
 /* the generation of the declared range holding [p, end), or 0 */
-static uint64_t range_gen(const float *p, const float *end) {
-    for (int i = 0; i < g.nranges; i++)
-        if (p >= g.ranges[i].lo && end <= g.ranges[i].hi) return g.ranges[i].gen;
+static uint64_t range_gen(ptdp__bf16_gemm *g, const float *p, const float *end) {
+    for (int i = 0; i < g->nranges; i++)
+        if (p >= g->ranges[i].lo && end <= g->ranges[i].hi) return g->ranges[i].gen;
     return 0;
 }
 
@@ -242,24 +263,24 @@ static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) 
  * stays zero), with oneDNN's reorder from the fp32 weights where
  * bf16_blocked.c does not write that layout or own is 0. 0 when it cannot
  * (c holds nothing then). */
-static int make_copy(wcopy *c, const dnnl_memory_desc_t *dst, int own) {
+static int make_copy(ptdp__bf16_gemm *g, wcopy *c, const dnnl_memory_desc_t *dst, int own) {
     const size_t size = dnnl_memory_desc_get_size(dst);
     own = own && ptdp__bf16_blocking_of(dst, &c->own);
     if (!own) memset(&c->own, 0, sizeof c->own);
     c->buf = alloc_lines(size);
     if (!c->buf) return 0;
     memset(c->buf, 0, size);
-    int ok = dnnl_memory_create(&c->mem, dst, g.eng, c->buf) == dnnl_success;
+    int ok = dnnl_memory_create(&c->mem, dst, g->eng, c->buf) == dnnl_success;
     if (ok && !own) {
         dnnl_memory_desc_t src;
         dnnl_dims_t d, st;
         b_dims(c->tb, c->K, c->N, c->ldb, d, st);
         dnnl_primitive_desc_t rpd = NULL;
         ok = dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, st) == dnnl_success &&
-             dnnl_reorder_primitive_desc_create(&rpd, &src, g.eng, dst, g.eng, NULL) ==
+             dnnl_reorder_primitive_desc_create(&rpd, &src, g->eng, dst, g->eng, NULL) ==
                  dnnl_success &&
              dnnl_primitive_create(&c->reorder, rpd) == dnnl_success &&
-             dnnl_memory_create(&c->from, &src, g.eng, DNNL_MEMORY_NONE) == dnnl_success;
+             dnnl_memory_create(&c->from, &src, g->eng, DNNL_MEMORY_NONE) == dnnl_success;
         if (rpd) dnnl_primitive_desc_destroy(rpd);
     }
     if (!ok) drop_one(c);
@@ -267,24 +288,24 @@ static int make_copy(wcopy *c, const dnnl_memory_desc_t *dst, int own) {
 }
 
 /* w's copy converted from the fp32 weights at B */
-static void refresh(wcopy *w, const float *B) {
+static void refresh(ptdp__bf16_gemm *g, wcopy *w, const float *B) {
     if (!w->reorder) {
         ptdp__bf16_pack_blocked(&w->own, w->buf, B, w->tb, w->K, w->N, w->ldb);
         return;
     }
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, w->from}, {DNNL_ARG_TO, w->mem}};
     dnnl_status_t st = dnnl_memory_set_data_handle(w->from, (void *)B);
-    if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g.strm, 2, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(g.strm);
+    if (st == dnnl_success) st = dnnl_primitive_execute(w->reorder, g->strm, 2, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(g->strm);
     PTDP_ASSERT_MSG(st == dnnl_success, "oneDNN reorder of weights to bf16 failed");
 }
 
 /* w's copy of the other orientation of the same weights, where both are
  * ptdp's layouts that ptdp__bf16_pack_both writes together; else NULL */
-static wcopy *sibling(const wcopy *w) {
+static wcopy *sibling(ptdp__bf16_gemm *g, const wcopy *w) {
     if (w->reorder) return NULL;
-    for (int i = 0; i < g.nw; i++) {
-        wcopy *c = &g.w[i];
+    for (int i = 0; i < g->nw; i++) {
+        wcopy *c = &g->w[i];
         if (c->src == w->src && c->tb != w->tb && c->K == w->N && c->N == w->K &&
             c->ldb == w->ldb && !c->reorder &&
             ptdp__bf16_pack_both_fits(w->tb ? &w->own : &c->own, w->tb ? &c->own : &w->own))
@@ -298,42 +319,45 @@ static wcopy *sibling(const wcopy *w) {
  * the weights' other orientation has a copy too (from the second step on)
  * and it is stale as well, both are refreshed in one pass over the fp32
  * weights. */
-static dnnl_memory_t weight_copy(const shape *sh, const float *B, int64_t ldb, uint64_t gen) {
+static dnnl_memory_t weight_copy(ptdp__bf16_gemm *g, const shape *sh, const float *B, int64_t ldb,
+                                 uint64_t gen) {
     const int64_t rows = sh->tb ? sh->N : sh->K, cols = sh->tb ? sh->K : sh->N;
     const_dnnl_primitive_desc_t pd;
     dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
     const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     wcopy *w = NULL;
-    for (int i = 0; i < g.nw && !w; i++) {
-        wcopy *c = &g.w[i];
+    for (int i = 0; i < g->nw && !w; i++) {
+        wcopy *c = &g->w[i];
         if (c->src == B && c->tb == sh->tb && c->K == sh->K && c->N == sh->N && c->ldb == ldb &&
             dnnl_memory_desc_equal(&c->md, dst))
             w = c;
     }
     if (!w) {
-        if (!g.w && !(g.w = calloc(MAX_WEIGHTS, sizeof *g.w))) return NULL;
-        if (g.nw == MAX_WEIGHTS) return NULL;
+        if (!g->w && !(g->w = calloc(MAX_WEIGHTS, sizeof *g->w))) return NULL;
+        if (g->nw == MAX_WEIGHTS) return NULL;
         wcopy c = new_copy(B, sh->tb, sh->K, sh->N, ldb, dst);
-        if (!make_copy(&c, dst, g.own)) return NULL;
-        w = &g.w[g.nw++];
+        if (!make_copy(g, &c, dst, g->own)) return NULL;
+        w = &g->w[g->nw++];
         *w = c;
     }
     if (w->gen != gen) {
-        wcopy *o = sibling(w);
+        wcopy *o = sibling(g, w);
         if (o && o->gen == gen) o = NULL; /* already fresh: refresh w alone */
         if (o) {
             const wcopy *t = w->tb ? w : o, *n = w->tb ? o : w; /* W^T's copy and W's */
             ptdp__bf16_pack_both(&t->own, t->buf, &n->own, n->buf, B, rows, cols, ldb);
             o->gen = gen;
         } else {
-            refresh(w, B);
+            refresh(g, w, B);
         }
         w->gen = gen;
-        if (g.check) w->hash = hash_b(B, rows, cols, ldb);
-        if (g.check && o) o->hash = w->hash; /* the same fp32 rows */
-    } else if (g.check) {
+        g->conversions++;
+        if (g->check) w->hash = hash_b(B, rows, cols, ldb);
+        if (g->check && o) o->hash = w->hash; /* the same fp32 rows */
+    } else if (g->check) {
         PTDP_ASSERT_MSG(w->hash == hash_b(B, rows, cols, ldb),
-                        "weights changed without weights_changed(): their bf16 copy is stale");
+                        "weights written behind the backend's back (not through its ops, not "
+                        "announced with ptdp_backend_weights_written): their bf16 copy is stale");
     }
     return w->mem;
 }
@@ -358,50 +382,51 @@ static int grow(uint16_t **p, size_t *cap, size_t n) {
     return 1;
 }
 
-static shape *find_shape(const shape *key) {
-    for (int i = 0; i < g.nshapes; i++) {
-        shape *s = &g.shapes[i];
+static shape *find_shape(ptdp__bf16_gemm *g, const shape *key) {
+    for (int i = 0; i < g->nshapes; i++) {
+        shape *s = &g->shapes[i];
         if (s->ta == key->ta && s->tb == key->tb && s->sum == key->sum &&
             s->blocked == key->blocked && s->M == key->M && s->N == key->N && s->K == key->K &&
             s->ldc == key->ldc && s->cb16 == key->cb16)
             return s;
     }
-    if (g.nshapes == MAX_SHAPES || g.state != 1) return NULL;
+    if (g->nshapes == MAX_SHAPES) return NULL;
     shape s = *key;
-    if (!(s.mm.prim = make_prim(&s, NULL, 0))) return NULL;
+    if (!(s.mm.prim = make_prim(g, &s, NULL, 0))) return NULL;
     if (s.blocked == 2) { /* B's buffer in the layout the matmul chose, if ptdp writes it */
         const_dnnl_primitive_desc_t pd;
         dnnl_primitive_get_primitive_desc(s.mm.prim, &pd);
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         const size_t size = dnnl_memory_desc_get_size(md);
         if (!ptdp__bf16_blocking_of(md, &s.blk) || !(s.bbuf = alloc_lines(size)) ||
-            dnnl_memory_create(&s.bmem, md, g.eng, memset(s.bbuf, 0, size)) != dnnl_success) {
+            dnnl_memory_create(&s.bmem, md, g->eng, memset(s.bbuf, 0, size)) != dnnl_success) {
             free(s.bbuf); /* kept without them: the caller takes the plain path */
             dnnl_primitive_destroy(s.mm.prim);
             s.mm.prim = NULL, s.bbuf = NULL, s.bmem = NULL;
         }
     }
-    g.shapes[g.nshapes] = s;
-    return &g.shapes[g.nshapes++];
+    g->shapes[g->nshapes] = s;
+    return &g->shapes[g->nshapes++];
 }
 
 /* The weight-gradient shape C [M, N] += A^T B over K, A^T packed by ptdp
  * into plain rows (blocked 2), with B's blocked buffer; NULL where it cannot
  * be had (the caller takes another path) */
-static shape *wgrad_shape(int64_t M, int64_t N, int64_t K, int64_t ldc) {
+static shape *wgrad_shape(ptdp__bf16_gemm *g, int64_t M, int64_t N, int64_t K, int64_t ldc) {
     const shape key = shape_key(1, 0, 1, 2, M, N, K, ldc);
-    shape *s = find_shape(&key);
+    shape *s = find_shape(g, &key);
     return s && s->bmem ? s : NULL;
 }
 
-/* runs it on A^T already in g.a: B [K, N] (row stride ldb; fp32, or bf16
+/* runs it on A^T already in g->a: B [K, N] (row stride ldb; fp32, or bf16
  * where b16) into its blocked buffer, then the matmul into C */
-static void wgrad_run(shape *ws, const void *B, int b16, int64_t ldb, float *C) {
+static void wgrad_run(ptdp__bf16_gemm *g, shape *ws, const void *B, int b16, int64_t ldb,
+                      float *C) {
     if (b16)
         ptdp__bf16_pack_blocked_b16(&ws->blk, ws->bbuf, B, ws->K, ws->N, ldb);
     else
         ptdp__bf16_pack_blocked(&ws->blk, ws->bbuf, B, 0, ws->K, ws->N, ldb);
-    ptdp__onednn_mm_run(&ws->mm, g.a, NULL, ws->bmem, C);
+    ptdp__onednn_mm_run(g->cs, &ws->mm, g->a, NULL, ws->bmem, C);
 }
 
 /* rows x cols of x (row stride ld), fp32 or (b16) bf16, into packed bf16 */
@@ -418,82 +443,83 @@ static void pack_any(uint16_t *dst, const void *x, int b16, int64_t rows, int64_
 }
 
 /* bytes of C [M, N] (row stride ldc, 2 or 4 bytes a value) */
-static void c_written(const void *C, int c16, int64_t M, int64_t N, int64_t ldc) {
+static void c_written(ptdp__bf16_gemm *g, const void *C, int c16, int64_t M, int64_t N,
+                      int64_t ldc) {
     const char *lo = C, *hi = lo + (c16 ? 2 : 4) * ((M - 1) * ldc + N);
-    const char *l = (const char *)g.lb16;
-    if (g.lb16 && lo < l + 4 * g.lb16_n && hi > l)
-        g.lb16 = NULL; /* other values over the bf16 logits */
+    const char *l = (const char *)g->lb16;
+    if (g->lb16 && lo < l + 4 * g->lb16_n && hi > l)
+        g->lb16 = NULL; /* other values over the bf16 logits */
 }
 
 /* The GEMM on operands stored in fp32 or, where a16, b16 or c16 says so, in
  * bf16 (at the same strides, in values); alpha 1, beta 0 or 1 (1: C fp32).
  * Returns 1, or 0 with nothing done where it cannot run the native matmul
  * (the caller takes the fp32 GEMM). An fp32 C comes out unrounded. */
-static int gemm_s(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
-                  int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C, int c16,
-                  int64_t ldc) {
+static int gemm_s(ptdp__bf16_gemm *g, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                  const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
+                  float beta, void *C, int c16, int64_t ldc) {
     const int sum = beta != 0.0f;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    if ((sum && (beta != 1.0f || c16)) || K == 0 || g.state != 1 ||
-        !grow(&g.a, &g.acap, (size_t)(ar * ac)))
+    if ((sum && (beta != 1.0f || c16)) || K == 0 || !grow(&g->a, &g->acap, (size_t)(ar * ac)))
         return 0;
     /* weights (fp32, declared): their blocked copy; anything else: packed at this call */
-    const uint64_t gen = b16 ? 0 : range_gen(B, (const float *)B + (br - 1) * ldb + bc);
-    if (sum && ta && !tb && !gen && g.own) {
+    const uint64_t gen = b16 ? 0 : range_gen(g, B, (const float *)B + (br - 1) * ldb + bc);
+    if (sum && ta && !tb && !gen && g->own) {
         /* a weight gradient C += A^T B of activations: oneDNN's brgemm reads a
          * transposed A and a plain B slowly (620-650 against 810-850 GFLOP/s
          * for the other GEMMs here), so ptdp packs A^T into plain rows and B
          * into the blocked layout itself (docs/performance.md) */
-        shape *ws = wgrad_shape(M, N, K, ldc);
+        shape *ws = wgrad_shape(g, M, N, K, ldc);
         if (ws) {
             if (a16)
-                ptdp__bf16_pack_transposed_b16(g.a, A, K, M, lda);
+                ptdp__bf16_pack_transposed_b16(g->a, A, K, M, lda);
             else
-                ptdp__bf16_pack_transposed(g.a, A, K, M, lda);
-            wgrad_run(ws, B, b16, ldb, C);
-            g.wgrad_calls++;
+                ptdp__bf16_pack_transposed(g->a, A, K, M, lda);
+            wgrad_run(g, ws, B, b16, ldb, C);
+            g->wgrad_calls++;
             return 1;
         }
     }
     dnnl_memory_t mb = NULL;
     shape key = shape_key(ta, tb, sum, gen != 0, M, N, K, ldc), *sh = NULL;
     key.cb16 = c16;
-    if (gen && (sh = find_shape(&key))) mb = weight_copy(sh, B, ldb, gen);
+    if (gen && (sh = find_shape(g, &key))) mb = weight_copy(g, sh, B, ldb, gen);
     if (!mb) {
         key.blocked = 0;
-        sh = find_shape(&key);
-        if (!sh || !grow(&g.b, &g.bcap, (size_t)(br * bc))) return 0;
-        pack_any(g.b, B, b16, br, bc, ldb);
+        sh = find_shape(g, &key);
+        if (!sh || !grow(&g->b, &g->bcap, (size_t)(br * bc))) return 0;
+        pack_any(g->b, B, b16, br, bc, ldb);
     }
     const void *a = A; /* bf16 rows the matmul reads as they are */
     if (!a16 || lda != ac) {
-        pack_any(g.a, A, a16, ar, ac, lda);
-        a = g.a;
+        pack_any(g->a, A, a16, ar, ac, lda);
+        a = g->a;
     }
-    ptdp__onednn_mm_run(&sh->mm, a, mb ? NULL : g.b, mb, C);
+    ptdp__onednn_mm_run(g->cs, &sh->mm, a, mb ? NULL : g->b, mb, C);
     return 1;
 }
 
-void ptdp__gemm_onednn_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                            float *C, int64_t ldc) {
+void ptdp__gemm_onednn_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                            float beta, float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
-    c_written(C, 0, M, N, ldc);
-    if (alpha != 1.0f || !gemm_s(ta, tb, M, N, K, A, 0, lda, B, 0, ldb, beta, C, 0, ldc))
-        ptdp__gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    c_written(g, C, 0, M, N, ldc);
+    if (alpha != 1.0f || !gemm_s(g, ta, tb, M, N, K, A, 0, lda, B, 0, ldb, beta, C, 0, ldc))
+        ptdp__gemm_onednn(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* fp32 scratch of at least n values for the typed GEMM's fallback (grown on
  * first use only) */
-static float *scratch_f32(int k, size_t n) {
-    if (n > g.fcap[k]) {
+static float *scratch_f32(ptdp__bf16_gemm *g, int k, size_t n) {
+    if (n > g->fcap[k]) {
         float *q = alloc_lines(n * sizeof(float));
         PTDP_ASSERT_MSG(q, "out of memory for the bf16 GEMM's fp32 scratch");
-        free(g.f[k]);
-        g.f[k] = q;
-        g.fcap[k] = n;
+        free(g->f[k]);
+        g->f[k] = q;
+        g->fcap[k] = n;
     }
-    return g.f[k];
+    return g->f[k];
 }
 
 /* rows x cols of bf16 values x (row stride ld) widened into dst (plain rows) */
@@ -502,15 +528,17 @@ static void widen(float *dst, const uint16_t *x, int64_t rows, int64_t cols, int
     for (int64_t r = 0; r < rows; r++) ptdp_bf16_to_f32_n(dst + r * cols, x + r * ld, cols);
 }
 
-void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, const void *A, int a16,
-                           int64_t lda, const void *B, int b16, int64_t ldb, float beta, void *C,
-                           int c16, int64_t ldc) {
+void ptdp__gemm_bf16_typed(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
+                           float beta, void *C, int c16, int64_t ldc) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
     PTDP_ASSERT_MSG((beta == 0.0f || beta == 1.0f) && !(c16 && beta != 0.0f),
                     "typed bf16 GEMM: beta must be 0, or 1 into fp32 C");
     if (M == 0 || N == 0) return;
-    c_written(C, c16, M, N, ldc);
-    if (g.force_fallback || !gemm_s(ta, tb, M, N, K, A, a16, lda, B, b16, ldb, beta, C, c16, ldc)) {
-        g.fallbacks++;
+    c_written(g, C, c16, M, N, ldc);
+    if (g->force_fallback ||
+        !gemm_s(g, ta, tb, M, N, K, A, a16, lda, B, b16, ldb, beta, C, c16, ldc)) {
+        g->fallbacks++;
         /* the fp32 GEMM on the same values: bf16 operands widened (exactly),
          * a bf16 C made in fp32 scratch and narrowed below */
         const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
@@ -518,20 +546,20 @@ void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, cons
         float *cf = C;
         int64_t la = lda, lb = ldb, lc = ldc;
         if (a16) {
-            float *t = scratch_f32(0, (size_t)(ar * ac));
+            float *t = scratch_f32(g, 0, (size_t)(ar * ac));
             widen(t, A, ar, ac, lda);
             af = t, la = ac;
         }
         if (b16) {
-            float *t = scratch_f32(1, (size_t)(br * bc));
+            float *t = scratch_f32(g, 1, (size_t)(br * bc));
             widen(t, B, br, bc, ldb);
             bf = t, lb = bc;
         }
         if (c16) {
-            cf = scratch_f32(2, (size_t)(M * N));
+            cf = scratch_f32(g, 2, (size_t)(M * N));
             lc = N;
         }
-        ptdp__gemm_onednn(ta, tb, M, N, K, 1.0f, af, la, bf, lb, beta, cf, lc);
+        ptdp__gemm_onednn(be, ta, tb, M, N, K, 1.0f, af, la, bf, lb, beta, cf, lc);
         if (c16) {
             uint16_t *c = C;
 #pragma omp parallel for schedule(static) if (M * N > 65536)
@@ -565,60 +593,69 @@ void ptdp__gemm_bf16_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, cons
  * V = 50,304) for a second exp per logit (docs/performance.md).
  * head_logits takes this path only where it can have everything the
  * backward needs (shapes, both copies of wte, the scratch) and keeps them
- * for it, so head_bwd on bf16 logits cannot fail; weights_changed() ends
- * the bf16 state (the copies may go). */
+ * for it, so head_bwd on bf16 logits cannot fail; a write into the weights
+ * ends the bf16 state (the copies go stale). */
 
-static int head_prims_of(head_prims *p, const float *wte, int64_t h, int64_t N, int64_t Vl) {
-    const uint64_t gen = range_gen(wte, wte + Vl * h);
-    if (g.state != 1 || !g.own || !gen || N == 0 || Vl == 0 || h == 0) return 0;
+static int head_prims_of(ptdp__bf16_gemm *g, head_prims *p, const float *wte, int64_t h, int64_t N,
+                         int64_t Vl) {
+    const uint64_t gen = range_gen(g, wte, wte + Vl * h);
+    if (!g->own || !gen || N == 0 || Vl == 0 || h == 0) return 0;
     shape lk = shape_key(0, 1, 0, 1, N, Vl, h, Vl), dk = shape_key(0, 0, 0, 1, N, h, Vl, h);
     lk.cb16 = 1;
-    p->lg = find_shape(&lk);
-    p->ws = wgrad_shape(Vl, h, N, h);
-    p->ds = find_shape(&dk);
-    p->wt = p->lg ? weight_copy(p->lg, wte, h, gen) : NULL;
-    p->w = p->ds ? weight_copy(p->ds, wte, h, gen) : NULL;
-    return p->ws && p->wt && p->w && grow(&g.a, &g.acap, (size_t)(N * (Vl > h ? Vl : h)));
+    p->lg = find_shape(g, &lk);
+    p->ws = wgrad_shape(g, Vl, h, N, h);
+    p->ds = find_shape(g, &dk);
+    p->wt = p->lg ? weight_copy(g, p->lg, wte, h, gen) : NULL;
+    p->w = p->ds ? weight_copy(g, p->ds, wte, h, gen) : NULL;
+    return p->ws && p->wt && p->w && grow(&g->a, &g->acap, (size_t)(N * (Vl > h ? Vl : h)));
 }
 
-int ptdp__gemm_bf16_head_logits(const float *x, const float *wte, int64_t h, float *logits,
-                                int64_t N, int64_t Vl) {
-    g.lb16 = NULL;
-    if (!head_prims_of(&g.head, wte, h, N, Vl)) return 0;
-    pack(g.a, x, N, h, h);
-    ptdp__onednn_mm_run(&g.head.lg->mm, g.a, NULL, g.head.wt, logits);
-    g.lb16 = logits, g.lb16_n = (N * Vl + 1) / 2;
+int ptdp__gemm_bf16_head_logits(ptdp_backend *be, const float *x, const float *wte, int64_t h,
+                                float *logits, int64_t N, int64_t Vl) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    g->lb16 = NULL;
+    if (!head_prims_of(g, &g->head, wte, h, N, Vl)) return 0;
+    pack(g->a, x, N, h, h);
+    ptdp__onednn_mm_run(g->cs, &g->head.lg->mm, g->a, NULL, g->head.wt, logits);
+    g->lb16 = logits, g->lb16_n = (N * Vl + 1) / 2;
     return 1;
 }
 
-int ptdp__gemm_bf16_logits_b16(const float *logits, int64_t N, int64_t Vl) {
-    return g.lb16 && logits == g.lb16 && g.lb16_n == (N * Vl + 1) / 2;
+int ptdp__gemm_bf16_logits_b16(ptdp_backend *be, const float *logits, int64_t N, int64_t Vl) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    return g->lb16 && logits == g->lb16 && g->lb16_n == (N * Vl + 1) / 2;
 }
 
-void ptdp__gemm_bf16_head_bwd(float *logits, const ptdp_xent_grad *xg, const float *x, int64_t h,
-                              float *dwte, float *dx) {
+void ptdp__gemm_bf16_head_bwd(ptdp_backend *be, float *logits, const ptdp_xent_grad *xg,
+                              const float *x, int64_t h, float *dwte, float *dx) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
     const int64_t N = xg->s * xg->b, Vl = xg->Vl;
-    const head_prims *p = &g.head; /* made and checked by the forward, wte's copies with them */
-    PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(logits, N, Vl) && p->ds->N == h,
+    const head_prims *p = &g->head; /* made and checked by the forward, wte's copies with them */
+    PTDP_ASSERT_MSG(ptdp__gemm_bf16_logits_b16(be, logits, N, Vl) && p->ds->N == h,
                     "bf16 loss head backward without its forward's bf16 logits");
-    ptdp__bf16_xent_grad(g.a, (uint16_t *)logits, xg);
-    wgrad_run(p->ws, x, 0, h, dwte);
-    ptdp__onednn_mm_run(&p->ds->mm, logits, NULL, p->w, dx);
-    g.lb16 = NULL; /* dl's rows there now */
-    g.head_calls++;
+    ptdp__bf16_xent_grad(g->a, (uint16_t *)logits, xg);
+    wgrad_run(g, p->ws, x, 0, h, dwte);
+    ptdp__onednn_mm_run(g->cs, &p->ds->mm, logits, NULL, p->w, dx);
+    g->lb16 = NULL; /* dl's rows there now */
+    g->head_calls++;
 }
 
-int64_t ptdp__gemm_bf16_head_calls(void) { return g.head_calls; }
+int64_t ptdp__gemm_bf16_head_calls(ptdp_backend *be) { return ptdp__cpu_of(be)->g16->head_calls; }
 
-int64_t ptdp__gemm_bf16_typed_fallbacks(int force) {
-    if (force >= 0) g.force_fallback = force;
-    return g.fallbacks;
+int64_t ptdp__gemm_bf16_conversions(ptdp_backend *be) { return ptdp__cpu_of(be)->g16->conversions; }
+
+int64_t ptdp__gemm_bf16_typed_fallbacks(ptdp_backend *be, int force) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    if (force >= 0) g->force_fallback = force;
+    return g->fallbacks;
 }
 
-int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const float *B, int64_t ldb,
-                               int own, void *out, size_t cap, size_t *bytes, double *seconds,
-                               int reps, void (*between)(void *), void *ctx) {
-    if (!ptdp__gemm_bf16_available(NULL)) return -1;
+int ptdp__gemm_bf16_pack_probe(ptdp_backend *be, int tb, int64_t M, int64_t N, int64_t K,
+                               const float *B, int64_t ldb, int own, void *out, size_t cap,
+                               size_t *bytes, double *seconds, int reps, void (*between)(void *),
+                               void *ctx) {
+    ptdp__bf16_gemm *g = ptdp__cpu_of(be)->g16;
+    if (!g) return -1;
     wcopy c[2]; /* op(B)'s copy; with own 2 the other orientation's too */
     const int n = own == 2 ? 2 : 1;
     int made = 0, ok = 1;
@@ -626,7 +663,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
         const int t = i ? !tb : tb;
         const int64_t k = i ? N : K, nn = i ? K : N;
         const shape key = shape_key(0, t, 0, 1, M, nn, k, nn);
-        const shape *sh = find_shape(&key);
+        const shape *sh = find_shape(g, &key);
         const dnnl_memory_desc_t *dst = NULL;
         if (sh) {
             const_dnnl_primitive_desc_t pd;
@@ -634,7 +671,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
             dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         }
         if (dst) c[i] = new_copy(B, t, k, nn, ldb, dst);
-        ok = dst && make_copy(&c[i], dst, own != 0); /* it frees what it made if it fails */
+        ok = dst && make_copy(g, &c[i], dst, own != 0); /* it frees what it made if it fails */
         made += ok;
         ok = ok && !(own && c[i].reorder); /* own: a layout bf16_blocked.c writes */
     }
@@ -653,7 +690,7 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
             ptdp__bf16_pack_both(&ct->own, ct->buf, &cw->own, cw->buf, B, tb ? N : K, tb ? K : N,
                                  ldb);
         else
-            refresh(&c[0], B);
+            refresh(g, &c[0], B);
         if (seconds) seconds[r] = ptdp_now() - t0;
     }
     if (bytes) *bytes = size;
@@ -662,4 +699,20 @@ int ptdp__gemm_bf16_pack_probe(int tb, int64_t M, int64_t N, int64_t K, const fl
     return 0;
 }
 
-int64_t ptdp__gemm_bf16_wgrad_calls(void) { return g.wgrad_calls; }
+int64_t ptdp__gemm_bf16_wgrad_calls(ptdp_backend *be) { return ptdp__cpu_of(be)->g16->wgrad_calls; }
+
+void ptdp__gemm_bf16_free(ptdp__bf16_gemm *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nw; i++) drop_one(&g->w[i]);
+    free(g->w);
+    for (int i = 0; i < g->nshapes; i++) {
+        shape *s = &g->shapes[i];
+        ptdp__onednn_mm_free(&s->mm);
+        if (s->bmem) dnnl_memory_destroy(s->bmem);
+        free(s->bbuf);
+    }
+    free(g->a);
+    free(g->b);
+    for (int k = 0; k < 3; k++) free(g->f[k]);
+    free(g);
+}

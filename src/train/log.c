@@ -84,7 +84,8 @@ void ptdp__log_start(ptdp_run *r) {
         ptdp_log0("zb-v: lists played with costs F,B,W = %d,%d,%d per chunk (%s)", sp->cost_f,
                   sp->cost_b, sp->cost_w,
                   tp->sched.cost_f ? "--zb-costs" : "from the layer's FLOPs; --zb-costs sets them");
-    if (tp->ops->dtype != PTDP_DTYPE_FP32) {
+    ptdp_backend *be = tp->be;
+    if (be->dtype != PTDP_DTYPE_FP32) {
         const ptdp_loss_scaler *ls = &tp->scaler;
         char scale[96] = "no loss scaling";
         if (ls->dynamic)
@@ -92,19 +93,18 @@ void ptdp__log_start(ptdp_run *r) {
                      ls->scale, (long long)ls->window, ls->hysteresis);
         else if (ls->scale != 1.0)
             snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
-        ptdp_log0(
-            "mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
-            "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
-            "its outputs%s), 16-bit messages between ranks; compute table %s (GEMMs: %s)",
-            ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
-            tp->ops->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
-                                                  : "",
-            tp->ops->name,
-            strstr(tp->ops->name, "native-gemm") ? "oneDNN's native bf16 matmul, fp32 accumulation"
-            : strstr(tp->ops->name, "native")
-                ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "
-                  "bf16 with AVX512_BF16"
-                : "fp32 on 16-bit-valued inputs");
+        ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
+                  "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
+                  "its outputs%s), 16-bit messages between ranks; compute backend %s (GEMMs: %s)",
+                  ptdp_dtype_name(be->dtype), scale, ptdp_dtype_name(be->dtype),
+                  be->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
+                                                   : "",
+                  be->name,
+                  !(be->caps & PTDP_CAP_NATIVE_GEMM16) ? "fp32 on 16-bit-valued inputs"
+                  : be->caps & PTDP_CAP_ATTENTION16
+                      ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "
+                        "bf16 with AVX512_BF16"
+                      : "oneDNN's native bf16 matmul, fp32 accumulation");
     }
     if (r->tb)
         ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),

@@ -64,7 +64,7 @@ typedef struct {
     int64_t global_batch; /* B, a multiple of b */
     ptdp_lr_schedule lr;
     ptdp_adamw_params adam;
-    const ptdp_ops *ops;
+    ptdp_backend *be; /* the compute backend (the caller opens and closes it) */
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind, zb-v costs (m is derived); p 0: p = comm's, v = 1;

@@ -101,10 +101,10 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
     r.recompute_num_layers = p->recompute_num_layers;
-    r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
-    r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
-    r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
-    r.mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32;
+    r.attn_saved_floats = p->be->attention_saved_floats(p->be, r.s, r.b, p->cfg.heads / comm->t);
+    r.attn_scratch_floats = p->be->attention_scratch_floats(p->be, r.s);
+    r.master_weights = p->be->dtype != PTDP_DTYPE_FP32;
+    r.mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32;
     r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
@@ -131,8 +131,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     tr->loss_scales = malloc(sizeof(float) * (size_t)(sp.m > 0 ? sp.m : 1));
     int rc = !tr->loss_scales
                  ? ptdp_errorf(PTDP_ENOMEM, "out of memory")
-                 : ptdp_ops_check(p->ops, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
-                                              (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
+                 : ptdp_backend_check(p->be, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
+                                                 (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v;
@@ -159,7 +159,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .post = stage == stages - 1,
             .micro_batch = p->micro_batch,
             .slots = slots,
-            .ops = p->ops,
+            .be = p->be,
             .tp = &comm->tensor,
             .recompute_method = p->recompute_method,
             .recompute_num_layers = p->recompute_num_layers,
@@ -180,7 +180,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             const ptdp_ddp_params dflt = ptdp_ddp_default_params();
             ptdp_ddp_params dp = {
                 .data = &comm->data,
-                .ops = p->ops,
+                .be = p->be,
                 .params = ptdp_gpt_chunk_params(tr->chunks[c]),
                 .grads = ptdp_gpt_chunk_grads(tr->chunks[c]),
                 .numel = ptdp_gpt_chunk_numel(tr->chunks[c]),
@@ -195,7 +195,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         if (rc == PTDP_OK) {
             int n;
             const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
-            rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n,
+            rc = ptdp_optim_init(&tr->opts[c], p->be, &p->adam, specs, n,
                                  ptdp_gpt_chunk_params(tr->chunks[c]), tr->ddp[c],
                                  comm->tensor.rank, cp.pre, &tr->mem);
         }
@@ -205,7 +205,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.sched = sp;
         ep.pp_rank = comm->pp;
         ep.pipeline = &comm->pipeline;
-        ep.ops = p->ops;
+        ep.be = p->be;
         ep.mem = &tr->mem;
         ep.chunks = tr->chunks;
         ep.tokens_per_mb = msg_floats(p) / p->cfg.hidden;
@@ -222,7 +222,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     /* Everything above carved from plan arenas (sizes only); now one block per
      * category, and every subsystem carves again, in the same order. */
     if (rc == PTDP_OK) carve_eval(tr);
-    if (rc == PTDP_OK) rc = ptdp_mem_alloc(&tr->mem, p->ops->alloc, p->ops->free);
+    if (rc == PTDP_OK) rc = ptdp_backend_mem_alloc(p->be, &tr->mem);
     if (rc == PTDP_OK) {
         for (int c = 0; c < tr->v; c++) {
             ptdp_gpt_chunk_bind(tr->chunks[c], &tr->mem);
@@ -252,29 +252,15 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     return PTDP_OK;
 }
 
-/* Every step and evaluation starts by telling the table the weights may have
- * changed since it last ran (optimizer step, ZeRO-1's all-gather, a load, a
- * test's perturbation): a table that keeps them converted (the native bf16
- * one) converts each once per step instead of at every use. forget: the
- * chunks are being freed, the table drops its copies. */
-static void weights_changed(ptdp_trainer *tr, int forget) {
-    if (!tr->p.ops || !tr->p.ops->weights_changed) return;
-    for (int c = 0; c < PTDP_MAX_CHUNKS; c++)
-        if (tr->chunks[c])
-            tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]),
-                                       forget ? 0 : ptdp_gpt_chunk_numel(tr->chunks[c]));
-}
-
 void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
-    weights_changed(tr, 1); /* the table forgets their weight copies */
     for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
         if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
         ptdp_ddp_free(tr->ddp[c]);
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
-    ptdp_mem_free(&tr->mem, tr->p.ops->free);
+    ptdp_backend_mem_free(tr->p.be, &tr->mem);
     free(tr->hash_buf);
     free(tr->loss_scales);
     free(tr);
@@ -314,8 +300,9 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     const ptdp_param_spec *wte2 = find_wte(c2);
     PTDP_ASSERT(wte2 && wte2->numel == wte->numel && c2 != c);
     float *g2 = ptdp_gpt_chunk_grads(c2) + wte2->offset;
-    tr->p.ops->bias_bwd(g2, g, 1, wte->numel); /* g += g2 */
-    tr->p.ops->copy(g2, g, wte->numel);
+    ptdp_backend *be = tr->p.be;
+    be->bias_bwd(be, g2, g, 1, wte->numel); /* g += g2 */
+    be->copy(be, g2, g, wte->numel);
 }
 
 /* Sequence parallelism: a parameter replicated across the tensor group
@@ -384,12 +371,11 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     const int64_t counted = loss_scales(tr, batch);
-    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
     if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
         float nan = NAN; /* put before backward so it flows through the reductions */
-        p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
+        p->be->upload(p->be, ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
     ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m, &loss_sum);
     if (ptdp_fault_at("nan-loss", tr->iteration + 1)) loss_sum = NAN; /* tests: this rank's loss */
@@ -459,7 +445,6 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
-    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
@@ -471,7 +456,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
                 ptdp_schedule_stage_owner(&p->sched, (int)stage + 1, &next_r, &unused);
             ptdp_comm_req req;
             if (stage > 0 && prev_r == r) { /* from this rank's previous stage */
-                p->ops->copy(buf, buf + n, n);
+                p->be->copy(p->be, buf, buf + n, n);
             } else if (stage > 0) {
                 ptdp_irecv_f32(&comm->pipeline, buf, n, prev_r, (int)stage, &req);
                 ptdp_wait(&req);
@@ -532,7 +517,7 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     int64_t n = 0;
     for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
     const double per = (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1);
-    if (tr->p.ops->dtype == PTDP_DTYPE_FP32)
+    if (tr->p.be->dtype == PTDP_DTYPE_FP32)
         ptdp_log0(
             "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
             "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
@@ -543,10 +528,11 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
             "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
             "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
             "--use-distributed-optimizer 12/d = %.2f B, without 12 B%s",
-            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d,
-            tr->p.ops->weights_changed ? "; outside the plan, the native GEMMs' bf16 copies of the "
-                                         "weights, about 4 B (two layouts of 2 B)"
-                                       : "");
+            ptdp_dtype_name(tr->p.be->dtype), per, 12.0 / comm->d,
+            tr->p.be->caps & PTDP_CAP_WEIGHT_COPIES
+                ? "; outside the plan, the native GEMMs' bf16 copies of the weights, about 4 B "
+                  "(two layouts of 2 B)"
+                : "");
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
@@ -577,25 +563,25 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         int64_t stage = ptdp_schedule_stage(&p->sched, comm->pp, c), begin, end;
         ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
                                 &begin, &end);
-        const ptdp_plan_mem pm = {.layers = end - begin,
-                                  .h = p->cfg.hidden,
-                                  .a = p->cfg.heads,
-                                  .ffn = p->cfg.ffn_hidden,
-                                  .s = p->cfg.seq_length,
-                                  .b = p->micro_batch,
-                                  .t = comm->t,
-                                  .vocab_padded = p->cfg.vocab_padded,
-                                  .pre = stage == 0,
-                                  .post = stage == stages - 1,
-                                  .recompute = p->recompute_method,
-                                  .recompute_num_layers = p->recompute_num_layers,
-                                  .sequence_parallel = seq_par(p),
-                                  .split_backward = ptdp_schedule_splits_backward(&p->sched),
-                                  .attn_saved_floats = p->ops->attention_saved_floats(
-                                      p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
-                                  .attn_scratch_floats = ptdp_attention_scratch_floats(
-                                      p->cfg.seq_length, omp_get_max_threads()),
-                                  .mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32};
+        const ptdp_plan_mem pm = {
+            .layers = end - begin,
+            .h = p->cfg.hidden,
+            .a = p->cfg.heads,
+            .ffn = p->cfg.ffn_hidden,
+            .s = p->cfg.seq_length,
+            .b = p->micro_batch,
+            .t = comm->t,
+            .vocab_padded = p->cfg.vocab_padded,
+            .pre = stage == 0,
+            .post = stage == stages - 1,
+            .recompute = p->recompute_method,
+            .recompute_num_layers = p->recompute_num_layers,
+            .sequence_parallel = seq_par(p),
+            .split_backward = ptdp_schedule_splits_backward(&p->sched),
+            .attn_saved_floats = p->be->attention_saved_floats(
+                p->be, p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
+            .attn_scratch_floats = p->be->attention_scratch_floats(p->be, p->cfg.seq_length),
+            .mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;
@@ -604,9 +590,9 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
 
 void ptdp_trainer_perturb(ptdp_trainer *tr) {
     float x, *w = ptdp_gpt_chunk_params(tr->chunks[0]);
-    tr->p.ops->download(&x, w, sizeof x);
+    tr->p.be->download(tr->p.be, &x, w, sizeof x);
     x += 1e-3f;
-    tr->p.ops->upload(w, &x, sizeof x);
+    tr->p.be->upload(tr->p.be, w, &x, sizeof x);
 }
 
 int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
@@ -618,7 +604,7 @@ int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
         const int64_t n = ptdp_gpt_chunk_numel(tr->chunks[c]);
         for (int64_t i = 0; i < n; i += HASH_CHUNK) {
             const size_t bytes = sizeof(float) * (size_t)(n - i < HASH_CHUNK ? n - i : HASH_CHUNK);
-            tr->p.ops->download(tr->hash_buf, w + i, bytes);
+            tr->p.be->download(tr->p.be, tr->hash_buf, w + i, bytes);
             h = ptdp_fnv1a(tr->hash_buf, bytes, h);
         }
     }
