@@ -259,34 +259,61 @@ BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, 
     }
 }
 
-/* The instance's per-thread packs, grown before a parallel loop that needs
- * more (the first call at a shape), kept for the next, freed at close; more
- * than MAX_THREADS threads take the per-tile path. */
+/* The instance's per-thread packs: in its workspace (own 0) for the job's
+ * shape, or grown before a parallel loop that needs more (the first call at
+ * a shape, counted beyond a workspace), kept for the next, freed at close;
+ * more than MAX_THREADS threads take the per-tile path. */
 enum { MAX_THREADS = 256 };
 struct ptdp__attn_packs {
     struct {
         uint32_t *p;
-        size_t cap;
+        size_t cap; /* uint32 values */
+        int own;
     } t[MAX_THREADS];
 };
 
 ptdp__attn_packs *ptdp__attn_packs_new(void) { return calloc(1, sizeof(ptdp__attn_packs)); }
 
 void ptdp__attn_packs_free(ptdp__attn_packs *pk) {
-    for (int t = 0; pk && t < MAX_THREADS; t++) free(pk->t[t].p);
+    for (int t = 0; pk && t < MAX_THREADS; t++)
+        if (pk->t[t].own) free(pk->t[t].p);
     free(pk);
 }
 
-static int packs_ready(ptdp__attn_packs *pk, size_t n) {
+static size_t pack_need(int64_t s, int64_t hd, int nq, int np);
+
+/* per thread: the backward's packs (the larger), in whole 64-byte lines */
+static size_t thread_bytes(int64_t s, int64_t hd) {
+    return (pack_need(s, hd, 4, 3) * sizeof(uint32_t) + 63) / 64 * 64;
+}
+
+size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads) {
+    return threads <= MAX_THREADS ? (size_t)threads * thread_bytes(s, hd) : 0;
+}
+
+void ptdp__attn_packs_set(ptdp__attn_packs *pk, void *block, int64_t s, int64_t hd, int threads) {
+    for (int t = 0; t < MAX_THREADS; t++)
+        if (!pk->t[t].own) pk->t[t].p = NULL, pk->t[t].cap = 0;
+    if (!block || threads > MAX_THREADS) return;
+    const size_t each = thread_bytes(s, hd);
+    for (int t = 0; t < threads; t++) {
+        if (pk->t[t].own) free(pk->t[t].p);
+        pk->t[t].p = (uint32_t *)((char *)block + (size_t)t * each);
+        pk->t[t].cap = each / sizeof(uint32_t), pk->t[t].own = 0;
+    }
+}
+
+static int packs_ready(ptdp__cpu *cs, ptdp__attn_packs *pk, size_t n) {
     const int nt = omp_get_max_threads();
     if (nt > MAX_THREADS) return 0;
     for (int t = 0; t < nt; t++) {
         if (pk->t[t].cap >= n) continue;
-        uint32_t *q = aligned_alloc(64, (n * sizeof(uint32_t) + 63) / 64 * 64);
+        const size_t bytes = (n * sizeof(uint32_t) + 63) / 64 * 64;
+        uint32_t *q = aligned_alloc(64, bytes);
         if (!q) return 0;
-        free(pk->t[t].p);
-        pk->t[t].p = q;
-        pk->t[t].cap = n;
+        cs->be.ondemand_bytes += bytes;
+        if (pk->t[t].own) free(pk->t[t].p);
+        pk->t[t].p = q, pk->t[t].cap = n, pk->t[t].own = 1;
     }
     return 1;
 }
@@ -423,7 +450,7 @@ BF16_TARGET int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, flo
                                          float *scratch, int64_t s, int64_t b, int64_t al,
                                          int64_t hd, ptdp_dropout drop) {
     ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
-    if (!packs_ready(pk, pack_need(s, hd, 2, 1))) return 0;
+    if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 2, 1))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -466,7 +493,7 @@ BF16_TARGET int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, co
                                          float *scratch, int64_t s, int64_t b, int64_t al,
                                          int64_t hd, ptdp_dropout drop) {
     ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
-    if (!packs_ready(pk, pack_need(s, hd, 4, 3))) return 0;
+    if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 4, 3))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -532,6 +559,13 @@ int ptdp__gemm_tile_bf16_available(void) {
 #else
 ptdp__attn_packs *ptdp__attn_packs_new(void) { return NULL; }
 void ptdp__attn_packs_free(ptdp__attn_packs *pk) { (void)pk; }
+size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads) {
+    (void)s, (void)hd, (void)threads;
+    return 0;
+}
+void ptdp__attn_packs_set(ptdp__attn_packs *pk, void *block, int64_t s, int64_t hd, int threads) {
+    (void)pk, (void)block, (void)s, (void)hd, (void)threads;
+}
 void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
                           float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                           float beta, float *C, int64_t ldc) {

@@ -79,6 +79,15 @@ void ptdp__gemm_bf16_free(ptdp__bf16_gemm *g);
  * forget) a range, and the version bump of a write into [w, w + n) */
 void ptdp__gemm_bf16_weights_register(ptdp_backend *be, const float *w, int64_t n);
 void ptdp__gemm_bf16_weights_written(ptdp_backend *be, const float *w, int64_t n);
+/* its memory for a job (kernels.h's memory contract; mlp16: the MLP keeps fc
+ * and dfc in bf16): *fixed bytes of scratch and weight-gradient buffers and
+ * the bytes of one layer's and one loss head's weight copies; the job's
+ * primitives are made here. _set: the fixed part and the copies' pool
+ * [pool_bytes] (NULL: it gives back what it kept in them). */
+void ptdp__gemm_bf16_workspace(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
+                               size_t *fixed, size_t *per_layer, size_t *per_head);
+void ptdp__gemm_bf16_workspace_set(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
+                                   void *fixed, void *pool, size_t pool_bytes);
 void ptdp__gemm_onednn_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
                             float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                             float beta, float *C, int64_t ldc);
@@ -274,6 +283,10 @@ void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, i
  * _new/_free: an instance's packs (none yet; NULL: out of memory). */
 ptdp__attn_packs *ptdp__attn_packs_new(void);
 void ptdp__attn_packs_free(ptdp__attn_packs *p);
+/* bytes of packs for sequences of s, heads of hd, on `threads` threads; _set
+ * puts them in block (NULL: gives it back) */
+size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads);
+void ptdp__attn_packs_set(ptdp__attn_packs *p, void *block, int64_t s, int64_t hd, int threads);
 int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                              ptdp_dropout drop);

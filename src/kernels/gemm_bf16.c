@@ -50,8 +50,12 @@ typedef struct {
     int64_t M, N, K, ldc;
     int cb16; /* C in bf16 (the loss head's logits), else fp32 */
     ptdp__onednn_mm mm;
-    ptdp__bf16_blocking blk; /* blocked 2: B's layout, its buffer and memory object */
+    ptdp__bf16_blocking blk; /* blocked 2: B's layout (bsize bytes, 0: not one ptdp writes),
+                                its buffer and memory object, made at first use or in the
+                                workspace (bbuf_own 0) */
+    size_t bsize;
     void *bbuf;
+    int bbuf_own;
     dnnl_memory_t bmem;
 } shape;
 
@@ -75,7 +79,8 @@ typedef struct { /* op(B) [K, N] of the weights at src, in the matmul's layout *
     int tb;
     int64_t K, N, ldb;
     uint64_t gen, hash;
-    void *buf;
+    void *buf; /* in the workspace's copy pool (buf_own 0) or allocated (1) */
+    int buf_own;
     dnnl_memory_t mem, from;  /* the copy; the fp32 weights (pointed at src at each refresh) */
     dnnl_primitive_t reorder; /* NULL where bf16_blocked.c writes the layout (own) */
     ptdp__bf16_blocking own;
@@ -94,10 +99,13 @@ struct ptdp__bf16_gemm {
     dnnl_stream_t strm;
     shape shapes[MAX_SHAPES];
     int nshapes;
-    uint16_t *a, *b; /* bf16 scratch */
+    uint16_t *a, *b; /* bf16 scratch; a in the workspace (a_own 0) or allocated */
     size_t acap, bcap;
+    int a_own, b_own;
     float *f[3]; /* fp32 scratch of the typed GEMM's fallback: A, B, C */
     size_t fcap[3];
+    char *pool; /* the workspace's weight copies not yet taken (pool_left bytes) */
+    size_t pool_left;
     int64_t fallbacks;  /* typed GEMMs run as fp32 GEMMs (the test reads it) */
     int force_fallback; /* test hook: every typed GEMM takes that path */
     wrange ranges[MAX_RANGES];
@@ -174,7 +182,17 @@ ptdp__bf16_gemm *ptdp__gemm_bf16_new(ptdp__cpu *cs, char *why_buf, size_t why_ca
 
 /* bytes rounded up to whole 64-byte lines, 64-byte aligned (the packs store
  * whole lines), or NULL */
-static void *alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+static size_t lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+static void *alloc_lines(size_t bytes) { return aligned_alloc(64, lines(bytes)); }
+
+/* Memory the instance allocates itself: all of it without a workspace,
+ * what does not fit where one was set (counted: kernels.h's memory
+ * contract). */
+static void *own_alloc(ptdp__bf16_gemm *g, size_t bytes) {
+    void *p = alloc_lines(bytes);
+    if (p) g->cs->be.ondemand_bytes += lines(bytes);
+    return p;
+}
 
 /* ---- weights converted once per declaration ------------------------------ */
 
@@ -183,7 +201,7 @@ static void drop_one(wcopy *c) {
     if (c->mem) dnnl_memory_destroy(c->mem);
     if (c->from) dnnl_memory_destroy(c->from);
     if (c->reorder) dnnl_primitive_destroy(c->reorder);
-    free(c->buf);
+    if (c->buf_own) free(c->buf);
     c->mem = c->from = NULL;
     c->reorder = NULL;
     c->buf = NULL;
@@ -263,11 +281,17 @@ static uint64_t hash_b(const float *B, int64_t rows, int64_t cols, int64_t ldb) 
  * stays zero), with oneDNN's reorder from the fp32 weights where
  * bf16_blocked.c does not write that layout or own is 0. 0 when it cannot
  * (c holds nothing then). */
-static int make_copy(ptdp__bf16_gemm *g, wcopy *c, const dnnl_memory_desc_t *dst, int own) {
+static int make_copy(ptdp__bf16_gemm *g, wcopy *c, const dnnl_memory_desc_t *dst, int own,
+                     int from_pool) {
     const size_t size = dnnl_memory_desc_get_size(dst);
     own = own && ptdp__bf16_blocking_of(dst, &c->own);
     if (!own) memset(&c->own, 0, sizeof c->own);
-    c->buf = alloc_lines(size);
+    if (from_pool && g->pool_left >= lines(size)) { /* the workspace's, in the order of use */
+        c->buf = g->pool, c->buf_own = 0;
+        g->pool += lines(size), g->pool_left -= lines(size);
+    } else {
+        c->buf = own_alloc(g, size), c->buf_own = 1;
+    }
     if (!c->buf) return 0;
     memset(c->buf, 0, size);
     int ok = dnnl_memory_create(&c->mem, dst, g->eng, c->buf) == dnnl_success;
@@ -336,7 +360,7 @@ static dnnl_memory_t weight_copy(ptdp__bf16_gemm *g, const shape *sh, const floa
         if (!g->w && !(g->w = calloc(MAX_WEIGHTS, sizeof *g->w))) return NULL;
         if (g->nw == MAX_WEIGHTS) return NULL;
         wcopy c = new_copy(B, sh->tb, sh->K, sh->N, ldb, dst);
-        if (!make_copy(g, &c, dst, g->own)) return NULL;
+        if (!make_copy(g, &c, dst, g->own, 1)) return NULL;
         w = &g->w[g->nw++];
         *w = c;
     }
@@ -371,14 +395,34 @@ static void pack(uint16_t *dst, const float *x, int64_t rows, int64_t cols, int6
 }
 
 /* scratch of at least n values, 64-byte aligned (the packs store whole
- * lines), its contents not kept */
-static int grow(uint16_t **p, size_t *cap, size_t n) {
+ * lines), its contents not kept: the buffer it is (the workspace's where
+ * one was set), else a larger one allocated */
+static int grow(ptdp__bf16_gemm *g, uint16_t **p, size_t *cap, int *own, size_t n) {
     if (n <= *cap) return 1;
-    uint16_t *q = alloc_lines(n * sizeof(uint16_t));
+    uint16_t *q = own_alloc(g, n * sizeof(uint16_t));
     if (!q) return 0;
-    free(*p);
-    *p = q;
-    *cap = n;
+    if (*own) free(*p);
+    *p = q, *cap = n, *own = 1;
+    return 1;
+}
+
+/* s's B buffer in its blocked layout: block (zeroed here), or allocated
+ * where block is NULL; 0 where it cannot be had */
+static int shape_bbuf(ptdp__bf16_gemm *g, shape *s, void *block) {
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(s->mm.prim, &pd);
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    void *buf = block ? block : own_alloc(g, s->bsize);
+    if (!buf) return 0;
+    memset(buf, 0, s->bsize);
+    dnnl_memory_t mem;
+    if (dnnl_memory_create(&mem, md, g->eng, buf) != dnnl_success) {
+        if (!block) free(buf);
+        return 0;
+    }
+    if (s->bmem) dnnl_memory_destroy(s->bmem);
+    if (s->bbuf_own) free(s->bbuf);
+    s->bbuf = buf, s->bbuf_own = !block, s->bmem = mem;
     return 1;
 }
 
@@ -393,17 +437,12 @@ static shape *find_shape(ptdp__bf16_gemm *g, const shape *key) {
     if (g->nshapes == MAX_SHAPES) return NULL;
     shape s = *key;
     if (!(s.mm.prim = make_prim(g, &s, NULL, 0))) return NULL;
-    if (s.blocked == 2) { /* B's buffer in the layout the matmul chose, if ptdp writes it */
+    if (s.blocked == 2) { /* B's layout, the matmul's choice, if ptdp writes it (else bsize
+                             stays 0 and the caller takes the plain path) */
         const_dnnl_primitive_desc_t pd;
         dnnl_primitive_get_primitive_desc(s.mm.prim, &pd);
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        const size_t size = dnnl_memory_desc_get_size(md);
-        if (!ptdp__bf16_blocking_of(md, &s.blk) || !(s.bbuf = alloc_lines(size)) ||
-            dnnl_memory_create(&s.bmem, md, g->eng, memset(s.bbuf, 0, size)) != dnnl_success) {
-            free(s.bbuf); /* kept without them: the caller takes the plain path */
-            dnnl_primitive_destroy(s.mm.prim);
-            s.mm.prim = NULL, s.bbuf = NULL, s.bmem = NULL;
-        }
+        if (ptdp__bf16_blocking_of(md, &s.blk)) s.bsize = dnnl_memory_desc_get_size(md);
     }
     g->shapes[g->nshapes] = s;
     return &g->shapes[g->nshapes++];
@@ -415,7 +454,7 @@ static shape *find_shape(ptdp__bf16_gemm *g, const shape *key) {
 static shape *wgrad_shape(ptdp__bf16_gemm *g, int64_t M, int64_t N, int64_t K, int64_t ldc) {
     const shape key = shape_key(1, 0, 1, 2, M, N, K, ldc);
     shape *s = find_shape(g, &key);
-    return s && s->bmem ? s : NULL;
+    return s && s->bsize && (s->bmem || shape_bbuf(g, s, NULL)) ? s : NULL;
 }
 
 /* runs it on A^T already in g->a: B [K, N] (row stride ldb; fp32, or bf16
@@ -460,7 +499,8 @@ static int gemm_s(ptdp__bf16_gemm *g, int ta, int tb, int64_t M, int64_t N, int6
                   float beta, void *C, int c16, int64_t ldc) {
     const int sum = beta != 0.0f;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    if ((sum && (beta != 1.0f || c16)) || K == 0 || !grow(&g->a, &g->acap, (size_t)(ar * ac)))
+    if ((sum && (beta != 1.0f || c16)) || K == 0 ||
+        !grow(g, &g->a, &g->acap, &g->a_own, (size_t)(ar * ac)))
         return 0;
     /* weights (fp32, declared): their blocked copy; anything else: packed at this call */
     const uint64_t gen = b16 ? 0 : range_gen(g, B, (const float *)B + (br - 1) * ldb + bc);
@@ -487,7 +527,7 @@ static int gemm_s(ptdp__bf16_gemm *g, int ta, int tb, int64_t M, int64_t N, int6
     if (!mb) {
         key.blocked = 0;
         sh = find_shape(g, &key);
-        if (!sh || !grow(&g->b, &g->bcap, (size_t)(br * bc))) return 0;
+        if (!sh || !grow(g, &g->b, &g->bcap, &g->b_own, (size_t)(br * bc))) return 0;
         pack_any(g->b, B, b16, br, bc, ldb);
     }
     const void *a = A; /* bf16 rows the matmul reads as they are */
@@ -513,7 +553,7 @@ void ptdp__gemm_onednn_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t
  * first use only) */
 static float *scratch_f32(ptdp__bf16_gemm *g, int k, size_t n) {
     if (n > g->fcap[k]) {
-        float *q = alloc_lines(n * sizeof(float));
+        float *q = own_alloc(g, n * sizeof(float));
         PTDP_ASSERT_MSG(q, "out of memory for the bf16 GEMM's fp32 scratch");
         free(g->f[k]);
         g->f[k] = q;
@@ -607,7 +647,8 @@ static int head_prims_of(ptdp__bf16_gemm *g, head_prims *p, const float *wte, in
     p->ds = find_shape(g, &dk);
     p->wt = p->lg ? weight_copy(g, p->lg, wte, h, gen) : NULL;
     p->w = p->ds ? weight_copy(g, p->ds, wte, h, gen) : NULL;
-    return p->ws && p->wt && p->w && grow(&g->a, &g->acap, (size_t)(N * (Vl > h ? Vl : h)));
+    return p->ws && p->wt && p->w &&
+           grow(g, &g->a, &g->acap, &g->a_own, (size_t)(N * (Vl > h ? Vl : h)));
 }
 
 int ptdp__gemm_bf16_head_logits(ptdp_backend *be, const float *x, const float *wte, int64_t h,
@@ -671,7 +712,7 @@ int ptdp__gemm_bf16_pack_probe(ptdp_backend *be, int tb, int64_t M, int64_t N, i
             dst = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         }
         if (dst) c[i] = new_copy(B, t, k, nn, ldb, dst);
-        ok = dst && make_copy(g, &c[i], dst, own != 0); /* it frees what it made if it fails */
+        ok = dst && make_copy(g, &c[i], dst, own != 0, 0); /* it frees what it made if it fails */
         made += ok;
         ok = ok && !(own && c[i].reorder); /* own: a layout bf16_blocked.c writes */
     }
@@ -709,10 +750,133 @@ void ptdp__gemm_bf16_free(ptdp__bf16_gemm *g) {
         shape *s = &g->shapes[i];
         ptdp__onednn_mm_free(&s->mm);
         if (s->bmem) dnnl_memory_destroy(s->bmem);
-        free(s->bbuf);
+        if (s->bbuf_own) free(s->bbuf);
     }
-    free(g->a);
-    free(g->b);
+    if (g->a_own) free(g->a);
+    if (g->b_own) free(g->b);
     for (int k = 0; k < 3; k++) free(g->f[k]);
     free(g);
+}
+
+/* ---- the workspace (kernels.h's memory contract) ----------------------------
+ * The native GEMMs of a GPT layer and of its loss head on the job's N token
+ * rows, as layer.c, head.c and precision.c issue them: per weight matrix
+ * W [out, in] a forward GEMM on W^T and an input-gradient GEMM on W (C in
+ * bf16 where the MLP keeps fc and dfc so: mlp16), each with a weight copy in
+ * its matmul's layout, and a weight gradient C += A^T B with a B buffer per
+ * shape; the loss head's logits, input and weight gradient as head_logits
+ * and head_bwd run them (or, where they cannot, the composition's GEMMs).
+ * Their primitives are made here, so the layouts and sizes are known before
+ * the first step. The A scratch takes N rows of the widest operand. Not
+ * planned, allocated at first use and counted where they happen: the plain
+ * B scratch and the fp32 fallback of shapes the native matmul cannot run,
+ * and everything of PTDP_BF16_REORDER=1 (an A/B switch). */
+
+/* bytes of the copy shape sh's matmul makes of its weights */
+static size_t copy_bytes(const shape *sh) {
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_get_primitive_desc(sh->mm.prim, &pd);
+    return lines(
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
+}
+
+typedef struct {
+    size_t a;        /* values of the A scratch */
+    shape *wgrad[8]; /* the weight gradients' shapes with B buffers */
+    int nwgrad;
+    size_t per_layer, per_head; /* bytes of weight copies */
+} job_plan;
+
+/* the copy bytes of a weight GEMM C [N, n] = X op(W), op(W) [k, n] (0 where
+ * the native matmul has no such shape: it converts at every call then) */
+static size_t weight_use(ptdp__bf16_gemm *g, int tb, int64_t N, int64_t n, int64_t k, int c16) {
+    shape key = shape_key(0, tb, 0, 1, N, n, k, n);
+    key.cb16 = c16;
+    const shape *sh = find_shape(g, &key);
+    return sh && sh->mm.prim ? copy_bytes(sh) : 0;
+}
+
+static void wgrad_use(ptdp__bf16_gemm *g, job_plan *pl, int64_t M, int64_t n, int64_t N) {
+    const shape key = shape_key(1, 0, 1, 2, M, n, N, n);
+    shape *s = find_shape(g, &key);
+    if (!s || !s->bsize) return;
+    for (int i = 0; i < pl->nwgrad; i++)
+        if (pl->wgrad[i] == s) return;
+    PTDP_ASSERT(pl->nwgrad < 8);
+    pl->wgrad[pl->nwgrad++] = s;
+}
+
+static void plan_job(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16, job_plan *pl) {
+    memset(pl, 0, sizeof *pl);
+    const int64_t N = job->s * job->b, h = job->h, hl = job->hl, fl = job->fl, Vl = job->Vl;
+    if (!g->own) return; /* PTDP_BF16_REORDER=1: outside the plan */
+    /* weight [out, in] of each of the layer's four GEMMs: forward (W^T) and input gradient (W) */
+    const int64_t w[4][2] = {{3 * hl, h}, {h, hl}, {fl, h}, {h, fl}};
+    for (int i = 0; i < 4; i++) {
+        const int64_t out = w[i][0], in = w[i][1];
+        pl->per_layer += weight_use(g, 1, N, out, in, i == 2 && mlp16); /* fc = ln2 W1^T */
+        pl->per_layer += weight_use(g, 0, N, in, out, i == 3 && mlp16); /* dfc = dy W2 */
+        wgrad_use(g, pl, out, in, N);                                   /* dW += dY^T X */
+    }
+    int64_t widest = h > 3 * hl ? h : 3 * hl;
+    widest = widest > fl ? widest : fl;
+    if (Vl) {
+        shape lk = shape_key(0, 1, 0, 1, N, Vl, h, Vl), dk = shape_key(0, 0, 0, 1, N, h, Vl, h);
+        lk.cb16 = 1;
+        const shape *lg = find_shape(g, &lk), *ds = find_shape(g, &dk);
+        const shape wk = shape_key(1, 0, 1, 2, Vl, h, N, h), *ws = find_shape(g, &wk);
+        if (lg && ds && ws && ws->bsize) { /* head_logits and head_bwd's own path */
+            pl->per_head = copy_bytes(lg) + copy_bytes(ds);
+        } else { /* the composition's: gemm's logits, its two GEMMs on dl */
+            pl->per_head = weight_use(g, 1, N, Vl, h, 0) + weight_use(g, 0, N, h, Vl, 0);
+        }
+        wgrad_use(g, pl, Vl, h, N);
+        widest = widest > Vl ? widest : Vl;
+    }
+    pl->a = (size_t)(N * widest);
+}
+
+void ptdp__gemm_bf16_workspace(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
+                               size_t *fixed, size_t *per_layer, size_t *per_head) {
+    job_plan pl;
+    plan_job(g, job, mlp16, &pl);
+    *fixed = lines(sizeof(uint16_t) * pl.a);
+    for (int i = 0; i < pl.nwgrad; i++) *fixed += lines(pl.wgrad[i]->bsize);
+    *per_layer = pl.per_layer;
+    *per_head = pl.per_head;
+}
+
+void ptdp__gemm_bf16_workspace_set(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
+                                   void *fixed, void *pool, size_t pool_bytes) {
+    /* what lived in the workspace goes: copies, B buffers, the A scratch */
+    int k = 0;
+    for (int i = 0; i < g->nw; i++) {
+        if (!g->w[i].buf_own)
+            drop_one(&g->w[i]);
+        else
+            g->w[k++] = g->w[i];
+    }
+    g->nw = k;
+    for (int i = 0; i < g->nshapes; i++) {
+        shape *s = &g->shapes[i];
+        if (!s->bbuf || s->bbuf_own) continue;
+        dnnl_memory_destroy(s->bmem);
+        s->bbuf = NULL, s->bmem = NULL;
+    }
+    if (!g->a_own) g->a = NULL, g->acap = 0;
+    g->pool = NULL, g->pool_left = 0;
+    g->lb16 = NULL; /* its matmuls' copies may have gone */
+    memset(&g->head, 0, sizeof g->head);
+    if (!fixed) return;
+    job_plan pl;
+    plan_job(g, job, mlp16, &pl);
+    char *at = fixed;
+    if (g->a_own) free(g->a);
+    g->a = (uint16_t *)at, g->acap = pl.a, g->a_own = 0;
+    at += lines(sizeof(uint16_t) * pl.a);
+    for (int i = 0; i < pl.nwgrad; i++) {
+        PTDP_ASSERT(shape_bbuf(g, pl.wgrad[i], at));
+        at += lines(pl.wgrad[i]->bsize);
+    }
+    g->pool = pool, g->pool_left = pool_bytes;
 }

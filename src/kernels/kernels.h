@@ -189,8 +189,9 @@ typedef struct ptdp_backend ptdp_backend;
  * backend's part. An instance that was given no workspace (tests, benchmarks,
  * generation) allocates what it needs on first use and frees it at close;
  * one that was given one and needs more (a shape the job did not announce)
- * allocates it too and adds the bytes to `ondemand_bytes`, which the
- * trainer's end-of-run report prints as a difference from the plan. Memory
+ * allocates it too. Either way the bytes add to `ondemand_bytes`: the
+ * trainer's end-of-run report prints any that came during its run as a
+ * difference from the plan. Memory
  * that a library allocates inside itself (oneDNN's primitives, the packing
  * buffers of dnnl_sgemm, OpenBLAS's buffers, cuBLAS's handle) is outside
  * ptdp's reach and outside the plan (docs/ARCHITECTURE.md). */
@@ -203,7 +204,8 @@ struct ptdp_backend {
     ptdp_dtype mlp_store;  /* what mlp_fwd, mlp_bwd_b and mlp_bwd_w keep in fc, gl and dfc:
                               PTDP_DTYPE_FP32, or PTDP_DTYPE_BF16 (n values in (n + 1) / 2
                               floats: the model carves them so, ptdp_mlp_floats) */
-    size_t ondemand_bytes; /* allocated on first use after workspace_set (0 in a planned run) */
+    size_t ondemand_bytes; /* bytes it allocated for itself since it was opened (the memory
+                              contract: none during a planned run) */
     void *impl;            /* the backend's own state */
 
     /* memory */

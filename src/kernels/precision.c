@@ -300,6 +300,38 @@ static void native_adamw_master(ptdp_backend *be, float *master, float *work, co
                        wd, step);
 }
 
+/* The native backend's memory (kernels.h's memory contract): the bf16
+ * GEMM's scratch, weight-gradient buffers and weight copies (gemm_bf16.c)
+ * and the bf16 attention's per-thread packs (attn_bf16.c), laid out as
+ * [GEMM fixed][packs][copies]. */
+static int native_workspace_size(ptdp_backend *be, const ptdp_backend_job *job,
+                                 ptdp_backend_workspace *ws) {
+    ptdp__cpu *cs = ptdp__cpu_of(be);
+    ptdp__gemm_bf16_workspace(cs->g16, job, be->mlp_store == PTDP_DTYPE_BF16, &ws->fixed,
+                              &ws->per_layer, &ws->per_head);
+    if (cs->packs) ws->fixed += ptdp__attn_packs_bytes(job->s, job->hd, job->threads);
+    return PTDP_OK;
+}
+static int native_workspace_set(ptdp_backend *be, const ptdp_backend_job *job, void *block,
+                                size_t bytes) {
+    ptdp__cpu *cs = ptdp__cpu_of(be);
+    const int mlp16 = be->mlp_store == PTDP_DTYPE_BF16;
+    if (!block) {
+        ptdp__gemm_bf16_workspace_set(cs->g16, job, mlp16, NULL, NULL, 0);
+        if (cs->packs) ptdp__attn_packs_set(cs->packs, NULL, 0, 0, 0);
+        return PTDP_OK;
+    }
+    size_t fixed, per_layer, per_head;
+    ptdp__gemm_bf16_workspace(cs->g16, job, mlp16, &fixed, &per_layer, &per_head);
+    const size_t packs = cs->packs ? ptdp__attn_packs_bytes(job->s, job->hd, job->threads) : 0;
+    const size_t copies = (size_t)job->layers * per_layer + (size_t)job->heads * per_head;
+    PTDP_ASSERT_MSG(bytes == fixed + packs + copies, "a backend workspace not of its size");
+    char *at = block;
+    ptdp__gemm_bf16_workspace_set(cs->g16, job, mlp16, at, at + fixed + packs, copies);
+    if (cs->packs) ptdp__attn_packs_set(cs->packs, at + fixed, job->s, job->hd, job->threads);
+    return PTDP_OK;
+}
+
 #define PTDP__SET_COMMON(t, P)                            \
     (t)->quantize = P##_quantize;                         \
     (t)->layernorm_fwd = P##_layernorm_fwd;               \
@@ -341,6 +373,8 @@ static void bf16_native(ptdp__cpu *cs) {
     t->quantize = native_quantize;
     t->adamw = native_adamw;
     t->adamw_master = native_adamw_master;
+    t->workspace_size = native_workspace_size;
+    t->workspace_set = native_workspace_set;
     if (!ptdp__gemm_tile_bf16_available() || !(cs->packs = ptdp__attn_packs_new())) return;
     t->name = "cpu/onednn/bf16-native";
     t->caps |= PTDP_CAP_ATTENTION16;

@@ -160,7 +160,9 @@ void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],
  * 0 the bytes per parameter. Not collective. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 /* Ranks with dp = tp = 0: the process's peak resident memory (getrusage
- * ru_maxrss) next to the plan's total. End of a run. */
+ * ru_maxrss) next to the plan's total; every rank whose compute backend
+ * allocated memory beyond its planned workspace: a "memory plan MISMATCH"
+ * line with the bytes. End of a run. */
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
 
 /* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and

@@ -27,6 +27,10 @@ struct ptdp_trainer {
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
     float *eval_buf;                 /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
+    ptdp_backend_job job;            /* what the backend plans its own memory for */
+    ptdp_backend_workspace bws;      /* its answer */
+    void *bws_block;                 /* its workspace, from the backend category (NULL: none) */
+    size_t ondemand0;                /* the backend's own allocations before the first step */
     ptdp_mem mem;                    /* every tensor of the rank: one block per category */
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
@@ -78,6 +82,42 @@ static void carve_eval(ptdp_trainer *tr) {
         p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
 
+/* The shapes the compute backend plans its own memory for: a layer's and
+ * the loss head's ops, the layers and heads of this rank's chunks. */
+static ptdp_backend_job backend_job(const ptdp_trainer *tr) {
+    const ptdp_trainer_params *p = &tr->p;
+    const int64_t t = p->comm->t;
+    ptdp_backend_job j = {.s = p->cfg.seq_length,
+                          .b = p->micro_batch,
+                          .h = p->cfg.hidden,
+                          .hl = p->cfg.hidden / t,
+                          .fl = p->cfg.ffn_hidden / t,
+                          .al = p->cfg.heads / t,
+                          .hd = p->cfg.hidden / p->cfg.heads,
+                          .Vl = 0,
+                          .layers = 0,
+                          .heads = 0,
+                          .threads = omp_get_max_threads()};
+    const int64_t stages = (int64_t)p->sched.p * tr->v;
+    for (int c = 0; c < tr->v; c++) {
+        int64_t begin, end, stage = ptdp_schedule_stage(&p->sched, p->comm->pp, c);
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
+                                &begin, &end);
+        j.layers += end - begin;
+        j.heads += stage == stages - 1;
+    }
+    if (j.heads) j.Vl = p->cfg.vocab_padded / t;
+    return j;
+}
+
+/* The backend's workspace, one piece of its category (twice, like every
+ * subsystem: over the plan arena, then over the block). */
+static void carve_backend(ptdp_trainer *tr) {
+    tr->bws_block =
+        ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_BACKEND],
+                         ptdp_backend_workspace_bytes(&tr->bws, tr->job.layers, tr->job.heads));
+}
+
 /* The planner's prediction of this rank's memory, from the configuration. */
 static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     const ptdp_trainer_params *p = &tr->p;
@@ -105,6 +145,9 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.attn_scratch_floats = p->be->attention_scratch_floats(p->be, r.s);
     r.master_weights = p->be->dtype != PTDP_DTYPE_FP32;
     r.mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32;
+    r.backend_fixed = tr->bws.fixed;
+    r.backend_per_layer = tr->bws.per_layer;
+    r.backend_per_head = tr->bws.per_head;
     r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
@@ -222,6 +265,11 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     /* Everything above carved from plan arenas (sizes only); now one block per
      * category, and every subsystem carves again, in the same order. */
     if (rc == PTDP_OK) carve_eval(tr);
+    if (rc == PTDP_OK) { /* the backend's own memory, planned with the rest */
+        tr->job = backend_job(tr);
+        rc = ptdp_backend_workspace_size(p->be, &tr->job, &tr->bws);
+        if (rc == PTDP_OK) carve_backend(tr);
+    }
     if (rc == PTDP_OK) rc = ptdp_backend_mem_alloc(p->be, &tr->mem);
     if (rc == PTDP_OK) {
         for (int c = 0; c < tr->v; c++) {
@@ -232,8 +280,13 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         }
         ptdp_executor_bind(tr->ex, &tr->mem);
         carve_eval(tr);
+        carve_backend(tr);
         PTDP_ASSERT_MSG(ptdp_mem_exact(&tr->mem), "a subsystem carved differently from its plan");
-        rc = plan_rank(tr, tr->predicted);
+        rc = ptdp_backend_workspace_set(
+            p->be, &tr->job, tr->bws_block,
+            ptdp_backend_workspace_bytes(&tr->bws, tr->job.layers, tr->job.heads));
+        if (rc == PTDP_OK) rc = plan_rank(tr, tr->predicted);
+        tr->ondemand0 = p->be->ondemand_bytes;
     }
     for (int c = 0; rc == PTDP_OK && c < tr->v; c++) {
         if (p->init_from)
@@ -260,6 +313,8 @@ void ptdp_trainer_free(ptdp_trainer *tr) {
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
+    /* the backend gives back what it kept in its workspace before the block goes */
+    if (tr->bws_block) ptdp_backend_workspace_set(tr->p.be, &tr->job, NULL, 0);
     ptdp_backend_mem_free(tr->p.be, &tr->mem);
     free(tr->hash_buf);
     free(tr->loss_scales);
@@ -530,13 +585,18 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
             "--use-distributed-optimizer 12/d = %.2f B, without 12 B%s",
             ptdp_dtype_name(tr->p.be->dtype), per, 12.0 / comm->d,
             tr->p.be->caps & PTDP_CAP_WEIGHT_COPIES
-                ? "; outside the plan, the native GEMMs' bf16 copies of the weights, about 4 B "
-                  "(two layouts of 2 B)"
+                ? "; in the backend workspace, the native GEMMs' bf16 copies of the weights, about "
+                  "4 B (two layouts of 2 B)"
                 : "");
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
     const ptdp_comm *comm = tr->p.comm;
+    const size_t beyond = tr->p.be->ondemand_bytes - tr->ondemand0;
+    if (beyond) /* the plan was to hold all of it */
+        ptdp_log("memory plan MISMATCH: the compute backend allocated %zu bytes beyond its planned "
+                 "workspace during the run",
+                 beyond);
     struct rusage ru;
     if (comm->dp != 0 || comm->tp != 0 || getrusage(RUSAGE_SELF, &ru) != 0) return;
     const double rss = (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */

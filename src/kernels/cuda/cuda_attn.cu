@@ -6,7 +6,8 @@
  * (the zeros above the diagonal make that equal to the CPU's causal
  * blocking up to summation order). Scores are computed into probs and
  * normalised in place; the dropped-out probabilities and the backward's dP
- * live in the backend's workspace, tasks taken in chunks that fit it. The
+ * live in the backend's workspace (planned with the rank's memory:
+ * ptdp__cuda_attention_ws_floats), tasks taken in chunks that fit it. The
  * caller's scratch is not used. The probabilities are what this backend
  * saves for the backward (attention_saved_floats = b*al*s*s; the CPU
  * backend saves only a logsumexp per row). Not here: flash-style tiling. */
@@ -50,6 +51,7 @@ static unsigned rows(int64_t nt, int64_t s) {
 
 /* tasks per chunk when each task needs `per` floats of workspace */
 static int64_t chunk_tasks(ptdp_backend *be, int64_t per, int64_t T) {
+    ptdp__cuda_workspace(ptdp__cuda_of(be));
     int64_t nt = ptdp__cuda_of(be)->ws_floats / per;
     PTDP_ASSERT_MSG(nt >= 1, "sequence too long for the CUDA attention workspace");
     return nt < T ? nt : T;
@@ -96,6 +98,14 @@ void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, fl
         ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
                                 ctx + t0 * hd, ldc, hd, n);
     }
+}
+
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al) {
+    /* dropout's backward holds dP and dropout(P) of a chunk of tasks: 2 s^2 each; at least
+     * one task, at most the fixed workspace of an unplanned instance */
+    const int64_t all = 2 * b * al * s * s, one = 2 * s * s;
+    if (one >= PTDP_CUDA_ATT_WS_FLOATS) return one;
+    return all < PTDP_CUDA_ATT_WS_FLOATS ? all : PTDP_CUDA_ATT_WS_FLOATS;
 }
 
 int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al) { return b * al * s * s; }

@@ -92,6 +92,7 @@ __global__ void red_final(double *partials, int nparts) {
     if (threadIdx.x == 0) partials[nparts] = acc;
 }
 static double reduce(ptdp_backend *be, const float *x, int64_t n, int squares) {
+    ptdp__cuda_workspace(ptdp__cuda_of(be));
     double *p = ptdp__cuda_of(be)->partials, out;
     cudaStream_t st = ptdp__cuda_stream(be);
     if (squares)
@@ -146,12 +147,57 @@ static int load_cublas(ptdp__cuda *cs) {
     return PTDP_OK;
 }
 
-static void cuda_close(ptdp_backend *be) {
-    ptdp__cuda *cs = ptdp__cuda_of(be);
+/* ---- memory of its own (kernels.h's memory contract) -------------------------
+ * The attention's workspace (dP and dropout(P) of a chunk of tasks) and the
+ * reductions' partials, one block: planned with the rank's memory, sized
+ * for the job's (s, b, al); or, in an instance given none, 128 MiB at first
+ * use, counted in ondemand_bytes. cuBLAS's handle and its own workspace
+ * stay cuBLAS's (outside the plan). */
+static size_t lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+static const size_t PARTIALS_BYTES = sizeof(double) * (PTDP_CUDA_RED_BLOCKS + 1);
+
+static void release_ws(ptdp__cuda *cs) {
     if (cs->own_ws) {
         cudaFree(cs->ws);
         cudaFree(cs->partials);
     }
+    cs->ws = NULL, cs->partials = NULL, cs->ws_floats = 0, cs->own_ws = 0;
+}
+
+void ptdp__cuda_workspace(ptdp__cuda *cs) {
+    if (cs->ws) return;
+    const size_t bytes = sizeof(float) * (size_t)PTDP_CUDA_ATT_WS_FLOATS;
+    PTDP_CUDA_CHECK(cudaMalloc((void **)&cs->ws, bytes));
+    PTDP_CUDA_CHECK(cudaMalloc((void **)&cs->partials, PARTIALS_BYTES));
+    cs->ws_floats = PTDP_CUDA_ATT_WS_FLOATS, cs->own_ws = 1;
+    cs->be.ondemand_bytes += bytes + PARTIALS_BYTES;
+}
+
+static size_t ws_bytes(const ptdp_backend_job *job) {
+    return lines(sizeof(float) * (size_t)ptdp__cuda_attention_ws_floats(job->s, job->b, job->al));
+}
+
+static int cuda_workspace_size(ptdp_backend *be, const ptdp_backend_job *job, ptdp_backend_workspace *ws) {
+    (void)be;
+    ws->fixed = ws_bytes(job) + lines(PARTIALS_BYTES);
+    ws->per_layer = ws->per_head = 0;
+    return PTDP_OK;
+}
+
+static int cuda_workspace_set(ptdp_backend *be, const ptdp_backend_job *job, void *block, size_t bytes) {
+    ptdp__cuda *cs = ptdp__cuda_of(be);
+    release_ws(cs);
+    if (!block) return PTDP_OK;
+    PTDP_ASSERT_MSG(bytes == ws_bytes(job) + lines(PARTIALS_BYTES), "a backend workspace not of its size");
+    cs->ws = (float *)block;
+    cs->ws_floats = ptdp__cuda_attention_ws_floats(job->s, job->b, job->al);
+    cs->partials = (double *)((char *)block + ws_bytes(job));
+    return PTDP_OK;
+}
+
+static void cuda_close(ptdp_backend *be) {
+    ptdp__cuda *cs = ptdp__cuda_of(be);
+    release_ws(cs);
     if (cs->blas) cs->blasfn.destroy(cs->blas);
     free(cs);
 }
@@ -204,6 +250,8 @@ static void cuda_ops(ptdp_backend *be) {
     be->adamw_master = NULL; /* fp32 only: no master weights */
     be->sumsq = ptdp__cuda_sumsq;
     be->sum = ptdp__cuda_sum;
+    be->workspace_size = cuda_workspace_size;
+    be->workspace_set = cuda_workspace_set;
     be->close = cuda_close;
 }
 
@@ -231,17 +279,6 @@ extern "C" int ptdp__cuda_backend_open(ptdp_backend **out, const ptdp_backend_pa
     }
     /* fp32 GEMMs in fp32: no TF32 tensor-core rounding of the inputs */
     if (rc == PTDP_OK) PTDP_CUBLAS_CHECK(cs, cs->blasfn.set_math_mode(cs->blas, CUBLAS_DEFAULT_MATH));
-    if (rc == PTDP_OK) {
-        cs->ws_floats = PTDP_CUDA_ATT_WS_FLOATS;
-        cs->own_ws = 1;
-        if (cudaMalloc((void **)&cs->ws, sizeof(float) * (size_t)cs->ws_floats) != cudaSuccess ||
-            cudaMalloc((void **)&cs->partials, sizeof(double) * (PTDP_CUDA_RED_BLOCKS + 1)) !=
-                cudaSuccess) {
-            (void)cudaGetLastError();
-            rc = ptdp_errorf(PTDP_ENOMEM, "CUDA backend: cannot allocate the %lld-byte workspace",
-                             (long long)(sizeof(float) * (size_t)cs->ws_floats));
-        }
-    }
     if (rc != PTDP_OK) {
         cuda_close(&cs->be);
         return rc;

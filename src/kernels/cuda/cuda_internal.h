@@ -58,9 +58,12 @@ typedef struct {
     float *ws;           /* attention workspace, ws_floats floats */
     int64_t ws_floats;
     double *partials; /* reduction partials, PTDP_CUDA_RED_BLOCKS + 1 doubles */
-    int own_ws;       /* ws and partials were allocated by the instance (not a workspace it
-                         was given): freed at close */
+    int own_ws;       /* ws and partials were allocated by the instance at first use (not a
+                         workspace it was given): freed at close */
 } ptdp__cuda;
+/* cs's workspace and partials: the one it was given (workspace_set) or,
+ * without one, PTDP_CUDA_ATT_WS_FLOATS floats allocated at first use */
+void ptdp__cuda_workspace(ptdp__cuda *cs);
 static inline ptdp__cuda *ptdp__cuda_of(ptdp_backend *be) { return (ptdp__cuda *)be->impl; }
 static inline cudaStream_t ptdp__cuda_stream(ptdp_backend *be) { return ptdp__cuda_of(be)->stream; }
 
@@ -201,6 +204,9 @@ void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *
                               const float *ctx, const float *probs, float *dqkv, float *scratch,
                               int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
 int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al);
+/* floats of workspace the attention of (s, b, al) runs in without chunking its tasks more
+ * than the unplanned workspace would */
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al);
 void ptdp__cuda_embed_fwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *wte,
                           int64_t v0, int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_embed_bwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *dout,
