@@ -2,7 +2,7 @@
  * bias + GeLU, the bias gradient, bias + residual add) on the token rows of
  * the benchmark configurations (N = s * b = 1024 rows of h or 4h floats, as
  * bench_gemm.c describes them), then one layer's attention, forward and
- * backward, through the fp32 table and the bf16 one (native bf16 tiles where
+ * backward, through the fp32 backend and the bf16 one (native bf16 tiles where
  * the CPU has AVX512_BF16). Each kernel runs --reps times (default 50; the
  * attention a fifth of that) after 3 warm-ups; one JSON line per (config,
  * kernel) with the median and, for the element-wise kernels, the bytes they
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
 
 typedef struct {

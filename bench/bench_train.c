@@ -2,7 +2,7 @@
  * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
  * tiny to GPT-2 small. Mock data, fp32, dropout 0 (--dropout), global batch = micro-batch
  * b, OpenMP threads from OMP_NUM_THREADS or the default; --precision
- * bf16|fp16 runs the 16-bit tables (fp16 with a constant loss scale of
+ * bf16|fp16 runs the 16-bit backends (fp16 with a constant loss scale of
  * 1024, so no iteration is skipped). Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
  * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the GEMM peak of the
@@ -57,7 +57,7 @@ static void usage(FILE *f) {
 }
 
 /* The GEMM rate of this machine with the run's library, threads and
- * precision (the table's gemm: bf16 is oneDNN's bf16 matmul where the CPU has
+ * precision (the backend's gemm: bf16 is oneDNN's bf16 matmul where the CPU has
  * one, fp16 the fp32 GEMM on fp16 values): the best GFLOP/s of 5 GEMMs
  * 2048^3 after 2 warm-ups, so that another tenant's burst while it is
  * measured cannot lower the peak below what the run then reaches (the

@@ -1,8 +1,8 @@
 /* test_bf16_native.c - the native bf16 backend's own pieces, where the CPU has
  * them (skipped, exit 77, elsewhere): attention's bf16 tile products
- * (src/kernels/attn_bf16.c, AVX512_BF16) and the bf16 copies of the weights
+ * (src/kernels/cpu/half/attn_bf16.c, AVX512_BF16) and the bf16 copies of the weights
  * that its oneDNN GEMM keeps while the weights stay as they are
- * (src/kernels/gemm_bf16.c).
+ * (src/kernels/cpu/half/gemm_bf16.c).
  *
  * The tile GEMM rounds both operands to bf16 and sums the exact products in
  * fp32: it must equal an fp32 GEMM of the bf16-rounded operands up to the
@@ -24,7 +24,7 @@
  * PTDP_CHECK_WEIGHT_COPIES=1, set for every other test, turns a stale copy
  * into an error).
  *
- * The copies are written by ptdp's own packer (src/kernels/bf16_blocked.c)
+ * The copies are written by ptdp's own packer (src/kernels/cpu/half/bf16_blocked.c)
  * where the matmul's layout is one it writes: for the model's shapes and
  * odd ones (tails of 16 lanes, of 32-value steps of K, K and N not whole
  * blocks, a row stride longer than the row), both orientations, its bytes
@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
 #include "backend_util.h"
 #include "test.h"

@@ -1,17 +1,17 @@
-/* test_fused16.c - the 16-bit tables' fused forms, bit for bit against
+/* test_fused16.c - the 16-bit backends' fused forms, bit for bit against
  * what they replace: an fp32 op followed by a rounding pass over its output.
  *
- * Element-wise ops (test_rounding_fused): the bf16 and fp16 tables round each
- * row as they write it (src/kernels/norm.c, act.c: the ptdp__*_r forms), so
+ * Element-wise ops (test_rounding_fused): the bf16 and fp16 backends round each
+ * row as they write it (src/kernels/cpu/norm.c, act.c: the ptdp__*_r forms), so
  * the output must equal the fp32 op's, rounded, in every bit, and a bias
  * gradient must be the fp32 sum over the rounded rows.
  *
- * The loss head's logits (test_head_logits): the bf16 tables leave the
+ * The loss head's logits (test_head_logits): the bf16 backends leave the
  * logits GEMM's output unrounded and their xent_max and xent_sums round each
- * logit as they read it (src/kernels/embed_xent.c), so head_logits then
+ * logit as they read it (src/kernels/cpu/half/xent_bf16.c), so head_logits then
  * xent_sums must give exactly the row maxima, target logits, exponentials
- * and their sums of the table's own rounded GEMM followed by the fp32
- * xent_max and xent_sums; the native bf16 table, which keeps the logits in
+ * and their sums of the backend's own rounded GEMM followed by the fp32
+ * xent_max and xent_sums; the native bf16 backend, which keeps the logits in
  * bf16 and stores no exponentials (test_bf16_native holds its head to the
  * composition), the same maxima and target logits and the sums up to their
  * order. */
@@ -20,12 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
 #include "backend_util.h"
 #include "test.h"
 
-/* The 16-bit tables' element-wise ops round each row as they write it
+/* The 16-bit backends' element-wise ops round each row as they write it
  * (ptdp__*_r): bit for bit the fp32 op followed by a rounding pass over
  * its output, and a bias gradient the fp32 sum over the rounded rows. Rows
  * of 3000 (beyond one AVX-512 register's lanes, with a tail), dropout on. */

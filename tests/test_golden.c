@@ -1,4 +1,4 @@
-/* test_golden.c - ptdp against PyTorch with the CPU tables (both GEMM
+/* test_golden.c - ptdp against PyTorch with the CPU backends (both GEMM
  * libraries); the checks and tolerances are in golden.h, shared with
  * test_golden_cuda.c. */
 #include "golden.h"

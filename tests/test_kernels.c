@@ -18,13 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/half/half.h"
+#include "kernels/cpu/fastmath.h"
 #include "kernels/kernels.h"
 #include "backend_util.h"
 #include "test.h"
 
-/* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
+/* ---- the 16-bit backends (--bf16 / --fp16) ------------------------------------
  * Each 16-bit op computes in fp32 and rounds what it writes as an activation
  * to the 16-bit grid; it must equal the fp32 op on the same (on-grid) inputs
  * within half a 16-bit ulp: |got - want| <= u |want| with the unit roundoff
@@ -53,7 +53,7 @@ static void test_precision_tables(void) {
         const ptdp_dtype dt = dts[k % 2];
         ptdp_backend *h = test_cpu_backend(libs[k / 2], dt),
                      *f = test_cpu_backend(libs[k / 2], PTDP_DTYPE_FP32);
-        printf("16-bit table %s\n", h->name);
+        printf("16-bit backend %s\n", h->name);
         CHECK(h->dtype == dt && f->dtype == PTDP_DTYPE_FP32);
         CHECK(test_cpu_backend(PTDP_GEMM_OPENBLAS, dt)->dtype == dt);
         CHECK_OK(ptdp_backend_check(h, PTDP_NEED_DROPOUT | PTDP_NEED_ROW_MASK));
@@ -217,7 +217,7 @@ static void test_dropout_keying(ptdp_backend *o) {
     free(scratch);
 }
 
-/* ptdp_ops_check: the CPU tables are complete; a table missing a required
+/* ptdp_backend_check: the CPU backends are complete; a backend missing a required
  * op is refused naming it; the optional dropout op only when needed. */
 static void test_ops_check(void) {
     CHECK_OK(ptdp_backend_check(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32), 1));
@@ -588,7 +588,7 @@ static void test_attention_tiled(ptdp_backend *o) {
         for (int pass = 0; pass < 2; pass++)
             check_attention_tiled(o, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3],
                                   pass ? 0.1f : 0.0f);
-    /* the tiles' GEMMs through the other library's table */
+    /* the tiles' GEMMs through the other library's backend */
     check_attention_tiled(test_cpu_backend(PTDP_GEMM_OPENBLAS, PTDP_DTYPE_FP32), 300, 2, 1, 16,
                           0.1f);
 }

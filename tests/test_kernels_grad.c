@@ -1,4 +1,4 @@
-/* test_kernels_grad.c - every backward kernel of the CPU table against central
+/* test_kernels_grad.c - every backward kernel of the CPU backend against central
  * finite differences of its forward. Each forward runs in fp32 as the model
  * runs it; the scalar objective L = sum(out * R) for a fixed random R (so
  * dL/dout = R) is accumulated in double. Covered: layernorm, bias + GeLU,

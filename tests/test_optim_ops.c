@@ -1,6 +1,6 @@
 /* test_optim_ops.c - the optimizer's element-wise kernels
- * (src/kernels/optim_ops.c) through the CPU table: AdamW against PyTorch's
- * formula in double, the 16-bit tables' one-pass AdamW (adamw_master)
+ * (src/kernels/cpu/optim_ops.c) through the CPU backend: AdamW against PyTorch's
+ * formula in double, the 16-bit backends' one-pass AdamW (adamw_master)
  * against AdamW, copy and rounding bit for bit, the gradient multiplier
  * (gscale) against a scale pass bit for bit, and the reductions,
  * zero and copy. Tolerances: updates are lr-sized on O(1) parameters, so
@@ -48,12 +48,12 @@ static void test_adamw(ptdp_backend *o) {
     check_arr("adamw v", v, vr, n, 1e-5, 1e-10);
 }
 
-/* The 16-bit tables' adamw_master (AdamW on the master, the working copy
+/* The 16-bit backends' adamw_master (AdamW on the master, the working copy
  * written and rounded in the same pass, block by block) gives exactly what
  * adamw, copy and quantize give: master, m, v and the working copy, bit for
  * bit, over several blocks and a tail. Its gradient multiplier gscale
  * (unscale and clip) gives what scaling the gradient first gives, and so
- * does the fp32 table's adamw's, against the same reference. */
+ * does the fp32 backend's adamw's, against the same reference. */
 static void test_adamw_master(void) {
     const int64_t n = 3 * 16384 + 777;
     float *p = fmalloc(n), *m = fmalloc(n), *v = fmalloc(n), *g = fmalloc(n), *w = fmalloc(n);

@@ -22,7 +22,7 @@
 /* saved: floats attention keeps for its backward (the backend's number).
  * Ns: rows of the residual stream's tensors (the sequence shard with
  * sequence parallelism), N: rows of the tensor-parallel region's; mf: the
- * floats of fc and of gl, N fl values in the table's MLP storage
+ * floats of fc and of gl, N fl values in the backend's MLP storage
  * (ptdp_mlp_floats). */
 static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t Ns, int64_t h,
                         int64_t hl, int64_t mf, int64_t saved) {

@@ -57,7 +57,7 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
-/* The tensor group's collectives move the table's precision: under
+/* The tensor group's collectives move the backend's precision: under
  * --bf16/--fp16 16-bit tensors (half the bytes), summed with each partial
  * sum rounded to the grid, so their results are on it (comm.h). */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {

@@ -131,7 +131,7 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad
         }
         o->be->adamw(o->be, w, r->grad, gs, o->m + r->state, o->v + r->state, r->len, (float)lr,
                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
-        if (o->master) { /* the working copy: the master on the table's grid */
+        if (o->master) { /* the working copy: the master on the backend's grid */
             o->be->copy(o->be, o->params + r->off, w, r->len);
             o->be->quantize(o->be, o->params + r->off, r->len);
         }

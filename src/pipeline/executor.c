@@ -175,7 +175,7 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
  * to computing, waits for the sender's next MPI call. */
 static float *recv_buffer(const ptdp_executor *ex, int j) { return ex->bufs + (j & 1) * ex->msg; }
 
-/* Messages travel in the table's precision (Megatron's bf16/fp16 tensors):
+/* Messages travel in the backend's precision (Megatron's bf16/fp16 tensors):
  * a 16-bit run packs the values in place before a send and unpacks them
  * after the receive (and the scatter/gather all-gather), half the bytes. */
 static ptdp_comm_dtype msg_dtype(const ptdp_executor *ex) {

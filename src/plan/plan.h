@@ -245,13 +245,16 @@ typedef struct {
     int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
-     * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
-     * b al s^2), and the floats of its shared scratch,
-     * ptdp_attention_scratch_floats(s, threads per rank) */
+     * and micro-batch, the CPU's ptdp_attention_saved_floats_cpu (NULL: the
+     * probabilities, b al s^2), and the floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads per rank). Not counted: the
+     * backend's own workspace (ptdp_backend_workspace_size: the native bf16
+     * GEMMs' weight copies, about 4 bytes per parameter, and scratch), which
+     * only an open backend can size */
     int64_t (*attn_saved_floats)(int64_t s, int64_t b, int64_t al);
     int64_t attn_scratch_floats;
-    int bf16_mlp16; /* the CPU's bf16 table keeps the MLP's activations in bf16
-                       (ops->mlp_store): --bf16 plans count them so */
+    int bf16_mlp16; /* the CPU's bf16 backend keeps the MLP's activations in bf16
+                       (be->mlp_store): --bf16 plans count them so */
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
  * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
 
 static const char *const gemm_names[] = {
 #define PTDP__GEMM_NAME(e, s) s,

@@ -14,8 +14,8 @@
 #include <math.h>
 #include <omp.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fastmath.h"
 
 /* Tile edge B (query rows and keys alike). Measured on this machine's two
  * cores (fwd + bwd of s = 256, 512, 1024, hd = 64): 128 matched the

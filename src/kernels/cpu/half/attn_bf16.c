@@ -1,5 +1,5 @@
 /* attn_bf16.c - the tile products of flash attention (attention.c) for the
- * bf16 table on CPUs with AVX512_BF16: C[M, N] = alpha op(A) op(B) + beta C
+ * bf16 backend on CPUs with AVX512_BF16: C[M, N] = alpha op(A) op(B) + beta C
  * with op(A) and op(B) rounded to bf16 (round to nearest even; exact for
  * values already on the bf16 grid: q, k, v and dctx) and products summed in
  * fp32 by vdpbf16ps, as oneDNN's bf16 matmul sums them. The probabilities
@@ -15,11 +15,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/half/half.h"
+#include "kernels/cpu/fastmath.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include "kernels/bf16_simd.h"
+#include "kernels/cpu/half/bf16_simd.h"
 
 #define MR 6
 #define KC 128 /* K per pass: 64 pairs */

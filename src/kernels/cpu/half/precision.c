@@ -22,7 +22,7 @@
  * here: 16-bit storage, but for the native bf16 backend's MLP (below). */
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 
 /* C [M, N] with row stride ldc, rounded row by row */
 static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int64_t N,
@@ -384,6 +384,12 @@ static void bf16_native(ptdp__cpu *cs) {
     t->mlp_fwd = bf16_mlp_fwd;
     t->mlp_bwd_b = bf16_mlp_bwd_b;
     t->mlp_bwd_w = bf16_mlp_bwd_w;
+}
+
+void ptdp__cpu_half_free(ptdp__cpu *cs) {
+    ptdp__attn_packs_free(cs->packs);
+    ptdp__gemm_bf16_free(cs->g16);
+    cs->packs = NULL, cs->g16 = NULL;
 }
 
 void ptdp__cpu_set_precision(ptdp__cpu *cs, ptdp_dtype dtype) {

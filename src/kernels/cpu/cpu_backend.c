@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
 
 /* One block per memory category, zeroed. Blocks of 2 MiB and more are
  * 2 MiB-aligned and asked for transparent huge pages: where the kernel gives
@@ -208,8 +208,7 @@ static void attn_bwd_openblas(ptdp_backend *be, const float *dctx, const float *
 
 static void cpu_close(ptdp_backend *be) {
     ptdp__cpu *cs = ptdp__cpu_of(be);
-    ptdp__attn_packs_free(cs->packs);
-    ptdp__gemm_bf16_free(cs->g16);
+    ptdp__cpu_half_free(cs);
     ptdp__gemm_free(cs);
     free(cs);
 }

@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 
 #define MAX_SHAPES 256
 #define MAX_RANGES 64
