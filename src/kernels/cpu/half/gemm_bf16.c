@@ -767,10 +767,11 @@ void ptdp__gemm_bf16_free(ptdp__bf16_gemm *g) {
  * shape; the loss head's logits, input and weight gradient as head_logits
  * and head_bwd run them (or, where they cannot, the composition's GEMMs).
  * Their primitives are made here, so the layouts and sizes are known before
- * the first step. The A scratch takes N rows of the widest operand. Not
- * planned, allocated at first use and counted where they happen: the plain
- * B scratch and the fp32 fallback of shapes the native matmul cannot run,
- * and everything of PTDP_BF16_REORDER=1 (an A/B switch). */
+ * the first step. The A scratch takes N rows of the widest operand; with
+ * PTDP_BF16_REORDER=1 (an A/B switch) the weight gradients and the head
+ * take the plain path, whose B scratch is planned too. Not planned,
+ * allocated at first use and counted where they happen: the plain B scratch
+ * and the fp32 fallback of shapes the native matmul cannot run. */
 
 /* bytes of the copy shape sh's matmul makes of its weights */
 static size_t copy_bytes(const shape *sh) {
@@ -781,7 +782,7 @@ static size_t copy_bytes(const shape *sh) {
 }
 
 typedef struct {
-    size_t a;        /* values of the A scratch */
+    size_t a, b;     /* values of the A scratch and of the plain-B one */
     shape *wgrad[8]; /* the weight gradients' shapes with B buffers */
     int nwgrad;
     size_t per_layer, per_head; /* bytes of weight copies */
@@ -809,14 +810,16 @@ static void wgrad_use(ptdp__bf16_gemm *g, job_plan *pl, int64_t M, int64_t n, in
 static void plan_job(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16, job_plan *pl) {
     memset(pl, 0, sizeof *pl);
     const int64_t N = job->s * job->b, h = job->h, hl = job->hl, fl = job->fl, Vl = job->Vl;
-    if (!g->own) return; /* PTDP_BF16_REORDER=1: outside the plan */
     /* weight [out, in] of each of the layer's four GEMMs: forward (W^T) and input gradient (W) */
     const int64_t w[4][2] = {{3 * hl, h}, {h, hl}, {fl, h}, {h, fl}};
     for (int i = 0; i < 4; i++) {
         const int64_t out = w[i][0], in = w[i][1];
         pl->per_layer += weight_use(g, 1, N, out, in, i == 2 && mlp16); /* fc = ln2 W1^T */
         pl->per_layer += weight_use(g, 0, N, in, out, i == 3 && mlp16); /* dfc = dy W2 */
-        wgrad_use(g, pl, out, in, N);                                   /* dW += dY^T X */
+        if (g->own)
+            wgrad_use(g, pl, out, in, N); /* dW += dY^T X */
+        else                              /* PTDP_BF16_REORDER=1: X packed plain at each call */
+            pl->b = pl->b > (size_t)(N * in) ? pl->b : (size_t)(N * in);
     }
     int64_t widest = h > 3 * hl ? h : 3 * hl;
     widest = widest > fl ? widest : fl;
@@ -825,12 +828,15 @@ static void plan_job(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
         lk.cb16 = 1;
         const shape *lg = find_shape(g, &lk), *ds = find_shape(g, &dk);
         const shape wk = shape_key(1, 0, 1, 2, Vl, h, N, h), *ws = find_shape(g, &wk);
-        if (lg && ds && ws && ws->bsize) { /* head_logits and head_bwd's own path */
+        if (g->own && lg && ds && ws && ws->bsize) { /* head_logits and head_bwd's own path */
             pl->per_head = copy_bytes(lg) + copy_bytes(ds);
         } else { /* the composition's: gemm's logits, its two GEMMs on dl */
             pl->per_head = weight_use(g, 1, N, Vl, h, 0) + weight_use(g, 0, N, h, Vl, 0);
         }
-        wgrad_use(g, pl, Vl, h, N);
+        if (g->own)
+            wgrad_use(g, pl, Vl, h, N);
+        else
+            pl->b = pl->b > (size_t)(N * h) ? pl->b : (size_t)(N * h);
         widest = widest > Vl ? widest : Vl;
     }
     pl->a = (size_t)(N * widest);
@@ -840,7 +846,7 @@ void ptdp__gemm_bf16_workspace(ptdp__bf16_gemm *g, const ptdp_backend_job *job, 
                                size_t *fixed, size_t *per_layer, size_t *per_head) {
     job_plan pl;
     plan_job(g, job, mlp16, &pl);
-    *fixed = lines(sizeof(uint16_t) * pl.a);
+    *fixed = lines(sizeof(uint16_t) * pl.a) + lines(sizeof(uint16_t) * pl.b);
     for (int i = 0; i < pl.nwgrad; i++) *fixed += lines(pl.wgrad[i]->bsize);
     *per_layer = pl.per_layer;
     *per_head = pl.per_head;
@@ -864,6 +870,7 @@ void ptdp__gemm_bf16_workspace_set(ptdp__bf16_gemm *g, const ptdp_backend_job *j
         s->bbuf = NULL, s->bmem = NULL;
     }
     if (!g->a_own) g->a = NULL, g->acap = 0;
+    if (!g->b_own) g->b = NULL, g->bcap = 0;
     g->pool = NULL, g->pool_left = 0;
     g->lb16 = NULL; /* its matmuls' copies may have gone */
     memset(&g->head, 0, sizeof g->head);
@@ -874,6 +881,11 @@ void ptdp__gemm_bf16_workspace_set(ptdp__bf16_gemm *g, const ptdp_backend_job *j
     if (g->a_own) free(g->a);
     g->a = (uint16_t *)at, g->acap = pl.a, g->a_own = 0;
     at += lines(sizeof(uint16_t) * pl.a);
+    if (pl.b) {
+        if (g->b_own) free(g->b);
+        g->b = (uint16_t *)at, g->bcap = pl.b, g->b_own = 0;
+        at += lines(sizeof(uint16_t) * pl.b);
+    }
     for (int i = 0; i < pl.nwgrad; i++) {
         PTDP_ASSERT(shape_bbuf(g, pl.wgrad[i], at));
         at += lines(pl.wgrad[i]->bsize);
