@@ -63,6 +63,7 @@ void ptdp__log_start(ptdp_run *r) {
     const ptdp_trainer_params *tp = &r->p.trainer;
     const ptdp_gpt_config *cfg = &tp->cfg;
     const ptdp_comm *comm = r->comm;
+    char be_desc[256];
     ptdp_log0(
         "ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
         "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
@@ -70,6 +71,7 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    ptdp_log0("compute backend %s", ptdp_backend_describe(tp->be, be_desc, sizeof be_desc));
     if (!ptdp_stage_layout_is_even(&tp->layout)) {
         char buf[512];
         const int zbv = ptdp_schedule_resolve_kind(&tp->sched) == PTDP_SCHED_ZBV;
