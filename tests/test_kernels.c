@@ -220,6 +220,26 @@ static void test_dropout_keying(ptdp_backend *o) {
 /* ptdp_backend_check: the CPU backends are complete; a backend missing a required
  * op is refused naming it; the optional dropout op only when needed. */
 static void test_ops_check(void) {
+    /* opening: what a bad request says, and what the CPU backends declare */
+    ptdp_backend *be = NULL;
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.lib = (ptdp_gemm_lib)7;
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EINVAL && !be &&
+          strstr(ptdp_last_error(), "GEMM library"));
+    bp = ptdp_backend_default_params();
+    bp.device = PTDP_DEVICE_CUDA;
+    bp.dtype = PTDP_DTYPE_BF16;
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EUNSUPPORTED && !be &&
+          strstr(ptdp_last_error(), "fp32 only"));
+    bp.dtype = PTDP_DTYPE_FP32; /* this program does not link the CUDA backend */
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EUNSUPPORTED && !be &&
+          strstr(ptdp_last_error(), "without the CUDA backend"));
+    ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
+    CHECK(f->device == PTDP_DEVICE_CPU && (f->caps & PTDP_CAP_FLASH_ATTENTION) &&
+          !(f->caps & (PTDP_CAP_DEVICE_MEMORY | PTDP_CAP_NATIVE_GEMM16 | PTDP_CAP_WEIGHT_COPIES)));
+    char desc[256];
+    CHECK(!strcmp(ptdp_backend_describe(f, desc, sizeof desc), "cpu/onednn (flash-attention)"));
+    CHECK(!(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP16)->caps & PTDP_CAP_NATIVE_GEMM16));
     CHECK_OK(ptdp_backend_check(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32), 1));
     CHECK_OK(ptdp_backend_check(test_cpu_backend(PTDP_GEMM_OPENBLAS, PTDP_DTYPE_FP32), 1));
     ptdp_backend t = *test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);

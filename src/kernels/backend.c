@@ -65,6 +65,12 @@ ptdp_backend_params ptdp_backend_default_params(void) {
 int ptdp_backend_open(ptdp_backend **out, const ptdp_backend_params *p) {
     *out = NULL;
     int rc;
+    if (p->device != PTDP_DEVICE_CPU && p->device != PTDP_DEVICE_CUDA)
+        return ptdp_errorf(PTDP_EINVAL, "compute backend: unknown device %d", (int)p->device);
+    if (p->dtype != PTDP_DTYPE_FP32 && p->dtype != PTDP_DTYPE_BF16 && p->dtype != PTDP_DTYPE_FP16)
+        return ptdp_errorf(PTDP_EINVAL, "compute backend: unknown precision %d", (int)p->dtype);
+    if (p->lib != PTDP_GEMM_ONEDNN && p->lib != PTDP_GEMM_OPENBLAS)
+        return ptdp_errorf(PTDP_EINVAL, "compute backend: unknown GEMM library %d", (int)p->lib);
     if (p->device == PTDP_DEVICE_CUDA) {
         if (p->dtype != PTDP_DTYPE_FP32)
             return ptdp_errorf(PTDP_EUNSUPPORTED,

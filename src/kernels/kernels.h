@@ -420,6 +420,7 @@ ptdp_backend_params ptdp_backend_default_params(void);
  * backend of a 16-bit dtype over oneDNN uses the CPU's native bf16 matmul
  * and, with AVX512_BF16, bf16 attention tiles where it has them (checked at
  * run time, caps says which). Errors (nothing opened, *out NULL):
+ * PTDP_EINVAL (a device, dtype or library out of its enum),
  * PTDP_EUNSUPPORTED (a 16-bit dtype on CUDA, CUDA in a build without it),
  * PTDP_EBACKEND (no usable GPU, cuBLAS missing), PTDP_ENOMEM. Not
  * thread-safe with itself on CUDA (the device is set per process). */
