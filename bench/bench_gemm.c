@@ -81,7 +81,7 @@ static float *alloc_fill(int64_t n, float scale) {
 }
 
 /* Median ms of one call over reps runs after 0.1 s of warm-up calls. */
-static const ptdp_ops *O; /* the CPU table of the library being timed */
+static ptdp_backend *O; /* the CPU backend of the library being timed */
 
 static double time_gemm(const gemm_shape *g, int reps) {
     int64_t ar = g->ta ? g->K : g->M, br = g->tb ? g->N : g->K;
@@ -91,10 +91,10 @@ static double time_gemm(const gemm_shape *g, int reps) {
     /* fresh buffers run slow for their first calls too (measured: 8 calls at 2x the
      * time for qkv_fwd of (d) after warm_up): 0.1 s of calls before timing */
     for (double t0 = omp_get_wtime(); omp_get_wtime() - t0 < 0.1;)
-        O->gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+        O->gemm(O, g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
     for (int r = 0; r < reps; r++) {
         double t0 = omp_get_wtime();
-        O->gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+        O->gemm(O, g->ta, g->tb, g->M, g->N, g->K, 1.0f, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
         t[r] = (omp_get_wtime() - t0) * 1e3;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
@@ -111,7 +111,7 @@ static void warm_up(void) {
     const int64_t n = 1024;
     float *A = alloc_fill(n * n, 0.1f), *B = alloc_fill(n * n, 0.1f), *C = alloc_fill(n * n, 0.0f);
     double t0 = omp_get_wtime();
-    while (omp_get_wtime() - t0 < 0.3) O->gemm(0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    while (omp_get_wtime() - t0 < 0.3) O->gemm(O, 0, 1, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
     free(A);
     free(B);
     free(C);
@@ -154,7 +154,12 @@ int main(int argc, char **argv) {
         int ns = shapes_for(c, sh);
         for (int l = 0; l < 2; l++) {
             if (only_lib >= 0 && only_lib != (int)libs[l]) continue;
-            O = ptdp_cpu_ops_lib(libs[l]);
+            ptdp_backend_params bp = ptdp_backend_default_params();
+            bp.lib = libs[l];
+            if (ptdp_backend_open(&O, &bp) != PTDP_OK) {
+                fprintf(stderr, "bench_gemm: %s\n", ptdp_last_error());
+                return 1;
+            }
             warm_up();
             double layer_ms = 0, head_ms = 0, layer_flop = 0, head_flop = 0;
             for (int k = 0; k < ns; k++) {
@@ -183,6 +188,7 @@ int main(int argc, char **argv) {
                 total_flop / total_ms * 1e-6, omp_get_max_threads(), coretype,
                 openblas_get_corename());
             fflush(stdout);
+            ptdp_backend_close(O);
         }
     }
     return 0;

@@ -2,7 +2,7 @@
  * bias + GeLU, the bias gradient, bias + residual add) on the token rows of
  * the benchmark configurations (N = s * b = 1024 rows of h or 4h floats, as
  * bench_gemm.c describes them), then one layer's attention, forward and
- * backward, through the fp32 table and the bf16 one (native bf16 tiles where
+ * backward, through the fp32 backend and the bf16 one (native bf16 tiles where
  * the CPU has AVX512_BF16). Each kernel runs --reps times (default 50; the
  * attention a fifth of that) after 3 warm-ups; one JSON line per (config,
  * kernel) with the median and, for the element-wise kernels, the bytes they
@@ -12,12 +12,12 @@
  * tied embedding), by ptdp's own packer (both orientations in one pass, and
  * each on its own) and by oneDNN's reorder in turn, each
  * after 64 MiB of other writes (the weights come from memory in training);
- * skipped without a native bf16 matmul. Then the bf16 table's optimizer step
+ * skipped without a native bf16 matmul. Then the bf16 backend's optimizer step
  * on the configuration's parameter count: AdamW on the fp32 masters with the
  * rounded working copy written in the same pass (adamw_master), against
  * AdamW, then the copy and its rounding as passes of their own. Then the
  * bf16 table's loss-head backward, its one op against the composition
- * (bench_head). And the bf16 table's element-wise ops, rounding each row as
+ * (bench_head). And the bf16 backend's element-wise ops, rounding each row as
  * they write it, against the fp32 op and a rounding pass (bench_rounding),
  * and its attention with each head's operands packed once against packing
  * at every tile (bench_attention_packs).
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
 
 typedef struct {
@@ -39,6 +39,21 @@ typedef struct {
     int64_t h, s, b; /* s * b = N_ROWS; heads of 64 */
     int64_t l;       /* layers */
 } config;
+
+/* the CPU backend over oneDNN of each precision, opened on first use and
+ * closed at the end of main */
+static ptdp_backend *backends[3];
+static ptdp_backend *cpu(ptdp_dtype dt) {
+    if (!backends[dt]) {
+        ptdp_backend_params p = ptdp_backend_default_params();
+        p.dtype = dt;
+        if (ptdp_backend_open(&backends[dt], &p) != PTDP_OK) {
+            fprintf(stderr, "bench_kernels: %s\n", ptdp_last_error());
+            exit(1);
+        }
+    }
+    return backends[dt];
+}
 
 static const config CONFIGS[] = {
     {"b", 256, 128, 8, 4}, {"c", 384, 256, 4, 6}, {"d", 768, 1024, 1, 12}};
@@ -66,13 +81,13 @@ static void print_pair(const char *config, const char *kernel, const char *impl1
     free(u);
 }
 
-/* one layer's attention (al = h / 64 heads) through the table of dtype */
+/* one layer's attention (al = h / 64 heads) through the backend of dtype */
 static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t) {
-    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt);
+    ptdp_backend *o = cpu(dt);
     const int64_t s = c->s, b = c->b, hd = 64, al = c->h / hd, n = s * b * al * hd;
     float *qkv = malloc(sizeof(float) * 3 * n), *ctx = malloc(sizeof(float) * n),
           *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * 3 * n),
-          *saved = malloc(sizeof(float) * o->attention_saved_floats(s, b, al)),
+          *saved = malloc(sizeof(float) * o->attention_saved_floats(o, s, b, al)),
           *scr = malloc(sizeof(float) * ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     for (int64_t e = 0; e < 3 * n; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
     for (int64_t e = 0; e < n; e++) dctx[e] = (float)((e * 104729) % 1000) * 1e-3f - 0.5f;
@@ -81,9 +96,9 @@ static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t)
         for (int r = 0; r < 3 + reps; r++) {
             double t0 = ptdp_now();
             if (k == 0)
-                o->attention_fwd(qkv, ctx, saved, scr, s, b, al, hd, nodrop);
+                o->attention_fwd(o, qkv, ctx, saved, scr, s, b, al, hd, nodrop);
             else
-                o->attention_bwd(dctx, qkv, ctx, saved, dqkv, scr, s, b, al, hd, nodrop);
+                o->attention_bwd(o, dctx, qkv, ctx, saved, dqkv, scr, s, b, al, hd, nodrop);
             if (r >= 3) t[r - 3] = ptdp_now() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
@@ -98,11 +113,12 @@ static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t)
 }
 
 /* The bf16 attention (AVX512_BF16) with each head's q, k, v and dctx packed
- * once (ptdp__attention_fwd_bf16, _bwd_bf16: the table's) against the tile
+ * once (ptdp__attention_fwd_bf16, _bwd_bf16: the backend's) against the tile
  * GEMM packing both operands of every tile product; the two alternate.
- * Outputs unrounded in both (the table rounds after either). */
+ * Outputs unrounded in both (the backend rounds after either). */
 static void bench_attention_packs(const config *c, int reps) {
-    if (!ptdp__gemm_tile_bf16_available()) return;
+    ptdp_backend *be = cpu(PTDP_DTYPE_BF16);
+    if (!(be->caps & PTDP_CAP_ATTENTION16)) return;
     const int64_t s = c->s, b = c->b, hd = 64, al = c->h / hd, n = s * b * al * hd;
     float *qkv = malloc(sizeof(float) * 3 * n), *ctx = malloc(sizeof(float) * n),
           *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * 3 * n),
@@ -118,15 +134,16 @@ static void bench_attention_packs(const config *c, int reps) {
             for (int packed = 1; packed >= 0; packed--) {
                 const double t0 = ptdp_now();
                 if (k == 0 && packed)
-                    ptdp__attention_fwd_bf16(qkv, ctx, lse, scr, s, b, al, hd, nodrop);
+                    ptdp__attention_fwd_bf16(be, qkv, ctx, lse, scr, s, b, al, hd, nodrop);
                 else if (k == 0)
-                    ptdp__attention_fwd(ptdp__gemm_tile_bf16, qkv, ctx, lse, scr, s, b, al, hd,
+                    ptdp__attention_fwd(be, ptdp__gemm_tile_bf16, qkv, ctx, lse, scr, s, b, al, hd,
                                         nodrop);
                 else if (packed)
-                    ptdp__attention_bwd_bf16(dctx, qkv, ctx, lse, dqkv, scr, s, b, al, hd, nodrop);
+                    ptdp__attention_bwd_bf16(be, dctx, qkv, ctx, lse, dqkv, scr, s, b, al, hd,
+                                             nodrop);
                 else
-                    ptdp__attention_bwd(ptdp__gemm_tile_bf16, dctx, qkv, ctx, lse, dqkv, scr, s, b,
-                                        al, hd, nodrop);
+                    ptdp__attention_bwd(be, ptdp__gemm_tile_bf16, dctx, qkv, ctx, lse, dqkv, scr, s,
+                                        b, al, hd, nodrop);
                 if (r >= 3) t[(r - 3) * 2 + packed] = ptdp_now() - t0;
             }
         char fields[96];
@@ -161,9 +178,9 @@ static void bench_weight_copies(const config *c, int reps) {
                 for (int tb = own == 2; tb < 2; tb++) { /* own 2: both from tb 1 */
                     const int64_t R = W[w][0], C = W[w][1];
                     flush_caches(flush);
-                    if (ptdp__gemm_bf16_pack_probe(tb, N_ROWS, tb ? R : C, tb ? C : R, B, C, own,
-                                                   NULL, 0, NULL, t, reps + 1, flush_caches,
-                                                   flush)) {
+                    if (ptdp__gemm_bf16_pack_probe(cpu(PTDP_DTYPE_BF16), tb, N_ROWS, tb ? R : C,
+                                                   tb ? C : R, B, C, own, NULL, 0, NULL, t,
+                                                   reps + 1, flush_caches, flush)) {
                         if (own == 2) goto next; /* layouts the one pass does not write */
                         goto done;
                     }
@@ -186,10 +203,10 @@ done:
     free(B), free(flush), free(t);
 }
 
-/* The bf16 table's optimizer step over n parameters (a GPT of h, l, V):
+/* The bf16 backend's optimizer step over n parameters (a GPT of h, l, V):
  * fused (adamw_master) and in three passes (adamw, copy, quantize). */
 static void bench_optimizer(const config *c, int reps) {
-    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    ptdp_backend *o = cpu(PTDP_DTYPE_BF16);
     const int64_t h = c->h, V = c->h == 256 ? 8192 : 50304;
     const int64_t n = c->l * 12 * h * h + V * h + 1024 * h;
     float *a[5];
@@ -205,12 +222,12 @@ static void bench_optimizer(const config *c, int reps) {
         for (int fused = 1; fused >= 0; fused--) {
             const double t0 = ptdp_now();
             if (fused) {
-                o->adamw_master(master, work, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                                r + 1);
+                o->adamw_master(o, master, work, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, r + 1);
             } else {
-                o->adamw(master, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
-                o->copy(work, master, n);
-                o->quantize(work, n);
+                o->adamw(o, master, grad, 1.0f, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
+                o->copy(o, work, master, n);
+                o->quantize(o, work, n);
             }
             if (r > 0) t[(r - 1) * 2 + fused] = ptdp_now() - t0;
         }
@@ -222,16 +239,16 @@ static void bench_optimizer(const config *c, int reps) {
     for (int i = 0; i < 5; i++) free(a[i]);
 }
 
-/* The bf16 table's loss head over the configuration's N x V logits, forward
+/* The bf16 backend's loss head over the configuration's N x V logits, forward
  * and backward (the logits GEMM, the cross-entropy's max and sums, its
- * gradient and the two GEMMs on it): the table's ops (logits in bf16 where
+ * gradient and the two GEMMs on it): the backend's ops (logits in bf16 where
  * the CPU has native bf16: head_logits, xent_sums, head_bwd) against the
  * composition on fp32 logits (gemm, xent_max and xent_sums rounding what they
  * read, xent_bwd and its rounding, then the GEMMs converting dl twice),
- * alternating. Skipped where the table has no head_bwd. */
+ * alternating. Skipped where the backend has no fused head. */
 static void bench_head(const config *c, int reps) {
-    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
-    if (!o->head_bwd) return;
+    ptdp_backend *o = cpu(PTDP_DTYPE_BF16);
+    if (!(o->caps & PTDP_CAP_FUSED_HEAD)) return;
     const int64_t h = c->h, V = c->h == 256 ? 8192 : 50304, N = N_ROWS;
     float *L = malloc(sizeof(float) * (size_t)(N * V)), *sumexp = malloc(sizeof(float) * N),
           *gmax = malloc(sizeof(float) * N), *tgt = malloc(sizeof(float) * N),
@@ -244,20 +261,20 @@ static void bench_head(const config *c, int reps) {
     for (int64_t i = 0; i < N * h; i++) x[i] = (float)((i * 31) % 200) * 1e-2f - 1.0f;
     for (int64_t i = 0; i < V * h; i++) wte[i] = (float)((i * 17) % 300) * 1e-3f - 0.15f;
     for (int64_t i = 0; i < N + c->b; i++) tok[i] = (int32_t)((i * 104729) % V);
-    o->quantize(x, N * h);
-    o->quantize(wte, V * h);
-    o->weights_changed(wte, V * h);
+    o->quantize(o, x, N * h);
+    o->quantize(o, wte, V * h);
+    ptdp_backend_weights_register(o, wte, V * h);
     const ptdp_xent_grad xg = {sumexp, gmax, tok + 1, c->s + 1, c->s, c->b,
                                V,      0,    V,       1.0f / N, NULL, 0};
     for (int r = 0; r < 1 + reps; r++)
         for (int fused = 1; fused >= 0; fused--) {
             const double t0 = ptdp_now();
             if (fused) {
-                ptdp_head_logits(o, x, wte, h, L, gmax, N, V, 0, V);
-                o->xent_sums(L, gmax, tok + 1, c->s + 1, sumexp, tgt, c->s, c->b, V, 0, V);
-                o->head_bwd(L, &xg, x, wte, h, dw, dx);
+                o->head_logits(o, x, wte, h, L, gmax, N, V, 0, V);
+                o->xent_sums(o, L, gmax, tok + 1, c->s + 1, sumexp, tgt, c->s, c->b, V, 0, V);
+                o->head_bwd(o, L, &xg, x, wte, h, dw, dx);
             } else {
-                o->gemm(0, 1, N, V, h, 1.0f, x, h, wte, h, 0.0f, L, V);
+                o->gemm(o, 0, 1, N, V, h, 1.0f, x, h, wte, h, 0.0f, L, V);
                 ptdp__xent_max_bf16(L, gmax, N, V, 0, V);
                 ptdp__xent_sums_bf16(L, gmax, tok + 1, c->s + 1, sumexp, tgt, c->s, c->b, V, 0, V);
                 ptdp_head_bwd_composed(o, L, &xg, x, wte, h, dw, dx);
@@ -268,7 +285,7 @@ static void bench_head(const config *c, int reps) {
     snprintf(fields, sizeof fields, "\"N\":%lld,\"V\":%lld,\"h\":%lld", (long long)N, (long long)V,
              (long long)h);
     print_pair(c->name, "bf16_head", "table", "composed_fp32_logits", fields, t, reps);
-    o->weights_changed(wte, 0);
+    ptdp_backend_weights_register(o, wte, 0);
     free(L), free(sumexp), free(gmax), free(tgt), free(x), free(wte), free(dw), free(dx), free(tok);
     free(t);
 }
@@ -306,11 +323,11 @@ static void run(int k, bufs *B) {
 static const char *NAMES[] = {"layernorm_fwd", "layernorm_bwd", "bias_gelu_fwd",
                               "bias_gelu_bwd", "bias_bwd (3h)", "bias_add_residual"};
 
-/* The bf16 table's element-wise ops (kernel k of run() but the bias
+/* The bf16 backend's element-wise ops (kernel k of run() but the bias
  * gradient's), each row rounded as it is written, against the fp32 op
  * followed by a rounding pass over its output; the two alternate. */
 static void bench_rounding(const config *c, bufs *B, int reps) {
-    const ptdp_ops *o = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    ptdp_backend *o = cpu(PTDP_DTYPE_BF16);
     const int64_t N = B->N, h = B->h;
     const ptdp_dropout nodrop = {0};
     double *t = malloc(sizeof(double) * (size_t)reps * 2);
@@ -324,16 +341,16 @@ static void bench_rounding(const config *c, bufs *B, int reps) {
                     ptdp_round_bf16_n(k == 1 || k == 3 ? B->dx : B->y,
                                       (k == 2 || k == 3 ? 4 : 1) * N * h);
                 } else if (k == 0) {
-                    o->layernorm_fwd(B->x, B->w, B->bias, B->y, B->mean, B->rstd, N, h, 1e-5f);
+                    o->layernorm_fwd(o, B->x, B->w, B->bias, B->y, B->mean, B->rstd, N, h, 1e-5f);
                 } else if (k == 1) {
-                    o->layernorm_bwd(B->dy, B->x, B->w, B->mean, B->rstd, B->dx, B->dw, B->db, N,
+                    o->layernorm_bwd(o, B->dy, B->x, B->w, B->mean, B->rstd, B->dx, B->dw, B->db, N,
                                      h);
                 } else if (k == 2) {
-                    o->bias_gelu_fwd(B->x, B->bias, B->y, N, 4 * h);
+                    o->bias_gelu_fwd(o, B->x, B->bias, B->y, N, 4 * h);
                 } else if (k == 3) {
-                    o->bias_gelu_bwd(B->dy, B->x, B->bias, B->dx, B->db, N, 4 * h);
+                    o->bias_gelu_bwd(o, B->dy, B->x, B->bias, B->dx, B->db, N, 4 * h);
                 } else {
-                    o->bias_dropout_add_fwd(B->x, B->bias, B->resid, B->y, N, h, nodrop);
+                    o->bias_dropout_add_fwd(o, B->x, B->bias, B->resid, B->y, N, h, nodrop);
                 }
                 if (r >= 3) t[(r - 3) * 2 + fused] = ptdp_now() - t0;
             }
@@ -407,5 +424,6 @@ int main(int argc, char **argv) {
         bench_head(&CONFIGS[c], areps);
     }
     free(t);
+    for (int d = 0; d < 3; d++) ptdp_backend_close(backends[d]);
     return 0;
 }

@@ -2,7 +2,7 @@
  * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
  * tiny to GPT-2 small. Mock data, fp32, dropout 0 (--dropout), global batch = micro-batch
  * b, OpenMP threads from OMP_NUM_THREADS or the default; --precision
- * bf16|fp16 runs the 16-bit tables (fp16 with a constant loss scale of
+ * bf16|fp16 runs the 16-bit backends (fp16 with a constant loss scale of
  * 1024, so no iteration is skipped). Prints one JSON line
  * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
  * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the GEMM peak of the
@@ -57,7 +57,7 @@ static void usage(FILE *f) {
 }
 
 /* The GEMM rate of this machine with the run's library, threads and
- * precision (the table's gemm: bf16 is oneDNN's bf16 matmul where the CPU has
+ * precision (the backend's gemm: bf16 is oneDNN's bf16 matmul where the CPU has
  * one, fp16 the fp32 GEMM on fp16 values): the best GFLOP/s of 5 GEMMs
  * 2048^3 after 2 warm-ups, so that another tenant's burst while it is
  * measured cannot lower the peak below what the run then reaches (the
@@ -68,12 +68,13 @@ static double measure_peak(ptdp_gemm_lib lib, ptdp_dtype dtype) {
     double t[5];
     if (bench_gemm_times(lib, dtype, n, 5, t)) return 0;
     const double flop = 2.0 * (double)n * n * n, best = flop / t[0] * 1e-9;
+    ptdp_backend *be = bench_backend(lib, dtype); /* for its name */
     printf("{\"bench\":\"train_peak\",\"lib\":\"%s\",\"precision\":\"%s\",\"table\":\"%s\","
            "\"M\":%lld,\"N\":%lld,\"K\":%lld,\"threads\":%d,\"reps\":5,\"gflops_best\":%.1f,"
            "\"gflops_median\":%.1f}\n",
-           ptdp_gemm_lib_name(lib), ptdp_dtype_name(dtype), ptdp_cpu_ops_prec(lib, dtype)->name,
-           (long long)n, (long long)n, (long long)n, omp_get_max_threads(), best,
-           flop / t[2] * 1e-9);
+           ptdp_gemm_lib_name(lib), ptdp_dtype_name(dtype), be->name, (long long)n, (long long)n,
+           (long long)n, omp_get_max_threads(), best, flop / t[2] * 1e-9);
+    ptdp_backend_close(be);
     fflush(stdout);
     return best;
 }
@@ -104,12 +105,13 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     tp.global_batch = bc->b;
     tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, 1, PTDP_LR_CONSTANT};
     tp.adam = ptdp_adamw_default_params();
-    tp.ops = ptdp_cpu_ops_prec(lib, dtype);
+    tp.be = bench_backend(lib, dtype);
     if (dtype == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
     tp.comm = &comm;
     ptdp_trainer *tr = NULL;
     if (ptdp_trainer_init(&tr, &tp)) {
         fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
+        ptdp_backend_close(tp.be);
         return 1;
     }
     ptdp_batches data;
@@ -162,6 +164,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     free(batch);
     ptdp_batches_close(&data);
     ptdp_trainer_free(tr);
+    ptdp_backend_close(tp.be);
     return 0;
 }
 

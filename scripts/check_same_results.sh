@@ -17,7 +17,7 @@
 # About 2 minutes on 2 cores after the two builds.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-BASE_REV=${1:-c223318e4f19a5aa0b5d5ce36b85dcc12ad7f99c}
+BASE_REV=${1:-c223318e}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${2:-$SRC/build}" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ptdp-same.XXXXXX")

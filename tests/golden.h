@@ -1,5 +1,5 @@
 /* golden.h - the golden test against PyTorch (scripts/reference/gpt_reference.py),
- * shared by test_golden.c (the CPU tables) and test_golden_cuda.c (the CUDA
+ * shared by test_golden.c (the CPU backends) and test_golden_cuda.c (the CUDA
  * table): logits, loss, the losses, gradient norms and every parameter's
  * gradient at each of 10 AdamW iterations and (config A) the final weights,
  * for two configurations, one with awkward sizes (h=48, 3 heads, V=201
@@ -19,6 +19,7 @@
 
 #include "ckpt/hf.h"
 #include "train/train.h"
+#include "backend_util.h"
 #include "test.h"
 
 static int64_t meta_i(ptdp_st_file *f, const char *k) { return atoll(ptdp_st_metadata(f, k)); }
@@ -101,7 +102,7 @@ static void golden_path(const char *file, char *path, size_t cap) {
 }
 
 /* The trainer of a fixture's configuration, starting from its weights. */
-static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, const ptdp_ops *ops,
+static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, ptdp_backend *ops,
                                          ptdp_comm *comm) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     tp.cfg.num_layers = meta_i(f, "n_layer");
@@ -125,19 +126,19 @@ static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, cons
                                   .eps = meta_f(f, "eps"),
                                   .weight_decay = meta_f(f, "weight_decay"),
                                   .clip_grad = meta_f(f, "clip_grad")};
-    tp.ops = ops;
+    tp.be = ops;
     tp.comm = comm;
     tp.init_from = path;
     return tp;
 }
 
-/* Runs one fixture's checks with the compute table `ops` (any backend: the
- * fixture's tokens and the results cross through the table's upload and
+/* Runs one fixture's checks with the compute backend `ops` (any one: the
+ * fixture's tokens and the results cross through the backend's upload and
  * download). */
-static void golden_run_config(const char *file, const ptdp_ops *ops) {
+static void golden_run_config(const char *file, ptdp_backend *ops) {
     char path[512];
     golden_path(file, path, sizeof path);
-    printf("%s with the compute table '%s'\n", file, ops->name);
+    printf("%s with the compute backend '%s'\n", file, ops->name);
     ptdp_st_file *f = NULL;
     CHECK_OK(ptdp_st_open(&f, path));
     if (!f) return;

@@ -1,8 +1,8 @@
-/* test_bf16_native.c - the native bf16 table's own pieces, where the CPU has
+/* test_bf16_native.c - the native bf16 backend's own pieces, where the CPU has
  * them (skipped, exit 77, elsewhere): attention's bf16 tile products
- * (src/kernels/attn_bf16.c, AVX512_BF16) and the bf16 copies of the weights
- * that its oneDNN GEMM keeps between weights_changed() calls
- * (src/kernels/gemm_bf16.c).
+ * (src/kernels/cpu/half/attn_bf16.c, AVX512_BF16) and the bf16 copies of the weights
+ * that its oneDNN GEMM keeps while the weights stay as they are
+ * (src/kernels/cpu/half/gemm_bf16.c).
  *
  * The tile GEMM rounds both operands to bf16 and sums the exact products in
  * fp32: it must equal an fp32 GEMM of the bf16-rounded operands up to the
@@ -11,20 +11,20 @@
  * that. The attention forward and backward through the tile GEMM are checked
  * the same way against the fp32 attention whose tile GEMM rounds its
  * operands first (the same semantics: probabilities and dS rounded to bf16),
- * and the bf16 table's attention must be exactly that, rounded to bf16 (it
+ * and the bf16 backend's attention must be exactly that, rounded to bf16 (it
  * converts each head's q, k, v and dctx once instead of at every tile:
  * ptdp__attention_fwd_bf16 and _bwd_bf16, which must keep the tile GEMM's
  * order of sums).
  *
- * Weight copies: a GEMM on declared weights (either orientation, at an
- * offset inside the declared range) equals the same GEMM on undeclared ones
- * up to summation order (the same bound); after the weights change and
- * weights_changed() is called it follows the new values, and until then it
- * keeps using the copy (the contract the trainer keeps by calling it before
- * every step and evaluation; PTDP_CHECK_WEIGHT_COPIES=1, set for every other
- * test, turns a stale copy into an error).
+ * Weight copies: a GEMM on registered weights (either orientation, at an
+ * offset inside the registered range) equals the same GEMM on unregistered
+ * ones up to summation order (the same bound); it reuses its copy until the
+ * instance writes into the range (any of its writing ops) or a write is
+ * announced, and then follows the new values (kernels.h's weights contract;
+ * PTDP_CHECK_WEIGHT_COPIES=1, set for every other test, turns a stale copy
+ * into an error).
  *
- * The copies are written by ptdp's own packer (src/kernels/bf16_blocked.c)
+ * The copies are written by ptdp's own packer (src/kernels/cpu/half/bf16_blocked.c)
  * where the matmul's layout is one it writes: for the model's shapes and
  * odd ones (tails of 16 lanes, of 32-value steps of K, K and N not whole
  * blocks, a row stride longer than the row), both orientations, its bytes
@@ -40,8 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
+#include "backend_util.h"
 #include "test.h"
 
 static float frand(uint64_t *st) { /* deterministic normal-ish values */
@@ -58,16 +59,16 @@ static float *filled(int64_t n, uint64_t seed) {
 /* the reference: round copies of op(A) and op(B) to bf16, then the fp32 GEMM */
 #define RMAX (320 * 320)
 static _Thread_local float ra[RMAX], rb[RMAX];
-static void round_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                       int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                       int64_t ldc) {
+static void round_gemm(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float beta, float *C, int64_t ldc) {
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     PTDP_ASSERT(ar * ac <= RMAX && br * bc <= RMAX);
     for (int64_t i = 0; i < ar; i++) memcpy(ra + i * ac, A + i * lda, sizeof(float) * (size_t)ac);
     for (int64_t i = 0; i < br; i++) memcpy(rb + i * bc, B + i * ldb, sizeof(float) * (size_t)bc);
     ptdp_round_bf16_n(ra, ar * ac);
     ptdp_round_bf16_n(rb, br * bc);
-    ptdp__gemm_onednn(ta, tb, M, N, K, alpha, ra, ac, rb, bc, beta, C, ldc);
+    ptdp__gemm_onednn(be, ta, tb, M, N, K, alpha, ra, ac, rb, bc, beta, C, ldc);
 }
 
 static void check_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
@@ -77,8 +78,9 @@ static void check_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
     float *C = malloc(sizeof(float) * (size_t)nc), *R = malloc(sizeof(float) * (size_t)nc);
     memcpy(C, C0, sizeof(float) * (size_t)nc);
     memcpy(R, C0, sizeof(float) * (size_t)nc);
-    ptdp__gemm_tile_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    round_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
+    ptdp__gemm_tile_bf16(f, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    round_gemm(f, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     float *Ar = malloc(sizeof(float) * (size_t)na), *Br = malloc(sizeof(float) * (size_t)nb);
     memcpy(Ar, A, sizeof(float) * (size_t)na);
     memcpy(Br, B, sizeof(float) * (size_t)nb);
@@ -159,10 +161,11 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     if (p > 0.0f)
         drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(5, "attn-bf16"), .offset = 3};
     const ptdp__gemm_fn g[2] = {ptdp__gemm_tile_bf16, round_gemm};
+    ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     for (int v = 0; v < 2; v++)
-        ptdp__attention_fwd(g[v], qkv, ctx[v], lse[v], scr, s, b, al, hd, drop);
+        ptdp__attention_fwd(f, g[v], qkv, ctx[v], lse[v], scr, s, b, al, hd, drop);
     for (int v = 0; v < 2; v++) /* both from the reference's forward */
-        ptdp__attention_bwd(g[v], dctx, qkv, ctx[1], lse[1], dqkv[v], scr, s, b, al, hd, drop);
+        ptdp__attention_bwd(f, g[v], dctx, qkv, ctx[1], lse[1], dqkv[v], scr, s, b, al, hd, drop);
     char w[96];
     snprintf(w, sizeof w, "s=%lld b=%lld al=%lld hd=%lld p=%g", (long long)s, (long long)b,
              (long long)al, (long long)hd, p);
@@ -171,14 +174,14 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     check_close("ctx", ctx[0], ctx[1], nc, 1e-5, 1e-5);
     check_close("logsumexp", lse[0], lse[1], ns, 1e-6, 1e-5);
     check_close("dqkv", dqkv[0], dqkv[1], nq, 1e-4, 1e-5);
-    /* the table: the same sums (operands packed once per head), outputs
+    /* the backend: the same sums (operands packed once per head), outputs
      * rounded to bf16 */
-    const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
-    if (!strcmp(h->name, "cpu/onednn/bf16-native")) {
+    ptdp_backend *h = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    if (h->caps & PTDP_CAP_ATTENTION16) {
         float *c = malloc(sizeof(float) * (size_t)nc), *l = malloc(sizeof(float) * (size_t)ns),
               *d = malloc(sizeof(float) * (size_t)nq);
-        h->attention_fwd(qkv, c, l, scr, s, b, al, hd, drop);
-        h->attention_bwd(dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, hd, drop);
+        h->attention_fwd(h, qkv, c, l, scr, s, b, al, hd, drop);
+        h->attention_bwd(h, dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, hd, drop);
         ptdp_round_bf16_n(ctx[0], nc);
         ptdp_round_bf16_n(dqkv[0], nq);
         if (p > 0.0f) {
@@ -210,16 +213,31 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
 }
 
 /* C [M, N] = 0 + X W-op, as a GEMM with beta = 1 (no output rounding) */
-static void wgemm(const ptdp_ops *h, int tb, int64_t M, int64_t N, int64_t K, const float *X,
+static void wgemm(ptdp_backend *h, int tb, int64_t M, int64_t N, int64_t K, const float *X,
                   const float *W, float *C) {
     memset(C, 0, sizeof(float) * (size_t)(M * N));
-    h->gemm(0, tb, M, N, K, 1.0f, X, K, W, tb ? K : N, 1.0f, C, N);
+    h->gemm(h, 0, tb, M, N, K, 1.0f, X, K, W, tb ? K : N, 1.0f, C, N);
 }
 
+/* C with W at an address no range covers (a fresh conversion at every call):
+ * the reference for a GEMM on the registered W */
+static void fresh_gemm(ptdp_backend *h, int tb, int64_t M, int64_t N, int64_t K, const float *X,
+                       const float *W, float *C) {
+    float *Wc = malloc(sizeof(float) * (size_t)(N * K));
+    memcpy(Wc, W, sizeof(float) * (size_t)(N * K));
+    wgemm(h, tb, M, N, K, X, Wc, C);
+    free(Wc);
+}
+
+/* The weights contract (kernels.h): a copy is made per orientation of a
+ * registered weight and reused until the instance writes into its range
+ * (copy, zero, upload, quantize, adamw: no call from the writer) or a write
+ * behind its back is announced (weights_written); forgetting the range
+ * (n = 0) or registering an overlapping one drops the copies. */
 static void test_weight_copies(void) {
-    const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
-    CHECK(h->weights_changed != NULL);
-    const int64_t M = 40, N = 72, K = 96, np = 3 * N * K;
+    ptdp_backend *h = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    CHECK(h->caps & PTDP_CAP_WEIGHT_COPIES);
+    const int64_t M = 40, N = 72, K = 96, np = 3 * N * K, nw = N * K;
     float *P = filled(np, 21), *X = filled(M * K, 22), *Y = filled(M * N, 23);
     ptdp_round_bf16_n(P, np);
     ptdp_round_bf16_n(X, M * K);
@@ -228,54 +246,88 @@ static void test_weight_copies(void) {
     float *ref = malloc(sizeof(float) * (size_t)(M * N)),
           *got = malloc(sizeof(float) * (size_t)(M * N)),
           *refx = malloc(sizeof(float) * (size_t)(M * K)),
-          *gotx = malloc(sizeof(float) * (size_t)(M * K));
+          *gotx = malloc(sizeof(float) * (size_t)(M * K)), *H = filled(nw, 24);
+    ptdp_round_bf16_n(H, nw);
     /* K products of O(1) values in two orders: 2 K 2^-24 of about K */
     const double tol = 2.0 * K * K * ldexp(1.0, -24);
-    wgemm(h, 1, M, N, K, X, W, ref);  /* forward use, W^T: not declared yet */
+    wgemm(h, 1, M, N, K, X, W, ref);  /* forward use, W^T: not registered yet */
     wgemm(h, 0, M, K, N, Y, W, refx); /* input-gradient use, W */
-    h->weights_changed(P, np);
+    const int64_t c0 = ptdp__gemm_bf16_conversions(h);
+    ptdp_backend_weights_register(h, P, np);
     wgemm(h, 1, M, N, K, X, W, got);
     wgemm(h, 0, M, K, N, Y, W, gotx);
+    CHECK(ptdp__gemm_bf16_conversions(h) == c0 + 2); /* a copy per orientation */
     CHECK(differ(got, ref, M * N, tol) == 0);
     CHECK(differ(gotx, refx, M * K, tol) == 0);
-    wgemm(h, 1, M, N, K, X, W, got); /* the copy again */
+    wgemm(h, 1, M, N, K, X, W, got); /* the copy again, not converted */
+    wgemm(h, 0, M, K, N, Y, W, gotx);
+    CHECK(ptdp__gemm_bf16_conversions(h) == c0 + 2);
     CHECK(differ(got, ref, M * N, tol) == 0);
-    /* new values: followed once declared */
-    for (int64_t i = 0; i < N * K; i++) W[i] = -W[i];
-    h->weights_changed(P, np);
+    /* each writer of the instance makes the copies stale: followed at once */
+    for (int w = 0; w < 5; w++) {
+        static const char *what[] = {"copy", "zero", "upload", "quantize", "adamw"};
+        const int64_t before = ptdp__gemm_bf16_conversions(h);
+        for (int64_t i = 0; i < nw; i++) H[i] = -H[i];
+        if (w == 0) h->copy(h, W, H, nw);
+        if (w == 1) h->zero(h, W, nw);
+        if (w == 2) h->upload(h, W, H, sizeof(float) * (size_t)nw);
+        if (w == 3) h->quantize(h, W, nw); /* on the grid already: new version, same values */
+        if (w == 4) {
+            float *g = filled(nw, 25), *m = calloc((size_t)nw, sizeof(float)),
+                  *v = calloc((size_t)nw, sizeof(float));
+            h->adamw(h, W, g, 1.0f, m, v, nw, 0.5f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+            ptdp_round_bf16_n(W, nw); /* a working copy on the grid (host: announced below) */
+            ptdp_backend_weights_written(h, W, nw);
+            free(g), free(m), free(v);
+        }
+        wgemm(h, 1, M, N, K, X, W, got);
+        fresh_gemm(h, 1, M, N, K, X, W, ref);
+        const int64_t d = differ(got, ref, M * N, tol);
+        if (d) printf("  weight copies: stale after %s (%lld differ)\n", what[w], (long long)d);
+        CHECK(d == 0);
+        CHECK(ptdp__gemm_bf16_conversions(h) > before);
+    }
+    /* a write outside every registered range leaves the copies valid */
+    {
+        const int64_t before = ptdp__gemm_bf16_conversions(h);
+        h->copy(h, H, W, nw);
+        wgemm(h, 1, M, N, K, X, W, got);
+        CHECK(ptdp__gemm_bf16_conversions(h) == before);
+    }
+    /* written behind the instance's back (the host writing CPU memory): the
+     * copy stays (what PTDP_CHECK_WEIGHT_COPIES=1 catches) until announced */
+    fresh_gemm(h, 1, M, N, K, X, W, ref);
+    for (int64_t i = 0; i < nw; i++) W[i] = 0.0f;
     wgemm(h, 1, M, N, K, X, W, got);
-    for (int64_t i = 0; i < M * N; i++) ref[i] = -ref[i];
     CHECK(differ(got, ref, M * N, tol) == 0);
-    /* undeclared change: the copy stays (what the check mode catches) */
-    for (int64_t i = 0; i < N * K; i++) W[i] = 0.0f;
+    ptdp_backend_weights_written(h, W, nw);
     wgemm(h, 1, M, N, K, X, W, got);
-    CHECK(differ(got, ref, M * N, tol) == 0);
-    h->weights_changed(P, np);
-    wgemm(h, 1, M, N, K, X, W, got);
-    int64_t nz = 0; /* zero weights now, declared: a zero product */
+    int64_t nz = 0; /* zero weights now: a zero product */
     for (int64_t i = 0; i < M * N; i++) nz += got[i] != 0.0f;
     CHECK(nz == 0);
-    /* forgotten (n = 0, as the trainer does when it frees its chunks): the
-     * weights are converted at every call again, so a change shows at once */
-    h->weights_changed(P, 0);
-    for (int64_t i = 0; i < N * K; i++) W[i] = 1.0f;
+    /* forgotten (n = 0, as a chunk does when it is freed): the weights are
+     * converted at every call again, so a change shows at once */
+    ptdp_backend_weights_register(h, P, 0);
+    for (int64_t i = 0; i < nw; i++) W[i] = 1.0f;
     wgemm(h, 1, M, N, K, X, W, got);
     nz = 0;
     for (int64_t i = 0; i < M * N; i++) nz += got[i] == 0.0f;
     CHECK(nz < M * N / 10); /* sums of K values of x, hardly ever exactly 0 */
-    /* a range overlapping a declared one replaces it */
-    h->weights_changed(P, np);
+    /* a range overlapping a registered one replaces it */
+    ptdp_backend_weights_register(h, P, np);
     wgemm(h, 1, M, N, K, X, W, ref);
-    h->weights_changed(P + 1, np - 1);
-    for (int64_t i = 0; i < N * K; i++) W[i] = 2.0f;
-    h->weights_changed(P + 1, np - 1);
+    ptdp_backend_weights_register(h, P + 1, np - 1);
+    for (int64_t i = 0; i < nw; i++) W[i] = 2.0f;
+    ptdp_backend_weights_register(h, P + 1, np - 1);
     wgemm(h, 1, M, N, K, X, W, got);
     for (int64_t i = 0; i < M * N; i++) ref[i] *= 2.0f; /* exact: powers of 2 */
     CHECK(differ(got, ref, M * N, 0.0) == 0);
-    free(P), free(X), free(Y), free(ref), free(got), free(refx), free(gotx);
+    ptdp_backend_weights_register(h, P + 1, 0);
+    free(P), free(X), free(Y), free(ref), free(got), free(refx), free(gotx), free(H);
 }
 
 static void test_own_pack(void) {
+    ptdp_backend *h = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
     /* {M, N, K}: layers of configs (b) (c) (d), their heads, odd shapes */
     const int64_t shapes[][3] = {{1024, 768, 256},  {1024, 256, 1024}, {1024, 1152, 384},
                                  {1024, 384, 1536}, {1024, 2304, 768}, {1024, 768, 3072},
@@ -290,16 +342,16 @@ static void test_own_pack(void) {
                 const int64_t rows = tb ? N : K, cols = tb ? K : N, ldb = cols + 3 * pad;
                 float *B = filled(rows * ldb, 77 + i);
                 size_t n_own = 0, n_ref = 0;
-                if (ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 1, NULL, 0, &n_own, NULL, 1,
+                if (ptdp__gemm_bf16_pack_probe(h, tb, M, N, K, B, ldb, 1, NULL, 0, &n_own, NULL, 1,
                                                NULL, NULL)) {
                     free(B);
                     continue;
                 }
                 uint8_t *own = malloc(n_own), *ref = malloc(n_own);
-                CHECK(ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 1, own, n_own, NULL, NULL, 1,
-                                                 NULL, NULL) == 0);
-                CHECK(ptdp__gemm_bf16_pack_probe(tb, M, N, K, B, ldb, 0, ref, n_own, &n_ref, NULL,
+                CHECK(ptdp__gemm_bf16_pack_probe(h, tb, M, N, K, B, ldb, 1, own, n_own, NULL, NULL,
                                                  1, NULL, NULL) == 0);
+                CHECK(ptdp__gemm_bf16_pack_probe(h, tb, M, N, K, B, ldb, 0, ref, n_own, &n_ref,
+                                                 NULL, 1, NULL, NULL) == 0);
                 const int r = n_ref == n_own && memcmp(own, ref, n_own) == 0;
                 free(own), free(ref);
                 checked++;
@@ -404,15 +456,15 @@ static void test_wgrad_packs(void) {
         /* the GEMM: operands on the grid, as the model's are */
         for (int64_t e = 0; e < K * lda; e++) A[e] = ptdp_bf16_to_f32(ptdp_f32_to_bf16(A[e]));
         for (int64_t e = 0; e < K * ldb; e++) B[e] = ptdp_bf16_to_f32(ptdp_f32_to_bf16(B[e]));
-        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16),
-                       *f = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+        ptdp_backend *h = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16),
+                     *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
         float *got = malloc(sizeof(float) * (size_t)(M * N)),
               *ref = malloc(sizeof(float) * (size_t)(M * N));
         for (int64_t e = 0; e < M * N; e++) got[e] = ref[e] = 0.25f;
-        const int64_t before = ptdp__gemm_bf16_wgrad_calls();
-        h->gemm(1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, got, N);
-        f->gemm(1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, ref, N);
-        CHECK(ptdp__gemm_bf16_wgrad_calls() == before + 1);
+        const int64_t before = ptdp__gemm_bf16_wgrad_calls(h);
+        h->gemm(h, 1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, got, N);
+        f->gemm(f, 1, 0, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, ref, N);
+        CHECK(ptdp__gemm_bf16_wgrad_calls(h) == before + 1);
         /* each: K products and C, summed in some order in fp32 */
         int64_t bad = 0;
         for (int64_t m = 0; m < M; m++)
@@ -435,7 +487,7 @@ static float *bf16_values(const uint16_t *v, int64_t n) { /* into fp32, exactly 
 }
 
 /* The loss head with its logits in bf16 (head_logits, xent_sums, head_bwd
- * of the native table), held to the fp32-logits composition it replaces:
+ * of the native backend), held to the fp32-logits composition it replaces:
  *   - the logits: the matmul's bf16 output must be the fp32 GEMM's rounded
  *     to bf16 up to the order of its sums: at most one bf16 step apart
  *     (the two fp32 sums differ by far less than a bf16 step, so rounding
@@ -458,7 +510,7 @@ static void test_head_bwd(void) {
     } cases[] = {{7, 3, 77, 10, 80, 24, 1},      {32, 2, 160, 0, 160, 64, 0},
                  {50, 1, 700, 350, 1000, 48, 1}, {1, 1, 16, 0, 5, 16, 0},
                  {40, 5, 96, 0, 96, 32, 1},      {33, 2, 1030, 0, 1000, 40, 0}};
-    const ptdp_ops *t = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    ptdp_backend *t = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
     CHECK(t->head_bwd != NULL && t->head_logits != NULL);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t s = cases[c].s, b = cases[c].b, Vl = cases[c].Vl, h = cases[c].h, N = s * b;
@@ -473,7 +525,7 @@ static void test_head_bwd(void) {
               *dw0 = filled(Vl * h, 800 + c);
         ptdp_round_bf16_n(x, N * h);
         ptdp_round_bf16_n(wte, Vl * h);
-        t->weights_changed(wte, Vl * h); /* the model's wte is a declared weight */
+        ptdp_backend_weights_register(t, wte, Vl * h); /* the model's wte is a weight */
         float *L = malloc(sizeof(float) * (size_t)NV), *Lg = malloc(sizeof(float) * (size_t)NV);
         float *st1 = malloc(sizeof(float) * (size_t)(4 * N)), *st2 = malloc(sizeof(float) * 4 * N);
         float *m1 = st1, *sum1 = st1 + N, *tg1 = st1 + 2 * N; /* [N] each */
@@ -485,11 +537,11 @@ static void test_head_bwd(void) {
         memcpy(dw1, dw0, sizeof(float) * (size_t)(Vl * h));
         memcpy(dw2, dw0, sizeof(float) * (size_t)(Vl * h));
         /* the op's logits, in bf16 over the start of L */
-        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
-        CHECK(ptdp__gemm_bf16_logits_b16(L, N, Vl));
+        t->head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
+        CHECK(ptdp__gemm_bf16_logits_b16(t, L, N, Vl));
         float *Lf = bf16_values((const uint16_t *)L, NV); /* the same values in fp32 */
-        t->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, Lg, Vl);
-        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl) || Lg + NV <= L || L + NV <= Lg);
+        t->gemm(t, 0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, Lg, Vl);
+        CHECK(!ptdp__gemm_bf16_logits_b16(t, L, N, Vl) || Lg + NV <= L || L + NV <= Lg);
         int64_t far = 0;
         for (int64_t i = 0; i < NV; i++) {
             const float step = fabsf(Lg[i]) * (1.0f / 128); /* a bf16 step or more */
@@ -504,7 +556,7 @@ static void test_head_bwd(void) {
         uint16_t *lb = malloc(sizeof(uint16_t) * (size_t)NV); /* for the pass on its own */
         memcpy(lb, L, sizeof(uint16_t) * (size_t)NV);
         ptdp__xent_sums_bf16(Lf, m1, tok + 1, s + 1, sum1, tg1, s, b, Vl, v0, V);
-        t->xent_sums(L, m2, tok + 1, s + 1, sum2, tg2, s, b, Vl, v0, V);
+        t->xent_sums(t, L, m2, tok + 1, s + 1, sum2, tg2, s, b, Vl, v0, V);
         int64_t off = 0; /* the sums of the same nv positive terms in two orders */
         for (int64_t n = 0; n < N; n++)
             off += fabsf(sum1[n] - sum2[n]) > 2.0f * (float)nv * 0x1p-24f * sum1[n];
@@ -542,9 +594,9 @@ static void test_head_bwd(void) {
         CHECK(wrong_r == 0);
         if (cases[c].mask) CHECK(masked > 0);
         /* the op */
-        const int64_t before = ptdp__gemm_bf16_head_calls();
-        t->head_bwd(L, &xg2, x, wte, h, dw2, dx2);
-        CHECK(ptdp__gemm_bf16_head_calls() == before + 1);
+        const int64_t before = ptdp__gemm_bf16_head_calls(t);
+        t->head_bwd(t, L, &xg2, x, wte, h, dw2, dx2);
+        CHECK(ptdp__gemm_bf16_head_calls(t) == before + 1);
         CHECK(memcmp(L, lb, sizeof(uint16_t) * (size_t)NV) == 0); /* dl's rows */
         CHECK(memcmp(dw1, dw2, sizeof(float) * (size_t)(Vl * h)) == 0);
         CHECK(memcmp(dx1, dx2, sizeof(float) * (size_t)(N * h)) == 0);
@@ -553,21 +605,21 @@ static void test_head_bwd(void) {
             offgrid += dx2[i] != ptdp_bf16_to_f32(ptdp_f32_to_bf16(dx2[i]));
         CHECK(offgrid == 0);
         /* a GEMM writing over the logits ends their bf16 state */
-        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
-        CHECK(ptdp__gemm_bf16_logits_b16(L, N, Vl));
-        t->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, L, Vl);
-        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl));
-        ptdp_head_logits(t, x, wte, h, L, m2, N, Vl, v0, V); /* and so do new weights */
-        t->weights_changed(wte, Vl * h);
-        CHECK(!ptdp__gemm_bf16_logits_b16(L, N, Vl));
-        t->weights_changed(wte, 0);
+        t->head_logits(t, x, wte, h, L, m2, N, Vl, v0, V);
+        CHECK(ptdp__gemm_bf16_logits_b16(t, L, N, Vl));
+        t->gemm(t, 0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, L, Vl);
+        CHECK(!ptdp__gemm_bf16_logits_b16(t, L, N, Vl));
+        t->head_logits(t, x, wte, h, L, m2, N, Vl, v0, V); /* and so does a write into wte */
+        t->quantize(t, wte, Vl * h);
+        CHECK(!ptdp__gemm_bf16_logits_b16(t, L, N, Vl));
+        ptdp_backend_weights_register(t, wte, 0);
         free(tok), free(x), free(wte), free(dw0), free(L), free(Lg), free(Lf), free(st1);
         free(st2), free(dw1), free(dw2), free(dx1), free(dx2), free(lb), free(At);
     }
 }
 
-/* The native table's MLP (kernels.h's mlp ops: fc, gl and dfc stored in
- * bf16, precision.c) against the composition it replaces, the same table's
+/* The native backend's MLP (kernels.h's mlp ops: fc, gl and dfc stored in
+ * bf16, precision.c) against the composition it replaces, the same backend's
  * gemm and bias_gelu ops over fp32 storage: the same values bit for bit,
  * fc, gl and dfc widened from their bf16 storage included (the bf16
  * matmul's output is its fp32 sums rounded to nearest even, as the rounding
@@ -576,7 +628,7 @@ static void test_head_bwd(void) {
  * of 16, odd row counts, one row. Then the typed GEMM's fallback (the fp32
  * GEMM on widened operands, for a shape the native matmul cannot run) on
  * the same calls: the same values up to the order of the sums. */
-static void check_mlp(const ptdp_ops *n, const ptdp_ops *c, int64_t N, int64_t h, int64_t fl,
+static void check_mlp(ptdp_backend *n, ptdp_backend *c, int64_t N, int64_t h, int64_t fl,
                       uint64_t seed, int fallback) {
     float *w1 = filled(fl * h, seed), *w2 = filled(h * fl, seed + 1), *b1 = filled(fl, seed + 2);
     float *x = filled(N * h, seed + 3), *dy = filled(N * h, seed + 4);
@@ -591,15 +643,15 @@ static void check_mlp(const ptdp_ops *n, const ptdp_ops *c, int64_t N, int64_t h
         y[k] = filled(nh, 10), dx[k] = filled(nh, 11), db[k] = filled(fl, 12);
         dw1[k] = filled(fl * h, 13), dw2[k] = filled(h * fl, 14);
     }
-    const int64_t before = ptdp__gemm_bf16_typed_fallbacks(fallback);
-    const ptdp_ops *t[2] = {c, n};
+    const int64_t before = ptdp__gemm_bf16_typed_fallbacks(n, fallback);
+    ptdp_backend *t[2] = {c, n};
     for (int k = 0; k < 2; k++) {
-        ptdp_mlp_fwd(t[k], x, w1, b1, w2, fc[k], gl[k], y[k], N, h, fl);
-        ptdp_mlp_bwd_b(t[k], dy, w2, fc[k], b1, w1, dfc[k], db[k], dx[k], N, h, fl);
-        ptdp_mlp_bwd_w(t[k], dy, gl[k], dfc[k], x, dw2[k], dw1[k], N, h, fl);
+        t[k]->mlp_fwd(t[k], x, w1, b1, w2, fc[k], gl[k], y[k], N, h, fl);
+        t[k]->mlp_bwd_b(t[k], dy, w2, fc[k], b1, w1, dfc[k], db[k], dx[k], N, h, fl);
+        t[k]->mlp_bwd_w(t[k], dy, gl[k], dfc[k], x, dw2[k], dw1[k], N, h, fl);
     }
-    CHECK(ptdp__gemm_bf16_typed_fallbacks(0) == before + (fallback ? 6 : 0));
-    /* fc, gl and dfc: bf16 in the first half of the native table's buffers */
+    CHECK(ptdp__gemm_bf16_typed_fallbacks(n, 0) == before + (fallback ? 6 : 0));
+    /* fc, gl and dfc: bf16 in the first half of the native backend's buffers */
     float *f16[3] = {bf16_values((uint16_t *)fc[1], nf), bf16_values((uint16_t *)gl[1], nf),
                      bf16_values((uint16_t *)dfc[1], nf)};
     float *f32[3] = {fc[0], gl[0], dfc[0]};
@@ -628,10 +680,11 @@ static void check_mlp(const ptdp_ops *n, const ptdp_ops *c, int64_t N, int64_t h
 }
 
 static void test_mlp(void) {
-    const ptdp_ops *n = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
+    ptdp_backend *n = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
     CHECK(n->mlp_fwd && n->mlp_bwd_b && n->mlp_bwd_w);
-    ptdp_ops c = *n;
-    c.mlp_fwd = NULL, c.mlp_bwd_b = NULL, c.mlp_bwd_w = NULL;
+    ptdp_backend c = *n; /* the same instance with the compositions as its MLP ops */
+    c.mlp_fwd = ptdp_mlp_fwd_composed, c.mlp_bwd_b = ptdp_mlp_bwd_b_composed;
+    c.mlp_bwd_w = ptdp_mlp_bwd_w_composed, c.mlp_store = PTDP_DTYPE_FP32;
     const int64_t shapes[][3] = {
         {64, 64, 256}, {37, 24, 100}, {1, 16, 64}, {130, 48, 600}, {5, 16, 37}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -641,10 +694,12 @@ static void test_mlp(void) {
 
 int main(void) {
     unsetenv("PTDP_CHECK_WEIGHT_COPIES"); /* this test reads a stale copy on purpose */
-    const int tiles = ptdp__gemm_tile_bf16_available(), copies = ptdp__gemm_bf16_available(NULL);
+    const int tiles = ptdp__gemm_tile_bf16_available(),
+              copies = (test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->caps &
+                        PTDP_CAP_NATIVE_GEMM16) != 0;
     if (!tiles && !copies) {
         printf("test_bf16_native: skipped (no AVX512_BF16 and no native bf16 matmul in oneDNN on "
-               "this CPU: the bf16 table emulates bf16 with fp32 GEMMs)\n");
+               "this CPU: the bf16 backend emulates bf16 with fp32 GEMMs)\n");
         return 77;
     }
     if (copies) test_weight_copies();
@@ -657,8 +712,7 @@ int main(void) {
         printf("test_bf16_native: attention's bf16 tiles skipped (no AVX512_BF16)\n");
         return test_done("test_bf16_native");
     }
-    CHECK(!strcmp(ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->name,
-                  "cpu/onednn/bf16-native"));
+    CHECK(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->caps & PTDP_CAP_ATTENTION16);
     /* the attention's shapes, then odd ones: tails of 16 lanes, of the 6-row
      * block and of K pairs, K and N past one 128 block */
     const int64_t shapes[][3] = {{128, 128, 64}, {128, 64, 128}, {37, 29, 13},   {7, 70, 131},

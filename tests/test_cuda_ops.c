@@ -1,5 +1,5 @@
-/* test_cuda_ops.c - every op of the CUDA table (ptdp_cuda_ops) against the
- * CPU table (ptdp_cpu_ops) on the same random inputs: device results are
+/* test_cuda_ops.c - every op of the CUDA backend against the CPU backend
+ * (both opened with ptdp_backend_open) on the same random inputs: device results are
  * downloaded and compared element by element, one line per compared array
  * (max difference, the bound, and whether it came out bitwise equal).
  * SKIPPED (exit 77, CTest's SKIP_RETURN_CODE) where no GPU is usable or
@@ -33,11 +33,12 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "backend_util.h"
 #include "test.h"
 
 #define SKIP_CODE 77
 
-static const ptdp_ops *G, *C; /* GPU table, CPU table */
+static ptdp_backend *G, *C; /* GPU backend, CPU backend */
 
 static float *fdup(const float *x, int64_t n) {
     float *p = fmalloc(n);
@@ -46,21 +47,21 @@ static float *fdup(const float *x, int64_t n) {
 }
 /* a device copy of host x[n] */
 static float *up(const float *x, int64_t n) {
-    float *d = G->alloc(sizeof(float) * (size_t)(n ? n : 1));
+    float *d = G->alloc(G, sizeof(float) * (size_t)(n ? n : 1));
     PTDP_ASSERT(d);
-    G->upload(d, x, sizeof(float) * (size_t)n);
+    G->upload(G, d, x, sizeof(float) * (size_t)n);
     return d;
 }
 static int32_t *up_i32(const int32_t *x, int64_t n) {
-    int32_t *d = G->alloc(sizeof(int32_t) * (size_t)n);
+    int32_t *d = G->alloc(G, sizeof(int32_t) * (size_t)n);
     PTDP_ASSERT(d);
-    G->upload(d, x, sizeof(int32_t) * (size_t)n);
+    G->upload(G, d, x, sizeof(int32_t) * (size_t)n);
     return d;
 }
 /* a new host copy of device d[n] */
 static float *down(const float *d, int64_t n) {
     float *h = fmalloc(n);
-    G->download(h, d, sizeof(float) * (size_t)n);
+    G->download(G, h, d, sizeof(float) * (size_t)n);
     return h;
 }
 
@@ -103,16 +104,16 @@ static void test_memory(void) {
     const int64_t n = 1000;
     float *x = fmalloc(n), *z = fmalloc(n);
     fill_normal(x, n, 1, 1.0f);
-    float *d = up(x, n), *e = G->alloc(sizeof(float) * n);
+    float *d = up(x, n), *e = G->alloc(G, sizeof(float) * n);
     cmp("alloc zeroes", down(e, n), (memset(z, 0, sizeof(float) * n), z), n, BITWISE, 0);
-    G->copy(e, d, n);
+    G->copy(G, e, d, n);
     cmp("upload/copy/download", down(e, n), x, n, BITWISE, 0);
-    G->zero(e + 10, 500);
+    G->zero(G, e + 10, 500);
     memset(x + 10, 0, sizeof(float) * 500);
     cmp("zero", down(e, n), x, n, BITWISE, 0);
-    G->free(d);
-    G->free(e);
-    G->free(NULL);
+    G->free(G, d);
+    G->free(G, e);
+    G->free(G, NULL);
     free(x);
     free(z);
 }
@@ -139,8 +140,8 @@ static void test_gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
     for (int64_t i = 0; i < M * ldc; i++) bound[i] = beta == 0.0f ? 0.0f : fabsf(Cc[i]);
     ptdp_ref_gemm(ta, tb, M, N, K, fabsf(alpha), aA, lda, aB, ldb, fabsf(beta), bound, ldc);
     float *dA = up(A, ar * lda), *dB = up(B, br * ldb), *dC = up(Cc, M * ldc);
-    G->gemm(ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc);
-    C->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cc, ldc);
+    G->gemm(G, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc);
+    C->gemm(C, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cc, ldc);
     float *g = down(dC, M * ldc);
     const double u = 1.0 / 16777216.0;
     int64_t bad = 0, first = -1;
@@ -161,9 +162,9 @@ static void test_gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
         fprintf(stderr, "  gemm: %lld differ; first [%lld] gpu %.9g cpu %.9g\n", (long long)bad,
                 (long long)first, g[first], Cc[first]);
     CHECK(bad == 0);
-    G->free(dA);
-    G->free(dB);
-    G->free(dC);
+    G->free(G, dA);
+    G->free(G, dB);
+    G->free(G, dC);
     free(A);
     free(B);
     free(Cc);
@@ -194,10 +195,10 @@ static void test_layernorm(void) {
     for (int64_t i = 0; i < N * h; i++) x[i] += 0.5f;
     fill_normal(w, h, 2, 1.0f);
     fill_normal(b, h, 3, 1.0f);
-    float *dx_ = up(x, N * h), *dw_ = up(w, h), *db_ = up(b, h), *dout_ = G->alloc(4 * N * h),
-          *dmean = G->alloc(4 * N), *drstd = G->alloc(4 * N);
-    G->layernorm_fwd(dx_, dw_, db_, dout_, dmean, drstd, N, h, 1e-5f);
-    C->layernorm_fwd(x, w, b, out, mean, rstd, N, h, 1e-5f);
+    float *dx_ = up(x, N * h), *dw_ = up(w, h), *db_ = up(b, h), *dout_ = G->alloc(G, 4 * N * h),
+          *dmean = G->alloc(G, 4 * N), *drstd = G->alloc(G, 4 * N);
+    G->layernorm_fwd(G, dx_, dw_, db_, dout_, dmean, drstd, N, h, 1e-5f);
+    C->layernorm_fwd(C, x, w, b, out, mean, rstd, N, h, 1e-5f);
     cmp("layernorm_fwd out", down(dout_, N * h), out, N * h, 1e-5, 1e-5);
     cmp("layernorm_fwd mean", down(dmean, N), mean, N, 1e-5, 1e-6);
     cmp("layernorm_fwd rstd", down(drstd, N), rstd, N, 1e-5, 0);
@@ -209,13 +210,13 @@ static void test_layernorm(void) {
     fill_normal(dw, h, 6, 1.0f);
     fill_normal(db, h, 7, 1.0f);
     float *dg_ = up(g, N * h), *ddx = up(dx, N * h), *ddw = up(dw, h), *ddb = up(db, h);
-    G->layernorm_bwd(dg_, dx_, dw_, dmean, drstd, ddx, ddw, ddb, N, h);
-    C->layernorm_bwd(g, x, w, mean, rstd, dx, dw, db, N, h);
+    G->layernorm_bwd(G, dg_, dx_, dw_, dmean, drstd, ddx, ddw, ddb, N, h);
+    C->layernorm_bwd(C, g, x, w, mean, rstd, dx, dw, db, N, h);
     cmp("layernorm_bwd dx (+=)", down(ddx, N * h), dx, N * h, 1e-5, 1e-5);
     cmp("layernorm_bwd dw (+=, sum of 37 rows)", down(ddw, h), dw, h, 1e-5, 1e-5);
     cmp("layernorm_bwd db (+=, sum of 37 rows)", down(ddb, h), db, h, 1e-5, 1e-5);
     void *dev[] = {dx_, dw_, db_, dout_, dmean, drstd, dg_, ddx, ddw, ddb};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(dev[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
     void *host[] = {x, w, b, out, mean, rstd, g, dx, dw, db};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
@@ -232,26 +233,26 @@ static void test_bias_gelu(void) {
           *dg = up(g, N * n);
 
     memcpy(y, x, sizeof(float) * N * n);
-    G->bias_add(dy, dbs, N, n);
-    C->bias_add(y, bias, N, n);
+    G->bias_add(G, dy, dbs, N, n);
+    C->bias_add(C, y, bias, N, n);
     cmp("bias_add", down(dy, N * n), y, N * n, BITWISE, 0);
-    G->bias_bwd(dg, ddb, N, n);
-    C->bias_bwd(g, dbias, N, n);
+    G->bias_bwd(G, dg, ddb, N, n);
+    C->bias_bwd(C, g, dbias, N, n);
     cmp("bias_bwd (+=, rows in order)", down(ddb, n), dbias, n, 1e-6, 1e-6);
 
-    G->bias_gelu_fwd(dx, dbs, dy, N, n);
-    C->bias_gelu_fwd(x, bias, y, N, n);
+    G->bias_gelu_fwd(G, dx, dbs, dy, N, n);
+    C->bias_gelu_fwd(C, x, bias, y, N, n);
     cmp("bias_gelu_fwd", down(dy, N * n), y, N * n, 1e-5, 2e-6);
     /* bwd with dx aliasing dout, as the MLP calls it */
-    G->bias_gelu_bwd(dg, dx, dbs, dg, ddb, N, n);
-    C->bias_gelu_bwd(g, x, bias, g, dbias, N, n);
+    G->bias_gelu_bwd(G, dg, dx, dbs, dg, ddb, N, n);
+    C->bias_gelu_bwd(C, g, x, bias, g, dbias, N, n);
     cmp("bias_gelu_bwd dx (aliasing dout)", down(dg, N * n), g, N * n, 1e-5, 1e-5);
     cmp("bias_gelu_bwd dbias (+=)", down(ddb, n), dbias, n, 1e-5, 1e-5 * N);
-    G->free(dx);
-    G->free(dbs);
-    G->free(dy);
-    G->free(ddb);
-    G->free(dg);
+    G->free(G, dx);
+    G->free(G, dbs);
+    G->free(G, dy);
+    G->free(G, ddb);
+    G->free(G, dg);
     free(x);
     free(bias);
     free(y);
@@ -271,21 +272,22 @@ static void test_keyed_dropout(void) {
     for (int64_t i = 0; i < n; i++) one[i] = 1.0f, zero[i] = 0.0f;
     for (int64_t i = 0; i < w; i++) bias[i] = 0.0f;
     float *x = fdup(one, n), *dx = up(one, n);
-    G->dropout_fwd(dx, n, d);
-    C->dropout_fwd(x, n, d);
+    G->dropout_fwd(G, dx, n, d);
+    C->dropout_fwd(C, x, n, d);
     cmp("dropout_fwd mask, keyed by sample", down(dx, n), x, n, BITWISE, 0);
     float *o = fmalloc(n), *gone = up(one, n), *gb = up(bias, w), *gz = up(zero, n),
-          *go = G->alloc(4 * n);
-    G->bias_dropout_add_fwd(gone, gb, gz, go, s * b, w, d);
-    C->bias_dropout_add_fwd(one, bias, zero, o, s * b, w, d);
+          *go = G->alloc(G, 4 * n);
+    G->bias_dropout_add_fwd(G, gone, gb, gz, go, s * b, w, d);
+    C->bias_dropout_add_fwd(C, one, bias, zero, o, s * b, w, d);
     cmp("bias_dropout_add_fwd mask, keyed by sample", down(go, n), o, n, BITWISE, 0);
     float *db = fmalloc(w), *gdb = up(bias, w);
     for (int64_t i = 0; i < w; i++) db[i] = 0.0f;
-    G->bias_dropout_add_bwd(gone, go, gdb, s * b, w, d);
-    C->bias_dropout_add_bwd(one, o, db, s * b, w, d);
+    G->bias_dropout_add_bwd(G, gone, go, gdb, s * b, w, d);
+    C->bias_dropout_add_bwd(C, one, o, db, s * b, w, d);
     cmp("bias_dropout_add_bwd mask, keyed by sample", down(go, n), o, n, BITWISE, 0);
     free(one), free(zero), free(bias), free(x), free(o), free(db);
-    G->free(dx), G->free(gone), G->free(gb), G->free(gz), G->free(go), G->free(gdb);
+    G->free(G, dx), G->free(G, gone), G->free(G, gb), G->free(G, gz), G->free(G, go),
+        G->free(G, gdb);
 }
 
 static void test_dropout(void) {
@@ -298,14 +300,14 @@ static void test_dropout(void) {
         ptdp_dropout d = {
             .p = 0.1f, .key = ptdp_rng_key_make(42 + k, "drop"), .offset = offsets[k]};
         float *x = fdup(one, n), *dx = up(one, n);
-        G->dropout_fwd(dx, n, d);
-        C->dropout_fwd(x, n, d);
+        G->dropout_fwd(G, dx, n, d);
+        C->dropout_fwd(C, x, n, d);
         char what[80];
         snprintf(what, sizeof what, "dropout_fwd mask, offset %llu",
                  (unsigned long long)offsets[k]);
         cmp(what, down(dx, n), x, n, BITWISE, 0);
-        G->dropout_bwd(dx, n, d);
-        C->dropout_bwd(x, n, d);
+        G->dropout_bwd(G, dx, n, d);
+        C->dropout_bwd(C, x, n, d);
         snprintf(what, sizeof what, "dropout_bwd mask, offset %llu",
                  (unsigned long long)offsets[k]);
         cmp(what, down(dx, n), x, n, BITWISE, 0);
@@ -317,7 +319,7 @@ static void test_dropout(void) {
         CHECK(agree == n);
         free(h);
         free(x);
-        G->free(dx);
+        G->free(G, dx);
     }
     free(one);
 
@@ -330,7 +332,7 @@ static void test_dropout(void) {
     fill_normal(bias, h, 22, 1.0f);
     fill_normal(dbias, h, 23, 1.0f);
     float *dx = up(x, N * h), *db = up(bias, h), *ddbias = up(dbias, h),
-          *dout = G->alloc(4 * N * h);
+          *dout = G->alloc(G, 4 * N * h);
     for (int pass = 0; pass < 3; pass++) {
         ptdp_dropout d = {
             .p = pass == 2 ? 0.0f : 0.1f, .key = ptdp_rng_key_make(5, "bda"), .offset = 77};
@@ -340,8 +342,8 @@ static void test_dropout(void) {
             fill_normal(resid, N * h, 24, 1.0f);
         float *dres = up(resid, N * h);
         /* out aliasing resid, as the layer calls it */
-        G->bias_dropout_add_fwd(dx, db, dres, dres, N, h, d);
-        C->bias_dropout_add_fwd(x, bias, resid, resid, N, h, d);
+        G->bias_dropout_add_fwd(G, dx, db, dres, dres, N, h, d);
+        C->bias_dropout_add_fwd(C, x, bias, resid, resid, N, h, d);
         char what[80];
         snprintf(what, sizeof what, "bias_dropout_add_fwd p=%g resid=%s", (double)d.p,
                  pass ? "rand" : "0");
@@ -358,20 +360,20 @@ static void test_dropout(void) {
         /* bwd in place (dx aliasing dout) */
         float *g = fmalloc(N * h);
         fill_normal(g, N * h, 25 + pass, 1.0f);
-        G->upload(dout, g, sizeof(float) * N * h);
-        G->bias_dropout_add_bwd(dout, dout, ddbias, N, h, d);
-        C->bias_dropout_add_bwd(g, g, dbias, N, h, d);
+        G->upload(G, dout, g, sizeof(float) * N * h);
+        G->bias_dropout_add_bwd(G, dout, dout, ddbias, N, h, d);
+        C->bias_dropout_add_bwd(C, g, g, dbias, N, h, d);
         snprintf(what, sizeof what, "bias_dropout_add_bwd dx p=%g", (double)d.p);
         cmp(what, down(dout, N * h), g, N * h, BITWISE, 0);
         snprintf(what, sizeof what, "bias_dropout_add_bwd dbias p=%g (+=)", (double)d.p);
         cmp(what, down(ddbias, h), dbias, h, 1e-6, 1e-6);
         free(g);
-        G->free(dres);
+        G->free(G, dres);
     }
-    G->free(dx);
-    G->free(db);
-    G->free(ddbias);
-    G->free(dout);
+    G->free(G, dx);
+    G->free(G, db);
+    G->free(G, ddbias);
+    G->free(G, dout);
     free(x);
     free(bias);
     free(resid);
@@ -389,9 +391,9 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
     const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, np = T * s * s;
     /* the backends save different things: the GPU the probabilities (np
      * floats), the CPU a logsumexp per row */
-    PTDP_ASSERT(G->attention_saved_floats(s, b, al) == np);
+    PTDP_ASSERT(G->attention_saved_floats(G, s, b, al) == np);
     float *qkv = fmalloc(nq), *ctx = fmalloc(nc), *probs = fmalloc(np), *dctx = fmalloc(nc),
-          *dqkv = fmalloc(nq), *saved = fmalloc(C->attention_saved_floats(s, b, al));
+          *dqkv = fmalloc(nq), *saved = fmalloc(C->attention_saved_floats(C, s, b, al));
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     fill_normal(qkv, nq, 31, 1.0f);
     fill_normal(dctx, nc, 32, 1.0f);
@@ -404,17 +406,18 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
                            .width = al * hd,
                            .heads = 2 * al,
                            .head0 = al};
-    float *gq = up(qkv, nq), *gc = G->alloc(4 * nc), *gp = G->alloc(4 * np), *gdc = up(dctx, nc),
-          *gdq = G->alloc(4 * nq), *gs = G->alloc(4 * ptdp_attention_scratch_floats(s, 1));
-    G->attention_fwd(gq, gc, gp, gs, s, b, al, hd, d);
-    C->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, d);
+    float *gq = up(qkv, nq), *gc = G->alloc(G, 4 * nc), *gp = G->alloc(G, 4 * np),
+          *gdc = up(dctx, nc), *gdq = G->alloc(G, 4 * nq),
+          *gs = G->alloc(G, 4 * G->attention_scratch_floats(G, s));
+    G->attention_fwd(G, gq, gc, gp, gs, s, b, al, hd, d);
+    C->attention_fwd(C, qkv, ctx, saved, scratch, s, b, al, hd, d);
     /* the GPU's probabilities against exp(scale q.k - lse) from the CPU's
      * saved logsumexp (scores by the CPU GEMM, one task at a time) */
     const int64_t ld3 = T * 3 * hd;
     const double scale = 1.0 / sqrt((double)hd);
     for (int64_t t = 0; t < T; t++) {
         float *P = probs + t * s * s;
-        C->gemm(0, 1, s, s, hd, 1.0f, qkv + t * 3 * hd, ld3, qkv + t * 3 * hd + hd, ld3, 0.0f, P,
+        C->gemm(C, 0, 1, s, s, hd, 1.0f, qkv + t * 3 * hd, ld3, qkv + t * 3 * hd + hd, ld3, 0.0f, P,
                 s);
         for (int64_t i = 0; i < s; i++)
             for (int64_t k = 0; k < s; k++)
@@ -427,12 +430,12 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
     cmp(what, down(gp, np), probs, np, 2e-5, 1e-7);
     snprintf(what, sizeof what, "attention_fwd ctx p=%g (sums of %lld)", (double)p, (long long)s);
     cmp(what, down(gc, nc), ctx, nc, 1e-5, atol_ctx);
-    G->attention_bwd(gdc, gq, gc, gp, gdq, gs, s, b, al, hd, d);
-    C->attention_bwd(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, d);
+    G->attention_bwd(G, gdc, gq, gc, gp, gdq, gs, s, b, al, hd, d);
+    C->attention_bwd(C, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, d);
     snprintf(what, sizeof what, "attention_bwd dqkv p=%g", (double)p);
     cmp(what, down(gdq, nq), dqkv, nq, 1e-5, atol_dqkv);
     void *dev[] = {gq, gc, gp, gdc, gdq, gs};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(dev[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
     void *host[] = {qkv, ctx, probs, dctx, dqkv, scratch, saved};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
@@ -454,23 +457,23 @@ static void test_embed(void) {
     fill_normal(wpe, s * h, 44, 1.0f);
     fill_normal(dwpe, s * h, 45, 1.0f);
     int32_t *dtok = up_i32(tok, b * ld);
-    float *dwte_ = up(wte, Vl * h), *dout = G->alloc(4 * s * b * h), *ddwte = up(dwte, Vl * h),
+    float *dwte_ = up(wte, Vl * h), *dout = G->alloc(G, 4 * s * b * h), *ddwte = up(dwte, Vl * h),
           *dg = up(g, s * b * h), *dwpe_ = up(wpe, s * h), *ddwpe = up(dwpe, s * h);
-    G->embed_fwd(dtok, ld, dwte_, v0, Vl, dout, s, b, h);
-    C->embed_fwd(tok, ld, wte, v0, Vl, out, s, b, h);
+    G->embed_fwd(G, dtok, ld, dwte_, v0, Vl, dout, s, b, h);
+    C->embed_fwd(C, tok, ld, wte, v0, Vl, out, s, b, h);
     cmp("embed_fwd", down(dout, s * b * h), out, s * b * h, BITWISE, 0);
-    G->pos_add_fwd(dout, dwpe_, s, b, h);
-    C->pos_add_fwd(out, wpe, s, b, h);
+    G->pos_add_fwd(G, dout, dwpe_, s, b, h);
+    C->pos_add_fwd(C, out, wpe, s, b, h);
     cmp("pos_add_fwd", down(dout, s * b * h), out, s * b * h, BITWISE, 0);
-    G->embed_bwd(dtok, ld, dg, ddwte, v0, Vl, s, b, h);
-    C->embed_bwd(tok, ld, g, dwte, v0, Vl, s, b, h);
+    G->embed_bwd(G, dtok, ld, dg, ddwte, v0, Vl, s, b, h);
+    C->embed_bwd(C, tok, ld, g, dwte, v0, Vl, s, b, h);
     cmp("embed_bwd (+=, tokens in order)", down(ddwte, Vl * h), dwte, Vl * h, 1e-6, 1e-6);
-    G->pos_add_bwd(dg, ddwpe, s, b, h);
-    C->pos_add_bwd(g, dwpe, s, b, h);
+    G->pos_add_bwd(G, dg, ddwpe, s, b, h);
+    C->pos_add_bwd(C, g, dwpe, s, b, h);
     cmp("pos_add_bwd (+=)", down(ddwpe, s * h), dwpe, s * h, 1e-6, 1e-6);
-    G->free(dtok);
+    G->free(G, dtok);
     void *dev[] = {dwte_, dout, ddwte, dg, dwpe_, ddwpe};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(dev[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
     void *host[] = {wte, out, dwte, g, wpe, dwpe};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
@@ -487,34 +490,34 @@ static void test_xent_slice(int64_t Vl, int64_t v0, int64_t V) {
           *loss = fmalloc(N);
     fill_normal(l, N * Vl, 51 + v0, 3.0f);
     int32_t *dt = up_i32(tgt_ids, b * ld);
-    float *dl = up(l, N * Vl), *dmx = G->alloc(4 * N), *dse = G->alloc(4 * N),
-          *dtg = G->alloc(4 * N), *dloss = G->alloc(4 * N);
+    float *dl = up(l, N * Vl), *dmx = G->alloc(G, 4 * N), *dse = G->alloc(G, 4 * N),
+          *dtg = G->alloc(G, 4 * N), *dloss = G->alloc(G, 4 * N);
     char what[96];
-    G->xent_max(dl, dmx, N, Vl, v0, V);
-    C->xent_max(l, mx, N, Vl, v0, V);
+    G->xent_max(G, dl, dmx, N, Vl, v0, V);
+    C->xent_max(C, l, mx, N, Vl, v0, V);
     snprintf(what, sizeof what, "xent_max Vl=%lld v0=%lld V=%lld", (long long)Vl, (long long)v0,
              (long long)V);
     cmp(what, down(dmx, N), mx, N, BITWISE, 0);
     /* one slice stands for the all-reduced max here; -inf (no valid column) -> 0 */
     for (int64_t n = 0; n < N; n++) mx[n] = isinf(mx[n]) ? 0.0f : mx[n];
-    G->upload(dmx, mx, 4 * N);
-    G->xent_sums(dl, dmx, dt, ld, dse, dtg, s, b, Vl, v0, V);
-    C->xent_sums(l, mx, tgt_ids, ld, se, tg, s, b, Vl, v0, V);
+    G->upload(G, dmx, mx, 4 * N);
+    G->xent_sums(G, dl, dmx, dt, ld, dse, dtg, s, b, Vl, v0, V);
+    C->xent_sums(C, l, mx, tgt_ids, ld, se, tg, s, b, Vl, v0, V);
     snprintf(what, sizeof what, "xent_sums sumexp (sums of %lld)", (long long)Vl);
     cmp(what, down(dse, N), se, N, 1e-5, 1e-30);
     cmp("xent_sums target logit", down(dtg, N), tg, N, BITWISE, 0);
     cmp("xent_sums exp(l - max) in place, 0 at padding", down(dl, N * Vl), l, N * Vl, 1e-5, 1e-30);
     for (int64_t n = 0; n < N; n++) se[n] = se[n] > 0.0f ? se[n] : 1.0f; /* keep log finite */
-    G->upload(dse, se, 4 * N);
-    G->xent_loss(dse, dmx, dtg, dloss, N);
-    C->xent_loss(se, mx, tg, loss, N);
+    G->upload(G, dse, se, 4 * N);
+    G->xent_loss(G, dse, dmx, dtg, dloss, N);
+    C->xent_loss(C, se, mx, tg, loss, N);
     cmp("xent_loss", down(dloss, N), loss, N, 1e-5, 1e-7);
-    G->xent_bwd(dl, dse, dt, ld, s, b, Vl, v0, V, 1.0f / (float)N);
-    C->xent_bwd(l, se, tgt_ids, ld, s, b, Vl, v0, V, 1.0f / (float)N);
+    G->xent_bwd(G, dl, dse, dt, ld, s, b, Vl, v0, V, 1.0f / (float)N);
+    C->xent_bwd(C, l, se, tgt_ids, ld, s, b, Vl, v0, V, 1.0f / (float)N);
     cmp("xent_bwd (in place, 0 at padding)", down(dl, N * Vl), l, N * Vl, 1e-5, 1e-9);
-    G->free(dt);
+    G->free(G, dt);
     void *dev[] = {dl, dmx, dse, dtg, dloss};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(dev[i]);
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
     void *host[] = {l, mx, se, tg, loss};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
@@ -531,15 +534,16 @@ static void test_optim(void) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
     float *dp = up(p, n), *dg = up(g, n), *dm = up(m, n), *dv = up(v, n);
     for (int64_t step = 1; step <= 3; step++) {
-        G->adamw(dp, dg, 0.75f, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-        C->adamw(p, g, 0.75f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        G->adamw(G, dp, dg, 0.75f, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        C->adamw(C, p, g, 0.75f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     }
     cmp("adamw param (3 steps)", down(dp, n), p, n, 1e-5, 1e-7);
     cmp("adamw m", down(dm, n), m, n, 1e-5, 2e-8);
     cmp("adamw v", down(dv, n), v, n, 1e-5, 1e-12);
 
-    G->upload(dp, p, sizeof(float) * n); /* the reductions on the same data */
-    double gs = G->sumsq(dp, n), cs = C->sumsq(p, n), gt = G->sum(dp, n), ct = C->sum(p, n);
+    G->upload(G, dp, p, sizeof(float) * n); /* the reductions on the same data */
+    double gs = G->sumsq(G, dp, n), cs = C->sumsq(C, p, n), gt = G->sum(G, dp, n),
+           ct = C->sum(C, p, n);
     printf("%-4s %-40s gpu %.17g cpu %.17g (rtol 1e-12)\n",
            fabs(gs - cs) <= 1e-12 * fabs(cs) ? "ok" : "FAIL", "sumsq", gs, cs);
     CHECK_CLOSE(gs, cs, 1e-12, 0);
@@ -547,13 +551,13 @@ static void test_optim(void) {
            fabs(gt - ct) <= 1e-12 * fabs(ct) + 1e-12 * cs ? "ok" : "FAIL", "sum", gt, ct);
     CHECK_CLOSE(gt, ct, 1e-12, 1e-12 * cs);
     float p0;
-    G->download(&p0, dp, sizeof p0);
-    CHECK(G->sum(dp, 0) == 0.0 && G->sumsq(dp, 1) == (double)p0 * p0);
+    G->download(G, &p0, dp, sizeof p0);
+    CHECK(G->sum(G, dp, 0) == 0.0 && G->sumsq(G, dp, 1) == (double)p0 * p0);
 
-    G->free(dp);
-    G->free(dg);
-    G->free(dm);
-    G->free(dv);
+    G->free(G, dp);
+    G->free(G, dg);
+    G->free(G, dm);
+    G->free(G, dv);
     free(p);
     free(g);
     free(m);
@@ -561,14 +565,17 @@ static void test_optim(void) {
 }
 
 int main(void) {
-    G = ptdp_cuda_ops();
-    if (!G) {
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.device = PTDP_DEVICE_CUDA;
+    if (ptdp_backend_open(&G, &bp) != PTDP_OK) {
         printf("SKIPPED test_cuda_ops: %s\n", ptdp_last_error());
         return SKIP_CODE;
     }
-    C = ptdp_cpu_ops();
-    CHECK_OK(ptdp_ops_check(G, 1));
-    printf("CUDA table '%s' against CPU table '%s'\n", G->name, C->name);
+    C = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
+    CHECK_OK(ptdp_backend_check(G, 1));
+    CHECK(G->caps & PTDP_CAP_DEVICE_MEMORY);
+    CHECK(!(C->caps & PTDP_CAP_DEVICE_MEMORY));
+    printf("CUDA backend '%s' against CPU backend '%s'\n", G->name, C->name);
     test_memory();
     test_gemm();
     test_layernorm();
@@ -586,5 +593,6 @@ int main(void) {
     test_xent_slice(300, 300, 550); /* 250 valid, 50 padding columns */
     test_xent_slice(64, 600, 550);  /* only padding: max -inf, sums 0, grads 0 */
     test_optim();
+    ptdp_backend_close(G);
     return test_done("test_cuda_ops");
 }

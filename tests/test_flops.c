@@ -1,7 +1,7 @@
 /* test_flops.c - the model-FLOP count that `ptdp train`, `bench_train` and
  * the planner report (ptdp_gpt_flops_per_iter, ptdp_plan_model_flops) against
  * the GEMMs the model really issues: a whole-model chunk runs one micro-batch
- * forward and backward through a copy of the CPU table whose gemm op adds up
+ * forward and backward through a copy of the CPU backend whose gemm op adds up
  * 2 M N K. Attention's s x s products run inside the attention op (on tiles,
  * skipping the causal upper triangle), so they are not seen here; the count
  * has them as 72 B s l h^2 * s / (6h) (96 with full recomputation), which
@@ -12,20 +12,22 @@
 
 #include "model/model.h"
 #include "plan/plan.h"
+#include "backend_util.h"
 #include "test.h"
 
-static const ptdp_ops *real;
+static ptdp_backend *real;
 static double counted;
 
-static void counting_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                          float *C, int64_t ldc) {
+static void counting_gemm(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc) {
+    (void)be;
     counted += 2.0 * (double)M * (double)N * (double)K;
-    real->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    real->gemm(real, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* FLOPs of one micro-batch of b sequences through the table's gemm */
-static double run(const ptdp_gpt_config *cfg, const ptdp_ops *ops, int64_t b, int recompute) {
+/* FLOPs of one micro-batch of b sequences through the backend's gemm */
+static double run(const ptdp_gpt_config *cfg, ptdp_backend *ops, int64_t b, int recompute) {
     ptdp_group one = {.name = "tensor", .size = 1, .rank = 0};
     ptdp_chunk_params cp = ptdp_chunk_default_params();
     cp.cfg = cfg;
@@ -33,7 +35,7 @@ static double run(const ptdp_gpt_config *cfg, const ptdp_ops *ops, int64_t b, in
     cp.pre = cp.post = 1;
     cp.micro_batch = b;
     cp.slots = 1;
-    cp.ops = ops;
+    cp.be = ops;
     cp.tp = &one;
     cp.recompute_method = recompute;
     cp.recompute_num_layers = 1;
@@ -64,8 +66,8 @@ int main(void) {
                            .init_std = 0.02f,
                            .seed = 5};
     CHECK_OK(ptdp_gpt_config_finish(&cfg, 128, 1));
-    real = ptdp_cpu_ops();
-    ptdp_ops ops = *real;
+    real = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
+    ptdp_backend ops = *real;
     ops.gemm = counting_gemm;
     const int64_t b = 2;
     const double B = (double)b, s = (double)cfg.seq_length, l = (double)cfg.num_layers,

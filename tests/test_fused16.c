@@ -1,17 +1,17 @@
-/* test_fused16.c - the 16-bit tables' fused forms, bit for bit against
+/* test_fused16.c - the 16-bit backends' fused forms, bit for bit against
  * what they replace: an fp32 op followed by a rounding pass over its output.
  *
- * Element-wise ops (test_rounding_fused): the bf16 and fp16 tables round each
- * row as they write it (src/kernels/norm.c, act.c: the ptdp__*_r forms), so
+ * Element-wise ops (test_rounding_fused): the bf16 and fp16 backends round each
+ * row as they write it (src/kernels/cpu/norm.c, act.c: the ptdp__*_r forms), so
  * the output must equal the fp32 op's, rounded, in every bit, and a bias
  * gradient must be the fp32 sum over the rounded rows.
  *
- * The loss head's logits (test_head_logits): the bf16 tables leave the
+ * The loss head's logits (test_head_logits): the bf16 backends leave the
  * logits GEMM's output unrounded and their xent_max and xent_sums round each
- * logit as they read it (src/kernels/embed_xent.c), so head_logits then
+ * logit as they read it (src/kernels/cpu/half/xent_bf16.c), so head_logits then
  * xent_sums must give exactly the row maxima, target logits, exponentials
- * and their sums of the table's own rounded GEMM followed by the fp32
- * xent_max and xent_sums; the native bf16 table, which keeps the logits in
+ * and their sums of the backend's own rounded GEMM followed by the fp32
+ * xent_max and xent_sums; the native bf16 backend, which keeps the logits in
  * bf16 and stores no exponentials (test_bf16_native holds its head to the
  * composition), the same maxima and target logits and the sums up to their
  * order. */
@@ -20,11 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 #include "kernels/kernels.h"
+#include "backend_util.h"
 #include "test.h"
 
-/* The 16-bit tables' element-wise ops round each row as they write it
+/* The 16-bit backends' element-wise ops round each row as they write it
  * (ptdp__*_r): bit for bit the fp32 op followed by a rounding pass over
  * its output, and a bias gradient the fp32 sum over the rounded rows. Rows
  * of 3000 (beyond one AVX-512 register's lanes, with a tail), dropout on. */
@@ -44,56 +45,56 @@ static void test_rounding_fused(void) {
     float mean[7], rstd[7], mean2[7], rstd2[7];
     const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
     const ptdp_dropout dr = {.p = 0.25f, .key = ptdp_rng_key_make(9, "fused"), .b = 1, .width = n};
-    const ptdp_ops *f = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     for (int k = 0; k < 2; k++) {
-        const ptdp_ops *h = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dts[k]);
+        ptdp_backend *h = test_cpu_backend(PTDP_GEMM_ONEDNN, dts[k]);
         fill_normal(x, N * n, 61, 2.0f), fill_normal(r, N * n, 62, 1.0f);
         fill_normal(g, N * n, 63, 1.0f), fill_normal(w, n, 64, 1.0f);
         fill_normal(bias, n, 65, 1.0f);
-        h->quantize(x, N * n), h->quantize(r, N * n), h->quantize(g, N * n);
+        h->quantize(h, x, N * n), h->quantize(h, r, N * n), h->quantize(h, g, N * n);
 #define SAME(what) CHECK(same_bits(y1, y2, N *n, h->name, what))
-        h->layernorm_fwd(x, w, bias, y1, mean, rstd, N, n, 1e-5f);
-        f->layernorm_fwd(x, w, bias, y2, mean2, rstd2, N, n, 1e-5f);
-        h->quantize(y2, N * n);
+        h->layernorm_fwd(h, x, w, bias, y1, mean, rstd, N, n, 1e-5f);
+        f->layernorm_fwd(f, x, w, bias, y2, mean2, rstd2, N, n, 1e-5f);
+        h->quantize(h, y2, N * n);
         SAME("layernorm_fwd");
         fill_const(y1, N * n, 0.5f), fill_const(y2, N * n, 0.5f); /* dx accumulates */
         fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e1, n, 0.0f);
         fill_const(e2, n, 0.0f);
-        h->layernorm_bwd(g, x, w, mean, rstd, y1, d1, e1, N, n);
-        f->layernorm_bwd(g, x, w, mean, rstd, y2, d2, e2, N, n);
-        h->quantize(y2, N * n);
+        h->layernorm_bwd(h, g, x, w, mean, rstd, y1, d1, e1, N, n);
+        f->layernorm_bwd(f, g, x, w, mean, rstd, y2, d2, e2, N, n);
+        h->quantize(h, y2, N * n);
         SAME("layernorm_bwd");
         CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n) &&
               !memcmp(e1, e2, sizeof(float) * (size_t)n));
         memcpy(y1, x, sizeof(float) * (size_t)(N * n)),
             memcpy(y2, x, sizeof(float) * (size_t)(N * n));
-        h->bias_add(y1, bias, N, n);
-        f->bias_add(y2, bias, N, n);
-        h->quantize(y2, N * n);
+        h->bias_add(h, y1, bias, N, n);
+        f->bias_add(f, y2, bias, N, n);
+        h->quantize(h, y2, N * n);
         SAME("bias_add");
-        h->bias_gelu_fwd(x, bias, y1, N, n);
-        f->bias_gelu_fwd(x, bias, y2, N, n);
-        h->quantize(y2, N * n);
+        h->bias_gelu_fwd(h, x, bias, y1, N, n);
+        f->bias_gelu_fwd(f, x, bias, y2, N, n);
+        h->quantize(h, y2, N * n);
         SAME("bias_gelu_fwd");
         fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e2, n, 0.0f);
-        h->bias_gelu_bwd(g, x, bias, y1, d1, N, n);
-        f->bias_gelu_bwd(g, x, bias, y2, e2, N, n);
-        h->quantize(y2, N * n);
+        h->bias_gelu_bwd(h, g, x, bias, y1, d1, N, n);
+        f->bias_gelu_bwd(f, g, x, bias, y2, e2, N, n);
+        h->quantize(h, y2, N * n);
         SAME("bias_gelu_bwd");
-        f->bias_bwd(y2, d2, N, n); /* the bias gradient: over the rounded rows */
+        f->bias_bwd(f, y2, d2, N, n); /* the bias gradient: over the rounded rows */
         CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
-        h->bias_dropout_add_fwd(x, bias, r, y1, N, n, dr);
-        f->bias_dropout_add_fwd(x, bias, r, y2, N, n, dr);
-        h->quantize(y2, N * n);
+        h->bias_dropout_add_fwd(h, x, bias, r, y1, N, n, dr);
+        f->bias_dropout_add_fwd(f, x, bias, r, y2, N, n, dr);
+        h->quantize(h, y2, N * n);
         SAME("bias_dropout_add_fwd");
         fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f);
         for (int ip = 0; ip < 2; ip++) { /* into dx, and in place (dx = dout) */
             memcpy(y1, g, sizeof(float) * (size_t)(N * n));
-            h->bias_dropout_add_bwd(ip ? y1 : g, y1, d1, N, n, dr);
-            f->bias_dropout_add_bwd(g, y2, e2, N, n, dr);
-            h->quantize(y2, N * n);
+            h->bias_dropout_add_bwd(h, ip ? y1 : g, y1, d1, N, n, dr);
+            f->bias_dropout_add_bwd(f, g, y2, e2, N, n, dr);
+            h->quantize(h, y2, N * n);
             SAME("bias_dropout_add_bwd");
-            f->bias_bwd(y2, d2, N, n);
+            f->bias_bwd(f, y2, d2, N, n);
             CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
         }
 #undef SAME
@@ -113,21 +114,21 @@ static void test_head_logits(void) {
     for (int64_t i = 0; i < b * ld; i++) tok[i] = (int32_t)((i * 97 + 13) % 560); /* some > V */
     const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
     for (int k = 0; k < 2; k++) {
-        const ptdp_ops *o = ptdp_cpu_ops_prec(libs[k], PTDP_DTYPE_BF16),
-                       *f = ptdp_cpu_ops_lib(libs[k]);
+        ptdp_backend *o = test_cpu_backend(libs[k], PTDP_DTYPE_BF16),
+                     *f = test_cpu_backend(libs[k], PTDP_DTYPE_FP32);
         CHECK(o->head_logits != NULL);
         fill_normal(x, N * h, 71, 1.0f), fill_normal(wte, Vl * h, 72, 0.5f);
-        o->quantize(x, N * h), o->quantize(wte, Vl * h);
-        if (o->weights_changed) o->weights_changed(wte, Vl * h); /* as the trainer does */
-        ptdp_head_logits(o, x, wte, h, l1, m1, N, Vl, v0, V);
-        o->xent_sums(l1, m1, tok, ld, se1, t1, s, b, Vl, v0, V);
-        o->gemm(0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, l2, Vl); /* rounded */
-        f->xent_max(l2, m2, N, Vl, v0, V);
-        f->xent_sums(l2, m2, tok, ld, se2, t2, s, b, Vl, v0, V);
+        o->quantize(o, x, N * h), o->quantize(o, wte, Vl * h);
+        ptdp_backend_weights_register(o, wte, Vl * h); /* as a chunk does */
+        o->head_logits(o, x, wte, h, l1, m1, N, Vl, v0, V);
+        o->xent_sums(o, l1, m1, tok, ld, se1, t1, s, b, Vl, v0, V);
+        o->gemm(o, 0, 1, N, Vl, h, 1.0f, x, h, wte, h, 0.0f, l2, Vl); /* rounded */
+        f->xent_max(f, l2, m2, N, Vl, v0, V);
+        f->xent_sums(f, l2, m2, tok, ld, se2, t2, s, b, Vl, v0, V);
         CHECK(same_bits(m1, m2, N, o->name, "head_logits row max"));
         CHECK(same_bits(t1, t2, N, o->name, "xent_sums target logit"));
-        if (o->head_bwd && ptdp__gemm_bf16_logits_b16(l1, N, Vl)) { /* the native table */
-            /* the native table keeps its logits in bf16 and stores no
+        if ((o->caps & PTDP_CAP_FUSED_HEAD) && ptdp__gemm_bf16_logits_b16(o, l1, N, Vl)) {
+            /* the native backend keeps its logits in bf16 and stores no
              * exponentials: the same terms summed in another order, each
              * order's error at most Vl 2^-24 times the sum */
             int64_t off = 0;
@@ -141,7 +142,7 @@ static void test_head_logits(void) {
         int owned = 0;
         for (int64_t n = 0; n < N; n++) owned += t1[n] != 0.0f;
         CHECK(owned > 0 && owned < N); /* both kinds of rows were there */
-        if (o->weights_changed) o->weights_changed(wte, 0);
+        ptdp_backend_weights_register(o, wte, 0);
     }
     free(x), free(wte), free(l1), free(l2);
 }

@@ -11,6 +11,7 @@
 
 #include "ckpt/hf.h"
 #include "model/model.h"
+#include "backend_util.h"
 #include "test.h"
 
 typedef struct {
@@ -45,7 +46,7 @@ static int load(model *m, const char *file) {
                             .post = 1,
                             .micro_batch = 1,
                             .slots = 1,
-                            .ops = ptdp_cpu_ops(),
+                            .be = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32),
                             .tp = &m->comm.tensor};
     CHECK_OK(ptdp_gpt_chunk_init(&m->chunk, &cp));
     if (!m->chunk) return -1;

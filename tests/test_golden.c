@@ -1,4 +1,4 @@
-/* test_golden.c - ptdp against PyTorch with the CPU tables (both GEMM
+/* test_golden.c - ptdp against PyTorch with the CPU backends (both GEMM
  * libraries); the checks and tolerances are in golden.h, shared with
  * test_golden_cuda.c. */
 #include "golden.h"
@@ -17,7 +17,7 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
     if (!f) return;
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
-    ptdp_trainer_params tp = golden_params(f, path, ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dt), &comm);
+    ptdp_trainer_params tp = golden_params(f, path, test_cpu_backend(PTDP_GEMM_ONEDNN, dt), &comm);
     if (dt == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
@@ -47,9 +47,9 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
 }
 
 int main(void) {
-    golden_run_config("gpt_a.safetensors", ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
-    golden_run_config("gpt_b.safetensors", ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
-    golden_run_config("gpt_b.safetensors", ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS));
+    golden_run_config("gpt_a.safetensors", test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32));
+    golden_run_config("gpt_b.safetensors", test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32));
+    golden_run_config("gpt_b.safetensors", test_cpu_backend(PTDP_GEMM_OPENBLAS, PTDP_DTYPE_FP32));
     for (int k = 0; k < 2; k++) {
         const char *file = k ? "gpt_b.safetensors" : "gpt_a.safetensors";
         golden_run_precision(file, PTDP_DTYPE_BF16, 1.0 / 256);

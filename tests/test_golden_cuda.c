@@ -1,10 +1,10 @@
-/* test_golden_cuda.c - the CUDA table (ptdp_cuda_ops) trains like PyTorch and
- * like the CPU table:
+/* test_golden_cuda.c - the CUDA backend trains like PyTorch and like the
+ * CPU backend:
  *  1. the golden configurations of golden.h (PyTorch fixtures, the CPU
  *     test's tolerances: 1e-5 relative on losses and norms, 1e-4 normwise on
- *     gradients) run with the CUDA table;
+ *     gradients) run with the CUDA backend;
  *  2. CPU against GPU: 20 iterations of a small model with hidden and
- *     attention dropout 0.1 on both tables from the same initial weights and
+ *     attention dropout 0.1 on both backends from the same initial weights and
  *     the same mock batches. The dropout masks are identical by construction
  *     (the device computes the CPU's Philox rule; test_cuda_ops checks the
  *     masks bitwise), so the two runs differ only by fp32 summation order
@@ -22,7 +22,7 @@ typedef struct {
     double loss[20], norm[20];
 } run20;
 
-static void train20(const ptdp_ops *ops, run20 *out) {
+static void train20(ptdp_backend *ops, run20 *out) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
@@ -45,7 +45,7 @@ static void train20(const ptdp_ops *ops, run20 *out) {
                                .decay_samples = 1,
                                .style = PTDP_LR_CONSTANT};
     tp.adam.clip_grad = 1.0;
-    tp.ops = ops;
+    tp.be = ops;
     tp.comm = &comm;
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
@@ -61,16 +61,16 @@ static void train20(const ptdp_ops *ops, run20 *out) {
         out->loss[it] = st.loss;
         out->norm[it] = st.grad_norm;
     }
-    CHECK(ptdp_trainer_replicas_identical(tr)); /* the hash downloads through the table */
+    CHECK(ptdp_trainer_replicas_identical(tr)); /* the hash downloads through the backend */
     free(batch);
     ptdp_trainer_free(tr);
 }
 
-static void cpu_vs_gpu(const ptdp_ops *gpu) {
+static void cpu_vs_gpu(ptdp_backend *gpu) {
     run20 c, g;
     memset(&c, 0, sizeof c);
     memset(&g, 0, sizeof g);
-    train20(ptdp_cpu_ops(), &c);
+    train20(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32), &c);
     train20(gpu, &g);
     double wl = 0, wn = 0;
     for (int it = 0; it < 20; it++) {
@@ -88,13 +88,16 @@ static void cpu_vs_gpu(const ptdp_ops *gpu) {
 }
 
 int main(void) {
-    const ptdp_ops *g = ptdp_cuda_ops();
-    if (!g) {
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.device = PTDP_DEVICE_CUDA;
+    ptdp_backend *g = NULL;
+    if (ptdp_backend_open(&g, &bp) != PTDP_OK) {
         printf("SKIPPED test_golden_cuda: %s\n", ptdp_last_error());
         return SKIP_CODE;
     }
     golden_run_config("gpt_a.safetensors", g);
     golden_run_config("gpt_b.safetensors", g);
     cpu_vs_gpu(g);
+    ptdp_backend_close(g);
     return test_done("test_golden_cuda");
 }

@@ -1,5 +1,5 @@
-/* test_kernels.c - every fast CPU kernel in ptdp_cpu_ops() against a plain
- * reference (ptdp_ref_* or a double-precision loop written here): GEMM in all
+/* test_kernels.c - every fast CPU kernel in test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32)
+ * against a plain reference (ptdp_ref_* or a double-precision loop written here): GEMM in all
  * transpose combinations with padded leading dimensions on both libraries,
  * LayerNorm, bias + GeLU, attention (context, saved logsumexp and the tiled
  * backward against double loops), embedding and
@@ -18,12 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/half/half.h"
+#include "kernels/cpu/fastmath.h"
 #include "kernels/kernels.h"
+#include "backend_util.h"
 #include "test.h"
 
-/* ---- the 16-bit tables (--bf16 / --fp16) ------------------------------------
+/* ---- the 16-bit backends (--bf16 / --fp16) ------------------------------------
  * Each 16-bit op computes in fp32 and rounds what it writes as an activation
  * to the 16-bit grid; it must equal the fp32 op on the same (on-grid) inputs
  * within half a 16-bit ulp: |got - want| <= u |want| with the unit roundoff
@@ -50,11 +51,12 @@ static void test_precision_tables(void) {
     for (int k = 0; k < 4; k++) {
         /* bf16 over oneDNN runs its native bf16 matmul where the CPU has one */
         const ptdp_dtype dt = dts[k % 2];
-        const ptdp_ops *h = ptdp_cpu_ops_prec(libs[k / 2], dt), *f = ptdp_cpu_ops_lib(libs[k / 2]);
-        printf("16-bit table %s\n", h->name);
+        ptdp_backend *h = test_cpu_backend(libs[k / 2], dt),
+                     *f = test_cpu_backend(libs[k / 2], PTDP_DTYPE_FP32);
+        printf("16-bit backend %s\n", h->name);
         CHECK(h->dtype == dt && f->dtype == PTDP_DTYPE_FP32);
-        CHECK(ptdp_cpu_ops_prec(PTDP_GEMM_OPENBLAS, dt)->dtype == dt);
-        CHECK_OK(ptdp_ops_check(h, PTDP_NEED_DROPOUT | PTDP_NEED_ROW_MASK));
+        CHECK(test_cpu_backend(PTDP_GEMM_OPENBLAS, dt)->dtype == dt);
+        CHECK_OK(ptdp_backend_check(h, PTDP_NEED_DROPOUT | PTDP_NEED_ROW_MASK));
         const double u = dt == PTDP_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048,
                      atol = dt == PTDP_DTYPE_FP16 ? 1.0 / (1 << 24) : 0.0;
         const int64_t M = 24, N = 40, K = 32, s = 16, b = 2, al = 2, hd = 8;
@@ -62,10 +64,10 @@ static void test_precision_tables(void) {
               *C32 = fmalloc(M * N);
         fill_normal(A, M * K, 11, 1.0f);
         fill_normal(B, K * N, 12, 1.0f);
-        h->quantize(A, M * K); /* inputs on the grid, as the model's are */
-        h->quantize(B, K * N);
-        h->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C16, N);
-        f->gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N);
+        h->quantize(h, A, M * K); /* inputs on the grid, as the model's are */
+        h->quantize(h, B, K * N);
+        h->gemm(h, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C16, N);
+        f->gemm(f, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N);
         check_arr("16-bit gemm", C16, C32, M * N, u, atol);
         CHECK(off_grid(C16, M * N, dt) == 0);
         /* beta = 1: a weight gradient, accumulated in fp32 (not rounded): the
@@ -74,8 +76,8 @@ static void test_precision_tables(void) {
         fill_const(C32, M * N, 0.1f);
         for (int ta = 0; ta < 2; ta++) /* transposed operands as the wgrad GEMMs have them */
             for (int tb = 0; tb < 2; tb++) {
-                h->gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C16, N);
-                f->gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C32, N);
+                h->gemm(h, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C16, N);
+                f->gemm(f, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C32, N);
             }
         check_arr("16-bit gemm, beta = 1", C16, C32, M * N, 2e-5, 1e-5);
         CHECK(off_grid(C16, M * N, dt) > 0);
@@ -84,15 +86,15 @@ static void test_precision_tables(void) {
         float mean[24], rstd[24], mean2[24], rstd2[24];
         fill_normal(w, N, 13, 1.0f);
         fill_normal(bb, N, 14, 1.0f);
-        h->layernorm_fwd(A, w, bb, o16, mean, rstd, M, N < K ? N : K, 1e-5f);
-        f->layernorm_fwd(A, w, bb, o32, mean2, rstd2, M, N < K ? N : K, 1e-5f);
+        h->layernorm_fwd(h, A, w, bb, o16, mean, rstd, M, N < K ? N : K, 1e-5f);
+        f->layernorm_fwd(f, A, w, bb, o32, mean2, rstd2, M, N < K ? N : K, 1e-5f);
         const int64_t nl = M * (N < K ? N : K);
         check_arr("16-bit layernorm", o16, o32, nl, u, atol);
         CHECK(off_grid(o16, nl, dt) == 0);
         CHECK(memcmp(mean, mean2, sizeof mean) == 0 && memcmp(rstd, rstd2, sizeof rstd) == 0);
         /* bias + GeLU */
-        h->bias_gelu_fwd(C32, bb, o16, M, N);
-        f->bias_gelu_fwd(C32, bb, o32, M, N);
+        h->bias_gelu_fwd(h, C32, bb, o16, M, N);
+        f->bias_gelu_fwd(f, C32, bb, o32, M, N);
         check_arr("16-bit bias_gelu", o16, o32, M * N, u, atol);
         CHECK(off_grid(o16, M * N, dt) == 0);
         /* attention: ctx on the grid; the saved logsumexp stays fp32 */
@@ -101,15 +103,15 @@ static void test_precision_tables(void) {
               *sv32 = fmalloc(b * al * s),
               *scr = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
         fill_normal(qkv, s * b * al * 3 * hd, 15, 1.0f);
-        h->quantize(qkv, s * b * al * 3 * hd);
+        h->quantize(h, qkv, s * b * al * 3 * hd);
         ptdp_dropout nod = {0};
-        h->attention_fwd(qkv, c16, sv16, scr, s, b, al, hd, nod);
-        f->attention_fwd(qkv, c32, sv32, scr, s, b, al, hd, nod);
+        h->attention_fwd(h, qkv, c16, sv16, scr, s, b, al, hd, nod);
+        f->attention_fwd(f, qkv, c32, sv32, scr, s, b, al, hd, nod);
         /* bf16 tiles (AVX512_BF16) round the probabilities before P V: each
          * term P_k v_k moves by at most u P_k |v_k|, so ctx = sum P_k v_k / l
          * (sum P_k = l) by at most u max|v|, besides its own rounding; the
          * scores are the same exact products summed in another order */
-        const int tiles = strstr(h->name, "native") && !strstr(h->name, "native-gemm");
+        const int tiles = (h->caps & PTDP_CAP_ATTENTION16) != 0;
         double vmax = 0.0;
         for (int64_t e = 0; e < s * b * al; e++)
             for (int64_t d = 0; d < hd; d++) vmax = fmax(vmax, fabs(qkv[e * 3 * hd + 2 * hd + d]));
@@ -122,7 +124,7 @@ static void test_precision_tables(void) {
         /* quantize is idempotent and rounds to nearest: 1 + 2^-10 is between
          * bf16 neighbours 1 and 1 + 2^-7 (-> 1) and exact in fp16 */
         float x[3] = {1.0f + 1.0f / 1024, 70000.0f, -3.0f};
-        h->quantize(x, 3);
+        h->quantize(h, x, 3);
         CHECK(x[0] == (dt == PTDP_DTYPE_BF16 ? 1.0f : 1.0f + 1.0f / 1024));
         CHECK(dt == PTDP_DTYPE_BF16 ? x[1] == 70144.0f : isinf(x[1])); /* fp16 overflows */
         CHECK(x[2] == -3.0f);
@@ -133,7 +135,7 @@ static void test_precision_tables(void) {
 
 /* ---- GEMM --------------------------------------------------------------- */
 
-static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t N, int64_t K,
+static void test_gemm_case(ptdp_backend *o, int ta, int tb, int64_t M, int64_t N, int64_t K,
                            float alpha, float beta, uint64_t seed) {
     /* stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K]; each row padded */
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
@@ -153,7 +155,7 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
     float pad_mark = 12345.0f;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = N; j < ldc; j++) C[i * ldc + j] = R[i * ldc + j] = pad_mark;
-    o->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    o->gemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     ptdp_ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     char what[128];
     snprintf(what, sizeof what, "gemm %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g", o->name, ta, tb,
@@ -169,13 +171,13 @@ static void test_gemm_case(const ptdp_ops *o, int ta, int tb, int64_t M, int64_t
  * depend on b, only on the global sample: b = 2 equals two b = 1 calls on
  * samples 0 and 1; and attention blocks by global head: two tensor ranks of
  * 2 heads draw the blocks of one rank of 4. */
-static void test_dropout_keying(const ptdp_ops *o) {
+static void test_dropout_keying(ptdp_backend *o) {
     const int64_t s = 5, h = 40;
     float x2[5 * 2 * 40], z2[5 * 2 * 40], out2[5 * 2 * 40], bias[40] = {0};
     for (int64_t i = 0; i < s * 2 * h; i++) x2[i] = 1.0f + (float)i, z2[i] = 0.0f;
     ptdp_dropout d = {
         .p = 0.3f, .key = ptdp_rng_key_make(3, "keying"), .b = 2, .sample0 = 6, .width = h};
-    o->bias_dropout_add_fwd(x2, bias, z2, out2, s * 2, h, d);
+    o->bias_dropout_add_fwd(o, x2, bias, z2, out2, s * 2, h, d);
     int same = 1;
     for (int64_t bi = 0; bi < 2; bi++) {
         float x1[5 * 40], z1[5 * 40], out1[5 * 40];
@@ -185,7 +187,7 @@ static void test_dropout_keying(const ptdp_ops *o) {
         ptdp_dropout d1 = d;
         d1.b = 1;
         d1.sample0 = 6 + bi;
-        o->bias_dropout_add_fwd(x1, bias, z1, out1, s, h, d1);
+        o->bias_dropout_add_fwd(o, x1, bias, z1, out1, s, h, d1);
         for (int64_t si = 0; si < s; si++)
             for (int64_t j = 0; j < h; j++) same &= out1[si * h + j] == out2[(si * 2 + bi) * h + j];
     }
@@ -198,7 +200,7 @@ static void test_dropout_keying(const ptdp_ops *o) {
     for (int64_t i = 0; i < S * a * 3 * hd; i++) qkv4[i] = (float)((i * 37) % 11) * 0.1f;
     ptdp_dropout da = {
         .p = 0.3f, .key = ptdp_rng_key_make(4, "keying-attn"), .b = 1, .sample0 = 2, .heads = a};
-    o->attention_fwd(qkv4, ctx4, p4, scratch, S, 1, a, hd, da);
+    o->attention_fwd(o, qkv4, ctx4, p4, scratch, S, 1, a, hd, da);
     for (int64_t r = 0; r < 2; r++) {
         float qkv2[9 * 2 * 3 * 4], ctx2[9 * 2 * 4], p2[2 * 9 * 9];
         for (int64_t si = 0; si < S; si++)
@@ -206,7 +208,7 @@ static void test_dropout_keying(const ptdp_ops *o) {
                    sizeof(float) * 2 * 3 * hd);
         ptdp_dropout dr = da;
         dr.head0 = 2 * r;
-        o->attention_fwd(qkv2, ctx2, p2, scratch, S, 1, 2, hd, dr);
+        o->attention_fwd(o, qkv2, ctx2, p2, scratch, S, 1, 2, hd, dr);
         for (int64_t si = 0; si < S; si++)
             for (int64_t j = 0; j < 2 * hd; j++)
                 same &= ctx2[si * 2 * hd + j] == ctx4[si * a * hd + r * 2 * hd + j];
@@ -215,29 +217,49 @@ static void test_dropout_keying(const ptdp_ops *o) {
     free(scratch);
 }
 
-/* ptdp_ops_check: the CPU tables are complete; a table missing a required
+/* ptdp_backend_check: the CPU backends are complete; a backend missing a required
  * op is refused naming it; the optional dropout op only when needed. */
 static void test_ops_check(void) {
-    CHECK_OK(ptdp_ops_check(ptdp_cpu_ops(), 1));
-    CHECK_OK(ptdp_ops_check(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 1));
-    ptdp_ops t = *ptdp_cpu_ops();
+    /* opening: what a bad request says, and what the CPU backends declare */
+    ptdp_backend *be = NULL;
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.lib = (ptdp_gemm_lib)7;
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EINVAL && !be &&
+          strstr(ptdp_last_error(), "GEMM library"));
+    bp = ptdp_backend_default_params();
+    bp.device = PTDP_DEVICE_CUDA;
+    bp.dtype = PTDP_DTYPE_BF16;
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EUNSUPPORTED && !be &&
+          strstr(ptdp_last_error(), "fp32 only"));
+    bp.dtype = PTDP_DTYPE_FP32; /* this program does not link the CUDA backend */
+    CHECK(ptdp_backend_open(&be, &bp) == PTDP_EUNSUPPORTED && !be &&
+          strstr(ptdp_last_error(), "without the CUDA backend"));
+    ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
+    CHECK(f->device == PTDP_DEVICE_CPU && (f->caps & PTDP_CAP_FLASH_ATTENTION) &&
+          !(f->caps & (PTDP_CAP_DEVICE_MEMORY | PTDP_CAP_NATIVE_GEMM16 | PTDP_CAP_WEIGHT_COPIES)));
+    char desc[256];
+    CHECK(!strcmp(ptdp_backend_describe(f, desc, sizeof desc), "cpu/onednn (flash-attention)"));
+    CHECK(!(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP16)->caps & PTDP_CAP_NATIVE_GEMM16));
+    CHECK_OK(ptdp_backend_check(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32), 1));
+    CHECK_OK(ptdp_backend_check(test_cpu_backend(PTDP_GEMM_OPENBLAS, PTDP_DTYPE_FP32), 1));
+    ptdp_backend t = *test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     t.gemm = NULL;
-    CHECK(ptdp_ops_check(&t, 0) == PTDP_EUNSUPPORTED && strstr(ptdp_last_error(), "gemm"));
-    t = *ptdp_cpu_ops();
+    CHECK(ptdp_backend_check(&t, 0) == PTDP_EUNSUPPORTED && strstr(ptdp_last_error(), "gemm"));
+    t = *test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     t.dropout_fwd = NULL;
-    CHECK_OK(ptdp_ops_check(&t, 0));
-    CHECK(ptdp_ops_check(&t, PTDP_NEED_DROPOUT) == PTDP_EUNSUPPORTED &&
+    CHECK_OK(ptdp_backend_check(&t, 0));
+    CHECK(ptdp_backend_check(&t, PTDP_NEED_DROPOUT) == PTDP_EUNSUPPORTED &&
           strstr(ptdp_last_error(), "--hidden-dropout 0"));
-    t = *ptdp_cpu_ops();
+    t = *test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     t.mask_rows = NULL;
-    CHECK_OK(ptdp_ops_check(&t, PTDP_NEED_DROPOUT));
-    CHECK(ptdp_ops_check(&t, PTDP_NEED_ROW_MASK) == PTDP_EUNSUPPORTED &&
+    CHECK_OK(ptdp_backend_check(&t, PTDP_NEED_DROPOUT));
+    CHECK(ptdp_backend_check(&t, PTDP_NEED_ROW_MASK) == PTDP_EUNSUPPORTED &&
           strstr(ptdp_last_error(), "--eod-mask-loss"));
 }
 
 /* mask_rows (--eod-mask-loss): row si*b+bi is zeroed exactly when token
  * [bi, si] of the [b, ld] input is the id; the kept count is returned. */
-static void test_mask_rows(const ptdp_ops *o) {
+static void test_mask_rows(ptdp_backend *o) {
     const int64_t s = 5, b = 3, ld = s + 1, w = 4;
     int32_t tok[3 * 6];
     float x[5 * 3 * 4];
@@ -247,7 +269,7 @@ static void test_mask_rows(const ptdp_ops *o) {
     for (int64_t si = 0; si < s; si++)
         for (int64_t bi = 0; bi < b; bi++) want += tok[bi * ld + si] != 3;
     CHECK(want > 0 && want < s * b);
-    CHECK(o->mask_rows(x, w, tok, ld, s, b, 3) == want);
+    CHECK(o->mask_rows(o, x, w, tok, ld, s, b, 3) == want);
     int exact = 1;
     for (int64_t si = 0; si < s; si++)
         for (int64_t bi = 0; bi < b; bi++)
@@ -266,11 +288,11 @@ static void test_mask_rows(const ptdp_ops *o) {
  * twice (the second call reuses the primitive) */
 static void test_gemm_matmul_case(int ta, int64_t M, int64_t N, int64_t K, float beta,
                                   uint64_t seed) {
-    const ptdp_ops *o = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    ptdp_backend *o = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     const int tb = !ta;
     const int64_t lda = ta ? M : K, ldb = tb ? K : N;
     float *A = fmalloc(M * K), *B = fmalloc(N * K), *C = fmalloc(M * N), *R = fmalloc(M * N);
-    const int64_t calls0 = ptdp__gemm_onednn_matmul_calls();
+    const int64_t calls0 = ptdp__gemm_onednn_matmul_calls(o);
     for (int rep = 0; rep < 2; rep++) {
         fill_normal(A, M * K, seed + 3 * (uint64_t)rep, 1.0f);
         fill_normal(B, N * K, seed + 3 * (uint64_t)rep + 1, 1.0f);
@@ -280,11 +302,11 @@ static void test_gemm_matmul_case(int ta, int64_t M, int64_t N, int64_t K, float
             fill_normal(C, M * N, seed + 3 * (uint64_t)rep + 2, 1.0f);
         }
         memcpy(R, C, sizeof(float) * (size_t)(M * N));
-        o->gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+        o->gemm(o, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
         ptdp_ref_gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, R, N);
         check_arr("gemm on oneDNN's matmul", C, R, M * N, 2e-5, 1e-5 * (double)K);
     }
-    const int64_t ran = ptdp__gemm_onednn_matmul_calls() - calls0;
+    const int64_t ran = ptdp__gemm_onednn_matmul_calls(o) - calls0;
     printf("gemm: ta=%d tb=%d M=%lld N=%lld K=%lld: %lld of 2 calls ran on oneDNN's matmul\n", ta,
            tb, (long long)M, (long long)N, (long long)K, (long long)ran);
     if (__builtin_cpu_supports("avx512f")) CHECK(ran == 2); /* where it was measured faster */
@@ -294,12 +316,12 @@ static void test_gemm_matmul_case(int ta, int64_t M, int64_t N, int64_t K, float
     free(R);
 }
 
-static void test_gemm(const ptdp_ops *o) {
+static void test_gemm(ptdp_backend *o) {
     const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
     const int64_t sizes[][3] = {{13, 7, 19}, {1, 9, 5}, {67, 45, 33}, {5, 64, 1}};
     for (int l = 0; l < 2; l++) {
-        const ptdp_ops *ol = ptdp_cpu_ops_lib(libs[l]);
-        CHECK(strstr(ol->name, ptdp_gemm_lib_name(libs[l])) != NULL);
+        ptdp_backend *ol = test_cpu_backend(libs[l], PTDP_DTYPE_FP32);
+        CHECK(ol->lib == libs[l] && strstr(ol->name, ptdp_gemm_lib_name(libs[l])) != NULL);
         uint64_t seed = 100;
         for (int sz = 0; sz < 4; sz++)
             for (int ta = 0; ta < 2; ta++)
@@ -310,7 +332,8 @@ static void test_gemm(const ptdp_ops *o) {
     }
     test_gemm_matmul_case(0, 300, 40, 100, 0.0f, 160);
     test_gemm_matmul_case(1, 1024, 64, 100, 1.0f, 170);
-    CHECK(ptdp_cpu_ops() == ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN));
+    CHECK(test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32) ==
+          test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32));
     ptdp_gemm_lib lib;
     CHECK_OK(ptdp_gemm_lib_parse("openblas", &lib));
     CHECK(lib == PTDP_GEMM_OPENBLAS);
@@ -319,7 +342,7 @@ static void test_gemm(const ptdp_ops *o) {
 
 /* ---- LayerNorm, GeLU, bias ------------------------------------------------ */
 
-static void test_layernorm(const ptdp_ops *o) {
+static void test_layernorm(ptdp_backend *o) {
     const int64_t N = 5, h = 37;
     const float eps = 1e-5f;
     float *x = fmalloc(N * h), *w = fmalloc(h), *b = fmalloc(h), *out = fmalloc(N * h),
@@ -328,7 +351,7 @@ static void test_layernorm(const ptdp_ops *o) {
     for (int64_t i = 0; i < N * h; i++) x[i] += 3.0f; /* nonzero mean */
     fill_normal(w, h, 2, 1.0f);
     fill_normal(b, h, 3, 1.0f);
-    o->layernorm_fwd(x, w, b, out, mean, rstd, N, h, eps);
+    o->layernorm_fwd(o, x, w, b, out, mean, rstd, N, h, eps);
     ptdp_ref_layernorm_fwd(x, w, b, ref, N, h, eps);
     check_arr("layernorm_fwd out", out, ref, N * h, 2e-5, 2e-5);
     float mref[5], rref[5];
@@ -350,14 +373,14 @@ static void test_layernorm(const ptdp_ops *o) {
     free(ref);
 }
 
-static void test_bias_gelu(const ptdp_ops *o) {
+static void test_bias_gelu(ptdp_backend *o) {
     const int64_t N = 4, n = 33;
     float *x = fmalloc(N * n), *bias = fmalloc(n), *out = fmalloc(N * n), *ref = fmalloc(N * n);
     fill_normal(x, N * n, 4, 3.0f); /* covers the tails and the small-|u| tanh branch */
     fill_normal(bias, n, 5, 0.5f);
     x[0] = -bias[0]; /* u = 0 exactly */
     x[1] = 0.05f - bias[1];
-    o->bias_gelu_fwd(x, bias, out, N, n);
+    o->bias_gelu_fwd(o, x, bias, out, N, n);
     for (int64_t r = 0; r < N; r++)
         for (int64_t j = 0; j < n; j++) ref[r * n + j] = ptdp_ref_gelu(x[r * n + j] + bias[j]);
     /* for u << 0, 0.5 u (1 + tanh) cancels: tanh's fp32 ulp near -1 (6e-8)
@@ -366,7 +389,7 @@ static void test_bias_gelu(const ptdp_ops *o) {
 
     /* bias_add / bias_bwd: dbias accumulates */
     memcpy(out, x, sizeof(float) * (size_t)(N * n));
-    o->bias_add(out, bias, N, n);
+    o->bias_add(o, out, bias, N, n);
     for (int64_t r = 0; r < N; r++)
         for (int64_t j = 0; j < n; j++) ref[r * n + j] = x[r * n + j] + bias[j];
     check_arr("bias_add", out, ref, N * n, 0, 0);
@@ -377,7 +400,7 @@ static void test_bias_gelu(const ptdp_ops *o) {
         db[j] = 1.5f;
         dref[j] = (float)acc;
     }
-    o->bias_bwd(x, db, N, n);
+    o->bias_bwd(o, x, db, N, n);
     check_arr("bias_bwd", db, dref, n, 1e-6, 1e-6);
     free(x);
     free(bias);
@@ -424,11 +447,11 @@ static void check_lse(const char *what, const float *saved, const float *qkv, in
     free(want);
 }
 
-static void test_attention(const ptdp_ops *o) {
+static void test_attention(ptdp_backend *o) {
     const int64_t s = 7, b = 2, al = 3, hd = 5;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
-    CHECK(o->attention_saved_floats(s, b, al) == b * al * s);
+    CHECK(o->attention_saved_floats(o, s, b, al) == b * al * s);
     float *saved = fmalloc(b * al * s), *pref = fmalloc(b * al * s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
@@ -436,7 +459,7 @@ static void test_attention(const ptdp_ops *o) {
     ptdp_dropout nodrop = {0};
     fill_const(saved, b * al * s, NAN);
     fill_const(ctx, s * ldc, NAN);
-    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, nodrop);
+    o->attention_fwd(o, qkv, ctx, saved, scratch, s, b, al, hd, nodrop);
     ptdp_ref_attention_fwd(qkv, ref, s, b, al, hd);
     check_arr("attention_fwd ctx", ctx, ref, s * ldc, 1e-5, 1e-5);
     check_lse("attention_fwd saved logsumexp", saved, qkv, s, b, al, hd);
@@ -457,7 +480,7 @@ static void test_attention(const ptdp_ops *o) {
      * probabilities) and ctx = dropout(P) V, the mask element of
      * (task = bi*al + j, i, k) being offset + task*s*s + i*s + k. */
     ptdp_dropout drop = {.p = 0.25f, .key = ptdp_rng_key_make(7, "attn"), .offset = 1000};
-    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    o->attention_fwd(o, qkv, ctx, saved, scratch, s, b, al, hd, drop);
     check_lse("attention_fwd saved logsumexp (dropout)", saved, qkv, s, b, al, hd);
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < al; j++) {
@@ -496,13 +519,13 @@ static void test_attention(const ptdp_ops *o) {
  * element would be off by O(1). Tolerance: sums of up to s = 300 products of
  * O(1) values in fp32 (relative error ~s * 6e-8 = 2e-5 at worst), so 1e-4
  * relative + 1e-5 absolute, the bound the probs-storing kernel was held to. */
-static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64_t al, int64_t hd,
+static void check_attention_tiled(ptdp_backend *o, int64_t s, int64_t b, int64_t al, int64_t hd,
                                   float p) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *qkv = fmalloc(s * ld3), *ctx = fmalloc(s * ldc), *ref = fmalloc(s * ldc);
     float *dctx = fmalloc(s * ldc), *dqkv = fmalloc(s * ld3), *dref = fmalloc(s * ld3);
-    float *saved = fmalloc(o->attention_saved_floats(s, b, al)), *pref = fmalloc(s * s);
+    float *saved = fmalloc(o->attention_saved_floats(o, s, b, al)), *pref = fmalloc(s * s);
     float *scratch = fmalloc(ptdp_attention_scratch_floats(s, omp_get_max_threads()));
     float *S = fmalloc(s * s);
     double *dP = malloc(sizeof(double) * (size_t)(s * s));
@@ -510,11 +533,11 @@ static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64
     fill_normal(dctx, s * ldc, 17 + (uint64_t)s, 1.0f);
     ptdp_dropout drop = {0};
     if (p > 0.0f) drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(3, "attn"), .offset = 5};
-    fill_const(saved, o->attention_saved_floats(s, b, al), NAN);
+    fill_const(saved, o->attention_saved_floats(o, s, b, al), NAN);
     fill_const(ctx, s * ldc, NAN);
     fill_const(dqkv, s * ld3, NAN);
-    o->attention_fwd(qkv, ctx, saved, scratch, s, b, al, hd, drop);
-    o->attention_bwd(dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
+    o->attention_fwd(o, qkv, ctx, saved, scratch, s, b, al, hd, drop);
+    o->attention_bwd(o, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
     for (int64_t task = 0; task < b * al; task++) {
         int64_t bi = task / al, j = task % al;
         const float *Q = qkv + bi * al * 3 * hd + j * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
@@ -577,7 +600,7 @@ static void check_attention_tiled(const ptdp_ops *o, int64_t s, int64_t b, int64
     free(saved), free(pref), free(scratch), free(S), free(dP);
 }
 
-static void test_attention_tiled(const ptdp_ops *o) {
+static void test_attention_tiled(ptdp_backend *o) {
     const int64_t shapes[][4] = {/* s, b, al, hd */
                                  {1, 1, 1, 8},    {1, 2, 3, 4},    {7, 2, 3, 5},   {65, 1, 2, 8},
                                  {128, 1, 1, 16}, {130, 1, 2, 16}, {256, 2, 1, 8}, {300, 2, 1, 16}};
@@ -585,24 +608,25 @@ static void test_attention_tiled(const ptdp_ops *o) {
         for (int pass = 0; pass < 2; pass++)
             check_attention_tiled(o, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3],
                                   pass ? 0.1f : 0.0f);
-    /* the tiles' GEMMs through the other library's table */
-    check_attention_tiled(ptdp_cpu_ops_lib(PTDP_GEMM_OPENBLAS), 300, 2, 1, 16, 0.1f);
+    /* the tiles' GEMMs through the other library's backend */
+    check_attention_tiled(test_cpu_backend(PTDP_GEMM_OPENBLAS, PTDP_DTYPE_FP32), 300, 2, 1, 16,
+                          0.1f);
 }
 
 /* Dropout masks are drawn 128 or 256 elements per Philox batch: odd offsets and
  * lengths must still give element e the mask ptdp__dropout_keep(e). */
-static void test_dropout_batched(const ptdp_ops *o) {
+static void test_dropout_batched(ptdp_backend *o) {
     const int64_t N = 7, h = 203, n = N * h;
     ptdp_dropout d = {.p = 0.1f, .key = ptdp_rng_key_make(99, "drop"), .offset = 3};
     float *x = fmalloc(n), *y = fmalloc(n), *db = fmalloc(h);
     fill_normal(x, n, 21, 1.0f);
     memcpy(y, x, sizeof(float) * (size_t)n);
-    o->dropout_fwd(y, n, d);
+    o->dropout_fwd(o, y, n, d);
     int64_t bad = 0;
     for (int64_t e = 0; e < n; e++)
         bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
     fill_const(db, h, 0.0f);
-    o->bias_dropout_add_bwd(x, y, db, N, h, d);
+    o->bias_dropout_add_bwd(o, x, y, db, N, h, d);
     for (int64_t e = 0; e < n; e++)
         bad += y[e] != (ptdp__dropout_keep(d, (uint64_t)e) ? x[e] * (1.0f / (1.0f - d.p)) : 0.0f);
     /* both widths of the Philox batch (32 blocks on AVX2, 64 with AVX-512) */
@@ -642,7 +666,7 @@ static void test_rng_normal_batched(void) {
 
 /* ---- embeddings ----------------------------------------------------------- */
 
-static void test_embed(const ptdp_ops *o) {
+static void test_embed(ptdp_backend *o) {
     const int64_t s = 5, b = 2, ld = 7, h = 6, V = 10, v0 = 4, Vl = 3;
     int32_t tokens[2 * 7];
     for (int i = 0; i < b * ld; i++) tokens[i] = (int32_t)((i * 7 + 3) % V);
@@ -655,7 +679,7 @@ static void test_embed(const ptdp_ops *o) {
     fill_normal(wte, Vl * h, 8, 1.0f);
     fill_normal(wpe, s * h, 9, 1.0f);
     fill_const(out, s * b * h, NAN);
-    o->embed_fwd(tokens, ld, wte, v0, Vl, out, s, b, h);
+    o->embed_fwd(o, tokens, ld, wte, v0, Vl, out, s, b, h);
     int owned = 0, unowned = 0;
     for (int64_t si = 0; si < s; si++)
         for (int64_t bi = 0; bi < b; bi++) {
@@ -667,7 +691,7 @@ static void test_embed(const ptdp_ops *o) {
         }
     CHECK(owned > 0 && unowned > 0);
     check_arr("embed_fwd", out, ref, s * b * h, 0, 0);
-    o->pos_add_fwd(out, wpe, s, b, h);
+    o->pos_add_fwd(o, out, wpe, s, b, h);
     for (int64_t si = 0; si < s; si++)
         for (int64_t bi = 0; bi < b; bi++)
             for (int64_t i = 0; i < h; i++) ref[(si * b + bi) * h + i] += wpe[si * h + i];
@@ -680,7 +704,7 @@ static void test_embed(const ptdp_ops *o) {
 
 /* ---- vocabulary-parallel cross-entropy ----------------------------------- */
 
-static void test_xent_split(const ptdp_ops *o, int T) {
+static void test_xent_split(ptdp_backend *o, int T) {
     const int64_t s = 3, b = 4, ld = 5, N = s * b, V = 13, Vl = 8, Vpad = Vl * T;
     int32_t targets[4 * 5];
     for (int i = 0; i < b * ld; i++) targets[i] = (int32_t)((i * 5 + 1) % V);
@@ -698,7 +722,7 @@ static void test_xent_split(const ptdp_ops *o, int T) {
     for (int k = 0; k < T; k++) {
         for (int64_t n = 0; n < N; n++)
             memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
-        o->xent_max(sl, part, N, Vl, k * Vl, V);
+        o->xent_max(o, sl, part, N, Vl, k * Vl, V);
         if (k * Vl >= V)
             for (int64_t n = 0; n < N; n++) CHECK(isinf(part[n]) && part[n] < 0);
         for (int64_t n = 0; n < N; n++) gmax[n] = fmaxf(gmax[n], part[n]); /* all-reduce max */
@@ -708,7 +732,7 @@ static void test_xent_split(const ptdp_ops *o, int T) {
     for (int k = 0; k < T; k++) {
         for (int64_t n = 0; n < N; n++)
             memcpy(sl + n * Vl, full + n * Vpad + k * Vl, sizeof(float) * Vl);
-        o->xent_sums(sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
+        o->xent_sums(o, sl, gmax, targets, ld, part, part2, s, b, Vl, k * Vl, V);
         /* the slice now holds exp(l - gmax), 0 at padding (xent_bwd's input) */
         int64_t ebad = 0;
         for (int64_t n = 0; n < N; n++)
@@ -723,7 +747,7 @@ static void test_xent_split(const ptdp_ops *o, int T) {
             tgt[n] += part2[n];
         }
     }
-    o->xent_loss(sumexp, gmax, tgt, loss, N);
+    o->xent_loss(o, sumexp, gmax, tgt, loss, N);
     float lref[12], mref[12];
     for (int64_t n = 0; n < N; n++) {
         const float *l = full + n * Vpad;
@@ -778,7 +802,7 @@ static void test_fastmath(void) {
 
 /* ---- dropout ---------------------------------------------------------------- */
 
-static void test_dropout(const ptdp_ops *o) {
+static void test_dropout(ptdp_backend *o) {
     const int64_t N = 100, h = 100, n = N * h;
     float *x = fmalloc(n), *bias = fmalloc(h), *zero = fmalloc(n), *out = fmalloc(n),
           *out2 = fmalloc(n);
@@ -787,7 +811,7 @@ static void test_dropout(const ptdp_ops *o) {
     fill_normal(bias, h, 14, 1.0f);
     fill_const(zero, n, 0.0f);
     ptdp_dropout d = {.p = 0.3f, .key = ptdp_rng_key_make(1234, "drop"), .offset = 0};
-    o->bias_dropout_add_fwd(x, bias, zero, out, N, h, d);
+    o->bias_dropout_add_fwd(o, x, bias, zero, out, N, h, d);
     int64_t kept = 0, badscale = 0;
     for (int64_t r = 0; r < N; r++)
         for (int64_t j = 0; j < h; j++) {
@@ -803,18 +827,18 @@ static void test_dropout(const ptdp_ops *o) {
     CHECK(fabs(frac - 0.7) < 0.02);
     CHECK(badscale == 0);
     /* same key and offset: same mask */
-    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d);
+    o->bias_dropout_add_fwd(o, x, bias, zero, out2, N, h, d);
     CHECK(memcmp(out, out2, sizeof(float) * (size_t)n) == 0);
     /* other offset / other key: different masks */
     ptdp_dropout d_off = d, d_key = d;
     d_off.offset = 7;
     d_key.key = ptdp_rng_key_make(1235, "drop");
     int64_t diff = 0;
-    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d_off);
+    o->bias_dropout_add_fwd(o, x, bias, zero, out2, N, h, d_off);
     for (int64_t e = 0; e < n; e++) diff += (out[e] == 0.0f) != (out2[e] == 0.0f);
     CHECK(diff > n / 10);
     diff = 0;
-    o->bias_dropout_add_fwd(x, bias, zero, out2, N, h, d_key);
+    o->bias_dropout_add_fwd(o, x, bias, zero, out2, N, h, d_key);
     for (int64_t e = 0; e < n; e++) diff += (out[e] == 0.0f) != (out2[e] == 0.0f);
     CHECK(diff > n / 10);
     /* the offset shifts the stream: element e at offset 7 is element e+7 at 0 */
@@ -823,14 +847,14 @@ static void test_dropout(const ptdp_ops *o) {
         shift_bad += (out[e + 7] == 0.0f) != !ptdp__dropout_keep(d_off, (uint64_t)e);
     CHECK(shift_bad == 0);
     /* residual is added */
-    o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d);
+    o->bias_dropout_add_fwd(o, x, bias, x, out2, N, h, d);
     int64_t rbad = 0;
     for (int64_t e = 0; e < n; e++)
         rbad += fabsf(out2[e] - (x[e] + out[e])) > 1e-6f * (1.0f + fabsf(out2[e]));
     CHECK(rbad == 0);
     /* p = 0: exact x + bias + resid */
     ptdp_dropout d0 = {0};
-    o->bias_dropout_add_fwd(x, bias, x, out2, N, h, d0);
+    o->bias_dropout_add_fwd(o, x, bias, x, out2, N, h, d0);
     rbad = 0;
     for (int64_t r = 0; r < N; r++)
         for (int64_t j = 0; j < h; j++)
@@ -841,7 +865,7 @@ static void test_dropout(const ptdp_ops *o) {
     fill_normal(dout, n, 15, 1.0f);
     float db[100], dbref[100];
     fill_const(db, h, 0.5f);
-    o->bias_dropout_add_bwd(dout, dx, db, N, h, d);
+    o->bias_dropout_add_bwd(o, dout, dx, db, N, h, d);
     int64_t mbad = 0;
     for (int64_t j = 0; j < h; j++) {
         double acc = 0.5;
@@ -858,17 +882,17 @@ static void test_dropout(const ptdp_ops *o) {
 
     /* plain dropout: same mask for the same site, bwd == fwd */
     fill_const(ones, n, 1.0f);
-    o->dropout_fwd(ones, n, d);
+    o->dropout_fwd(o, ones, n, d);
     mbad = 0;
     for (int64_t e = 0; e < n; e++) mbad += (ones[e] != 0.0f) != (out[e] != 0.0f);
     CHECK(mbad == 0);
     fill_const(ones, n, 1.0f);
-    o->dropout_bwd(ones, n, d);
+    o->dropout_bwd(o, ones, n, d);
     mbad = 0;
     for (int64_t e = 0; e < n; e++) mbad += (ones[e] != 0.0f) != (out[e] != 0.0f);
     CHECK(mbad == 0);
     memcpy(out2, x, sizeof(float) * (size_t)n);
-    o->dropout_fwd(out2, n, d0);
+    o->dropout_fwd(o, out2, n, d0);
     CHECK(memcmp(out2, x, sizeof(float) * (size_t)n) == 0);
     free(x);
     free(bias);
@@ -881,7 +905,7 @@ static void test_dropout(const ptdp_ops *o) {
 }
 
 int main(void) {
-    const ptdp_ops *o = ptdp_cpu_ops();
+    ptdp_backend *o = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     CHECK(o && o->name && !strcmp(o->name, "cpu/onednn"));
     test_gemm(o);
     test_ops_check();

@@ -1,4 +1,4 @@
-/* test_kernels_grad.c - every backward kernel of the CPU table against central
+/* test_kernels_grad.c - every backward kernel of the CPU backend against central
  * finite differences of its forward. Each forward runs in fp32 as the model
  * runs it; the scalar objective L = sum(out * R) for a fixed random R (so
  * dL/dout = R) is accumulated in double. Covered: layernorm, bias + GeLU,
@@ -23,13 +23,14 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "backend_util.h"
 #include "test.h"
 
 #define FD_EPS 1e-2f
 #define FD_RTOL 1e-2
 #define FD_ATOL 2e-3
 
-static const ptdp_ops *O;
+static ptdp_backend *O;
 
 static double dot(const float *a, const float *b, int64_t n) {
     double acc = 0;
@@ -76,7 +77,7 @@ typedef struct {
 
 static double ln_obj(void *p) {
     ln_ctx *c = p;
-    O->layernorm_fwd(c->x, c->w, c->b, c->out, c->mean, c->rstd, c->N, c->h, 1e-5f);
+    O->layernorm_fwd(O, c->x, c->w, c->b, c->out, c->mean, c->rstd, c->N, c->h, 1e-5f);
     return dot(c->out, c->R, c->N * c->h);
 }
 
@@ -99,7 +100,7 @@ static void test_layernorm(void) {
     memcpy(dw, pw, sizeof(float) * (size_t)h);
     memcpy(db, pb, sizeof(float) * (size_t)h);
     ln_obj(&c);
-    O->layernorm_bwd(c.R, c.x, c.w, c.mean, c.rstd, dx, dw, db, N, h);
+    O->layernorm_bwd(O, c.R, c.x, c.w, c.mean, c.rstd, dx, dw, db, N, h);
     for (int64_t i = 0; i < N * h; i++) dx[i] -= px[i];
     for (int64_t i = 0; i < h; i++) dw[i] -= pw[i], db[i] -= pb[i];
     fd_check("layernorm_bwd dx", ln_obj, &c, c.x, N * h, dx, FD_EPS, FD_RTOL, FD_ATOL);
@@ -118,7 +119,7 @@ typedef struct {
 
 static double gelu_obj(void *p) {
     gelu_ctx *c = p;
-    O->bias_gelu_fwd(c->x, c->bias, c->out, c->N, c->n);
+    O->bias_gelu_fwd(O, c->x, c->bias, c->out, c->N, c->n);
     return dot(c->out, c->R, c->N * c->n);
 }
 
@@ -131,13 +132,13 @@ static void test_bias_gelu(void) {
     fill_normal(c.R, n, 12, 1.0f);
     float *dx = fmalloc(n), *db = fmalloc(c.n), *alias = fmalloc(n), *db2 = fmalloc(c.n);
     for (int64_t j = 0; j < c.n; j++) db[j] = db2[j] = 0.25f;
-    O->bias_gelu_bwd(c.R, c.x, c.bias, dx, db, c.N, c.n);
+    O->bias_gelu_bwd(O, c.R, c.x, c.bias, dx, db, c.N, c.n);
     for (int64_t j = 0; j < c.n; j++) db[j] -= 0.25f;
     fd_check("bias_gelu_bwd dx", gelu_obj, &c, c.x, n, dx, FD_EPS, FD_RTOL, FD_ATOL);
     fd_check("bias_gelu_bwd dbias", gelu_obj, &c, c.bias, c.n, db, FD_EPS, FD_RTOL, FD_ATOL);
     /* dx may alias dout: same result */
     memcpy(alias, c.R, sizeof(float) * (size_t)n);
-    O->bias_gelu_bwd(alias, c.x, c.bias, alias, db2, c.N, c.n);
+    O->bias_gelu_bwd(O, alias, c.x, c.bias, alias, db2, c.N, c.n);
     CHECK(memcmp(alias, dx, sizeof(float) * (size_t)n) == 0);
     free(c.x), free(c.bias), free(c.out), free(c.R), free(dx), free(db), free(alias), free(db2);
 }
@@ -152,14 +153,14 @@ typedef struct {
 
 static double bda_obj(void *p) {
     bda_ctx *c = p;
-    O->bias_dropout_add_fwd(c->x, c->bias, c->resid, c->out, c->N, c->h, c->drop);
+    O->bias_dropout_add_fwd(O, c->x, c->bias, c->resid, c->out, c->N, c->h, c->drop);
     return dot(c->out, c->R, c->N * c->h);
 }
 
 static double drop_obj(void *p) {
     bda_ctx *c = p; /* plain dropout of x, in place on a copy */
     memcpy(c->out, c->x, sizeof(float) * (size_t)(c->N * c->h));
-    O->dropout_fwd(c->out, c->N * c->h, c->drop);
+    O->dropout_fwd(O, c->out, c->N * c->h, c->drop);
     return dot(c->out, c->R, c->N * c->h);
 }
 
@@ -175,7 +176,7 @@ static void test_bias_dropout_add(float p) {
     fill_normal(c.R, n, 23, 1.0f);
     float *dx = fmalloc(n), *db = fmalloc(c.h);
     for (int64_t j = 0; j < c.h; j++) db[j] = -1.0f;
-    O->bias_dropout_add_bwd(c.R, dx, db, c.N, c.h, c.drop);
+    O->bias_dropout_add_bwd(O, c.R, dx, db, c.N, c.h, c.drop);
     for (int64_t j = 0; j < c.h; j++) db[j] += 1.0f;
     char w1[64], w2[64], w3[64], w4[64];
     snprintf(w1, sizeof w1, "bias_dropout_add_bwd dx p=%g", (double)p);
@@ -194,11 +195,11 @@ static void test_bias_dropout_add(float p) {
     float *alias = fmalloc(n), *db2 = fmalloc(c.h);
     memcpy(alias, c.R, sizeof(float) * (size_t)n);
     for (int64_t j = 0; j < c.h; j++) db2[j] = 0.0f;
-    O->bias_dropout_add_bwd(alias, alias, db2, c.N, c.h, c.drop);
+    O->bias_dropout_add_bwd(O, alias, alias, db2, c.N, c.h, c.drop);
     CHECK(memcmp(alias, dx, sizeof(float) * (size_t)n) == 0);
     /* plain dropout: bwd of R */
     memcpy(alias, c.R, sizeof(float) * (size_t)n);
-    O->dropout_bwd(alias, n, c.drop);
+    O->dropout_bwd(O, alias, n, c.drop);
     fd_check(w4, drop_obj, &c, c.x, n, alias, FD_EPS, FD_RTOL, FD_ATOL);
     free(c.x), free(c.bias), free(c.resid), free(c.out), free(c.R), free(dx), free(db), free(alias),
         free(db2);
@@ -214,7 +215,7 @@ typedef struct {
 
 static double attn_obj(void *p) {
     attn_ctx *c = p;
-    O->attention_fwd(c->qkv, c->ctx, c->saved, c->scratch, c->s, c->b, c->al, c->hd, c->drop);
+    O->attention_fwd(O, c->qkv, c->ctx, c->saved, c->scratch, c->s, c->b, c->al, c->hd, c->drop);
     return dot(c->ctx, c->R, c->s * c->b * c->al * c->hd);
 }
 
@@ -223,7 +224,7 @@ static void test_attention(float p) {
     c.drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(5, "attn"), .offset = 17};
     int64_t nq = c.s * c.b * c.al * 3 * c.hd, nc = c.s * c.b * c.al * c.hd;
     c.qkv = fmalloc(nq), c.ctx = fmalloc(nc),
-    c.saved = fmalloc(O->attention_saved_floats(c.s, c.b, c.al));
+    c.saved = fmalloc(O->attention_saved_floats(O, c.s, c.b, c.al));
     c.scratch = fmalloc(ptdp_attention_scratch_floats(c.s, omp_get_max_threads()));
     c.R = fmalloc(nc);
     fill_normal(c.qkv, nq, 30, 1.0f);
@@ -231,7 +232,7 @@ static void test_attention(float p) {
     float *dqkv = fmalloc(nq);
     for (int64_t i = 0; i < nq; i++) dqkv[i] = 777.0f; /* overwritten, not accumulated */
     attn_obj(&c);
-    O->attention_bwd(c.R, c.qkv, c.ctx, c.saved, dqkv, c.scratch, c.s, c.b, c.al, c.hd, c.drop);
+    O->attention_bwd(O, c.R, c.qkv, c.ctx, c.saved, dqkv, c.scratch, c.s, c.b, c.al, c.hd, c.drop);
     char what[64];
     snprintf(what, sizeof what, "attention_bwd dqkv p=%g", (double)p);
     fd_check(what, attn_obj, &c, c.qkv, nq, dqkv, FD_EPS, FD_RTOL, FD_ATOL);
@@ -248,8 +249,8 @@ typedef struct {
 
 static double emb_obj(void *p) {
     emb_ctx *c = p;
-    O->embed_fwd(c->tokens, c->ld, c->wte, c->v0, c->Vl, c->out, c->s, c->b, c->h);
-    O->pos_add_fwd(c->out, c->wpe, c->s, c->b, c->h);
+    O->embed_fwd(O, c->tokens, c->ld, c->wte, c->v0, c->Vl, c->out, c->s, c->b, c->h);
+    O->pos_add_fwd(O, c->out, c->wpe, c->s, c->b, c->h);
     return dot(c->out, c->R, c->s * c->b * c->h);
 }
 
@@ -264,8 +265,8 @@ static void test_embed(void) {
     float *dwte = fmalloc(c.Vl * c.h), *dwpe = fmalloc(c.s * c.h);
     for (int64_t i = 0; i < c.Vl * c.h; i++) dwte[i] = 2.0f;
     for (int64_t i = 0; i < c.s * c.h; i++) dwpe[i] = -2.0f;
-    O->embed_bwd(tokens, c.ld, c.R, dwte, c.v0, c.Vl, c.s, c.b, c.h);
-    O->pos_add_bwd(c.R, dwpe, c.s, c.b, c.h);
+    O->embed_bwd(O, tokens, c.ld, c.R, dwte, c.v0, c.Vl, c.s, c.b, c.h);
+    O->pos_add_bwd(O, c.R, dwpe, c.s, c.b, c.h);
     for (int64_t i = 0; i < c.Vl * c.h; i++) dwte[i] -= 2.0f;
     for (int64_t i = 0; i < c.s * c.h; i++) dwpe[i] += 2.0f;
     fd_check("embed_bwd dwte (slice v0=5)", emb_obj, &c, c.wte, c.Vl * c.h, dwte, FD_EPS, FD_RTOL,
@@ -297,16 +298,16 @@ static double xent_obj(void *p) {
     for (int64_t n = 0; n < N; n++) c->gmax[n] = -INFINITY, c->sumexp[n] = 0.0f, c->tgt[n] = 0.0f;
     for (int k = 0; k < c->T; k++) {
         slice(c, k, c->sl);
-        O->xent_max(c->sl, c->part, N, c->Vl, k * c->Vl, c->V);
+        O->xent_max(O, c->sl, c->part, N, c->Vl, k * c->Vl, c->V);
         for (int64_t n = 0; n < N; n++) c->gmax[n] = fmaxf(c->gmax[n], c->part[n]);
     }
     for (int k = 0; k < c->T; k++) {
         slice(c, k, c->sl);
-        O->xent_sums(c->sl, c->gmax, c->targets, c->ld, c->part, c->part2, c->s, c->b, c->Vl,
+        O->xent_sums(O, c->sl, c->gmax, c->targets, c->ld, c->part, c->part2, c->s, c->b, c->Vl,
                      k * c->Vl, c->V);
         for (int64_t n = 0; n < N; n++) c->sumexp[n] += c->part[n], c->tgt[n] += c->part2[n];
     }
-    O->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
+    O->xent_loss(O, c->sumexp, c->gmax, c->tgt, c->loss, N);
     double acc = 0;
     for (int64_t n = 0; n < N; n++) acc += c->loss[n];
     return c->scale * acc;
@@ -334,8 +335,9 @@ static void test_xent(int T) {
     for (int k = 0; k < T; k++) {
         /* each rank's backward in place on its slice: xent_sums leaves exp(l - gmax) there */
         slice(&c, k, c.sl);
-        O->xent_sums(c.sl, c.gmax, targets, c.ld, c.part, c.part2, c.s, c.b, c.Vl, k * c.Vl, c.V);
-        O->xent_bwd(c.sl, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
+        O->xent_sums(O, c.sl, c.gmax, targets, c.ld, c.part, c.part2, c.s, c.b, c.Vl, k * c.Vl,
+                     c.V);
+        O->xent_bwd(O, c.sl, c.sumexp, targets, c.ld, c.s, c.b, c.Vl, k * c.Vl, c.V, c.scale);
         for (int64_t n = 0; n < N; n++)
             memcpy(grad + n * Vpad + k * c.Vl, c.sl + n * c.Vl, sizeof(float) * (size_t)c.Vl);
     }
@@ -362,13 +364,13 @@ typedef struct {
 
 static double lin_obj(void *p) {
     lin_ctx *c = p;
-    O->gemm(0, 1, c->N, c->n, c->k, 1.0f, c->X, c->k, c->W, c->k, 0.0f, c->Y, c->n);
+    O->gemm(O, 0, 1, c->N, c->n, c->k, 1.0f, c->X, c->k, c->W, c->k, 0.0f, c->Y, c->n);
     return dot(c->Y, c->R, c->N * c->n);
 }
 
 static void test_linear(ptdp_gemm_lib lib) {
-    const ptdp_ops *saved = O;
-    O = ptdp_cpu_ops_lib(lib);
+    ptdp_backend *saved = O;
+    O = test_cpu_backend(lib, PTDP_DTYPE_FP32);
     lin_ctx c = {.N = 7, .n = 5, .k = 6};
     c.X = fmalloc(c.N * c.k), c.W = fmalloc(c.n * c.k), c.Y = fmalloc(c.N * c.n),
     c.R = fmalloc(c.N * c.n);
@@ -377,9 +379,9 @@ static void test_linear(ptdp_gemm_lib lib) {
     fill_normal(c.R, c.N * c.n, 62, 1.0f);
     float *dW = fmalloc(c.n * c.k), *dX = fmalloc(c.N * c.k);
     for (int64_t i = 0; i < c.n * c.k; i++) dW[i] = 3.0f;
-    O->gemm(1, 0, c.n, c.k, c.N, 1.0f, c.R, c.n, c.X, c.k, 1.0f, dW, c.k);
+    O->gemm(O, 1, 0, c.n, c.k, c.N, 1.0f, c.R, c.n, c.X, c.k, 1.0f, dW, c.k);
     for (int64_t i = 0; i < c.n * c.k; i++) dW[i] -= 3.0f;
-    O->gemm(0, 0, c.N, c.k, c.n, 1.0f, c.R, c.n, c.W, c.k, 0.0f, dX, c.k);
+    O->gemm(O, 0, 0, c.N, c.k, c.n, 1.0f, c.R, c.n, c.W, c.k, 0.0f, dX, c.k);
     char w1[64], w2[64];
     snprintf(w1, sizeof w1, "linear dW (%s)", ptdp_gemm_lib_name(lib));
     snprintf(w2, sizeof w2, "linear dX (%s)", ptdp_gemm_lib_name(lib));
@@ -390,7 +392,7 @@ static void test_linear(ptdp_gemm_lib lib) {
 }
 
 int main(void) {
-    O = ptdp_cpu_ops();
+    O = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     test_layernorm();
     test_bias_gelu();
     test_bias_dropout_add(0.0f);

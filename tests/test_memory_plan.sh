@@ -2,7 +2,7 @@
 # The memory plan (issue: one memory plan per rank): for a matrix of layouts,
 # every rank's tensor memory, category by category (weights, gradients,
 # optimizer state, ZeRO-1 gradient shard, activations, workspace, pipeline and
-# evaluation buffers), equals what src/plan/memory.c predicts from the
+# evaluation buffers, the compute backend's workspace), equals what src/plan/memory.c predicts from the
 # configuration alone, to the byte. Every rank compares and logs "memory plan
 # MISMATCH" on any difference; the ranks with dp = tp = 0 print the table,
 # whose rows are checked here too (bytes == predicted, one table per stage).
@@ -57,6 +57,24 @@ check 2 1 $ZERO --ddp-bucket-size 1000
 check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline
 check 4 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --no-scatter-gather-tensors-in-pipeline $V2
 check 4 2 --pipeline-model-parallel-size 2 $V2 $ZERO --ddp-bucket-size 1000 $RC_U
+# 16-bit runs: the compute backend's own memory (the native bf16 GEMMs' scratch, weight-gradient
+# buffers and weight copies, the bf16 attention's packs, where the CPU has them) is the "backend
+# workspace" row, predicted from its three numbers and the stage layout, and nothing beyond it is
+# allocated during the run (it would say "memory plan MISMATCH" at the end): one process, eval
+# included; tensor and sequence parallelism; pipeline stages with two chunks each (layers and
+# loss heads counted per chunk); zb-v (rank 0 holds the first and the last stage); fp16 (none)
+check 1 1 --bf16 --eval-interval 1 --eval-iters 1
+native=$(grep -c "compute backend cpu/onednn/bf16-native" "$TMP/m.out")
+ws=$(awk '$1 == "backend" && $2 == "workspace" { print $3; exit }' "$TMP/m.out")
+if [ "$native" -gt 0 ]; then
+    [ "${ws:-0}" -gt 0 ] && ok || fail "--bf16 with the native backend: no backend workspace planned"
+fi
+check 2 1 --bf16 --tensor-model-parallel-size 2 --sequence-parallel
+check 2 2 --bf16 --pipeline-model-parallel-size 2 $V2 --recompute-granularity selective
+check 2 2 --bf16 --pipeline-model-parallel-size 2 --pipeline-schedule zb-v
+check 1 1 --fp16
+awk '$1 == "backend" && $2 == "workspace" { exit $3 != 0 }' "$TMP/m.out" && ok ||
+    fail "--fp16 (no copies, no native GEMMs): a backend workspace was planned"
 # the check itself can fail: the last run's table with one predicted number changed
 awk '/memory plan \(pipeline stage/ { n = 3 } n && --n == 0 && NF >= 4 { $(NF-2) = $(NF-2) + 64 } { print }' \
     "$TMP/m.out" >"$TMP/m.bad"

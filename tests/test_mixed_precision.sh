@@ -33,7 +33,7 @@ M="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --voc
 run_np 1 train $M --log-jsonl "$TMP/f32.jsonl" >"$TMP/f32.out" 2>&1 && ok || fail "fp32 run: $(tail -3 "$TMP/f32.out")"
 run_np 1 train $M --bf16 --log-jsonl "$TMP/b1.jsonl" >"$TMP/b1.out" 2>&1 && ok || fail "bf16 run: $(tail -3 "$TMP/b1.out")"
 grep -q "mixed precision: bf16 activations and working weights, fp32 arithmetic, fp32 master weights" "$TMP/b1.out" &&
-    grep -Eq "bf16 values in fp32 storage \(every op rounds its outputs(; the MLP's own activations in bf16 storage)?\), 16-bit messages between ranks; compute table cpu/onednn/bf16(-native \(GEMMs: oneDNN's native bf16 matmul|  \(GEMMs: fp32 on)" "$TMP/b1.out" &&
+    grep -Eq "bf16 values in fp32 storage \(every op rounds its outputs(; the MLP's own activations in bf16 storage)?\), 16-bit messages between ranks; compute backend cpu/onednn/bf16(-native \(GEMMs: oneDNN's native bf16 matmul|  \(GEMMs: fp32 on)" "$TMP/b1.out" &&
     ok || fail "no start-up line for bf16: $(grep 'mixed precision' "$TMP/b1.out")"
 grep -q "optimizer state 12.00 B (fp32 master weights" "$TMP/b1.out" && ok || fail "bf16: optimizer state is not 12 B"
 check_plan "$TMP/b1.out" 1 && ok || fail "bf16: memory plan differs from the allocation"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "backend_util.h"
 #include "test.h"
 
 static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
@@ -15,7 +16,7 @@ static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
                             .post = 1,
                             .micro_batch = 1,
                             .slots = 1,
-                            .ops = ptdp_cpu_ops(),
+                            .be = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32),
                             .tp = g};
     ptdp_gpt_chunk *c = NULL;
     CHECK_OK(ptdp_gpt_chunk_init(&c, &cp));

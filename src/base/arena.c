@@ -87,16 +87,17 @@ void ptdp_mem_plan(ptdp_mem *m) {
     for (int k = 0; k < PTDP_MEM_NCAT; k++) ptdp_arena_plan(&m->cat[k], mem_names[k]);
 }
 
-int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(size_t), void (*release)(void *)) {
+int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(void *ctx, size_t),
+                   void (*release)(void *ctx, void *), void *ctx) {
     for (int k = 0; k < PTDP_MEM_NCAT; k++) PTDP_ASSERT(m->cat[k].kind == PTDP_ARENA_PLAN);
     for (int k = 0; k < PTDP_MEM_NCAT; k++) {
         const size_t bytes = m->cat[k].used;
-        void *block = bytes ? alloc(bytes) : NULL;
+        void *block = bytes ? alloc(ctx, bytes) : NULL;
         if (bytes && !block) {
             char b[32];
             int rc = ptdp_errorf(PTDP_ENOMEM, "cannot allocate %s of %s",
                                  ptdp_fmt_bytes((double)bytes, b), mem_names[k]);
-            ptdp_mem_free(m, release); /* the blocks of categories 0..k-1 */
+            ptdp_mem_free(m, release, ctx); /* the blocks of categories 0..k-1 */
             return rc;
         }
         ptdp_arena_block(&m->cat[k], mem_names[k], block, bytes);
@@ -110,10 +111,10 @@ int ptdp_mem_exact(const ptdp_mem *m) {
     return 1;
 }
 
-void ptdp_mem_free(ptdp_mem *m, void (*release)(void *)) {
+void ptdp_mem_free(ptdp_mem *m, void (*release)(void *ctx, void *), void *ctx) {
     if (!m) return;
     for (int k = 0; k < PTDP_MEM_NCAT; k++) {
-        if (m->cat[k].kind == PTDP_ARENA_BLOCK && m->cat[k].base) release(m->cat[k].base);
+        if (m->cat[k].kind == PTDP_ARENA_BLOCK && m->cat[k].base) release(ctx, m->cat[k].base);
         m->cat[k].base = NULL;
         m->cat[k].size = m->cat[k].used = 0;
     }

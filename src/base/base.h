@@ -170,7 +170,8 @@ size_t ptdp_arena_need(size_t bytes);
     X(PTDP_MEM_ACTIVATIONS, "activations")      /* per micro-batch slots */ \
     X(PTDP_MEM_WORKSPACE, "workspace")          /* shared by all slots */   \
     X(PTDP_MEM_PIPELINE, "pipeline buffers")    /* receive + send rings */  \
-    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */
+    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */  \
+    X(PTDP_MEM_BACKEND, "backend workspace")    /* the compute backend's */
 typedef enum {
 #define PTDP__MEM_ENUM(e, s) e,
     PTDP_MEM_CATEGORIES(PTDP__MEM_ENUM)
@@ -189,11 +190,12 @@ void ptdp_mem_plan(ptdp_mem *m);
  * planned size via `alloc` (the backend's, which zeroes), each category then
  * a block arena at offset 0. PTDP_ENOMEM naming the category on failure
  * (what was allocated is freed with `release`). */
-int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(size_t), void (*release)(void *));
+int ptdp_mem_alloc(ptdp_mem *m, void *(*alloc)(void *ctx, size_t),
+                   void (*release)(void *ctx, void *), void *ctx);
 /* 1 when every block arena is carved to exactly its size (plans match). */
 int ptdp_mem_exact(const ptdp_mem *m);
 /* Frees the blocks with `release`; a zeroed or plan ptdp_mem is a no-op. */
-void ptdp_mem_free(ptdp_mem *m, void (*release)(void *));
+void ptdp_mem_free(ptdp_mem *m, void (*release)(void *ctx, void *), void *ctx);
 size_t ptdp_mem_total(const ptdp_mem *m); /* sum of the sizes (plan: used) */
 
 /* ---- files -------------------------------------------------------------- */

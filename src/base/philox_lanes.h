@@ -1,6 +1,6 @@
 /* philox_lanes.h - Philox4x32-10 (base/rng.c's generator) on many counters
  * side by side, in plain loops that gcc vectorises: the dropout kernels'
- * masks (kernels/dropout.c) and the normal draws of parameter initialisation
+ * masks (kernels/cpu/dropout.c) and the normal draws of parameter initialisation
  * (ptdp_rng_normal_n) both come from it. Internal to those two files. */
 #ifndef PTDP_PHILOX_LANES_H
 #define PTDP_PHILOX_LANES_H

@@ -184,7 +184,8 @@ static int save_local(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_gpt_ch
             break;
         }
         ptdp_gpt_chunk_download_params(chunks[c], P);
-        if (o->state_len) o->ops->download(MV, o->m, sizeof(float) * (size_t)(2 * o->state_len));
+        if (o->state_len)
+            o->be->download(o->be, MV, o->m, sizeof(float) * (size_t)(2 * o->state_len));
         for (int i = 0; rc == PTDP_OK && i < n; i++) {
             if (!writes_spec(&sp[i], tp, first)) continue;
             char key[160];
@@ -617,8 +618,8 @@ int ptdp_ckpt_load(const char *dir, int load_optim, const ptdp_gpt_config *cfg,
             ptdp_gpt_chunk_upload_params(chunks[c], P[c]);
             if (load_optim) {
                 if (opts[c].state_len)
-                    opts[c].ops->upload(opts[c].m, MV[c],
-                                        sizeof(float) * (size_t)(2 * opts[c].state_len));
+                    opts[c].be->upload(opts[c].be, opts[c].m, MV[c],
+                                       sizeof(float) * (size_t)(2 * opts[c].state_len));
                 opts[c].step = M.step;
             }
         }

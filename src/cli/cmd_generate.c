@@ -494,8 +494,15 @@ int ptdp_cmd_generate(int argc, char **argv) {
     if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.t, 1, 1);
     ptdp_gpt_chunk *chunk = NULL;
     ptdp_generator *g = NULL;
+    ptdp_backend *be = NULL;
     if (rc == PTDP_OK) {
         ptdp__cli_set_threads(&comm);
+        ptdp_backend_params bp = ptdp_backend_default_params();
+        bp.lib = lib;
+        bp.dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
+        rc = ptdp_backend_open(&be, &bp);
+    }
+    if (rc == PTDP_OK) {
         ptdp_chunk_params cp = {.cfg = &cfg,
                                 .layer_begin = 0,
                                 .layer_end = cfg.num_layers,
@@ -503,9 +510,7 @@ int ptdp_cmd_generate(int argc, char **argv) {
                                 .post = 1,
                                 .micro_batch = 1,
                                 .slots = 1,
-                                .ops = ptdp_cpu_ops_prec(lib, a.bf16   ? PTDP_DTYPE_BF16
-                                                              : a.fp16 ? PTDP_DTYPE_FP16
-                                                                       : PTDP_DTYPE_FP32),
+                                .be = be,
                                 .tp = &comm.tensor,
                                 .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);
@@ -519,9 +524,8 @@ int ptdp_cmd_generate(int argc, char **argv) {
         rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
         if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, comm.tp, a.init_from);
     }
-    if (rc == PTDP_OK) /* --bf16/--fp16: the weights on the table's grid (fp32: nothing) */
-        ptdp_gpt_chunk_ops(chunk)->quantize(ptdp_gpt_chunk_params(chunk),
-                                            ptdp_gpt_chunk_numel(chunk));
+    if (rc == PTDP_OK) /* --bf16/--fp16: the weights on the backend's grid (fp32: nothing) */
+        be->quantize(be, ptdp_gpt_chunk_params(chunk), ptdp_gpt_chunk_numel(chunk));
     if (rc == PTDP_OK) rc = ptdp_generator_init(&g, chunk, &cfg, &comm.tensor, max_len);
     if (rc) {
         if (root) ptdp_log_error("%s", ptdp_last_error());
@@ -594,6 +598,7 @@ done:
     if (out != stdout) fclose(out);
     ptdp_generator_free(g);
     ptdp_gpt_chunk_free(chunk);
+    ptdp_backend_close(be);
     for (int64_t i = 0; ids && i < nprompts; i++) free(ids[i]);
     free(ids);
     free(np);

@@ -533,12 +533,18 @@ int ptdp_cmd_plan(int argc, char **argv) {
                                                 : PTDP_RECOMPUTE_UNIFORM;
     job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
     job.bucket_floats = F.bucket;
-    /* ptdp's CPU backend's attention numbers for its own memory plan */
-    const ptdp_ops *cpu = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
-    job.attn_saved_floats = cpu->attention_saved_floats;
+    /* ptdp's CPU backend's attention numbers for its own memory plan, and
+     * whether its bf16 backend keeps the MLP's activations in bf16 here */
+    job.attn_saved_floats = ptdp_attention_saved_floats_cpu;
     job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
-    job.bf16_mlp16 =
-        ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16)->mlp_store != PTDP_DTYPE_FP32;
+    {
+        ptdp_backend_params bp = ptdp_backend_default_params();
+        bp.dtype = PTDP_DTYPE_BF16;
+        ptdp_backend *bf16 = NULL;
+        job.bf16_mlp16 =
+            ptdp_backend_open(&bf16, &bp) == PTDP_OK && bf16->mlp_store != PTDP_DTYPE_FP32;
+        ptdp_backend_close(bf16);
+    }
     job.uneven_splits = !F.even_only;
     ptdp_stage_layout split = {
         .first = F.first, .last = F.last, .embedding = F.account_embedding, .loss = F.account_loss};

@@ -71,19 +71,19 @@ static double mean_log_peak(const int64_t (*shapes)[3], const double *rate, int 
 }
 
 typedef struct {
-    const ptdp_ops *ops;
+    ptdp_backend *ops;
     int64_t M, N, K;
     float *A, *B, *C;
 } gemm_ctx;
 static void run_gemm(void *p) {
     gemm_ctx *g = p;
-    g->ops->gemm(0, 1, g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->K, 0.0f, g->C, g->N);
+    g->ops->gemm(g->ops, 0, 1, g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->K, 0.0f, g->C, g->N);
 }
 
 typedef struct {
     float *x, *y, *z, *bias;
     int64_t n, rows, cols;
-    const ptdp_ops *ops;
+    ptdp_backend *ops;
 } stream_ctx;
 static void run_triad(void *p) {
     stream_ctx *s = p;
@@ -92,7 +92,7 @@ static void run_triad(void *p) {
 }
 static void run_gelu(void *p) {
     stream_ctx *s = p;
-    s->ops->bias_gelu_fwd(s->x, s->bias, s->z, s->rows, s->cols);
+    s->ops->bias_gelu_fwd(s->ops, s->x, s->bias, s->z, s->rows, s->cols);
 }
 
 typedef struct {
@@ -127,34 +127,34 @@ static void run_pingpong(void *p) {
  * (c)'s shape, through ptdp's own table: what the model's T_ew stands for;
  * and its attention, timed apart (the description's attention_flops). */
 typedef struct {
-    const ptdp_ops *ops;
+    ptdp_backend *ops;
     int64_t s, b, h, al, hd, f;
     float *x, *y, *z, *w, *bias, *mean, *rstd, *qkv, *dqkv, *ctx, *probs, *scratch, *big, *big2;
 } layer_ctx;
 static void run_layer_ew(void *p) {
     layer_ctx *L = p;
-    const ptdp_ops *o = L->ops;
+    ptdp_backend *o = L->ops;
     const int64_t N = L->s * L->b, h = L->h, f = L->f;
     const ptdp_dropout nod = {.p = 0};
     for (int k = 0; k < 2; k++) { /* two LayerNorms */
-        o->layernorm_fwd(L->x, L->w, L->bias, L->y, L->mean, L->rstd, N, h, 1e-5f);
-        o->layernorm_bwd(L->y, L->x, L->w, L->mean, L->rstd, L->z, L->w + h, L->bias + h, N, h);
-        o->bias_dropout_add_fwd(L->y, L->bias, L->x, L->z, N, h, nod);
-        o->bias_dropout_add_bwd(L->z, L->y, L->bias + h, N, h, nod);
+        o->layernorm_fwd(o, L->x, L->w, L->bias, L->y, L->mean, L->rstd, N, h, 1e-5f);
+        o->layernorm_bwd(o, L->y, L->x, L->w, L->mean, L->rstd, L->z, L->w + h, L->bias + h, N, h);
+        o->bias_dropout_add_fwd(o, L->y, L->bias, L->x, L->z, N, h, nod);
+        o->bias_dropout_add_bwd(o, L->z, L->y, L->bias + h, N, h, nod);
     }
-    o->bias_add(L->qkv, L->bias, N, 3 * h);
-    o->bias_bwd(L->qkv, L->bias + h, N, 3 * h);
-    o->bias_gelu_fwd(L->big, L->bias, L->big2, N, f);
-    o->bias_gelu_bwd(L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
+    o->bias_add(o, L->qkv, L->bias, N, 3 * h);
+    o->bias_bwd(o, L->qkv, L->bias + h, N, 3 * h);
+    o->bias_gelu_fwd(o, L->big, L->bias, L->big2, N, f);
+    o->bias_gelu_bwd(o, L->big2, L->big, L->bias, L->big2, L->bias + h, N, f);
 }
 /* ptdp's flash attention of one layer, forward and backward */
 static void run_attention(void *p) {
     layer_ctx *L = p;
-    const ptdp_ops *o = L->ops;
+    ptdp_backend *o = L->ops;
     const ptdp_dropout nod = {.p = 0};
-    o->attention_fwd(L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
-    o->attention_bwd(L->y, L->qkv, L->ctx, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al, L->hd,
-                     nod);
+    o->attention_fwd(o, L->qkv, L->ctx, L->probs, L->scratch, L->s, L->b, L->al, L->hd, nod);
+    o->attention_bwd(o, L->y, L->qkv, L->ctx, L->probs, L->dqkv, L->scratch, L->s, L->b, L->al,
+                     L->hd, nod);
 }
 
 /* Every rank runs fn at the same time: a barrier, then each rank's time;
@@ -181,6 +181,10 @@ static double best_of_all(ptdp_comm *comm, bench_fn fn, void *ctx, int reps) {
     return best;
 }
 
+static void close_backends(ptdp_backend **bes) {
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) ptdp_backend_close(bes[p]);
+}
+
 int ptdp__cli_plan_calibrate(const char *out) {
     ptdp_comm comm;
     int argc = 0;
@@ -191,7 +195,22 @@ int ptdp__cli_plan_calibrate(const char *out) {
     }
     ptdp__cli_set_threads(&comm);
     const int root = comm.world_rank == 0, n = comm.world_size;
-    const ptdp_ops *ops = ptdp_cpu_ops_lib(PTDP_GEMM_ONEDNN);
+    /* the backends measured: fp32 (oneDNN) and each 16-bit precision */
+    static const ptdp_dtype dts[PTDP_PREC_COUNT] = {[PTDP_PREC_FP32] = PTDP_DTYPE_FP32,
+                                                    [PTDP_PREC_FP16] = PTDP_DTYPE_FP16,
+                                                    [PTDP_PREC_BF16] = PTDP_DTYPE_BF16};
+    ptdp_backend *bes[PTDP_PREC_COUNT] = {NULL};
+    for (int p = 0; p < PTDP_PREC_COUNT; p++) {
+        ptdp_backend_params bp = ptdp_backend_default_params();
+        bp.dtype = dts[p];
+        if (ptdp_backend_open(&bes[p], &bp) != PTDP_OK) {
+            ptdp_log_error("--calibrate: %s", ptdp_last_error());
+            for (int q = 0; q < p; q++) ptdp_backend_close(bes[q]);
+            ptdp_comm_finalize(&comm);
+            return 1;
+        }
+    }
+    ptdp_backend *ops = bes[PTDP_PREC_FP32];
     ptdp_cluster c;
     memset(&c, 0, sizeof c);
     snprintf(c.name, sizeof c.name, "local");
@@ -208,12 +227,13 @@ int ptdp__cli_plan_calibrate(const char *out) {
     float *A = malloc(sizeof(float) * 2048 * 2048 * 3);
     if (!A) {
         ptdp_log_error("--calibrate: out of memory");
+        close_backends(bes);
         ptdp_comm_finalize(&comm);
         return 1;
     }
     for (int64_t i = 0; i < 2048 * 2048 * 3; i++) A[i] = (float)((i * 7) % 13) * 0.01f;
-    const ptdp_ops *bf16 = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, PTDP_DTYPE_BF16);
-    const int native = strstr(bf16->name, "native") != NULL;
+    ptdp_backend *bf16 = bes[PTDP_PREC_BF16];
+    const int native = (bf16->caps & PTDP_CAP_NATIVE_GEMM16) != 0;
     double rate16[32];
     for (int i = 0; i < ns * (1 + native); i++) {
         gemm_ctx g = {.ops = i < ns ? ops : bf16,
@@ -258,6 +278,7 @@ int ptdp__cli_plan_calibrate(const char *out) {
                     .ops = ops};
     if (!s.x || !s.y || !s.z || !s.bias) {
         ptdp_log_error("--calibrate: out of memory");
+        close_backends(bes);
         ptdp_comm_finalize(&comm);
         return 1;
     }
@@ -301,11 +322,8 @@ int ptdp__cli_plan_calibrate(const char *out) {
             const double attn_work =
                 12.0 * L.b * L.al * L.s * L.s * L.hd * ptdp_plan_flash_causal(L.s);
             const double bytes = 3.0 * (4.0 * (10.0 * N * L.h + 2.0 * N * L.f) + 2.0 * N * L.h);
-            static const ptdp_dtype dts[PTDP_PREC_COUNT] = {[PTDP_PREC_FP32] = PTDP_DTYPE_FP32,
-                                                            [PTDP_PREC_FP16] = PTDP_DTYPE_FP16,
-                                                            [PTDP_PREC_BF16] = PTDP_DTYPE_BF16};
             for (int p = 0; p < PTDP_PREC_COUNT; p++) {
-                L.ops = ptdp_cpu_ops_prec(PTDP_GEMM_ONEDNN, dts[p]);
+                L.ops = bes[p];
                 const double t_attn = best_of_all(&comm, run_attention, &L, 5);
                 const double t_rest = best_of_all(&comm, run_layer_ew, &L, 5);
                 c.attention_flops[p] = n * attn_work / t_attn;
@@ -346,6 +364,7 @@ int ptdp__cli_plan_calibrate(const char *out) {
         comm_ctx cc = {.g = &comm.world, .buf = calloc((size_t)big, sizeof(float)), .n = big};
         if (!cc.buf) {
             ptdp_log_error("--calibrate: out of memory");
+            close_backends(bes);
             ptdp_comm_finalize(&comm);
             return 1;
         }
@@ -397,6 +416,7 @@ int ptdp__cli_plan_calibrate(const char *out) {
             if (out && fclose(f)) status = 1;
         }
     }
+    close_backends(bes);
     ptdp_comm_finalize(&comm);
     return status;
 }

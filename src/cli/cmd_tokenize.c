@@ -115,8 +115,7 @@ int ptdp_cmd_tokenize(int argc, char **argv) {
     ptdp_tokenizer *tok = NULL;
     int status = ptdp__cli_open_tokenizer(&tok, vocab, merges);
     if (status) return status;
-    static char outbuf[1 << 16];
-    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    setvbuf(stdout, NULL, _IOFBF, 1 << 16); /* a 64 KiB buffer of stdio's own */
     status = decode ? decode_lines(tok) : encode_lines(tok);
     if (fflush(stdout) != 0 && !status) {
         ptdp_log_error("error writing stdout");

@@ -191,34 +191,39 @@ int ptdp_cmd_train(int argc, char **argv) {
                   a.train_samples % tp.global_batch ? " (the rest of the samples is not trained, "
                                                       "as in Megatron)"
                                                     : "");
-    /* Megatron's precision: --bf16 / --fp16 tables round what they write to
-     * the 16-bit grid; fp16 scales the loss (dynamically unless --loss-scale) */
-    const ptdp_dtype dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
-    tp.ops = ptdp_cpu_ops_prec(lib, dtype);
+    /* Megatron's precision: a --bf16 / --fp16 backend rounds what it writes
+     * to the 16-bit grid; fp16 scales the loss (dynamically unless --loss-scale) */
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
+    bp.lib = lib;
     if (a.loss_scale > 0)
         tp.scaler = ptdp_loss_scaler_constant(a.loss_scale);
     else if (a.fp16)
         tp.scaler = ptdp_loss_scaler_dynamic(a.initial_loss_scale, a.min_loss_scale,
                                              a.loss_scale_window, (int)a.hysteresis);
+    ptdp_backend *be = NULL;
     if (!strcmp(a.device, "cuda")) {
+        bp.device = PTDP_DEVICE_CUDA;
         /* one GPU, one process: the communication backends move host memory
          * only (multi-GPU communication is not there yet) */
-        if (comm.world_size > 1) {
+        if (comm.world_size > 1)
             rc = ptdp_errorf(PTDP_EUNSUPPORTED,
                              "it runs one process on one GPU and this job has %d processes "
                              "(multi-GPU communication is not implemented yet)",
                              comm.world_size);
-        } else if (!(tp.ops = ptdp_cuda_ops())) {
-            rc = PTDP_EBACKEND; /* no GPU, or a build without CUDA: the reason is in
-                                   ptdp_last_error() */
-        }
-        if (rc) {
-            ptdp_log_error("--device cuda: %s", ptdp_last_error());
-            ptdp_comm_finalize(&comm);
-            ptdp_args_free(keep);
-            return status_of(rc);
-        }
     }
+    /* no GPU, a build without CUDA, out of memory: the reason is in ptdp_last_error() */
+    if (rc == PTDP_OK) rc = ptdp_backend_open(&be, &bp);
+    if (rc) {
+        if (bp.device == PTDP_DEVICE_CUDA)
+            ptdp_log_error("--device cuda: %s", ptdp_last_error());
+        else
+            ptdp_log_error("%s", ptdp_last_error());
+        ptdp_comm_finalize(&comm);
+        ptdp_args_free(keep);
+        return status_of(rc);
+    }
+    tp.be = be;
     tp.comm = &comm;
     tp.init_from = a.init_from;
     tp.sched.p = (int)a.pipeline_model_parallel_size;
@@ -308,6 +313,7 @@ int ptdp_cmd_train(int argc, char **argv) {
         status = ptdp_run_finish(run, ptdp_run_loop(run));
     }
     ptdp_run_free(run);
+    ptdp_backend_close(be);
     free(dumped);
     ptdp_comm_finalize(&comm);
     ptdp_args_free(keep);
@@ -366,7 +372,6 @@ int ptdp_cmd_export(int argc, char **argv) {
                                 .post = 1,
                                 .micro_batch = 1,
                                 .slots = 1,
-                                .ops = ptdp_cpu_ops(),
                                 .tp = &comm.tensor,
                                 .inference = 1};
         rc = ptdp_gpt_chunk_init(&chunk, &cp);

@@ -8,37 +8,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The operation this process is blocked in, for the watchdog (watchdog.c).
- * Process-wide because a group does not know its ptdp_comm, and one thread
- * issues every operation. The fields are written before `seq` turns odd
- * (release) and read after it is seen odd (acquire). */
-static struct {
-    atomic_uint_fast64_t seq;
-    int op, peer;
-    const ptdp_group *group;
-    double since;
-} g_inflight;
-
-/* Both do nothing for a group of one (it never waits for anyone). */
+/* The operation in flight, in the record of the group's ptdp_comm (comm.h).
+ * Both do nothing for a group of one (it never waits for anyone) or a
+ * hand-made group. */
 static void inflight_begin(const ptdp_group *g, int op, int peer) {
-    if (!g || g->size <= 1) return;
-    g_inflight.op = op;
-    g_inflight.group = g;
-    g_inflight.peer = peer;
-    g_inflight.since = ptdp_now();
-    atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
+    if (!g || g->size <= 1 || !g->inflight) return;
+    struct ptdp__inflight *f = g->inflight;
+    f->op = op;
+    f->group = g;
+    f->peer = peer;
+    f->since = ptdp_now();
+    atomic_fetch_add_explicit(&f->seq, 1, memory_order_release);
 }
 static void inflight_end(const ptdp_group *g) {
-    if (!g || g->size <= 1) return;
-    atomic_fetch_add_explicit(&g_inflight.seq, 1, memory_order_release);
+    if (!g || g->size <= 1 || !g->inflight) return;
+    atomic_fetch_add_explicit(&g->inflight->seq, 1, memory_order_release);
 }
 
-uint64_t ptdp__comm_inflight(int *op, const ptdp_group **group, int *peer, double *since) {
-    uint64_t s = atomic_load_explicit(&g_inflight.seq, memory_order_acquire);
-    *op = g_inflight.op;
-    *group = g_inflight.group;
-    *peer = g_inflight.peer;
-    *since = g_inflight.since;
+uint64_t ptdp__comm_inflight(const ptdp_comm *c, int *op, const ptdp_group **group, int *peer,
+                             double *since) {
+    const struct ptdp__inflight *f = &c->inflight;
+    uint64_t s = atomic_load_explicit(&f->seq, memory_order_acquire);
+    *op = f->op;
+    *group = f->group;
+    *peer = f->peer;
+    *since = f->since;
     return s;
 }
 
@@ -74,6 +68,7 @@ void ptdp_comm_init_single(ptdp_comm *c) {
     c->t = c->p = c->d = 1;
     c->ops = &ptdp_comm_local_ops;
     group_single(&c->world, "world");
+    c->world.inflight = &c->inflight;
     group_single(&c->tensor, "tensor");
     group_single(&c->pipeline, "pipeline");
     group_single(&c->data, "data");
@@ -115,6 +110,7 @@ static void split(ptdp_comm *c, ptdp_group *g, const char *name, int color, int 
     g->impl = NULL;
     c->ops->split(c, g, color, key);
     g->ops = g->size > 1 ? c->ops : &ptdp_comm_local_ops;
+    g->inflight = &c->inflight;
 }
 
 /* World rank of member i of group g, from the layout and the split keys

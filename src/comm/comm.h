@@ -30,6 +30,7 @@
 #ifndef PTDP_COMM_H
 #define PTDP_COMM_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -75,6 +76,18 @@ typedef struct {
 } ptdp_comm_counters;
 
 typedef struct ptdp_comm_ops ptdp_comm_ops;
+struct ptdp_group;
+
+/* The operation this process is blocked in, for the watchdog (watchdog.c):
+ * one per ptdp_comm, its groups point at it. The fields are written before
+ * `seq` turns odd (release) and read after it is seen odd (acquire); one
+ * thread issues every operation. */
+struct ptdp__inflight {
+    atomic_uint_fast64_t seq;
+    int op, peer;
+    const struct ptdp_group *group;
+    double since;
+};
 
 /* A process group. Built by ptdp_comm_setup; a hand-made group
  * `{.name = "x", .size = 1, .rank = 0}` (ops NULL) is a valid group of one. */
@@ -86,9 +99,10 @@ typedef struct ptdp_group {
     int size;                 /* 0 when this rank is not a member */
     int rank;                 /* -1 when not a member */
     ptdp_comm_counters counters;
-    int32_t *members; /* world rank of each member, in group-rank order
-                         (ptdp_comm_setup; NULL in hand-made groups): for
-                         the watchdog's message */
+    int32_t *members;                /* world rank of each member, in group-rank order
+                                        (ptdp_comm_setup; NULL in hand-made groups): for
+                                        the watchdog's message */
+    struct ptdp__inflight *inflight; /* its ptdp_comm's record (NULL in hand-made groups) */
 } ptdp_group;
 
 /* A non-blocking operation in flight. Opaque: callers only pass its
@@ -106,7 +120,8 @@ typedef struct {
 } ptdp_comm_req;
 #define PTDP_COMM_REQ_NULL ((ptdp_comm_req){.ops = NULL})
 
-/* The parallel layout of this process. */
+/* The parallel layout of this process. Its groups point into it (the
+ * record of the operation in flight): it stays where ptdp_comm_init put it. */
 typedef struct ptdp_comm {
     int world_size, world_rank;
     int t, p, d;              /* sizes */
@@ -116,6 +131,7 @@ typedef struct ptdp_comm {
     ptdp_group world, tensor, pipeline, data, model, embedding;
     int in_embedding_group;          /* first or last pipeline stage */
     struct ptdp__watchdog *watchdog; /* ptdp_comm_watchdog_start; NULL if none */
+    struct ptdp__inflight inflight;  /* what this process is blocked in (its groups') */
 } ptdp_comm;
 
 /* The backend table. comm.c calls an entry only with arguments it has
@@ -298,10 +314,11 @@ int ptdp_test(ptdp_comm_req *req);
  * ptdp_comm_finalize. watchdog.c. */
 int ptdp_comm_watchdog_start(ptdp_comm *c, double timeout_s);
 void ptdp__comm_watchdog_stop(ptdp_comm *c);
-/* The operation in flight, for the watchdog: returns a sequence number, odd
- * while one is in flight (then *op, *group, *peer (group rank or -1) and
- * *since (ptdp_now) describe it), even otherwise. */
-uint64_t ptdp__comm_inflight(int *op, const ptdp_group **group, int *peer, double *since);
+/* The operation c's groups have in flight, for the watchdog: returns a
+ * sequence number, odd while one is in flight (then *op, *group, *peer
+ * (group rank or -1) and *since (ptdp_now) describe it), even otherwise. */
+uint64_t ptdp__comm_inflight(const ptdp_comm *c, int *op, const ptdp_group **group, int *peer,
+                             double *since);
 
 /* Zeroes every group's counters; logs the non-zero ones (one line per group
  * and operation: "comm GROUP OP calls N bytes B"). Local, not collective. */

@@ -2,9 +2,11 @@
  * mpirun). Fills `ptdp_comm_mpi_ops`; comm.c has already checked arguments
  * and counted the call. Every MPI call is checked: a failure is a broken
  * job, so it asserts (the abort hook then takes every rank down).
- * A group's impl is a malloc'd MPI_Comm (made once, at setup); a request's
- * inline storage holds its MPI_Request, so starting an operation allocates
- * nothing. Not here: counting, groups of one (the local backend). */
+ * A group's impl is a malloc'd mpi_group (made once, at setup): its
+ * MPI_Comm and the job's two 16-bit sum operations, which the world's made
+ * at init and every group shares; a request's inline storage holds its
+ * MPI_Request, so starting an operation allocates nothing. Not here:
+ * counting, groups of one (the local backend). */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,17 @@ _Static_assert(sizeof(MPI_Request) <= PTDP_COMM_REQ_BYTES,
         }                                                           \
     } while (0)
 
-static MPI_Comm comm_of(const ptdp_group *g) { return *(const MPI_Comm *)g->impl; }
+/* a group of the MPI backend: its communicator, and the sums of bf16 and
+ * fp16 values (MPI has neither type: user operations), made by the world's
+ * at init (ops_owner) and shared by the groups split from it */
+typedef struct {
+    MPI_Comm comm;
+    MPI_Op sum16[2]; /* bf16, fp16 */
+    int ops_owner;
+} mpi_group;
+
+static const mpi_group *group_of(const ptdp_group *g) { return (const mpi_group *)g->impl; }
+static MPI_Comm comm_of(const ptdp_group *g) { return group_of(g)->comm; }
 static MPI_Request *req_of(ptdp_comm_req *r) { return (MPI_Request *)(void *)r->impl.bytes; }
 
 static MPI_Datatype mpi_type(ptdp_comm_dtype dt) {
@@ -53,8 +65,7 @@ static MPI_Datatype mpi_type(ptdp_comm_dtype dt) {
 }
 /* Sums of bf16 / fp16 values (MPI has neither type): each pair is added in
  * fp32 and the sum rounded back to 16 bits, as NCCL reduces such buffers.
- * Created at init, freed before MPI_Finalize. */
-static MPI_Op g_sum16[2] = {MPI_OP_NULL, MPI_OP_NULL};
+ * Created at init (the world's mpi_group), freed before MPI_Finalize. */
 static void sum16(const void *in, void *inout, int len, ptdp_dtype dt) {
     enum { BLK = 512 };
     float a[BLK], b[BLK];
@@ -76,10 +87,10 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *ty) {
     sum16(in, inout, *len, PTDP_DTYPE_FP16);
 }
 
-static MPI_Op mpi_op(ptdp_comm_reduce op, ptdp_comm_dtype dt) {
+static MPI_Op mpi_op(const ptdp_group *g, ptdp_comm_reduce op, ptdp_comm_dtype dt) {
     if (dt == PTDP_COMM_BF16 || dt == PTDP_COMM_F16) {
         PTDP_ASSERT_MSG(op == PTDP_COMM_SUM, "16-bit reductions are sums only");
-        return g_sum16[dt == PTDP_COMM_F16];
+        return group_of(g)->sum16[dt == PTDP_COMM_F16];
     }
     return op == PTDP_COMM_MAX ? MPI_MAX : MPI_SUM;
 }
@@ -91,10 +102,17 @@ static void mpi_abort_hook(void) {
     if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 134);
 }
 
-static MPI_Comm *box(MPI_Comm comm) {
-    MPI_Comm *b = malloc(sizeof *b);
+/* a group over comm with the world's sums (world NULL: it makes them) */
+static mpi_group *box(MPI_Comm comm, const mpi_group *world) {
+    mpi_group *b = malloc(sizeof *b);
     PTDP_ASSERT(b);
-    *b = comm;
+    *b = (mpi_group){.comm = comm, .sum16 = {MPI_OP_NULL, MPI_OP_NULL}, .ops_owner = !world};
+    if (world) {
+        b->sum16[0] = world->sum16[0], b->sum16[1] = world->sum16[1];
+    } else {
+        MPI_CHECK(MPI_Op_create(sum_bf16, 1, &b->sum16[0]));
+        MPI_CHECK(MPI_Op_create(sum_f16, 1, &b->sum16[1]));
+    }
     return b;
 }
 
@@ -104,9 +122,7 @@ static int mpi_init(ptdp_comm *c, int *argc, char ***argv) {
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
     ptdp_set_abort_hook(mpi_abort_hook);
-    MPI_CHECK(MPI_Op_create(sum_bf16, 1, &g_sum16[0]));
-    MPI_CHECK(MPI_Op_create(sum_f16, 1, &g_sum16[1]));
-    c->world.impl = c->world_size > 1 ? box(MPI_COMM_WORLD) : NULL;
+    c->world.impl = c->world_size > 1 ? box(MPI_COMM_WORLD, NULL) : NULL;
     return PTDP_OK;
 }
 
@@ -124,21 +140,21 @@ static void mpi_split(ptdp_comm *c, ptdp_group *g, int color, int key) {
     if (g->size == 1)
         MPI_CHECK(MPI_Comm_free(&sub));
     else
-        g->impl = box(sub);
+        g->impl = box(sub, c->world.impl);
 }
 
 static void mpi_group_free(ptdp_group *g) {
-    MPI_Comm *b = g->impl;
+    mpi_group *b = g->impl;
     if (!b) return;
-    if (*b != MPI_COMM_WORLD) MPI_CHECK(MPI_Comm_free(b));
+    if (b->comm != MPI_COMM_WORLD) MPI_CHECK(MPI_Comm_free(&b->comm));
+    for (int i = 0; b->ops_owner && i < 2; i++) MPI_CHECK(MPI_Op_free(&b->sum16[i]));
     free(b);
     g->impl = NULL;
 }
 
+/* after every other group's group_free: the world's goes last, with the sums */
 static void mpi_finalize(ptdp_comm *c) {
     mpi_group_free(&c->world);
-    for (int i = 0; i < 2; i++)
-        if (g_sum16[i] != MPI_OP_NULL) MPI_CHECK(MPI_Op_free(&g_sum16[i]));
     MPI_CHECK(MPI_Finalize());
 }
 
@@ -158,7 +174,8 @@ static int mpi_node_size(const ptdp_comm *c) {
 
 static void mpi_allreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                           ptdp_comm_reduce op) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op, dt), comm_of(g)));
+    MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(g, op, dt), comm_of(g)));
 }
 
 static void mpi_allgather(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt) {
@@ -194,22 +211,22 @@ static void mpi_gatherv(ptdp_group *g, const void *send, int64_t nbytes, void *r
 
 static void mpi_reduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
                                ptdp_comm_dtype dt) {
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_op(PTDP_COMM_SUM, dt),
-                                       comm_of(g)));
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(dt),
+                                       mpi_op(g, PTDP_COMM_SUM, dt), comm_of(g)));
 }
 
 static void mpi_barrier(ptdp_group *g) { MPI_CHECK(MPI_Barrier(comm_of(g))); }
 
 static void mpi_iallreduce(ptdp_group *g, void *buf, int64_t n, ptdp_comm_dtype dt,
                            ptdp_comm_reduce op, ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(op, dt), comm_of(g),
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(g, op, dt), comm_of(g),
                              req_of(req)));
 }
 
 static void mpi_ireduce_scatter(ptdp_group *g, const void *send, void *recv, int64_t n,
                                 ptdp_comm_dtype dt, ptdp_comm_req *req) {
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_op(PTDP_COMM_SUM, dt),
-                                        comm_of(g), req_of(req)));
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt),
+                                        mpi_op(g, PTDP_COMM_SUM, dt), comm_of(g), req_of(req)));
 }
 
 static void mpi_isend(ptdp_group *g, const void *buf, int64_t n, ptdp_comm_dtype dt, int peer,

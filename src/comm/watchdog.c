@@ -136,7 +136,7 @@ static void *watch(void *arg) {
         int op, peer;
         const ptdp_group *g;
         double since;
-        uint64_t seq = ptdp__comm_inflight(&op, &g, &peer, &since);
+        uint64_t seq = ptdp__comm_inflight(w->comm, &op, &g, &peer, &since);
         double waited = ptdp_now() - since;
         /* the fields are stable: the iterating thread is blocked in that call
          * (the sequence number is checked again after reading them) */
@@ -144,7 +144,7 @@ static void *watch(void *arg) {
             int op2, peer2;
             const ptdp_group *g2;
             double since2;
-            if (ptdp__comm_inflight(&op2, &g2, &peer2, &since2) == seq)
+            if (ptdp__comm_inflight(w->comm, &op2, &g2, &peer2, &since2) == seq)
                 fire(w, op, g, peer, waited);
         }
     }

@@ -4,7 +4,6 @@
  * sized from the configuration before anything is allocated), the pointers
  * into the parameter/gradient buffers, and the accessors of model.h. Not
  * here: the computation (layer.c, head.c, gpt.c). */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,7 @@
 /* saved: floats attention keeps for its backward (the backend's number).
  * Ns: rows of the residual stream's tensors (the sequence shard with
  * sequence parallelism), N: rows of the tensor-parallel region's; mf: the
- * floats of fc and of gl, N fl values in the table's MLP storage
+ * floats of fc and of gl, N fl values in the backend's MLP storage
  * (ptdp_mlp_floats). */
 static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t Ns, int64_t h,
                         int64_t hl, int64_t mf, int64_t saved) {
@@ -71,8 +70,8 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
                   b = p->micro_batch;
-    const int64_t saved = c->ops->attention_saved_floats(s, b, c->al),
-                  mf = ptdp_mlp_floats(c->ops, N * fl); /* fc, gl, dfc */
+    const int64_t saved = c->be->attention_saved_floats(c->be, s, b, c->al),
+                  mf = ptdp_mlp_floats(c->be, N * fl); /* fc, gl, dfc */
     const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
@@ -116,7 +115,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
                                    .dfc = c->dfc,
                                    .dattn_out = c->sp ? CARVE_F(ws, N * h) : NULL,
                                    .dqkv = c->dqkv};
-    c->attn_scratch = CARVE_F(ws, ptdp_attention_scratch_floats(s, omp_get_max_threads()));
+    c->attn_scratch = CARVE_F(ws, c->be->attention_scratch_floats(c->be, s));
     /* selective: the attention state of the one layer whose backward runs */
     float *ws_saved = selective ? CARVE_F(ws, saved) : NULL;
     if (p->post) {
@@ -167,7 +166,11 @@ static void carve_chunk(ptdp_gpt_chunk *c, ptdp_mem *m) {
     carve_activations(c, &m->cat[PTDP_MEM_ACTIVATIONS], &m->cat[PTDP_MEM_WORKSPACE]);
     c->param_bytes = (c->p.inference ? 1 : 2) * ptdp_arena_need(bytes);
     c->act_bytes = c->slot_bytes * (size_t)c->p.slots + c->shared_bytes;
-    if (c->params) layer_ptrs(c, c->params, &c->P, c->lp_storage);
+    if (c->params) {
+        layer_ptrs(c, c->params, &c->P, c->lp_storage);
+        /* GEMMs on these may reuse converted copies (kernels.h's weights contract) */
+        ptdp_backend_weights_register(c->be, c->params, c->specs.total);
+    }
     if (c->grads) layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
 }
 
@@ -175,7 +178,7 @@ static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
     const ptdp_gpt_config *cfg = p->cfg;
     c->p = *p;
     c->cfg = cfg;
-    c->ops = p->ops;
+    c->be = p->be;
     c->t = p->tp ? p->tp->size : 1;
     c->tp = p->tp ? p->tp->rank : 0;
     c->nl = p->layer_end - p->layer_begin;
@@ -203,7 +206,7 @@ ptdp_chunk_params ptdp_chunk_default_params(void) {
                            .post = 0,
                            .micro_batch = 1,
                            .slots = 1,
-                           .ops = ptdp_cpu_ops(),
+                           .be = NULL,
                            .tp = NULL,
                            .recompute_method = PTDP_RECOMPUTE_NONE,
                            .recompute_num_layers = 0,
@@ -220,6 +223,16 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
+    if (!c->be) { /* the default: a CPU backend of its own */
+        const ptdp_backend_params bp = ptdp_backend_default_params();
+        int rc = ptdp_backend_open(&c->be, &bp);
+        if (rc != PTDP_OK) {
+            free(c);
+            return rc;
+        }
+        c->own_be = 1;
+        c->p.be = c->be;
+    }
     if (!c->p.tp) { /* no tensor group given: a group of one (its collectives are no-ops) */
         ptdp_comm_init_single(&c->solo);
         c->p.tp = &c->solo.tensor;
@@ -270,7 +283,7 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     } else {
         ptdp_mem_plan(&c->own);
         carve_chunk(c, &c->own);
-        int rc = ptdp_mem_alloc(&c->own, c->ops->alloc, c->ops->free);
+        int rc = ptdp_backend_mem_alloc(c->be, &c->own);
         if (rc != PTDP_OK) {
             char b1[32], b2[32];
             rc = ptdp_errorf(PTDP_ENOMEM,
@@ -292,7 +305,9 @@ void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m) { carve_chunk(c, m); }
 
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c) {
     if (!c) return;
-    ptdp_mem_free(&c->own, c->ops->free);
+    if (c->params) ptdp_backend_weights_register(c->be, c->params, 0);
+    ptdp_backend_mem_free(c->be, &c->own);
+    if (c->own_be) ptdp_backend_close(c->be);
     for (int k = 0; c->slots && k < c->p.slots; k++) {
         free(c->slots[k].layer);
         free(c->slots[k].x);
@@ -335,19 +350,19 @@ void ptdp_gpt_chunk_init_params(ptdp_gpt_chunk *c) {
         float *host = malloc(sizeof(float) * (size_t)(sp->numel ? sp->numel : 1));
         PTDP_ASSERT_MSG(host, "out of memory while initialising parameters");
         ptdp__init_spec(sp, c->cfg, c->tp, host);
-        c->ops->upload(c->params + sp->offset, host, sizeof(float) * (size_t)sp->numel);
+        c->be->upload(c->be, c->params + sp->offset, host, sizeof(float) * (size_t)sp->numel);
         free(host);
     }
 }
 
 void ptdp_gpt_chunk_upload_params(ptdp_gpt_chunk *c, const float *host) {
-    c->ops->upload(c->params, host, sizeof(float) * (size_t)c->specs.total);
+    c->be->upload(c->be, c->params, host, sizeof(float) * (size_t)c->specs.total);
 }
 void ptdp_gpt_chunk_download_params(ptdp_gpt_chunk *c, float *host) {
-    c->ops->download(host, c->params, sizeof(float) * (size_t)c->specs.total);
+    c->be->download(c->be, host, c->params, sizeof(float) * (size_t)c->specs.total);
 }
 void ptdp_gpt_chunk_download_grads(ptdp_gpt_chunk *c, float *host) {
-    c->ops->download(host, c->grads, sizeof(float) * (size_t)c->specs.total);
+    c->be->download(c->be, host, c->grads, sizeof(float) * (size_t)c->specs.total);
 }
 
 void ptdp_gpt_chunk_set_training(ptdp_gpt_chunk *c, int training) { c->training = training; }
@@ -359,7 +374,7 @@ void ptdp_gpt_chunk_set_grad_hook(ptdp_gpt_chunk *c, ptdp_grad_hook fn, void *ct
 
 void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) {
     PTDP_ASSERT_MSG(c->grads, "an inference chunk has no gradients");
-    c->ops->zero(c->grads, c->specs.total);
+    c->be->zero(c->be, c->grads, c->specs.total);
 }
 
-const ptdp_ops *ptdp_gpt_chunk_ops(const ptdp_gpt_chunk *c) { return c->ops; }
+ptdp_backend *ptdp_gpt_chunk_backend(const ptdp_gpt_chunk *c) { return c->be; }

@@ -19,7 +19,7 @@
 struct ptdp_generator {
     ptdp_gpt_chunk *chunk;
     const ptdp_gpt_config *cfg;
-    const ptdp_ops *ops;
+    ptdp_backend *be;
     ptdp_group *tp;
     const ptdp_model_ptrs *P;
     int t, rank;
@@ -71,8 +71,8 @@ static void plan(ptdp_generator *g, carver *cv) {
     g->ctx = CARVE_F(cv, C * g->hl);
     g->tmp = CARVE_F(cv, C * h);
     g->xm = CARVE_F(cv, C * h);
-    g->fc = CARVE_F(cv, ptdp_mlp_floats(g->ops, C * g->fl));
-    g->gl = CARVE_F(cv, ptdp_mlp_floats(g->ops, C * g->fl));
+    g->fc = CARVE_F(cv, ptdp_mlp_floats(g->be, C * g->fl));
+    g->gl = CARVE_F(cv, ptdp_mlp_floats(g->be, C * g->fl));
     g->S = CARVE_F(cv, C * g->max_len);
     g->lnf = CARVE_F(cv, h);
     g->lnf_mean = CARVE_F(cv, 1);
@@ -111,13 +111,14 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->v0 = g->rank * g->Vl;
     g->max_len = max_len;
     g->C = max_len < PTDP_GENERATE_PREFILL_CHUNK ? max_len : PTDP_GENERATE_PREFILL_CHUNK;
-    /* the offset-causal softmax (decode_attn.c) runs on host memory, so the
-     * CPU table is the only backend generate.c supports for now */
-    g->ops = ptdp_gpt_chunk_ops(chunk);
-    PTDP_ASSERT_MSG(!strncmp(g->ops->name, "cpu", 3), "generation runs on the CPU backend only");
+    /* the offset-causal softmax (decode_attn.c) runs on host memory, so a
+     * backend of host memory is the only kind generate.c supports for now */
+    g->be = ptdp_gpt_chunk_backend(chunk);
+    PTDP_ASSERT_MSG(!(g->be->caps & PTDP_CAP_DEVICE_MEMORY),
+                    "generation runs on a backend of host memory (the CPU) only");
     carver dry = {0, NULL};
     plan(g, &dry);
-    g->mem = g->ops->alloc(dry.off);
+    g->mem = g->be->alloc(g->be, dry.off);
     g->host_l = malloc(sizeof(float) * (size_t)g->Vl);
     g->logits = malloc(sizeof(float) * (size_t)g->Vp);
     g->idx = malloc(sizeof(int32_t) * (size_t)g->Vp);
@@ -138,7 +139,7 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
 
 void ptdp_generator_free(ptdp_generator *g) {
     if (!g) return;
-    if (g->mem) g->ops->free(g->mem);
+    if (g->mem) g->be->free(g->be, g->mem);
     free(g->host_l);
     free(g->logits);
     free(g->idx);
@@ -151,69 +152,70 @@ int64_t ptdp_generator_len(const ptdp_generator *g) { return g->len; }
 
 /* Attention of n new rows over the cache of layer i (after appending). */
 static void attend(ptdp_generator *g, int64_t i, int64_t n, int64_t pos0) {
-    const ptdp_ops *o = g->ops;
+    ptdp_backend *be = g->be;
     const int64_t hd = g->hd, hl = g->hl, M = g->max_len, L = pos0 + n;
     float *K = g->kc + i * g->al * M * hd, *Vc = g->vc + i * g->al * M * hd;
     for (int64_t r = 0; r < n; r++)
         for (int64_t j = 0; j < g->al; j++) {
             const float *src = g->qkv + r * 3 * hl + j * 3 * hd;
-            o->copy(K + (j * M + pos0 + r) * hd, src + hd, hd);
-            o->copy(Vc + (j * M + pos0 + r) * hd, src + 2 * hd, hd);
+            be->copy(be, K + (j * M + pos0 + r) * hd, src + hd, hd);
+            be->copy(be, Vc + (j * M + pos0 + r) * hd, src + 2 * hd, hd);
         }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t j = 0; j < g->al; j++) {
-        o->gemm(0, 1, n, L, hd, 1.0f, g->qkv + j * 3 * hd, 3 * hl, K + j * M * hd, hd, 0.0f, g->S,
-                L);
+        be->gemm(be, 0, 1, n, L, hd, 1.0f, g->qkv + j * 3 * hd, 3 * hl, K + j * M * hd, hd, 0.0f,
+                 g->S, L);
         ptdp__decode_softmax(g->S, n, L, pos0, scale);
-        o->gemm(0, 0, n, hd, L, 1.0f, g->S, L, Vc + j * M * hd, hd, 0.0f, g->ctx + j * hd, hl);
+        be->gemm(be, 0, 0, n, hd, L, 1.0f, g->S, L, Vc + j * M * hd, hd, 0.0f, g->ctx + j * hd, hl);
     }
 }
 
 static void allreduce(ptdp_generator *g, float *buf, int64_t n) {
     /* 16-bit runs: 16-bit values on the wire, the sum back on the grid */
-    if (g->t > 1) ptdp_allreduce_sum_act(g->tp, buf, n, g->ops->dtype);
+    if (g->t > 1) ptdp_allreduce_sum_act(g->tp, buf, n, g->be->dtype);
 }
 
 /* Runs n <= C new rows through the model, appending to the cache. */
 static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
-    const ptdp_ops *o = g->ops;
+    ptdp_backend *be = g->be;
     const ptdp_gpt_config *cfg = g->cfg;
     const int64_t h = g->h, hl = g->hl, fl = g->fl, pos0 = g->len;
     const ptdp_dropout none = {.p = 0.0f};
-    o->upload(g->tok, tokens, sizeof(int32_t) * (size_t)n);
-    o->embed_fwd(g->tok, n, g->P->wte, g->v0, g->Vl, g->x, n, 1, h);
+    be->upload(be, g->tok, tokens, sizeof(int32_t) * (size_t)n);
+    be->embed_fwd(be, g->tok, n, g->P->wte, g->v0, g->Vl, g->x, n, 1, h);
     allreduce(g, g->x, n * h);
-    o->pos_add_fwd(g->x, g->P->wpe + pos0 * h, n, 1, h);
+    be->pos_add_fwd(be, g->x, g->P->wpe + pos0 * h, n, 1, h);
     for (int64_t i = 0; i < g->nl; i++) {
         const ptdp_layer_ptrs *W = &g->P->layers[i];
-        o->layernorm_fwd(g->x, W->ln1_w, W->ln1_b, g->ln, g->mean, g->rstd, n, h, cfg->ln_eps);
-        o->gemm(0, 1, n, 3 * hl, h, 1.0f, g->ln, h, W->qkv_w, h, 0.0f, g->qkv, 3 * hl);
-        o->bias_add(g->qkv, W->qkv_b, n, 3 * hl);
+        be->layernorm_fwd(be, g->x, W->ln1_w, W->ln1_b, g->ln, g->mean, g->rstd, n, h, cfg->ln_eps);
+        be->gemm(be, 0, 1, n, 3 * hl, h, 1.0f, g->ln, h, W->qkv_w, h, 0.0f, g->qkv, 3 * hl);
+        be->bias_add(be, g->qkv, W->qkv_b, n, 3 * hl);
         attend(g, i, n, pos0);
-        o->gemm(0, 1, n, h, hl, 1.0f, g->ctx, hl, W->proj_w, hl, 0.0f, g->tmp, h);
+        be->gemm(be, 0, 1, n, h, hl, 1.0f, g->ctx, hl, W->proj_w, hl, 0.0f, g->tmp, h);
         allreduce(g, g->tmp, n * h);
-        o->bias_dropout_add_fwd(g->tmp, W->proj_b, g->x, g->xm, n, h, none);
-        o->layernorm_fwd(g->xm, W->ln2_w, W->ln2_b, g->ln, g->mean, g->rstd, n, h, cfg->ln_eps);
-        ptdp_mlp_fwd(o, g->ln, W->fc1_w, W->fc1_b, W->fc2_w, g->fc, g->gl, g->tmp, n, h, fl);
+        be->bias_dropout_add_fwd(be, g->tmp, W->proj_b, g->x, g->xm, n, h, none);
+        be->layernorm_fwd(be, g->xm, W->ln2_w, W->ln2_b, g->ln, g->mean, g->rstd, n, h,
+                          cfg->ln_eps);
+        be->mlp_fwd(be, g->ln, W->fc1_w, W->fc1_b, W->fc2_w, g->fc, g->gl, g->tmp, n, h, fl);
         allreduce(g, g->tmp, n * h);
-        o->bias_dropout_add_fwd(g->tmp, W->fc2_b, g->xm, g->x, n, h, none);
+        be->bias_dropout_add_fwd(be, g->tmp, W->fc2_b, g->xm, g->x, n, h, none);
     }
     g->len += n;
 }
 
 /* Full logits [Vp] of the last row in g->x (n rows), identical on all ranks. */
 static void last_logits(ptdp_generator *g, int64_t n) {
-    const ptdp_ops *o = g->ops;
+    ptdp_backend *be = g->be;
     const int64_t h = g->h;
-    o->layernorm_fwd(g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean, g->lnf_rstd,
-                     1, h, g->cfg->ln_eps);
-    o->gemm(0, 1, 1, g->Vl, h, 1.0f, g->lnf, h, g->P->wte, h, 0.0f, g->logits_l, g->Vl);
+    be->layernorm_fwd(be, g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean,
+                      g->lnf_rstd, 1, h, g->cfg->ln_eps);
+    be->gemm(be, 0, 1, 1, g->Vl, h, 1.0f, g->lnf, h, g->P->wte, h, 0.0f, g->logits_l, g->Vl);
     if (g->t == 1) {
-        o->download(g->logits, g->logits_l, sizeof(float) * (size_t)g->Vl);
+        be->download(be, g->logits, g->logits_l, sizeof(float) * (size_t)g->Vl);
     } else {
         /* zero-filled sum: every slot gets exactly one rank's value */
         memset(g->logits, 0, sizeof(float) * (size_t)g->Vp);
-        o->download(g->logits + g->v0, g->logits_l, sizeof(float) * (size_t)g->Vl);
+        be->download(be, g->logits + g->v0, g->logits_l, sizeof(float) * (size_t)g->Vl);
         ptdp_allreduce_sum_f32(g->tp, g->logits, g->Vp);
     }
     for (int64_t v = g->V; v < g->Vp; v++) g->logits[v] = -INFINITY;

@@ -19,45 +19,45 @@
 
 void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld, float *logits) {
     PTDP_ASSERT(c->p.pre && c->p.post);
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     ptdp__slot_act *sa = &c->slots[0];
     const int64_t N = c->N, s = c->cfg->seq_length, b = c->p.micro_batch;
     sa->iteration = sa->microbatch = 0;
     for (int64_t bi = 0; bi < b; bi++)
-        o->upload(sa->tokens + bi * (s + 1), tokens + bi * ld, sizeof(int32_t) * (size_t)s);
+        be->upload(be, sa->tokens + bi * (s + 1), tokens + bi * ld, sizeof(int32_t) * (size_t)s);
     ptdp__gpt_embed_fwd(c, sa);
     for (int64_t i = 0; i < c->nl; i++) ptdp__layer_fwd(c, sa, i, sa->x[i + 1]);
     ptdp__head_logits(c, sa->x[c->nl]);
-    o->download(logits, c->logits, sizeof(float) * (size_t)(N * c->Vl));
+    be->download(be, logits, c->logits, sizeof(float) * (size_t)(N * c->Vl));
 }
 
 void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, const float *x_in,
                         float *x_out, float loss_scale, double *loss_sum, int64_t iteration,
                         int64_t microbatch) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     ptdp__slot_act *sa = &c->slots[slot];
     const int64_t Ns = c->Ns, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
     sa->iteration = iteration;
     sa->microbatch = microbatch;
     if (sa->tokens) {
         PTDP_ASSERT(tokens);
-        o->upload(sa->tokens, tokens, sizeof(int32_t) * (size_t)(b * (s + 1)));
+        be->upload(be, sa->tokens, tokens, sizeof(int32_t) * (size_t)(b * (s + 1)));
     }
     if (c->p.pre) {
         ptdp__gpt_embed_fwd(c, sa);
         if (c->cfg->hidden_dropout > 0) /* an optional op: only runs that need it call it */
-            o->dropout_fwd(
-                sa->x[0], Ns * h,
+            be->dropout_fwd(
+                be, sa->x[0], Ns * h,
                 ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
     } else {
-        o->copy(sa->x[0], x_in, Ns * h);
+        be->copy(be, sa->x[0], x_in, Ns * h);
     }
     for (int64_t i = 0; i < c->nl; i++) ptdp__layer_fwd(c, sa, i, sa->x[i + 1]);
     if (c->p.post)
         ptdp__head_fwd_bwd(c, sa, loss_scale, loss_sum);
     else
-        o->copy(x_out, sa->x[c->nl], Ns * h);
+        be->copy(be, x_out, sa->x[c->nl], Ns * h);
 }
 
 /* The chunk's backward. split = 0: each layer's B and W back to back, the
@@ -67,10 +67,10 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
 static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, int split) {
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     PTDP_ASSERT_MSG(c->grads, "backward on an inference chunk");
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     ptdp__slot_act *sa = &c->slots[slot];
     const int64_t Ns = c->Ns, h = c->h;
-    o->copy(c->dres, c->p.post ? sa->x[c->nl] : dy, Ns * h);
+    be->copy(be, c->dres, c->p.post ? sa->x[c->nl] : dy, Ns * h);
     for (int64_t i = c->nl - 1; i >= 0; i--) {
         /* entering a recompute group from its end: rerun its forward (same
          * dropout keys: the slot remembers iteration and micro-batch) */
@@ -89,12 +89,12 @@ static void chunk_bwd(ptdp_gpt_chunk *c, int slot, const float *dy, float *dx, i
     }
     if (c->p.pre) {
         if (c->cfg->hidden_dropout > 0)
-            o->dropout_bwd(
-                c->dres, Ns * h,
+            be->dropout_bwd(
+                be, c->dres, Ns * h,
                 ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_EMBEDDING, -1, sa));
         ptdp__gpt_embed_bwd(c, sa);
     } else {
-        o->copy(dx, c->dres, Ns * h);
+        be->copy(be, dx, c->dres, Ns * h);
     }
     if (c->hook && !split) c->hook(c->hook_ctx, 0);
 }

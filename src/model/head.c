@@ -14,62 +14,63 @@
  * this rank's rows only, summed over the tensor group after the flush like
  * every replicated parameter's (trainer.c). */
 void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
     if (c->sp) {
-        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, c->tmp, s, b, h);
+        be->embed_fwd(be, sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, c->tmp, s, b, h);
         ptdp__sp_scatter(c, c->tmp, sa->x[0]);
     } else {
-        o->embed_fwd(sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
+        be->embed_fwd(be, sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
         ptdp__tp_g_fwd(c, sa->x[0], N * h);
     }
-    o->pos_add_fwd(sa->x[0], c->P.wpe + c->s0 * h, c->Ns / b, b, h);
+    be->pos_add_fwd(be, sa->x[0], c->P.wpe + c->s0 * h, c->Ns / b, b, h);
 }
 
 void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const int64_t h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
-    o->pos_add_bwd(c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
+    be->pos_add_bwd(be, c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
     const float *dx = c->sp ? ptdp__sp_gather(c, c->dres) : c->dres;
-    o->embed_bwd(sa->tokens, s + 1, dx, c->G.wte, c->v0, c->Vl, s, b, h);
+    be->embed_bwd(be, sa->tokens, s + 1, dx, c->G.wte, c->v0, c->Vl, s, b, h);
 }
 
 /* Returns the final LayerNorm's output over the whole sequence [s, b, h]
  * (with sequence parallelism gathered into c->gath, where it stays for the
  * backward). */
 static const float *head_ln(ptdp_gpt_chunk *c, const float *xL) {
-    c->ops->layernorm_fwd(xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, c->Ns,
-                          c->h, c->cfg->ln_eps);
+    c->be->layernorm_fwd(c->be, xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd,
+                         c->Ns, c->h, c->cfg->ln_eps);
     return c->sp ? ptdp__sp_gather(c, c->lnf_out) : c->lnf_out;
 }
 
 void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
     const float *ln = head_ln(c, xL);
-    c->ops->gemm(0, 1, c->N, c->Vl, c->h, 1.0f, ln, c->h, c->P.wte, c->h, 0.0f, c->logits, c->Vl);
+    c->be->gemm(c->be, 0, 1, c->N, c->Vl, c->h, 1.0f, ln, c->h, c->P.wte, c->h, 0.0f, c->logits,
+                c->Vl);
 }
 
 /* Loss head and its backward: leaves d(loss)/d(x_L) in sa->x[nl]. The
  * vocabulary-parallel cross-entropy never gathers logits: three all-reduces
  * of [s, b] values (max, target logit, sum of exponentials). */
 void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale, double *loss_sum) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const ptdp_gpt_config *cfg = c->cfg;
     const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->p.micro_batch;
     float *xL = sa->x[c->nl];
     const int32_t *targets = sa->tokens + 1;
 
     const float *ln = head_ln(c, xL);
-    ptdp_head_logits(o, ln, c->P.wte, h, c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
+    be->head_logits(be, ln, c->P.wte, h, c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
     /* from here c->logits holds exp(logit - max), the backward's input */
-    o->xent_sums(c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,
-                 cfg->vocab);
+    be->xent_sums(be, c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,
+                  cfg->vocab);
     ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
     ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
-    o->xent_loss(c->sumexp, c->gmax, c->tgt, c->loss, N);
+    be->xent_loss(be, c->sumexp, c->gmax, c->tgt, c->loss, N);
     const int mask = c->p.eod_mask_loss; /* optional op: only such runs call it */
-    if (mask) o->mask_rows(c->loss, 1, sa->tokens, s + 1, s, b, c->p.eod_token);
-    *loss_sum = o->sum(c->loss, N);
+    if (mask) be->mask_rows(be, c->loss, 1, sa->tokens, s + 1, s, b, c->p.eod_token);
+    *loss_sum = be->sum(be, c->loss, N);
     if (!c->training) return;
 
     /* dwte += dl^T ln and d(ln) = dl wte, dl the logits' gradient */
@@ -85,14 +86,14 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
                                loss_scale,
                                mask ? sa->tokens : NULL,
                                c->p.eod_token};
-    ptdp_head_bwd(o, c->logits, &xg, ln, c->P.wte, h, c->G.wte, c->sp ? c->tmp : c->dtmp);
+    be->head_bwd(be, c->logits, &xg, ln, c->P.wte, h, c->G.wte, c->sp ? c->tmp : c->dtmp);
     if (c->sp) /* f's backward: reduce-scatter into this rank's rows */
         ptdp__sp_scatter(c, c->tmp, c->dtmp);
     else
         ptdp__tp_f_bwd(c, c->dtmp, N * h);
     const int64_t Ns = c->Ns;
-    o->zero(c->dres, Ns * h);
-    o->layernorm_bwd(c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
-                     c->G.lnf_b, Ns, h);
-    o->copy(xL, c->dres, Ns * h);
+    be->zero(be, c->dres, Ns * h);
+    be->layernorm_bwd(be, c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
+                      c->G.lnf_b, Ns, h);
+    be->copy(be, xL, c->dres, Ns * h);
 }

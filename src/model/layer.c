@@ -57,27 +57,27 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
     return d;
 }
 
-/* The tensor group's collectives move the table's precision: under
+/* The tensor group's collectives move the backend's precision: under
  * --bf16/--fp16 16-bit tensors (half the bytes), summed with each partial
  * sum rounded to the grid, so their results are on it (comm.h). */
 void ptdp__tp_f_bwd(const ptdp_gpt_chunk *c, float *dx, int64_t n) {
-    ptdp_allreduce_sum_act(c->p.tp, dx, n, c->ops->dtype);
+    ptdp_allreduce_sum_act(c->p.tp, dx, n, c->be->dtype);
 }
 void ptdp__tp_g_fwd(const ptdp_gpt_chunk *c, float *x, int64_t n) {
-    ptdp_allreduce_sum_act(c->p.tp, x, n, c->ops->dtype);
+    ptdp_allreduce_sum_act(c->p.tp, x, n, c->be->dtype);
 }
 
 void ptdp__sp_gather_into(const ptdp_gpt_chunk *c, const float *xs, float *out) {
     const int64_t n = c->Ns * c->h;
-    c->ops->copy(out + (int64_t)c->tp * n, xs, n);
-    ptdp_allgather_act(c->p.tp, out, n, c->ops->dtype);
+    c->be->copy(c->be, out + (int64_t)c->tp * n, xs, n);
+    ptdp_allgather_act(c->p.tp, out, n, c->be->dtype);
 }
 float *ptdp__sp_gather(const ptdp_gpt_chunk *c, const float *xs) {
     ptdp__sp_gather_into(c, xs, c->gath);
     return c->gath;
 }
 void ptdp__sp_scatter(const ptdp_gpt_chunk *c, float *full, float *out) {
-    ptdp_reduce_scatter_sum_act(c->p.tp, full, out, c->Ns * c->h, c->ops->dtype);
+    ptdp_reduce_scatter_sum_act(c->p.tp, full, out, c->Ns * c->h, c->be->dtype);
 }
 
 /* g's forward after a row-parallel GEMM into c->tmp [s, b, h]: the summed
@@ -109,7 +109,7 @@ static const float *whole(const ptdp_gpt_chunk *c, const float *xs) {
 
 /* y: where the layer's output goes (normally sa->x[i+1]). */
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
@@ -117,22 +117,23 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
 
-    o->layernorm_fwd(x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, Ns, h,
-                     c->cfg->ln_eps);
-    o->gemm(0, 1, N, 3 * hl, h, 1.0f, whole(c, A->ln1), h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
-    o->bias_add(A->qkv, W->qkv_b, N, 3 * hl);
-    o->attention_fwd(A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
-                     ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
-    o->gemm(0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
-    o->bias_dropout_add_fwd(
-        g_fwd(c), W->proj_b, x, A->xm, Ns, h,
+    be->layernorm_fwd(be, x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, Ns, h,
+                      c->cfg->ln_eps);
+    be->gemm(be, 0, 1, N, 3 * hl, h, 1.0f, whole(c, A->ln1), h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
+    be->bias_add(be, A->qkv, W->qkv_b, N, 3 * hl);
+    be->attention_fwd(
+        be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
+        ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    be->gemm(be, 0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
+    be->bias_dropout_add_fwd(
+        be, g_fwd(c), W->proj_b, x, A->xm, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
 
-    o->layernorm_fwd(A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns, h,
-                     c->cfg->ln_eps);
-    ptdp_mlp_fwd(o, whole(c, A->ln2), W->fc1_w, W->fc1_b, W->fc2_w, A->fc, A->gl, c->tmp, N, h, fl);
-    o->bias_dropout_add_fwd(
-        g_fwd(c), W->fc2_b, A->xm, y, Ns, h,
+    be->layernorm_fwd(be, A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns, h,
+                      c->cfg->ln_eps);
+    be->mlp_fwd(be, whole(c, A->ln2), W->fc1_w, W->fc1_b, W->fc2_w, A->fc, A->gl, c->tmp, N, h, fl);
+    be->bias_dropout_add_fwd(
+        be, g_fwd(c), W->fc2_b, A->xm, y, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
 }
 
@@ -141,7 +142,7 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
  * buffer, because W reads them later. */
 void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
@@ -151,35 +152,37 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     float *dres = c->dres, *dtmp = c->dtmp;
 
     /* MLP: dres holds d(out); g's backward (sp) gathers the branch's gradient */
-    o->bias_dropout_add_bwd(
-        dres, c->sp ? dtmp : wg->dmlp_out, G->fc2_b, Ns, h,
+    be->bias_dropout_add_bwd(
+        be, dres, c->sp ? dtmp : wg->dmlp_out, G->fc2_b, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
     if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dmlp_out);
-    ptdp_mlp_bwd_b(o, wg->dmlp_out, W->fc2_w, A->fc, W->fc1_b, W->fc1_w, wg->dfc, G->fc1_b,
-                   f_bwd_buf(c), N, h, fl);
+    be->mlp_bwd_b(be, wg->dmlp_out, W->fc2_w, A->fc, W->fc1_b, W->fc1_w, wg->dfc, G->fc1_b,
+                  f_bwd_buf(c), N, h, fl);
     f_bwd(c);
-    o->layernorm_bwd(dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b, Ns,
-                     h);
+    be->layernorm_bwd(be, dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b,
+                      Ns, h);
 
     /* attention: dres holds d(xm) */
-    o->bias_dropout_add_bwd(
-        dres, c->sp ? dtmp : wg->dattn_out, G->proj_b, Ns, h,
+    be->bias_dropout_add_bwd(
+        be, dres, c->sp ? dtmp : wg->dattn_out, G->proj_b, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dattn_out);
-    o->gemm(0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
+    be->gemm(be, 0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
     const ptdp_dropout pd =
         ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa);
     if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE)
         /* selective recomputation: core attention reruns from the stored QKV
          * to rebuild its saved state in the shared workspace; same inputs,
          * masks and kernel, so the ctx it writes over is the same ctx */
-        o->attention_fwd(A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd, pd);
-    o->attention_bwd(c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b, c->al,
-                     c->hd, pd);
-    o->bias_bwd(wg->dqkv, G->qkv_b, N, 3 * hl);
-    o->gemm(0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, f_bwd_buf(c), h);
+        be->attention_fwd(be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
+                          pd);
+    be->attention_bwd(be, c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b,
+                      c->al, c->hd, pd);
+    be->bias_bwd(be, wg->dqkv, G->qkv_b, N, 3 * hl);
+    be->gemm(be, 0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, f_bwd_buf(c), h);
     f_bwd(c);
-    o->layernorm_bwd(dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, Ns, h);
+    be->layernorm_bwd(be, dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, Ns,
+                      h);
 }
 
 /* W: the weight gradients, from the GEMM inputs stashed in the slot and the
@@ -188,11 +191,12 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
  * are gathered again (the slot keeps their shards). */
 void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg) {
-    const ptdp_ops *o = c->ops;
+    ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *G = &c->G.layers[i];
     const ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl;
-    ptdp_mlp_bwd_w(o, wg->dmlp_out, A->gl, wg->dfc, whole(c, A->ln2), G->fc2_w, G->fc1_w, N, h, fl);
-    o->gemm(1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
-    o->gemm(1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, whole(c, A->ln1), h, 1.0f, G->qkv_w, h);
+    be->mlp_bwd_w(be, wg->dmlp_out, A->gl, wg->dfc, whole(c, A->ln2), G->fc2_w, G->fc1_w, N, h, fl);
+    be->gemm(be, 1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
+    be->gemm(be, 1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, whole(c, A->ln1), h, 1.0f, G->qkv_w,
+             h);
 }

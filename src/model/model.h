@@ -73,32 +73,33 @@ typedef struct {
     int pre, post;                  /* holds embedding / loss head */
     int64_t micro_batch;            /* b */
     int slots;                      /* micro-batches whose activations can be stashed */
-    const ptdp_ops *ops;
-    ptdp_group *tp;               /* tensor-parallel group (size 1 allowed) */
-    int recompute_method;         /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
-    int64_t recompute_num_layers; /* Megatron's --recompute-num-layers */
-    int64_t numel_multiple;       /* pad the flat buffers to a multiple of this (0: 16) */
-    int eod_mask_loss;            /* the loss head skips tokens whose input is eod_token */
-    int32_t eod_token;            /* (Megatron's --eod-mask-loss) */
-    int sequence_parallel;        /* Megatron's --sequence-parallel (only when the tensor group
-                                     has t > 1 members; s % t == 0): the residual stream,
-                                     LayerNorms and dropouts hold this rank's 1/t of the
-                                     sequence, rows [tp*s/t*b, (tp+1)*s/t*b) of [s, b, h];
-                                     the chunk's input, output and their gradients are
-                                     [s/t, b, h] too */
-    int inference;                /* no gradient buffer (generation, export): forward only,
-                                     call ptdp_gpt_chunk_set_training(c, 0) */
-    int split_backward;           /* zero-bubble schedules: every slot also keeps the
-                                     output gradients of its layers' weight GEMMs, so
-                                     the weight gradients (ptdp_gpt_chunk_bwd_weight)
-                                     can run after the input gradient
-                                     (ptdp_gpt_chunk_bwd_input); needs no recompute */
-    ptdp_mem *mem;                /* NULL: the chunk allocates its own blocks; else
-                                     init carves from these arenas (a plan pass) and
-                                     ptdp_gpt_chunk_bind carves again once allocated */
+    ptdp_backend *be;               /* NULL: the chunk opens and closes its own fp32 CPU
+                                       backend (oneDNN) */
+    ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
+    int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
+    int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
+    int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
+    int eod_mask_loss;              /* the loss head skips tokens whose input is eod_token */
+    int32_t eod_token;              /* (Megatron's --eod-mask-loss) */
+    int sequence_parallel;          /* Megatron's --sequence-parallel (only when the tensor group
+                                       has t > 1 members; s % t == 0): the residual stream,
+                                       LayerNorms and dropouts hold this rank's 1/t of the
+                                       sequence, rows [tp*s/t*b, (tp+1)*s/t*b) of [s, b, h];
+                                       the chunk's input, output and their gradients are
+                                       [s/t, b, h] too */
+    int inference;                  /* no gradient buffer (generation, export): forward only,
+                                       call ptdp_gpt_chunk_set_training(c, 0) */
+    int split_backward;             /* zero-bubble schedules: every slot also keeps the
+                                       output gradients of its layers' weight GEMMs, so
+                                       the weight gradients (ptdp_gpt_chunk_bwd_weight)
+                                       can run after the input gradient
+                                       (ptdp_gpt_chunk_bwd_input); needs no recompute */
+    ptdp_mem *mem;                  /* NULL: the chunk allocates its own blocks; else
+                                       init carves from these arenas (a plan pass) and
+                                       ptdp_gpt_chunk_bind carves again once allocated */
 } ptdp_chunk_params;
 /* Defaults: no configuration (the caller sets cfg and the layer range), no
- * embedding or head, b = 1, one slot, the CPU backend, no tensor group
+ * embedding or head, b = 1, one slot, a CPU backend of its own, no tensor group
  * (t = 1), no recomputation, flat buffers padded to 16 floats, training,
  * its own memory. */
 ptdp_chunk_params ptdp_chunk_default_params(void);
@@ -109,7 +110,9 @@ typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 #define PTDP_MAX_CHUNKS 16
 
 /* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
- * allocate. The chunk keeps pointers to cfg, ops and tp (caller owns them).
+ * allocate. The chunk keeps pointers to cfg, be and tp (caller owns them). It
+ * registers its parameter buffer with the backend as weights (kernels.h's
+ * weights contract) once it has its memory, and forgets it when freed.
  * With p->mem the chunk's tensors are carved from those arenas: over plan
  * arenas it only records its sizes (its pointers are NULL until
  * ptdp_gpt_chunk_bind carves it again, in the same order, from the
@@ -119,7 +122,7 @@ void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m);
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
 
 /* The compute backend the chunk was built with. */
-const ptdp_ops *ptdp_gpt_chunk_ops(const ptdp_gpt_chunk *c);
+ptdp_backend *ptdp_gpt_chunk_backend(const ptdp_gpt_chunk *c);
 /* Parameter specs of the chunk (in buffer order), flat buffers and counts. */
 const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n);
 float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c);
@@ -231,7 +234,7 @@ double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t global_batch)
  *
  * Memory: ptdp_generator_init plans the cache and the work buffers from
  * (cfg, t, max_len) and allocates them once (backend memory through the
- * chunk's ops, host memory for logits and sampling); prefill and decode
+ * chunk's backend, host memory for logits and sampling); prefill and decode
  * allocate nothing. KV cache bytes: 2 * l * max_len * h/t * 4 per rank
  * (ptdp_generator_cache_bytes).
  *

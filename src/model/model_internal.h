@@ -58,7 +58,7 @@ typedef struct {
     float *ln1;                 /* [s', b, h] LN(x) */
     float *ln1_mean, *ln1_rstd; /* [s', b] */
     float *qkv;                 /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
-    float *attn_saved;          /* [ops->attention_saved_floats(s, b, a/t)] what attention_fwd keeps
+    float *attn_saved;          /* [be->attention_saved_floats(s, b, a/t)] what attention_fwd keeps
                                    for its backward (CPU: logsumexp [b, a/t, s]) */
     float *ctx;                 /* [s, b, h/t] attention output */
     float *xm;                  /* [s', b, h] x + dropout(attention out + bo) */
@@ -70,14 +70,16 @@ typedef struct {
 
 /* The output gradients of one layer's four weight GEMMs for one micro-batch:
  * with the stashed inputs of those GEMMs (ln1, ctx, ln2, gl), all the weight
- * gradients W needs. dattn_out is always the layer's own stashed xm: B's
- * last reader of xm (the MLP LayerNorm's backward) runs before B writes the
- * attention projection's output gradient, and W never reads xm, so the
- * buffer costs no memory. */
+ * gradients W needs. Without sequence parallelism dattn_out is the layer's
+ * own stashed xm: B's last reader of xm (the MLP LayerNorm's backward) runs
+ * before B writes the attention projection's output gradient, and W never
+ * reads xm, so the buffer costs no memory; with it xm is only this rank's
+ * sequence shard [s/t, b, h], and dattn_out [s, b, h] is a buffer of its
+ * own (chunk.c). */
 typedef struct {
     float *dmlp_out;  /* [s, b, h] gradient of the MLP's output GEMM (fc2) */
     float *dfc;       /* [s, b, 4h/t] gradient of fc (the GeLU's input) */
-    float *dattn_out; /* [s, b, h] gradient of the attention projection's output (= xm) */
+    float *dattn_out; /* [s, b, h] gradient of the attention projection's output (xm, or its own) */
     float *dqkv;      /* [s, b, 3h/t] gradient of qkv */
 } ptdp__layer_wgrad;
 
@@ -97,7 +99,8 @@ struct ptdp_gpt_chunk {
     ptdp_chunk_params p;
     ptdp_comm solo; /* p.tp points at its tensor group when the caller gave none */
     const ptdp_gpt_config *cfg;
-    const ptdp_ops *ops;
+    ptdp_backend *be;
+    int own_be; /* be was opened by the chunk (p.be NULL): closed with it */
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0; /* layers, s*b, h, h/t, 4h/t, a/t, h/a, V/t, tp*V/t */
     int sp;             /* sequence parallelism (t > 1): the residual stream is sharded */
@@ -134,7 +137,7 @@ struct ptdp_gpt_chunk {
     ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
                                 back to back (dattn_out: that layer's xm; with sp, whose
                                 xm is a shard, a workspace buffer of its own) */
-    float *attn_scratch;     /* [ptdp_attention_scratch_floats(s, threads)] */
+    float *attn_scratch;     /* [be->attention_scratch_floats(s)] */
     /* loss head (last stage) */
     float *lnf_out;             /* [s', b, h] */
     float *lnf_mean, *lnf_rstd; /* [s', b] */

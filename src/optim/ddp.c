@@ -28,7 +28,7 @@ struct ptdp_ddp {
 
 ptdp_ddp_params ptdp_ddp_default_params(void) {
     ptdp_ddp_params p = {.data = NULL,
-                         .ops = ptdp_cpu_ops(),
+                         .be = NULL,
                          .params = NULL,
                          .grads = NULL,
                          .numel = 0,
@@ -44,6 +44,7 @@ int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p) {
     *out = NULL;
     ptdp_ddp *d = calloc(1, sizeof *d);
     if (!d) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the gradient buckets");
+    PTDP_ASSERT_MSG(p->be, "the data-parallel reducer needs the buffers' backend");
     d->p = *p;
     d->d = p->data->size;
     d->r = p->data->rank;
@@ -92,7 +93,7 @@ void ptdp_ddp_free(ptdp_ddp *d) {
  * exactly when every value is */
 static void check_bucket(ptdp_ddp *d, int k) {
     const bucket *b = &d->b[k];
-    if (d->p.check_finite && !isfinite(d->p.ops->sumsq(d->p.grads + b->off, b->len)))
+    if (d->p.check_finite && !isfinite(d->p.be->sumsq(d->p.be, d->p.grads + b->off, b->len)))
         d->nonfinite = 1;
 }
 
@@ -104,7 +105,7 @@ static void start(ptdp_ddp *d, int k) {
          * local collective would memmove, and backend memory may not be host
          * memory); the in-place call keeps the communication counters */
         float *shard = d->shard + d->shard_off[k];
-        d->p.ops->copy(shard, d->p.grads + b->off, b->len);
+        d->p.be->copy(d->p.be, shard, d->p.grads + b->off, b->len);
         ptdp_ireduce_scatter_f32(d->p.data, shard, shard, b->len, &b->req);
     } else if (d->p.zero)
         ptdp_ireduce_scatter_f32(d->p.data, d->p.grads + b->off, d->shard + d->shard_off[k],
@@ -148,6 +149,7 @@ void ptdp_ddp_gather_params(ptdp_ddp *d) {
     if (!d->p.zero) return;
     for (int k = 0; k < d->nb; k++)
         ptdp_allgather_f32(d->p.data, d->p.params + d->b[k].off, d->b[k].len / d->d);
+    ptdp_backend_weights_written(d->p.be, d->p.params, d->p.numel);
 }
 
 int ptdp_ddp_num_owned(const ptdp_ddp *d) { return d->p.zero ? d->nb : 1; }

@@ -45,11 +45,11 @@ static const uint8_t role_decays[] = {
 #undef PTDP__ROLE_DECAY
 };
 
-int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
+int ptdp_optim_init(ptdp_optimizer *o, ptdp_backend *be, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
                     int tp_rank, int first_stage, ptdp_mem *mem) {
     memset(o, 0, sizeof *o);
-    o->ops = ops;
+    o->be = be;
     o->hp = *hp;
     o->params = params;
     int nowned = ptdp_ddp_num_owned(ddp);
@@ -81,7 +81,7 @@ int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_par
     return PTDP_OK;
 }
 
-static int has_master(const ptdp_optimizer *o) { return o->ops->dtype != PTDP_DTYPE_FP32; }
+static int has_master(const ptdp_optimizer *o) { return o->be->dtype != PTDP_DTYPE_FP32; }
 
 void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem) {
     o->params = params;
@@ -108,7 +108,7 @@ size_t ptdp_optim_state_bytes(const ptdp_optimizer *o) {
 double ptdp_optim_grad_sumsq(const ptdp_optimizer *o) {
     double acc = 0.0;
     for (int i = 0; i < o->nruns; i++)
-        if (o->runs[i].counted) acc += o->ops->sumsq(o->runs[i].grad, o->runs[i].len);
+        if (o->runs[i].counted) acc += o->be->sumsq(o->be, o->runs[i].grad, o->runs[i].len);
     return acc;
 }
 
@@ -123,17 +123,17 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad
         const ptdp_optim_run *r = &o->runs[i];
         float *w = o->master ? o->master + r->state : o->params + r->off;
         const float wd = r->wd ? (float)o->hp.weight_decay : 0.0f;
-        if (o->master && o->ops->adamw_master) { /* the working copy in the same pass */
-            o->ops->adamw_master(w, o->params + r->off, r->grad, gs, o->m + r->state,
-                                 o->v + r->state, r->len, (float)lr, (float)o->hp.beta1,
-                                 (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
+        if (o->master && o->be->adamw_master) { /* the working copy in the same pass */
+            o->be->adamw_master(o->be, w, o->params + r->off, r->grad, gs, o->m + r->state,
+                                o->v + r->state, r->len, (float)lr, (float)o->hp.beta1,
+                                (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
             continue;
         }
-        o->ops->adamw(w, r->grad, gs, o->m + r->state, o->v + r->state, r->len, (float)lr,
-                      (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
-        if (o->master) { /* the working copy: the master on the table's grid */
-            o->ops->copy(o->params + r->off, w, r->len);
-            o->ops->quantize(o->params + r->off, r->len);
+        o->be->adamw(o->be, w, r->grad, gs, o->m + r->state, o->v + r->state, r->len, (float)lr,
+                     (float)o->hp.beta1, (float)o->hp.beta2, (float)o->hp.eps, wd, o->step);
+        if (o->master) { /* the working copy: the master on the backend's grid */
+            o->be->copy(o->be, o->params + r->off, w, r->len);
+            o->be->quantize(o->be, o->params + r->off, r->len);
         }
     }
 }
@@ -141,17 +141,19 @@ void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad
 void ptdp_optim_take_master(ptdp_optimizer *o, int64_t numel) {
     if (!o->master) return;
     for (int i = 0; i < o->nruns; i++)
-        o->ops->copy(o->master + o->runs[i].state, o->params + o->runs[i].off, o->runs[i].len);
-    o->ops->quantize(o->params, numel);
+        o->be->copy(o->be, o->master + o->runs[i].state, o->params + o->runs[i].off,
+                    o->runs[i].len);
+    o->be->quantize(o->be, o->params, numel);
 }
 
 void ptdp_optim_master_to_params(ptdp_optimizer *o) {
     for (int i = 0; o->master && i < o->nruns; i++)
-        o->ops->copy(o->params + o->runs[i].off, o->master + o->runs[i].state, o->runs[i].len);
+        o->be->copy(o->be, o->params + o->runs[i].off, o->master + o->runs[i].state,
+                    o->runs[i].len);
 }
 
 void ptdp_optim_round_params(ptdp_optimizer *o, int64_t numel) {
-    if (o->master) o->ops->quantize(o->params, numel);
+    if (o->master) o->be->quantize(o->be, o->params, numel);
 }
 
 ptdp_loss_scaler ptdp_loss_scaler_constant(double scale) {

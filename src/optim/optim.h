@@ -4,9 +4,9 @@
  * for biases and LayerNorm parameters (by their role, PTDP_PARAM_ROLES in
  * base/base.h), as in Megatron. Parameters are known only through their
  * descriptions (ptdp_param_spec): optim/ does not include model/.
- * Mixed precision (a 16-bit ops table): the optimizer keeps fp32 master
+ * Mixed precision (a 16-bit backend): the optimizer keeps fp32 master
  * weights of the parameters it updates, next to m and v, and writes the
- * working copy (the model's parameters, on the table's grid) after each
+ * working copy (the model's parameters, on the backend's grid) after each
  * step; Megatron's dynamic loss scaler for fp16 is ptdp_loss_scaler. */
 #ifndef PTDP_OPTIM_H
 #define PTDP_OPTIM_H
@@ -61,7 +61,7 @@ typedef struct ptdp_ddp ptdp_ddp;
 
 typedef struct {
     ptdp_group *data;
-    const ptdp_ops *ops;
+    ptdp_backend *be; /* the backend of the buffers (required) */
     float *params, *grads;
     int64_t numel;         /* a multiple of data->size */
     int64_t bucket_floats; /* --ddp-bucket-size */
@@ -74,7 +74,7 @@ typedef struct {
                               rank's own gradient before each bucket's reduction */
 } ptdp_ddp_params;
 /* Defaults: no group or buffers (the caller sets data, params, grads,
- * numel), the CPU backend, Megatron's bucket of 40,000,000 floats, plain
+ * numel) and no backend (the caller sets be), Megatron's bucket of 40,000,000 floats, plain
  * all-reduce, nothing held, no arenas. */
 ptdp_ddp_params ptdp_ddp_default_params(void);
 
@@ -99,7 +99,9 @@ void ptdp_ddp_finish(ptdp_ddp *d);
  * reduces the gradient (the tied embedding's all-reduce). Resets for the
  * next iteration. 0 without check_finite. Local: no communication. */
 int ptdp_ddp_local_nonfinite(ptdp_ddp *d);
-/* ZeRO-1: all-gathers the updated parameter shards (no-op otherwise). */
+/* ZeRO-1: all-gathers the updated parameter shards (no-op otherwise), and
+ * tells the backend its weights were written (the collective bypasses it:
+ * kernels.h's weights contract). */
 void ptdp_ddp_gather_params(ptdp_ddp *d);
 /* Where this rank's gradient for flat offsets [off, off+len) lives after
  * finish when it owns them (ZeRO-1: the shard buffer), else NULL.
@@ -121,11 +123,11 @@ typedef struct {
 } ptdp_optim_run;
 
 typedef struct {
-    const ptdp_ops *ops;
+    ptdp_backend *be;
     ptdp_adamw_params hp;
     float *params;
     float *m, *v;  /* [state_len] each, one piece of the optimizer-state arena */
-    float *master; /* [state_len] fp32 master weights when ops->dtype is 16-bit, else NULL */
+    float *master; /* [state_len] fp32 master weights when be->dtype is 16-bit, else NULL */
     int64_t state_len;
     ptdp_optim_run *runs;
     int nruns;
@@ -136,11 +138,11 @@ typedef struct {
  * boundaries, with their decay and norm flags: tensor-parallel replicated
  * parameters count on TP rank 0 only, the tied word embedding on the first
  * pipeline stage only. m and v [2, state_len] (and the master weights,
- * [3, state_len] in all, when ops->dtype is 16-bit) are carved from
+ * [3, state_len] in all, when be->dtype is 16-bit) are carved from
  * mem->cat[PTDP_MEM_OPTIMIZER]; over a plan arena that only records the
  * size, and ptdp_optim_bind carves again (and points the runs at the
  * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
-int ptdp_optim_init(ptdp_optimizer *o, const ptdp_ops *ops, const ptdp_adamw_params *hp,
+int ptdp_optim_init(ptdp_optimizer *o, ptdp_backend *be, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
                     int tp_rank, int first_stage, ptdp_mem *mem);
 void ptdp_optim_bind(ptdp_optimizer *o, float *params, ptdp_ddp *ddp, ptdp_mem *mem);
@@ -152,7 +154,7 @@ double ptdp_optim_grad_sumsq(const ptdp_optimizer *o);
  * one) and clips by the global norm of the unscaled gradients, grad_norm
  * (coefficient clip / (norm + 1e-6) when below 1, as Megatron and PyTorch),
  * then one AdamW step at `lr` on the runs: on the master weights, then
- * written to the parameters on the table's grid, when there are masters. */
+ * written to the parameters on the backend's grid, when there are masters. */
 void ptdp_optim_step(ptdp_optimizer *o, double grad_norm, double lr, double grad_scale);
 /* Master weights from the parameters (after they were initialised or
  * loaded at full precision), then the parameters rounded to the grid; and

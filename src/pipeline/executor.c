@@ -175,11 +175,11 @@ static float *next_send_buf(ptdp_executor *ex, int kind, ptdp_comm_req **req) {
  * to computing, waits for the sender's next MPI call. */
 static float *recv_buffer(const ptdp_executor *ex, int j) { return ex->bufs + (j & 1) * ex->msg; }
 
-/* Messages travel in the table's precision (Megatron's bf16/fp16 tensors):
+/* Messages travel in the backend's precision (Megatron's bf16/fp16 tensors):
  * a 16-bit run packs the values in place before a send and unpacks them
  * after the receive (and the scatter/gather all-gather), half the bytes. */
 static ptdp_comm_dtype msg_dtype(const ptdp_executor *ex) {
-    return ptdp_comm_act_dtype(ex->p.ops->dtype);
+    return ptdp_comm_act_dtype(ex->p.be->dtype);
 }
 /* Element i of a message buffer as the dtype packs it. */
 static char *msg_at(const ptdp_executor *ex, float *buf, int64_t i) {
@@ -218,7 +218,7 @@ static const float *recv_from(ptdp_executor *ex, const ptdp_p2p *peer, int kind,
     ptdp_wait(&ex->recv_req);
     if (sliced(ex))
         ptdp_allgather_dt(ex->p.tensor, buf, ex->msg / ex->p.tensor->size, msg_dtype(ex));
-    ptdp_unpack_n(buf, buf, ex->msg, ex->p.ops->dtype);
+    ptdp_unpack_n(buf, buf, ex->msg, ex->p.be->dtype);
     record(ex, PTDP_EV_RECV, t0, &ex->acts[i], it);
     post_recv(ex, j + 1);
     return buf;
@@ -239,7 +239,7 @@ static void send_to(ptdp_executor *ex, float *buf, const ptdp_p2p *peer, int kin
         i0 = ex->p.tensor->rank * n;
     }
     char *at = msg_at(ex, buf, i0); /* not after buf + i0: packing may overlap */
-    ptdp_pack_n(at, buf + i0, n, ex->p.ops->dtype);
+    ptdp_pack_n(at, buf + i0, n, ex->p.be->dtype);
     ptdp_isend_dt(ex->p.pipeline, at, n, dt, peer->peer_rank, tag, req);
 }
 

@@ -52,7 +52,7 @@ typedef struct {
     ptdp_schedule_params sched; /* checked, kind resolved */
     int pp_rank;
     ptdp_group *pipeline;
-    const ptdp_ops *ops;
+    ptdp_backend *be;
     ptdp_mem *mem;           /* the message buffers come from mem->cat[PTDP_MEM_PIPELINE] */
     ptdp_gpt_chunk **chunks; /* [v] this rank's chunks, chunk c = virtual stage c*p + pp_rank;
                                 chunk c has ptdp_schedule_chunk_inflight() slots */

@@ -1,7 +1,8 @@
 /* memory.c - the planner's memory model of one training rank, from the
  * configuration alone: every tensor category of base/base.h (weights,
  * gradients, optimizer state, ZeRO-1 gradient shard, activations, workspace,
- * pipeline and evaluation buffers). It must not depend on the model,
+ * pipeline and evaluation buffers, the compute backend's own workspace). It
+ * must not depend on the model,
  * optimizer or pipeline code (only on base and pipeline/schedule.h): the
  * train run prints this prediction next to what the rank actually carved,
  * and tests/test_memory_plan.sh holds the two equal, byte for byte. So the
@@ -37,8 +38,15 @@
  * the layer's stashed xm, dead by then, except with sequence parallelism,
  * where xm is a shard and the slot carves N h more. With sequence
  * parallelism and B, W back to back the workspace holds that fourth one
- * ([s, b, h]) instead. The native bf16 table keeps the MLP's three
- * (fc, gl and dfc, N fl values each) in bf16: N fl / 2 floats (mlp16). */
+ * ([s, b, h]) instead. The native bf16 backend keeps the MLP's three
+ * (fc, gl and dfc, N fl values each) in bf16: N fl / 2 floats (mlp16).
+ *
+ * The compute backend's own memory (scratch, GEMM workspace, the native
+ * bf16 GEMMs' weight copies, CUDA's attention workspace) is one block:
+ * fixed + per_layer x (layers of the rank's chunks) + per_head x (loss heads
+ * among them), where only the backend knows its three numbers for the
+ * configuration's shapes (the layouts oneDNN picks) and hands them over as
+ * it hands over attention's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +134,9 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
                             .recompute_num_layers = 0,
                             .attn_saved_floats = 0,
                             .attn_scratch_floats = 0,
+                            .backend_fixed = 0,
+                            .backend_per_layer = 0,
+                            .backend_per_head = 0,
                             .master_weights = 0,
                             .sequence_parallel = 0};
 }
@@ -173,12 +184,14 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
     const int64_t stages = (int64_t)sp->p * sp->v;
     int rc = ptdp_stage_layout_check(&r->layout, r->layers, sp->p, sp->v);
     if (rc != PTDP_OK) return rc;
+    size_t backend = r->backend_fixed; /* the compute backend's own memory, one block */
     for (int c = 0; c < sp->v; c++) {
         const int64_t stage = ptdp_schedule_stage(sp, r->pp_rank, c);
         int64_t begin, end;
         ptdp_stage_layout_range(&r->layout, r->layers, sp->p, sp->v, (int)stage, &begin, &end);
         const int64_t per = end - begin;
         const int pre = stage == 0, post = stage == stages - 1;
+        backend += (size_t)per * r->backend_per_layer + (post ? r->backend_per_head : 0);
         int64_t *numel = malloc(sizeof(int64_t) * (size_t)(12 * per + 4) * 2);
         if (!numel) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the memory plan");
         int64_t *off = numel + 12 * per + 4, total = 0;
@@ -218,6 +231,7 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
             (size_t)slot * (size_t)ptdp_schedule_chunk_inflight(sp, r->pp_rank, c);
         bytes[PTDP_MEM_WORKSPACE] += (size_t)shared;
     }
+    bytes[PTDP_MEM_BACKEND] = ptdp_arena_need(backend);
     if (sp->p > 1) {
         /* one activation [s, b, h], or its sequence shard */
         const size_t msg =

@@ -117,12 +117,12 @@ typedef struct {
     int split_backward;    /* zero-bubble schedule: each slot also keeps its layers'
                               weight-GEMM output gradients until W */
     /* the compute backend's numbers (the plan does not know the kernels):
-     * floats attention saves per layer and micro-batch, ops->
+     * floats attention saves per layer and micro-batch, be->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
-     * ptdp_attention_scratch_floats(s, threads) */
+     * be->attention_scratch_floats(s) */
     int64_t attn_saved_floats, attn_scratch_floats;
     int mlp16; /* the MLP's fc, gl and dfc in 16 bits, N fl / 2 floats each
-                  (ptdp_mlp_floats: the native bf16 table) */
+                  (ptdp_mlp_floats: the native bf16 backend) */
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -147,11 +147,15 @@ typedef struct {
     int64_t recompute_num_layers;
     int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
     int mlp16;                                      /* as in ptdp_plan_mem */
+    /* the compute backend's own memory for this job, its three numbers
+     * (ptdp_backend_workspace_size, kernels.h): bytes fixed, per transformer
+     * layer and per loss head this rank holds; 0: none */
+    size_t backend_fixed, backend_per_layer, backend_per_head;
     int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
     int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
                               between stages carry s/t positions) */
 } ptdp_plan_rank;
-/* No model (the caller sets the shape and the two attention numbers, which
+/* No model (the caller sets the shape and the backend's numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
  * Megatron's 40,000,000-float buckets, no recomputation. */
 ptdp_plan_rank ptdp_plan_rank_default_params(void);
@@ -255,13 +259,16 @@ typedef struct {
     int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
-     * and micro-batch, ops->attention_saved_floats (NULL: the probabilities,
-     * b al s^2), and the floats of its shared scratch,
-     * ptdp_attention_scratch_floats(s, threads per rank) */
+     * and micro-batch, the CPU's ptdp_attention_saved_floats_cpu (NULL: the
+     * probabilities, b al s^2), and the floats of its shared scratch,
+     * ptdp_attention_scratch_floats(s, threads per rank). Not counted: the
+     * backend's own workspace (ptdp_backend_workspace_size: the native bf16
+     * GEMMs' weight copies, about 4 bytes per parameter, and scratch), which
+     * only an open backend can size */
     int64_t (*attn_saved_floats)(int64_t s, int64_t b, int64_t al);
     int64_t attn_scratch_floats;
-    int bf16_mlp16; /* the CPU's bf16 table keeps the MLP's activations in bf16
-                       (ops->mlp_store): --bf16 plans count them so */
+    int bf16_mlp16; /* the CPU's bf16 backend keeps the MLP's activations in bf16
+                       (be->mlp_store): --bf16 plans count them so */
 } ptdp_plan_job;
 /* No model (the caller sets the shape and B), fp32, automatic schedule,
  * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1

@@ -137,6 +137,7 @@ void ptdp__log_start(ptdp_run *r) {
     const ptdp_trainer_params *tp = &r->p.trainer;
     const ptdp_gpt_config *cfg = &tp->cfg;
     const ptdp_comm *comm = r->comm;
+    char be_desc[256];
     ptdp_log0(
         "ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
         "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
@@ -144,6 +145,7 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    ptdp_log0("compute backend %s", ptdp_backend_describe(tp->be, be_desc, sizeof be_desc));
     if (!ptdp_stage_layout_is_even(&tp->layout)) {
         char buf[512];
         const int zbv = ptdp_schedule_resolve_kind(&tp->sched) == PTDP_SCHED_ZBV;
@@ -158,7 +160,8 @@ void ptdp__log_start(ptdp_run *r) {
         ptdp_log0("zb-v: lists played with costs F,B,W = %d,%d,%d per chunk (%s)", sp->cost_f,
                   sp->cost_b, sp->cost_w,
                   tp->sched.cost_f ? "--zb-costs" : "from the layer's FLOPs; --zb-costs sets them");
-    if (tp->ops->dtype != PTDP_DTYPE_FP32) {
+    ptdp_backend *be = tp->be;
+    if (be->dtype != PTDP_DTYPE_FP32) {
         const ptdp_loss_scaler *ls = &tp->scaler;
         char scale[96] = "no loss scaling";
         if (ls->dynamic)
@@ -166,19 +169,18 @@ void ptdp__log_start(ptdp_run *r) {
                      ls->scale, (long long)ls->window, ls->hysteresis);
         else if (ls->scale != 1.0)
             snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
-        ptdp_log0(
-            "mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
-            "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
-            "its outputs%s), 16-bit messages between ranks; compute table %s (GEMMs: %s)",
-            ptdp_dtype_name(tp->ops->dtype), scale, ptdp_dtype_name(tp->ops->dtype),
-            tp->ops->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
-                                                  : "",
-            tp->ops->name,
-            strstr(tp->ops->name, "native-gemm") ? "oneDNN's native bf16 matmul, fp32 accumulation"
-            : strstr(tp->ops->name, "native")
-                ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "
-                  "bf16 with AVX512_BF16"
-                : "fp32 on 16-bit-valued inputs");
+        ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
+                  "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
+                  "its outputs%s), 16-bit messages between ranks; compute backend %s (GEMMs: %s)",
+                  ptdp_dtype_name(be->dtype), scale, ptdp_dtype_name(be->dtype),
+                  be->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
+                                                   : "",
+                  be->name,
+                  !(be->caps & PTDP_CAP_NATIVE_GEMM16) ? "fp32 on 16-bit-valued inputs"
+                  : be->caps & PTDP_CAP_ATTENTION16
+                      ? "oneDNN's native bf16 matmul, fp32 accumulation; attention's tiles in "
+                        "bf16 with AVX512_BF16"
+                      : "oneDNN's native bf16 matmul, fp32 accumulation");
     }
     if (r->tb)
         ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),

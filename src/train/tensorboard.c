@@ -46,21 +46,14 @@ struct ptdp_tb {
     char path[4096];
 };
 
-/* CRC-32C, bytewise with a table built on first use (any thread may race to
- * build it: every builder writes the same values). */
+/* CRC-32C, bit by bit (records are tens of bytes: no table needed, so no
+ * state to build) */
 static uint32_t crc32c(const uint8_t *p, size_t n) {
-    static uint32_t table[256];
-    static int ready;
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
     uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    }
     return ~c;
 }
 

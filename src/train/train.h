@@ -64,7 +64,7 @@ typedef struct {
     int64_t global_batch; /* B, a multiple of b */
     ptdp_lr_schedule lr;
     ptdp_adamw_params adam;
-    const ptdp_ops *ops;
+    ptdp_backend *be; /* the compute backend (the caller opens and closes it) */
     ptdp_comm *comm;
     const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
     ptdp_schedule_params sched; /* p, v, kind, zb-v costs (m is derived); p 0: p = comm's, v = 1;
@@ -160,7 +160,9 @@ void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],
  * 0 the bytes per parameter. Not collective. */
 void ptdp_trainer_log_memory(const ptdp_trainer *tr);
 /* Ranks with dp = tp = 0: the process's peak resident memory (getrusage
- * ru_maxrss) next to the plan's total. End of a run. */
+ * ru_maxrss) next to the plan's total; every rank whose compute backend
+ * allocated memory beyond its planned workspace: a "memory plan MISMATCH"
+ * line with the bytes. End of a run. */
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
 
 /* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and

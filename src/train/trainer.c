@@ -28,6 +28,10 @@ struct ptdp_trainer {
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
     float *eval_buf;                 /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
+    ptdp_backend_job job;            /* what the backend plans its own memory for */
+    ptdp_backend_workspace bws;      /* its answer */
+    void *bws_block;                 /* its workspace, from the backend category (NULL: none) */
+    size_t ondemand0;                /* the backend's own allocations before the first step */
     ptdp_mem mem;                    /* every tensor of the rank: one block per category */
     size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
     int64_t iteration;
@@ -79,6 +83,42 @@ static void carve_eval(ptdp_trainer *tr) {
         p->comm->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
 }
 
+/* The shapes the compute backend plans its own memory for: a layer's and
+ * the loss head's ops, the layers and heads of this rank's chunks. */
+static ptdp_backend_job backend_job(const ptdp_trainer *tr) {
+    const ptdp_trainer_params *p = &tr->p;
+    const int64_t t = p->comm->t;
+    ptdp_backend_job j = {.s = p->cfg.seq_length,
+                          .b = p->micro_batch,
+                          .h = p->cfg.hidden,
+                          .hl = p->cfg.hidden / t,
+                          .fl = p->cfg.ffn_hidden / t,
+                          .al = p->cfg.heads / t,
+                          .hd = p->cfg.hidden / p->cfg.heads,
+                          .Vl = 0,
+                          .layers = 0,
+                          .heads = 0,
+                          .threads = omp_get_max_threads()};
+    const int64_t stages = (int64_t)p->sched.p * tr->v;
+    for (int c = 0; c < tr->v; c++) {
+        int64_t begin, end, stage = ptdp_schedule_stage(&p->sched, p->comm->pp, c);
+        ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
+                                &begin, &end);
+        j.layers += end - begin;
+        j.heads += stage == stages - 1;
+    }
+    if (j.heads) j.Vl = p->cfg.vocab_padded / t;
+    return j;
+}
+
+/* The backend's workspace, one piece of its category (twice, like every
+ * subsystem: over the plan arena, then over the block). */
+static void carve_backend(ptdp_trainer *tr) {
+    tr->bws_block =
+        ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_BACKEND],
+                         ptdp_backend_workspace_bytes(&tr->bws, tr->job.layers, tr->job.heads));
+}
+
 /* The planner's prediction of this rank's memory, from the configuration. */
 static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     const ptdp_trainer_params *p = &tr->p;
@@ -102,10 +142,13 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     if (p->ddp_bucket_floats) r.bucket_floats = p->ddp_bucket_floats;
     r.recompute = p->recompute_method;
     r.recompute_num_layers = p->recompute_num_layers;
-    r.attn_saved_floats = p->ops->attention_saved_floats(r.s, r.b, p->cfg.heads / comm->t);
-    r.attn_scratch_floats = ptdp_attention_scratch_floats(r.s, omp_get_max_threads());
-    r.master_weights = p->ops->dtype != PTDP_DTYPE_FP32;
-    r.mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32;
+    r.attn_saved_floats = p->be->attention_saved_floats(p->be, r.s, r.b, p->cfg.heads / comm->t);
+    r.attn_scratch_floats = p->be->attention_scratch_floats(p->be, r.s);
+    r.master_weights = p->be->dtype != PTDP_DTYPE_FP32;
+    r.mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32;
+    r.backend_fixed = tr->bws.fixed;
+    r.backend_per_layer = tr->bws.per_layer;
+    r.backend_per_head = tr->bws.per_head;
     r.sequence_parallel = seq_par(p);
     return ptdp_plan_rank_memory(&r, bytes);
 }
@@ -132,8 +175,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     tr->loss_scales = malloc(sizeof(float) * (size_t)(sp.m > 0 ? sp.m : 1));
     int rc = !tr->loss_scales
                  ? ptdp_errorf(PTDP_ENOMEM, "out of memory")
-                 : ptdp_ops_check(p->ops, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
-                                              (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
+                 : ptdp_backend_check(p->be, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
+                                                 (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v;
@@ -160,7 +203,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             .post = stage == stages - 1,
             .micro_batch = p->micro_batch,
             .slots = slots,
-            .ops = p->ops,
+            .be = p->be,
             .tp = &comm->tensor,
             .recompute_method = p->recompute_method,
             .recompute_num_layers = p->recompute_num_layers,
@@ -181,7 +224,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
             const ptdp_ddp_params dflt = ptdp_ddp_default_params();
             ptdp_ddp_params dp = {
                 .data = &comm->data,
-                .ops = p->ops,
+                .be = p->be,
                 .params = ptdp_gpt_chunk_params(tr->chunks[c]),
                 .grads = ptdp_gpt_chunk_grads(tr->chunks[c]),
                 .numel = ptdp_gpt_chunk_numel(tr->chunks[c]),
@@ -196,7 +239,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         if (rc == PTDP_OK) {
             int n;
             const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(tr->chunks[c], &n);
-            rc = ptdp_optim_init(&tr->opts[c], p->ops, &p->adam, specs, n,
+            rc = ptdp_optim_init(&tr->opts[c], p->be, &p->adam, specs, n,
                                  ptdp_gpt_chunk_params(tr->chunks[c]), tr->ddp[c],
                                  comm->tensor.rank, cp.pre, &tr->mem);
         }
@@ -206,7 +249,7 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         ep.sched = sp;
         ep.pp_rank = comm->pp;
         ep.pipeline = &comm->pipeline;
-        ep.ops = p->ops;
+        ep.be = p->be;
         ep.mem = &tr->mem;
         ep.chunks = tr->chunks;
         ep.tokens_per_mb = msg_floats(p) / p->cfg.hidden;
@@ -223,7 +266,12 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     /* Everything above carved from plan arenas (sizes only); now one block per
      * category, and every subsystem carves again, in the same order. */
     if (rc == PTDP_OK) carve_eval(tr);
-    if (rc == PTDP_OK) rc = ptdp_mem_alloc(&tr->mem, p->ops->alloc, p->ops->free);
+    if (rc == PTDP_OK) { /* the backend's own memory, planned with the rest */
+        tr->job = backend_job(tr);
+        rc = ptdp_backend_workspace_size(p->be, &tr->job, &tr->bws);
+        if (rc == PTDP_OK) carve_backend(tr);
+    }
+    if (rc == PTDP_OK) rc = ptdp_backend_mem_alloc(p->be, &tr->mem);
     if (rc == PTDP_OK) {
         for (int c = 0; c < tr->v; c++) {
             ptdp_gpt_chunk_bind(tr->chunks[c], &tr->mem);
@@ -233,8 +281,13 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         }
         ptdp_executor_bind(tr->ex, &tr->mem);
         carve_eval(tr);
+        carve_backend(tr);
         PTDP_ASSERT_MSG(ptdp_mem_exact(&tr->mem), "a subsystem carved differently from its plan");
-        rc = plan_rank(tr, tr->predicted);
+        rc = ptdp_backend_workspace_set(
+            p->be, &tr->job, tr->bws_block,
+            ptdp_backend_workspace_bytes(&tr->bws, tr->job.layers, tr->job.heads));
+        if (rc == PTDP_OK) rc = plan_rank(tr, tr->predicted);
+        tr->ondemand0 = p->be->ondemand_bytes;
     }
     for (int c = 0; rc == PTDP_OK && c < tr->v; c++) {
         if (p->init_from)
@@ -253,29 +306,17 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     return PTDP_OK;
 }
 
-/* Every step and evaluation starts by telling the table the weights may have
- * changed since it last ran (optimizer step, ZeRO-1's all-gather, a load, a
- * test's perturbation): a table that keeps them converted (the native bf16
- * one) converts each once per step instead of at every use. forget: the
- * chunks are being freed, the table drops its copies. */
-static void weights_changed(ptdp_trainer *tr, int forget) {
-    if (!tr->p.ops || !tr->p.ops->weights_changed) return;
-    for (int c = 0; c < PTDP_MAX_CHUNKS; c++)
-        if (tr->chunks[c])
-            tr->p.ops->weights_changed(ptdp_gpt_chunk_params(tr->chunks[c]),
-                                       forget ? 0 : ptdp_gpt_chunk_numel(tr->chunks[c]));
-}
-
 void ptdp_trainer_free(ptdp_trainer *tr) {
     if (!tr) return;
-    weights_changed(tr, 1); /* the table forgets their weight copies */
     for (int c = 0; c < PTDP_MAX_CHUNKS; c++) {
         if (tr->chunks[c]) ptdp_optim_free(&tr->opts[c]);
         ptdp_ddp_free(tr->ddp[c]);
         ptdp_gpt_chunk_free(tr->chunks[c]);
     }
     ptdp_executor_free(tr->ex);
-    ptdp_mem_free(&tr->mem, tr->p.ops->free);
+    /* the backend gives back what it kept in its workspace before the block goes */
+    if (tr->bws_block) ptdp_backend_workspace_set(tr->p.be, &tr->job, NULL, 0);
+    ptdp_backend_mem_free(tr->p.be, &tr->mem);
     free(tr->hash_buf);
     free(tr->loss_scales);
     free(tr);
@@ -315,8 +356,9 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     const ptdp_param_spec *wte2 = find_wte(c2);
     PTDP_ASSERT(wte2 && wte2->numel == wte->numel && c2 != c);
     float *g2 = ptdp_gpt_chunk_grads(c2) + wte2->offset;
-    tr->p.ops->bias_bwd(g2, g, 1, wte->numel); /* g += g2 */
-    tr->p.ops->copy(g2, g, wte->numel);
+    ptdp_backend *be = tr->p.be;
+    be->bias_bwd(be, g2, g, 1, wte->numel); /* g += g2 */
+    be->copy(be, g2, g, wte->numel);
 }
 
 /* Sequence parallelism: a parameter replicated across the tensor group
@@ -385,12 +427,11 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     ptdp_comm *comm = p->comm;
     const int64_t s = p->cfg.seq_length, b = p->micro_batch, m = p->sched.m;
     const int64_t counted = loss_scales(tr, batch);
-    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
     if (ptdp_fault_at("nan", tr->iteration + 1)) { /* tests: a nan gradient on this rank, */
         float nan = NAN; /* put before backward so it flows through the reductions */
-        p->ops->upload(ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
+        p->be->upload(p->be, ptdp_gpt_chunk_grads(tr->chunks[0]), &nan, sizeof nan);
     }
     ptdp_executor_run(tr->ex, batch, b, s, tr->loss_scales, tr->iteration, comm->dp * m, &loss_sum);
     if (ptdp_fault_at("nan-loss", tr->iteration + 1)) loss_sum = NAN; /* tests: this rank's loss */
@@ -460,7 +501,6 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const int64_t n = msg_floats(p), stages = P * tr->v;
     float *buf = tr->eval_buf;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
-    weights_changed(tr, 0);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
     for (int64_t k = 0; k < m; k++)
         for (int64_t stage = 0; stage < stages; stage++) {
@@ -472,7 +512,7 @@ double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
                 ptdp_schedule_stage_owner(&p->sched, (int)stage + 1, &next_r, &unused);
             ptdp_comm_req req;
             if (stage > 0 && prev_r == r) { /* from this rank's previous stage */
-                p->ops->copy(buf, buf + n, n);
+                p->be->copy(p->be, buf, buf + n, n);
             } else if (stage > 0) {
                 ptdp_irecv_f32(&comm->pipeline, buf, n, prev_r, (int)stage, &req);
                 ptdp_wait(&req);
@@ -533,7 +573,7 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
     int64_t n = 0;
     for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
     const double per = (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1);
-    if (tr->p.ops->dtype == PTDP_DTYPE_FP32)
+    if (tr->p.be->dtype == PTDP_DTYPE_FP32)
         ptdp_log0(
             "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
             "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
@@ -544,14 +584,20 @@ void ptdp_trainer_log_memory(const ptdp_trainer *tr) {
             "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
             "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
             "--use-distributed-optimizer 12/d = %.2f B, without 12 B%s",
-            ptdp_dtype_name(tr->p.ops->dtype), per, 12.0 / comm->d,
-            tr->p.ops->weights_changed ? "; outside the plan, the native GEMMs' bf16 copies of the "
-                                         "weights, about 4 B (two layouts of 2 B)"
-                                       : "");
+            ptdp_dtype_name(tr->p.be->dtype), per, 12.0 / comm->d,
+            tr->p.be->caps & PTDP_CAP_WEIGHT_COPIES
+                ? "; in the backend workspace, the native GEMMs' bf16 copies of the weights, about "
+                  "4 B (two layouts of 2 B)"
+                : "");
 }
 
 void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr) {
     const ptdp_comm *comm = tr->p.comm;
+    const size_t beyond = tr->p.be->ondemand_bytes - tr->ondemand0;
+    if (beyond) /* the plan was to hold all of it */
+        ptdp_log("memory plan MISMATCH: the compute backend allocated %zu bytes beyond its planned "
+                 "workspace during the run",
+                 beyond);
     struct rusage ru;
     if (comm->dp != 0 || comm->tp != 0 || getrusage(RUSAGE_SELF, &ru) != 0) return;
     const double rss = (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */
@@ -578,25 +624,25 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
         int64_t stage = ptdp_schedule_stage(&p->sched, comm->pp, c), begin, end;
         ptdp_stage_layout_range(&p->layout, p->cfg.num_layers, p->sched.p, tr->v, (int)stage,
                                 &begin, &end);
-        const ptdp_plan_mem pm = {.layers = end - begin,
-                                  .h = p->cfg.hidden,
-                                  .a = p->cfg.heads,
-                                  .ffn = p->cfg.ffn_hidden,
-                                  .s = p->cfg.seq_length,
-                                  .b = p->micro_batch,
-                                  .t = comm->t,
-                                  .vocab_padded = p->cfg.vocab_padded,
-                                  .pre = stage == 0,
-                                  .post = stage == stages - 1,
-                                  .recompute = p->recompute_method,
-                                  .recompute_num_layers = p->recompute_num_layers,
-                                  .sequence_parallel = seq_par(p),
-                                  .split_backward = ptdp_schedule_splits_backward(&p->sched),
-                                  .attn_saved_floats = p->ops->attention_saved_floats(
-                                      p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
-                                  .attn_scratch_floats = ptdp_attention_scratch_floats(
-                                      p->cfg.seq_length, omp_get_max_threads()),
-                                  .mlp16 = p->ops->mlp_store != PTDP_DTYPE_FP32};
+        const ptdp_plan_mem pm = {
+            .layers = end - begin,
+            .h = p->cfg.hidden,
+            .a = p->cfg.heads,
+            .ffn = p->cfg.ffn_hidden,
+            .s = p->cfg.seq_length,
+            .b = p->micro_batch,
+            .t = comm->t,
+            .vocab_padded = p->cfg.vocab_padded,
+            .pre = stage == 0,
+            .post = stage == stages - 1,
+            .recompute = p->recompute_method,
+            .recompute_num_layers = p->recompute_num_layers,
+            .sequence_parallel = seq_par(p),
+            .split_backward = ptdp_schedule_splits_backward(&p->sched),
+            .attn_saved_floats = p->be->attention_saved_floats(
+                p->be, p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
+            .attn_scratch_floats = p->be->attention_scratch_floats(p->be, p->cfg.seq_length),
+            .mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;
@@ -605,9 +651,9 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
 
 void ptdp_trainer_perturb(ptdp_trainer *tr) {
     float x, *w = ptdp_gpt_chunk_params(tr->chunks[0]);
-    tr->p.ops->download(&x, w, sizeof x);
+    tr->p.be->download(tr->p.be, &x, w, sizeof x);
     x += 1e-3f;
-    tr->p.ops->upload(w, &x, sizeof x);
+    tr->p.be->upload(tr->p.be, w, &x, sizeof x);
 }
 
 int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
@@ -619,7 +665,7 @@ int ptdp_trainer_replicas_identical(ptdp_trainer *tr) {
         const int64_t n = ptdp_gpt_chunk_numel(tr->chunks[c]);
         for (int64_t i = 0; i < n; i += HASH_CHUNK) {
             const size_t bytes = sizeof(float) * (size_t)(n - i < HASH_CHUNK ? n - i : HASH_CHUNK);
-            tr->p.ops->download(tr->hash_buf, w + i, bytes);
+            tr->p.be->download(tr->p.be, tr->hash_buf, w + i, bytes);
             h = ptdp_fnv1a(tr->hash_buf, bytes, h);
         }
     }

@@ -6,7 +6,8 @@
  * (the zeros above the diagonal make that equal to the CPU's causal
  * blocking up to summation order). Scores are computed into probs and
  * normalised in place; the dropped-out probabilities and the backward's dP
- * live in the backend's workspace, tasks taken in chunks that fit it. The
+ * live in the backend's workspace (planned with the rank's memory:
+ * ptdp__cuda_attention_ws_floats), tasks taken in chunks that fit it. The
  * caller's scratch is not used. The probabilities are what this backend
  * saves for the backward (attention_saved_floats = b*al*s*s; the CPU
  * backend saves only a logsumexp per row). Not here: flash-style tiling. */
@@ -49,8 +50,9 @@ static unsigned rows(int64_t nt, int64_t s) {
 }
 
 /* tasks per chunk when each task needs `per` floats of workspace */
-static int64_t chunk_tasks(int64_t per, int64_t T) {
-    int64_t nt = ptdp__cuda.ws_floats / per;
+static int64_t chunk_tasks(ptdp_backend *be, int64_t per, int64_t T) {
+    ptdp__cuda_workspace(ptdp__cuda_of(be));
+    int64_t nt = ptdp__cuda_of(be)->ws_floats / per;
     PTDP_ASSERT_MSG(nt >= 1, "sequence too long for the CUDA attention workspace");
     return nt < T ? nt : T;
 }
@@ -66,67 +68,75 @@ __global__ void attn_drop_k(const float *src, float *dst, int64_t total, ptdp__c
     const int64_t blk = d.b > 0 ? (d.sample0 + task / al) * (heads ? heads : al) + head0 + task % al : task;
     dst[e] = ptdp__drop_apply(d, (uint64_t)(blk * ss + r), src[e]);
 }
-static void attn_dropout(const float *src, float *dst, int64_t n, int64_t ss, int64_t t0, int64_t al,
+static void attn_dropout(ptdp_backend *be, const float *src, float *dst, int64_t n, int64_t ss, int64_t t0, int64_t al,
                          ptdp_dropout drop) {
     if (n * ss == 0) return;
-    attn_drop_k<<<ptdp__blocks(n * ss, T_ELEM), T_ELEM>>>(src, dst, n * ss, ptdp__cuda_drop_make(drop), t0, ss, al,
+    attn_drop_k<<<ptdp__blocks(n * ss, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(src, dst, n * ss, ptdp__cuda_drop_make(drop), t0, ss, al,
                                                           drop.heads, drop.head0);
     PTDP_CUDA_LAUNCHED();
 }
 
-void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s, int64_t b,
+void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s, int64_t b,
                               int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
     const float scale = 1.0f / sqrtf((float)hd);
     if (T == 0 || s == 0) return;
     /* scores S = Q K^T into probs, then the softmax in place */
-    ptdp__cuda_gemm_batched(0, 1, s, s, hd, 1.0f, qkv, ld3, 3 * hd, qkv + hd, ld3, 3 * hd, 0.0f, probs, s, ss, T);
-    softmax_fwd_k<<<rows(T, s), T_ROW>>>(probs, s, scale);
+    ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, qkv, ld3, 3 * hd, qkv + hd, ld3, 3 * hd, 0.0f, probs, s, ss, T);
+    softmax_fwd_k<<<rows(T, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(probs, s, scale);
     PTDP_CUDA_LAUNCHED();
     if (drop.p == 0.0f) {
-        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, probs, s, ss, qkv + 2 * hd, ld3, 3 * hd, 0.0f, ctx, ldc, hd,
+        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, probs, s, ss, qkv + 2 * hd, ld3, 3 * hd, 0.0f, ctx, ldc, hd,
                                 T);
         return;
     }
-    const int64_t nt = chunk_tasks(ss, T);
+    const int64_t nt = chunk_tasks(be, ss, T);
     for (int64_t t0 = 0; t0 < T; t0 += nt) {
         int64_t n = T - t0 < nt ? T - t0 : nt;
-        float *Pd = ptdp__cuda.ws;
-        attn_dropout(probs + t0 * ss, Pd, n, ss, t0, al, drop);
-        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
+        float *Pd = ptdp__cuda_of(be)->ws;
+        attn_dropout(be, probs + t0 * ss, Pd, n, ss, t0, al, drop);
+        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
                                 ctx + t0 * hd, ldc, hd, n);
     }
 }
 
-int64_t ptdp__cuda_attention_saved_floats(int64_t s, int64_t b, int64_t al) { return b * al * s * s; }
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al) {
+    /* dropout's backward holds dP and dropout(P) of a chunk of tasks: 2 s^2 each; at least
+     * one task, at most the fixed workspace of an unplanned instance */
+    const int64_t all = 2 * b * al * s * s, one = 2 * s * s;
+    if (one >= PTDP_CUDA_ATT_WS_FLOATS) return one;
+    return all < PTDP_CUDA_ATT_WS_FLOATS ? all : PTDP_CUDA_ATT_WS_FLOATS;
+}
+
+int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al) { return b * al * s * s; }
 
 /* ctx is not needed: the stored probabilities give rowsum(dP * P) directly */
-void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *ctx, const float *probs, float *dqkv,
+void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx, const float *probs, float *dqkv,
                               float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
     if (T == 0 || s == 0) return;
-    const int64_t nt = chunk_tasks(ss * (dropping ? 2 : 1), T);
+    const int64_t nt = chunk_tasks(be, ss * (dropping ? 2 : 1), T);
     for (int64_t t0 = 0; t0 < T; t0 += nt) {
         const int64_t n = T - t0 < nt ? T - t0 : nt;
         const float *P = probs + t0 * ss, *Q = qkv + t0 * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
         const float *dC = dctx + t0 * hd;
         float *dQ = dqkv + t0 * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        float *dP = ptdp__cuda.ws, *Pd = dP + n * ss;
+        float *dP = ptdp__cuda_of(be)->ws, *Pd = dP + n * ss;
         const float *Puse = P;
         if (dropping) {
-            attn_dropout(P, Pd, n, ss, t0, al, drop);
+            attn_dropout(be, P, Pd, n, ss, t0, al, drop);
             Puse = Pd;
         }
         /* dPd = dC V^T, dropout', softmax' */
-        ptdp__cuda_gemm_batched(0, 1, s, s, hd, 1.0f, dC, ldc, hd, V, ld3, 3 * hd, 0.0f, dP, s, ss, n);
-        if (dropping) attn_dropout(dP, dP, n, ss, t0, al, drop);
-        softmax_bwd_k<<<rows(n, s), T_ROW>>>(P, dP, s, scale);
+        ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, dC, ldc, hd, V, ld3, 3 * hd, 0.0f, dP, s, ss, n);
+        if (dropping) attn_dropout(be, dP, dP, n, ss, t0, al, drop);
+        softmax_bwd_k<<<rows(n, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(P, dP, s, scale);
         PTDP_CUDA_LAUNCHED();
         /* dQ = dS K, dV = Pd^T dC, dK = dS^T Q */
-        ptdp__cuda_gemm_batched(0, 0, s, hd, s, 1.0f, dP, s, ss, K, ld3, 3 * hd, 0.0f, dQ, ld3, 3 * hd, n);
-        ptdp__cuda_gemm_batched(1, 0, s, hd, s, 1.0f, Puse, s, ss, dC, ldc, hd, 0.0f, dV, ld3, 3 * hd, n);
-        ptdp__cuda_gemm_batched(1, 0, s, hd, s, 1.0f, dP, s, ss, Q, ld3, 3 * hd, 0.0f, dK, ld3, 3 * hd, n);
+        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, dP, s, ss, K, ld3, 3 * hd, 0.0f, dQ, ld3, 3 * hd, n);
+        ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, Puse, s, ss, dC, ldc, hd, 0.0f, dV, ld3, 3 * hd, n);
+        ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, dP, s, ss, Q, ld3, 3 * hd, 0.0f, dK, ld3, 3 * hd, n);
     }
 }

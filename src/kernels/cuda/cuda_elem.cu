@@ -38,10 +38,10 @@ __global__ void ln_fwd_k(const float *x, const float *w, const float *b, float *
         rstd[blockIdx.x] = r;
     }
 }
-void ptdp__cuda_layernorm_fwd(const float *x, const float *w, const float *b, float *out, float *mean,
+void ptdp__cuda_layernorm_fwd(ptdp_backend *be, const float *x, const float *w, const float *b, float *out, float *mean,
                               float *rstd, int64_t N, int64_t h, float eps) {
     if (N == 0) return;
-    ln_fwd_k<<<(unsigned)N, row_threads(h)>>>(x, w, b, out, mean, rstd, h, eps);
+    ln_fwd_k<<<(unsigned)N, row_threads(h), 0, ptdp__cuda_stream(be)>>>(x, w, b, out, mean, rstd, h, eps);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -77,12 +77,12 @@ __global__ void ln_bwd_dwdb_k(const float *dout, const float *x, const float *me
     dw[c] += aw;
     db[c] += ab;
 }
-void ptdp__cuda_layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
+void ptdp__cuda_layernorm_bwd(ptdp_backend *be, const float *dout, const float *x, const float *w, const float *mean,
                               const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h) {
     if (N == 0) return;
-    ln_bwd_dx_k<<<(unsigned)N, row_threads(h)>>>(dout, x, w, mean, rstd, dx, h);
+    ln_bwd_dx_k<<<(unsigned)N, row_threads(h), 0, ptdp__cuda_stream(be)>>>(dout, x, w, mean, rstd, dx, h);
     PTDP_CUDA_LAUNCHED();
-    ln_bwd_dwdb_k<<<ptdp__blocks(h, T_COL), T_COL>>>(dout, x, mean, rstd, dw, db, N, h);
+    ln_bwd_dwdb_k<<<ptdp__blocks(h, T_COL), T_COL, 0, ptdp__cuda_stream(be)>>>(dout, x, mean, rstd, dw, db, N, h);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -92,9 +92,9 @@ __global__ void bias_add_k(float *y, const float *bias, int64_t total, int64_t n
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < total) y[e] += bias[e % n];
 }
-void ptdp__cuda_bias_add(float *y, const float *bias, int64_t N, int64_t n) {
+void ptdp__cuda_bias_add(ptdp_backend *be, float *y, const float *bias, int64_t N, int64_t n) {
     if (N * n == 0) return;
-    bias_add_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM>>>(y, bias, N * n, n);
+    bias_add_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(y, bias, N * n, n);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -106,9 +106,9 @@ __global__ void bias_bwd_k(const float *dy, float *dbias, int64_t N, int64_t n) 
     for (int64_t r = 0; r < N; r++) acc += dy[r * n + j];
     dbias[j] += acc;
 }
-void ptdp__cuda_bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n) {
+void ptdp__cuda_bias_bwd(ptdp_backend *be, const float *dy, float *dbias, int64_t N, int64_t n) {
     if (n == 0) return;
-    bias_bwd_k<<<ptdp__blocks(n, T_COL), T_COL>>>(dy, dbias, N, n);
+    bias_bwd_k<<<ptdp__blocks(n, T_COL), T_COL, 0, ptdp__cuda_stream(be)>>>(dy, dbias, N, n);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -128,17 +128,17 @@ __global__ void bias_gelu_bwd_k(const float *dout, const float *x, const float *
     float dg = 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * u * u);
     dx[e] = dout[e] * dg;
 }
-void ptdp__cuda_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n) {
+void ptdp__cuda_bias_gelu_fwd(ptdp_backend *be, const float *x, const float *bias, float *out, int64_t N, int64_t n) {
     if (N * n == 0) return;
-    bias_gelu_fwd_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM>>>(x, bias, out, N * n, n);
+    bias_gelu_fwd_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(x, bias, out, N * n, n);
     PTDP_CUDA_LAUNCHED();
 }
-void ptdp__cuda_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx, float *dbias,
+void ptdp__cuda_bias_gelu_bwd(ptdp_backend *be, const float *dout, const float *x, const float *bias, float *dx, float *dbias,
                               int64_t N, int64_t n) {
     if (N * n == 0) return;
-    bias_gelu_bwd_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM>>>(dout, x, bias, dx, N * n, n);
+    bias_gelu_bwd_k<<<ptdp__blocks(N * n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(dout, x, bias, dx, N * n, n);
     PTDP_CUDA_LAUNCHED();
-    ptdp__cuda_bias_bwd(dx, dbias, N, n);
+    ptdp__cuda_bias_bwd(be, dx, dbias, N, n);
 }
 
 /* ---- dropout ------------------------------------------------------------------- */
@@ -152,10 +152,10 @@ __global__ void bda_fwd_k(const float *x, const float *bias, const float *resid,
     if (use) v = ptdp__drop_apply(d, ptdp__drop_index(d, (uint64_t)e, h), v);
     out[e] = resid[e] + v;
 }
-void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
+void ptdp__cuda_bias_dropout_add_fwd(ptdp_backend *be, const float *x, const float *bias, const float *resid, float *out,
                                      int64_t N, int64_t h, ptdp_dropout drop) {
     if (N * h == 0) return;
-    bda_fwd_k<<<ptdp__blocks(N * h, T_ELEM), T_ELEM>>>(x, bias, resid, out, N * h, h,
+    bda_fwd_k<<<ptdp__blocks(N * h, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(x, bias, resid, out, N * h, h,
                                                         ptdp__cuda_drop_make(drop), drop.p != 0.0f);
     PTDP_CUDA_LAUNCHED();
 }
@@ -165,33 +165,34 @@ __global__ void drop_apply_k(const float *src, float *dst, int64_t n, ptdp__cuda
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < n) dst[e] = ptdp__drop_apply(d, ptdp__drop_index(d, base + (uint64_t)e, w), src[e]);
 }
-static void dropout_rows(const float *src, float *dst, int64_t n, ptdp_dropout drop, int64_t w) {
+static void dropout_rows(ptdp_backend *be, const float *src, float *dst, int64_t n, ptdp_dropout drop, int64_t w) {
     if (n == 0) return;
-    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(src, dst, n, ptdp__cuda_drop_make(drop), 0, w);
+    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(src, dst, n, ptdp__cuda_drop_make(drop), 0, w);
     PTDP_CUDA_LAUNCHED();
 }
-void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base) {
+void ptdp__cuda_dropout_apply(ptdp_backend *be, const float *src, float *dst, int64_t n, ptdp_dropout drop, uint64_t base) {
     if (n == 0) return;
     PTDP_ASSERT(drop.b <= 0); /* flat numbering only; sites keyed by sample go through dropout_rows */
-    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(src, dst, n, ptdp__cuda_drop_make(drop), base, 1);
+    drop_apply_k<<<ptdp__blocks(n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(src, dst, n, ptdp__cuda_drop_make(drop), base, 1);
     PTDP_CUDA_LAUNCHED();
 }
 
-void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
+void ptdp__cuda_bias_dropout_add_bwd(ptdp_backend *be, const float *dout, float *dx, float *dbias, int64_t N, int64_t h,
                                      ptdp_dropout drop) {
     if (drop.p == 0.0f) {
         if (dx != dout && N * h != 0) PTDP_CUDA_CHECK(cudaMemcpyAsync(dx, dout, sizeof(float) * (size_t)(N * h),
-                                                                 cudaMemcpyDeviceToDevice, 0));
+                                                                 cudaMemcpyDeviceToDevice,
+                                                                 ptdp__cuda_stream(be)));
     } else {
-        dropout_rows(dout, dx, N * h, drop, h);
+        dropout_rows(be, dout, dx, N * h, drop, h);
     }
-    ptdp__cuda_bias_bwd(dx, dbias, N, h);
+    ptdp__cuda_bias_bwd(be, dx, dbias, N, h);
 }
 
 /* forward and backward are the same: keep-mask times 1/(1-p) */
-void ptdp__cuda_dropout_inplace(float *x, int64_t n, ptdp_dropout drop) {
+void ptdp__cuda_dropout_inplace(ptdp_backend *be, float *x, int64_t n, ptdp_dropout drop) {
     if (drop.p == 0.0f) return;
-    dropout_rows(x, x, n, drop, drop.b > 0 ? drop.width : 1);
+    dropout_rows(be, x, x, n, drop, drop.b > 0 ? drop.width : 1);
 }
 
 /* ---- embedding, position --------------------------------------------------------- */
@@ -204,10 +205,10 @@ __global__ void embed_fwd_k(const int32_t *tokens, int64_t ld, const float *wte,
     int64_t t = (int64_t)tokens[bi * ld + si] - v0;
     out[e] = (t >= 0 && t < Vl) ? wte[t * h + i] : 0.0f;
 }
-void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
+void ptdp__cuda_embed_fwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                           float *out, int64_t s, int64_t b, int64_t h) {
     if (s * b * h == 0) return;
-    embed_fwd_k<<<ptdp__blocks(s * b * h, T_ELEM), T_ELEM>>>(tokens, ld, wte, v0, Vl, out, s * b * h, b, h);
+    embed_fwd_k<<<ptdp__blocks(s * b * h, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(tokens, ld, wte, v0, Vl, out, s * b * h, b, h);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -221,10 +222,10 @@ __global__ void embed_bwd_k(const int32_t *tokens, int64_t ld, const float *dout
         if (t >= 0 && t < Vl) dwte[t * h + j] += dout[n * h + j];
     }
 }
-void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
+void ptdp__cuda_embed_bwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,
                           int64_t Vl, int64_t s, int64_t b, int64_t h) {
     if (h == 0) return;
-    embed_bwd_k<<<ptdp__blocks(h, T_COL), T_COL>>>(tokens, ld, dout, dwte, v0, Vl, s * b, b, h);
+    embed_bwd_k<<<ptdp__blocks(h, T_COL), T_COL, 0, ptdp__cuda_stream(be)>>>(tokens, ld, dout, dwte, v0, Vl, s * b, b, h);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -232,9 +233,9 @@ __global__ void pos_fwd_k(float *out, const float *wpe, int64_t total, int64_t b
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < total) out[e] += wpe[(e / h / b) * h + e % h];
 }
-void ptdp__cuda_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h) {
+void ptdp__cuda_pos_add_fwd(ptdp_backend *be, float *out, const float *wpe, int64_t s, int64_t b, int64_t h) {
     if (s * b * h == 0) return;
-    pos_fwd_k<<<ptdp__blocks(s * b * h, T_ELEM), T_ELEM>>>(out, wpe, s * b * h, b, h);
+    pos_fwd_k<<<ptdp__blocks(s * b * h, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(out, wpe, s * b * h, b, h);
     PTDP_CUDA_LAUNCHED();
 }
 __global__ void pos_bwd_k(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h) {
@@ -245,9 +246,9 @@ __global__ void pos_bwd_k(const float *dout, float *dwpe, int64_t s, int64_t b, 
     for (int64_t bi = 0; bi < b; bi++) acc += dout[(si * b + bi) * h + i];
     dwpe[e] = acc;
 }
-void ptdp__cuda_pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h) {
+void ptdp__cuda_pos_add_bwd(ptdp_backend *be, const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h) {
     if (s * h == 0) return;
-    pos_bwd_k<<<ptdp__blocks(s * h, T_ELEM), T_ELEM>>>(dout, dwpe, s, b, h);
+    pos_bwd_k<<<ptdp__blocks(s * h, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(dout, dwpe, s, b, h);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -265,9 +266,9 @@ __global__ void xent_max_k(const float *logits, float *rowmax, int64_t Vl, int64
     m = ptdp__block_max(m);
     if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
 }
-void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
+void ptdp__cuda_xent_max(ptdp_backend *be, const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0, int64_t V) {
     if (N == 0) return;
-    xent_max_k<<<(unsigned)N, T_ROW>>>(logits, rowmax, Vl, valid_cols(Vl, v0, V));
+    xent_max_k<<<(unsigned)N, T_ROW, 0, ptdp__cuda_stream(be)>>>(logits, rowmax, Vl, valid_cols(Vl, v0, V));
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -294,10 +295,10 @@ __global__ void xent_sums_k(float *logits, const float *gmax, const int32_t *tar
         tgt[n] = tv;
     }
 }
-void ptdp__cuda_xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+void ptdp__cuda_xent_sums(ptdp_backend *be, float *logits, const float *gmax, const int32_t *targets, int64_t ld,
                           float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V) {
     if (s * b == 0) return;
-    xent_sums_k<<<(unsigned)(s * b), T_ROW>>>(logits, gmax, targets, ld, sumexp, tgt, b, Vl, v0,
+    xent_sums_k<<<(unsigned)(s * b), T_ROW, 0, ptdp__cuda_stream(be)>>>(logits, gmax, targets, ld, sumexp, tgt, b, Vl, v0,
                                                valid_cols(Vl, v0, V));
     PTDP_CUDA_LAUNCHED();
 }
@@ -306,9 +307,9 @@ __global__ void xent_loss_k(const float *sumexp, const float *gmax, const float 
     int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n < N) loss[n] = logf(sumexp[n]) + gmax[n] - tgt[n];
 }
-void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N) {
+void ptdp__cuda_xent_loss(ptdp_backend *be, const float *sumexp, const float *gmax, const float *tgt, float *loss, int64_t N) {
     if (N == 0) return;
-    xent_loss_k<<<ptdp__blocks(N, T_ELEM), T_ELEM>>>(sumexp, gmax, tgt, loss, N);
+    xent_loss_k<<<ptdp__blocks(N, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(sumexp, gmax, tgt, loss, N);
     PTDP_CUDA_LAUNCHED();
 }
 
@@ -327,10 +328,10 @@ __global__ void xent_bwd_k(float *logits, const float *sumexp, const int32_t *ta
     if (c == t) v -= scale;
     logits[e] = v;
 }
-void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld, int64_t s,
+void ptdp__cuda_xent_bwd(ptdp_backend *be, float *logits, const float *sumexp, const int32_t *targets, int64_t ld, int64_t s,
                          int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale) {
     if (s * b * Vl == 0) return;
-    xent_bwd_k<<<ptdp__blocks(s * b * Vl, T_ELEM), T_ELEM>>>(logits, sumexp, targets, ld, s * b * Vl, b, Vl, v0,
+    xent_bwd_k<<<ptdp__blocks(s * b * Vl, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(logits, sumexp, targets, ld, s * b * Vl, b, Vl, v0,
                                                               valid_cols(Vl, v0, V), scale);
     PTDP_CUDA_LAUNCHED();
 }
@@ -350,12 +351,12 @@ __global__ void adamw_k(float *param, const float *grad, float gscale, float *m,
     param[i] = p - step_size * (mi / (sqrtf(vi) / bc2s + eps));
 }
 /* bias corrections on the host, as optim_ops.c computes them */
-void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n, float lr,
+void ptdp__cuda_adamw(ptdp_backend *be, float *param, const float *grad, float gscale, float *m, float *v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int64_t step) {
     if (n == 0) return;
     const float bc1 = 1.0f - powf(beta1, (float)step);
     const float bc2s = sqrtf(1.0f - powf(beta2, (float)step));
-    adamw_k<<<ptdp__blocks(n, T_ELEM), T_ELEM>>>(param, grad, gscale, m, v, n, beta1, beta2, eps, lr / bc1,
+    adamw_k<<<ptdp__blocks(n, T_ELEM), T_ELEM, 0, ptdp__cuda_stream(be)>>>(param, grad, gscale, m, v, n, beta1, beta2, eps, lr / bc1,
                                                   1.0f - lr * wd, bc2s);
     PTDP_CUDA_LAUNCHED();
 }

@@ -1,7 +1,8 @@
 /* cuda_internal.h - internal to src/kernels/cuda: the error check every CUDA
- * and cuBLAS call goes through, the backend's one-time state (cuBLAS handle,
- * workspace), the device Philox4x32-10 and block reductions shared by the
- * .cu files. CUDA C++ only; the C side sees kernels.h's ptdp_cuda_ops(). */
+ * and cuBLAS call goes through, the backend's instance (ptdp__cuda: cuBLAS
+ * handle, stream, workspace), the device Philox4x32-10 and block reductions
+ * shared by the .cu files. CUDA C++ only; the C side sees kernels.h's
+ * ptdp_backend_open. */
 #ifndef PTDP_KERNELS_CUDA_INTERNAL_H
 #define PTDP_KERNELS_CUDA_INTERNAL_H
 
@@ -23,39 +24,48 @@ extern "C" {
         if (ptdp__ce != cudaSuccess)                                                    \
             ptdp__assert_fail(#call, __FILE__, __LINE__, cudaGetErrorString(ptdp__ce)); \
     } while (0)
-#define PTDP_CUBLAS_CHECK(call)                                           \
-    do {                                                                  \
-        cublasStatus_t ptdp__bs = (call);                                 \
-        if (ptdp__bs != CUBLAS_STATUS_SUCCESS)                            \
-            ptdp__assert_fail(#call, __FILE__, __LINE__,                  \
-                              ptdp__cuda.blasfn.status_string(ptdp__bs)); \
+#define PTDP_CUBLAS_CHECK(cs, call)                                                             \
+    do {                                                                                        \
+        cublasStatus_t ptdp__bs = (call);                                                       \
+        if (ptdp__bs != CUBLAS_STATUS_SUCCESS)                                                  \
+            ptdp__assert_fail(#call, __FILE__, __LINE__, (cs)->blasfn.status_string(ptdp__bs)); \
     } while (0)
 /* after every kernel launch: catches bad configurations at once */
 #define PTDP_CUDA_LAUNCHED() PTDP_CUDA_CHECK(cudaGetLastError())
 
-/* Set once by ptdp_cuda_ops() before the table is handed out. Everything runs
- * on the legacy default stream, so ops are ordered as they are called and
- * download()/sum()/sumsq() synchronise. */
-/* cuBLAS is loaded with dlopen when the backend is first asked for, not
- * linked: libcublas/libcublasLt are hundreds of MB that every process would
- * otherwise map and relocate at start (0.4 s per `ptdp` process, most of the
- * test suite's time on a machine without a GPU). The few entry points used: */
+/* cuBLAS is loaded with dlopen when a backend is opened, not linked: libcublas/libcublasLt are
+ * hundreds of MB that every process would otherwise map and relocate at start (0.4 s per `ptdp`
+ * process, most of the test suite's time on a machine without a GPU). The few entry points used: */
 typedef struct {
     decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasSgemm_v2) sgemm;
     decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
     decltype(&cublasGetStatusString) status_string;
 } ptdp__cublas_fns;
 
+/* The CUDA backend's instance: the ops (be, whose impl points back here)
+ * and everything it keeps. Its ops run on `stream`, in the order they are
+ * called; download, sum and sumsq synchronise with it. The stream is the
+ * legacy default one (0) for now: ordered with every other CUDA call of the
+ * process, as the executor's host-side transfers need. */
 typedef struct {
+    ptdp_backend be;
     ptdp__cublas_fns blasfn;
-    cublasHandle_t blas; /* fp32 math, TF32 off */
+    cublasHandle_t blas; /* fp32 math, TF32 off, on `stream` */
+    cudaStream_t stream; /* 0: the legacy default stream */
     float *ws;           /* attention workspace, ws_floats floats */
     int64_t ws_floats;
     double *partials; /* reduction partials, PTDP_CUDA_RED_BLOCKS + 1 doubles */
-} ptdp__cuda_state;
-extern ptdp__cuda_state ptdp__cuda;
+    int own_ws;       /* ws and partials were allocated by the instance at first use (not a
+                         workspace it was given): freed at close */
+} ptdp__cuda;
+/* cs's workspace and partials: the one it was given (workspace_set) or,
+ * without one, PTDP_CUDA_ATT_WS_FLOATS floats allocated at first use */
+void ptdp__cuda_workspace(ptdp__cuda *cs);
+static inline ptdp__cuda *ptdp__cuda_of(ptdp_backend *be) { return (ptdp__cuda *)be->impl; }
+static inline cudaStream_t ptdp__cuda_stream(ptdp_backend *be) { return ptdp__cuda_of(be)->stream; }
 
 #define PTDP_CUDA_RED_BLOCKS 264                    /* 2 per H100 multiprocessor */
 #define PTDP_CUDA_ATT_WS_FLOATS ((int64_t)32 << 20) /* 128 MiB */
@@ -158,56 +168,67 @@ __device__ __forceinline__ float ptdp__block_max(float v) {
     return t;
 }
 
-/* row-major GEMM on the default stream, batched with element strides */
-void ptdp__cuda_gemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
-                             int64_t sB, float beta, float *C, int64_t ldc, int64_t sC,
+/* row-major GEMM on be's stream, batched with element strides */
+void ptdp__cuda_gemm_batched(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                             float alpha, const float *A, int64_t lda, int64_t sA, const float *B,
+                             int64_t ldb, int64_t sB, float beta, float *C, int64_t ldc, int64_t sC,
                              int64_t batch);
 
-/* the ops defined in cuda_elem.cu / cuda_attn.cu, gathered into the table by cuda_backend.cu */
-void ptdp__cuda_layernorm_fwd(const float *x, const float *w, const float *b, float *out,
-                              float *mean, float *rstd, int64_t N, int64_t h, float eps);
-void ptdp__cuda_layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
-                              const float *rstd, float *dx, float *dw, float *db, int64_t N,
-                              int64_t h);
-void ptdp__cuda_bias_add(float *y, const float *bias, int64_t N, int64_t n);
-void ptdp__cuda_bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n);
-void ptdp__cuda_bias_gelu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t n);
-void ptdp__cuda_bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
-                              float *dbias, int64_t N, int64_t n);
-void ptdp__cuda_bias_dropout_add_fwd(const float *x, const float *bias, const float *resid,
-                                     float *out, int64_t N, int64_t h, ptdp_dropout drop);
-void ptdp__cuda_bias_dropout_add_bwd(const float *dout, float *dx, float *dbias, int64_t N,
-                                     int64_t h, ptdp_dropout drop);
-void ptdp__cuda_dropout_inplace(float *x, int64_t n, ptdp_dropout drop);
+/* the ops defined in cuda_elem.cu / cuda_attn.cu, gathered into the instance by cuda_backend.cu */
+void ptdp__cuda_layernorm_fwd(ptdp_backend *be, const float *x, const float *w, const float *b,
+                              float *out, float *mean, float *rstd, int64_t N, int64_t h,
+                              float eps);
+void ptdp__cuda_layernorm_bwd(ptdp_backend *be, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, float *dx, float *dw, float *db,
+                              int64_t N, int64_t h);
+void ptdp__cuda_bias_add(ptdp_backend *be, float *y, const float *bias, int64_t N, int64_t n);
+void ptdp__cuda_bias_bwd(ptdp_backend *be, const float *dy, float *dbias, int64_t N, int64_t n);
+void ptdp__cuda_bias_gelu_fwd(ptdp_backend *be, const float *x, const float *bias, float *out,
+                              int64_t N, int64_t n);
+void ptdp__cuda_bias_gelu_bwd(ptdp_backend *be, const float *dout, const float *x,
+                              const float *bias, float *dx, float *dbias, int64_t N, int64_t n);
+void ptdp__cuda_bias_dropout_add_fwd(ptdp_backend *be, const float *x, const float *bias,
+                                     const float *resid, float *out, int64_t N, int64_t h,
+                                     ptdp_dropout drop);
+void ptdp__cuda_bias_dropout_add_bwd(ptdp_backend *be, const float *dout, float *dx, float *dbias,
+                                     int64_t N, int64_t h, ptdp_dropout drop);
+void ptdp__cuda_dropout_inplace(ptdp_backend *be, float *x, int64_t n, ptdp_dropout drop);
 /* dst[e] = keep(base + e) ? src[e] / (1 - p) : 0, e < n (dst may alias src) */
-void ptdp__cuda_dropout_apply(const float *src, float *dst, int64_t n, ptdp_dropout drop,
-                              uint64_t base);
-void ptdp__cuda_attention_fwd(const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
-                              int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+void ptdp__cuda_dropout_apply(ptdp_backend *be, const float *src, float *dst, int64_t n,
+                              ptdp_dropout drop, uint64_t base);
+void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs,
+                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                              ptdp_dropout drop);
 /* saved = probs [b, al, s, s] (attention_saved_floats: b*al*s*s); bwd ignores ctx */
-void ptdp__cuda_attention_bwd(const float *dctx, const float *qkv, const float *ctx,
-                              const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b,
-                              int64_t al, int64_t hd, ptdp_dropout drop);
-int64_t ptdp__cuda_attention_saved_floats(int64_t s, int64_t b, int64_t al);
-void ptdp__cuda_embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0,
-                          int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte,
-                          int64_t v0, int64_t Vl, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_pos_add_fwd(float *out, const float *wpe, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int64_t h);
-void ptdp__cuda_xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
-                         int64_t V);
-void ptdp__cuda_xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
-                          int64_t V);
-void ptdp__cuda_xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,
-                          int64_t N);
-void ptdp__cuda_xent_bwd(float *logits, const float *sumexp, const int32_t *targets, int64_t ld,
-                         int64_t s, int64_t b, int64_t Vl, int64_t v0, int64_t V, float scale);
-void ptdp__cuda_adamw(float *param, const float *grad, float gscale, float *m, float *v, int64_t n,
-                      float lr, float beta1, float beta2, float eps, float wd, int64_t step);
-double ptdp__cuda_sumsq(const float *x, int64_t n);
-double ptdp__cuda_sum(const float *x, int64_t n);
+void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *qkv,
+                              const float *ctx, const float *probs, float *dqkv, float *scratch,
+                              int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al);
+/* floats of workspace the attention of (s, b, al) runs in without chunking its tasks more
+ * than the unplanned workspace would */
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al);
+void ptdp__cuda_embed_fwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *wte,
+                          int64_t v0, int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
+void ptdp__cuda_embed_bwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *dout,
+                          float *dwte, int64_t v0, int64_t Vl, int64_t s, int64_t b, int64_t h);
+void ptdp__cuda_pos_add_fwd(ptdp_backend *be, float *out, const float *wpe, int64_t s, int64_t b,
+                            int64_t h);
+void ptdp__cuda_pos_add_bwd(ptdp_backend *be, const float *dout, float *dwpe, int64_t s, int64_t b,
+                            int64_t h);
+void ptdp__cuda_xent_max(ptdp_backend *be, const float *logits, float *rowmax, int64_t N,
+                         int64_t Vl, int64_t v0, int64_t V);
+void ptdp__cuda_xent_sums(ptdp_backend *be, float *logits, const float *gmax,
+                          const int32_t *targets, int64_t ld, float *sumexp, float *tgt, int64_t s,
+                          int64_t b, int64_t Vl, int64_t v0, int64_t V);
+void ptdp__cuda_xent_loss(ptdp_backend *be, const float *sumexp, const float *gmax,
+                          const float *tgt, float *loss, int64_t N);
+void ptdp__cuda_xent_bwd(ptdp_backend *be, float *logits, const float *sumexp,
+                         const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl,
+                         int64_t v0, int64_t V, float scale);
+void ptdp__cuda_adamw(ptdp_backend *be, float *param, const float *grad, float gscale, float *m,
+                      float *v, int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                      int64_t step);
+double ptdp__cuda_sumsq(ptdp_backend *be, const float *x, int64_t n);
+double ptdp__cuda_sum(ptdp_backend *be, const float *x, int64_t n);
 
 #endif

@@ -1,4 +1,4 @@
-/* bf16_blocked.c - the native bf16 table's weight copies (gemm_bf16.c):
+/* bf16_blocked.c - the native bf16 backend's weight copies (gemm_bf16.c):
  * fp32 weights op(B) [K, N] converted into the blocked bf16 layout oneDNN's
  * bf16 matmul reads, in one pass, with AVX-512 (AVX512_BF16 for the
  * conversion). oneDNN's own reorder does the same job at 6-20 GB/s here; the
@@ -37,7 +37,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/half/half.h"
 
 int ptdp__bf16_blocking_of(const dnnl_memory_desc_t *md, ptdp__bf16_blocking *b) {
     memset(b, 0, sizeof *b);
@@ -66,7 +66,7 @@ static inline int64_t at(const ptdp__bf16_blocking *b, int64_t k, int64_t n) {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-#include "kernels/bf16_simd.h"
+#include "kernels/cpu/half/bf16_simd.h"
 
 #define lanes ptdp__lanes16
 
@@ -90,7 +90,7 @@ BF16_TARGET static inline void put16(uint16_t *dst, __mmask16 m, __m512i v, int 
 }
 
 /* Sources: fp32 values (b16 0, rounded to bf16 as they are read) or values
- * already stored in bf16 (b16 1, the native table's 16-bit activations:
+ * already stored in bf16 (b16 1, the native backend's 16-bit activations:
  * gemm_bf16.c's typed GEMM); element i of a row at p */
 static inline const void *elt(const void *p, int b16, int64_t i) {
     return (const char *)p + i * (b16 ? 2 : 4);

@@ -7,8 +7,8 @@
  * element is summed in token order: bitwise reproducible. */
 #include <math.h>
 
-#include "kernels/fastmath.h"
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fastmath.h"
 
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h) {
@@ -55,90 +55,53 @@ void ptdp__pos_add_bwd(const float *dout, float *dwpe, int64_t s, int64_t b, int
             for (int64_t i = 0; i < h; i++) dwpe[si * h + i] += dout[(si * b + bi) * h + i];
 }
 
-/* The bf16 tables' forms (rd = 1) round each logit as they read it
- * (ptdp__bf16_round): the loss head may leave its logits unrounded
- * (head_logits), and on logits already on the grid rounding changes
- * nothing. */
-__attribute__((always_inline)) static inline float max_of(const float *l, int64_t n, const int rd) {
+/* a row's maximum, cloned for AVX-512 like exp_row below (one pass over
+ * 4 bytes a logit: at GPT-2's head 206 MB, 15 ms on 2 Zen 5 cores in the
+ * baseline's SSE code). The bf16 backends' forms, which round each logit
+ * as they read it, are half/xent_bf16.c's. */
+PTDP__ROW_CLONES static float max_row(const float *l, int64_t n) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t c = 0; c < n; c++) {
-        const float x = rd ? ptdp__bf16_round(l[c]) : l[c];
+        const float x = l[c];
         m = x > m ? x : m;
     }
     return m;
 }
-/* a row's maximum, cloned for AVX-512 like exp_row below (one pass over
- * 4 bytes a logit: at GPT-2's head 206 MB, 15 ms on 2 Zen 5 cores in the
- * baseline's SSE code) */
-PTDP__ROW_CLONES static float max_row(const float *l, int64_t n) { return max_of(l, n, 0); }
-PTDP__ROW_CLONES static float max_row_bf16(const float *l, int64_t n) { return max_of(l, n, 1); }
-
-static inline void xent_max_rows(const float *logits, float *rowmax, int64_t N, int64_t Vl,
-                                 int64_t v0, int64_t V, int rd) {
-    int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *l = logits + n * Vl;
-        rowmax[n] = rd ? max_row_bf16(l, nv) : max_row(l, nv);
-    }
-}
 
 void ptdp__xent_max(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
                     int64_t V) {
-    xent_max_rows(logits, rowmax, N, Vl, v0, V, 0);
+    int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) rowmax[n] = max_row(logits + n * Vl, nv);
 }
 
-void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,
-                         int64_t V) {
-    xent_max_rows(logits, rowmax, N, Vl, v0, V, 1);
-}
-
-/* l[c] <- exp(l[c] - m) for c < n, returns their sum; rd = 1 rounds l[c]
- * to bf16 first. Inlined into two AVX-512-cloned rows (exp is the cost of
- * this pass), rd a constant in each, so the fp32 row carries no rounding. */
-__attribute__((always_inline)) static inline float exp_sum(float *l, int64_t n, float m,
-                                                           const int rd) {
+/* l[c] <- exp(l[c] - m) for c < n, returns their sum (cloned for AVX-512:
+ * exp is the cost of this pass) */
+PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
     for (int64_t c = 0; c < n; c++) {
-        float e = ptdp__expf((rd ? ptdp__bf16_round(l[c]) : l[c]) - m);
+        float e = ptdp__expf(l[c] - m);
         l[c] = e;
         acc += e;
     }
     return acc;
 }
-PTDP__ROW_CLONES static float exp_row(float *l, int64_t n, float m) { return exp_sum(l, n, m, 0); }
-PTDP__ROW_CLONES static float exp_row_bf16(float *l, int64_t n, float m) {
-    return exp_sum(l, n, m, 1);
-}
 
-static inline void xent_sums_rows(float *logits, const float *gmax, const int32_t *targets,
-                                  int64_t ld, float *sumexp, float *tgt, int64_t s, int64_t b,
-                                  int64_t Vl, int64_t v0, int64_t V, int rd) {
+void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
+                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
+                     int64_t V) {
     int64_t nv = ptdp__xent_valid_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < s * b; n++) {
         float *l = logits + n * Vl;
         int64_t t = (int64_t)targets[(n % b) * ld + n / b] - v0;
-        /* before l is overwritten */
-        tgt[n] = (t >= 0 && t < nv) ? (rd ? ptdp__bf16_round(l[t]) : l[t]) : 0.0f;
+        tgt[n] = (t >= 0 && t < nv) ? l[t] : 0.0f; /* before l is overwritten */
         /* the exponentials stay in l for xent_bwd: exp runs once per logit */
-        sumexp[n] = rd ? exp_row_bf16(l, nv, gmax[n]) : exp_row(l, nv, gmax[n]);
+        sumexp[n] = exp_row(l, nv, gmax[n]);
         for (int64_t c = nv; c < Vl; c++) l[c] = 0.0f;
     }
-}
-
-void ptdp__xent_sums(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                     float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
-                     int64_t V) {
-    xent_sums_rows(logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0, V, 0);
-}
-
-void ptdp__xent_sums_bf16(float *logits, const float *gmax, const int32_t *targets, int64_t ld,
-                          float *sumexp, float *tgt, int64_t s, int64_t b, int64_t Vl, int64_t v0,
-                          int64_t V) {
-    xent_sums_rows(logits, gmax, targets, ld, sumexp, tgt, s, b, Vl, v0, V, 1);
 }
 
 void ptdp__xent_loss(const float *sumexp, const float *gmax, const float *tgt, float *loss,

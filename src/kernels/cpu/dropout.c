@@ -4,7 +4,7 @@
  * masks are identical to the per-element path; here 32 or 64 Philox blocks run
  * side by side (base/philox_lanes.h) instead of one scalar Philox call per
  * element. Not here: the RNG itself (base/rng.c). */
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
 
 #include "base/philox_lanes.h"
 

@@ -1,7 +1,7 @@
 /* mask.c - the loss mask of --eod-mask-loss (Megatron's): rows of a
  * per-token buffer whose input token is the end-of-document id take no part
  * in the loss. */
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
 
 int64_t ptdp__mask_rows(float *x, int64_t width, const int32_t *tokens, int64_t ld, int64_t s,
                         int64_t b, int32_t id) {

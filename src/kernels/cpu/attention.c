@@ -5,7 +5,7 @@
  * row's logsumexp; the backward recomputes every tile's probabilities from q,
  * k and that logsumexp (flash-attention-2's key-block-outer order, with
  * D_i = rowsum(dctx_i * ctx_i)). Tiles above the diagonal are skipped. The
- * per-tile products are GEMMs through the table's library, single-threaded
+ * per-tile products are GEMMs through the backend's library, single-threaded
  * inside the OpenMP loop over (sequence, head) pairs. Attention dropout is
  * drawn from the counter-based RNG with the element numbering of kernels.h,
  * so backward regenerates the mask instead of storing it. Not here: splitting
@@ -14,8 +14,8 @@
 #include <math.h>
 #include <omp.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fastmath.h"
 
 /* Tile edge B (query rows and keys alike). Measured on this machine's two
  * cores (fwd + bwd of s = 256, 512, 1024, hd = 64): 128 matched the
@@ -36,7 +36,7 @@ int64_t ptdp_attention_scratch_floats(int64_t s, int nthreads) {
     return ptdp__attn_per_thread(s) * (int64_t)nthreads;
 }
 
-int64_t ptdp__attention_saved_floats(int64_t s, int64_t b, int64_t al) { return b * al * s; }
+int64_t ptdp_attention_saved_floats_cpu(int64_t s, int64_t b, int64_t al) { return b * al * s; }
 
 /* the dropout block of (sequence bi, local head j): global head numbering (kernels.h) */
 int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
@@ -183,34 +183,34 @@ static int64_t diag_split(int64_t rb) { return rb >= 32 ? rb / 2 / 16 * 16 : 0; 
 
 /* S [rb, cb] = X Y^T (queries X, keys Y); split: rows 0..H get columns
  * 0..H only (their columns from H on are never read) */
-static void scores(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
-                   const float *X, int64_t ldx, const float *Y, int64_t ldy, float *S) {
-    if (H) gemm(0, 1, H, H, hd, 1.0f, X, ldx, Y, ldy, 0.0f, S, cb);
-    gemm(0, 1, rb - H, cb, hd, 1.0f, X + H * ldx, ldx, Y, ldy, 0.0f, S + H * cb, cb);
+static void scores(ptdp_backend *be, ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb,
+                   int64_t hd, const float *X, int64_t ldx, const float *Y, int64_t ldy, float *S) {
+    if (H) gemm(be, 0, 1, H, H, hd, 1.0f, X, ldx, Y, ldy, 0.0f, S, cb);
+    gemm(be, 0, 1, rb - H, cb, hd, 1.0f, X + H * ldx, ldx, Y, ldy, 0.0f, S + H * cb, cb);
 }
 
 /* O [rb, hd] (beta 0: =, 1: +=) T Z, T [rb, cb] = P or dS and Z the keys'
  * rows (the context P V, dQ = dS K); split: rows 0..H from keys 0..H */
-static void per_query(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
-                      const float *T, const float *Z, int64_t ldz, float beta, float *O,
+static void per_query(ptdp_backend *be, ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb,
+                      int64_t hd, const float *T, const float *Z, int64_t ldz, float beta, float *O,
                       int64_t ldo) {
-    if (H) gemm(0, 0, H, hd, H, 1.0f, T, cb, Z, ldz, beta, O, ldo);
-    gemm(0, 0, rb - H, hd, cb, 1.0f, T + H * cb, cb, Z, ldz, beta, O + H * ldo, ldo);
+    if (H) gemm(be, 0, 0, H, hd, H, 1.0f, T, cb, Z, ldz, beta, O, ldo);
+    gemm(be, 0, 0, rb - H, hd, cb, 1.0f, T + H * cb, cb, Z, ldz, beta, O + H * ldo, ldo);
 }
 
 /* G [cb, hd] (beta 0: =, 1: +=) T^T Z, Z the query rows (dV = P^T dC,
  * dK = dS^T Q); split: keys 0..H from every query row, keys H.. from the
  * rows H.. that see them */
-static void per_key(ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb, int64_t hd,
-                    const float *T, const float *Z, int64_t ldz, float beta, float *G,
+static void per_key(ptdp_backend *be, ptdp__gemm_fn gemm, int64_t H, int64_t rb, int64_t cb,
+                    int64_t hd, const float *T, const float *Z, int64_t ldz, float beta, float *G,
                     int64_t ldg) {
-    if (H) gemm(1, 0, H, hd, rb, 1.0f, T, cb, Z, ldz, beta, G, ldg);
-    gemm(1, 0, cb - H, hd, rb - H, 1.0f, T + H * cb + H, cb, Z + H * ldz, ldz, beta, G + H * ldg,
-         ldg);
+    if (H) gemm(be, 1, 0, H, hd, rb, 1.0f, T, cb, Z, ldz, beta, G, ldg);
+    gemm(be, 1, 0, cb - H, hd, rb - H, 1.0f, T + H * cb + H, cb, Z + H * ldz, ldz, beta,
+         G + H * ldg, ldg);
 }
 
-void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float *lse,
-                         float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+void ptdp__attention_fwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *qkv, float *ctx,
+                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
                          ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const float scale = 1.0f / sqrtf((float)hd);
@@ -227,9 +227,9 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
                 const int64_t cb = c0 + B < s ? B : s - c0;
                 const int first = c0 == 0;
                 const int64_t H = c0 == r0 ? diag_split(rb) : 0;
-                scores(gemm, H, rb, cb, hd, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, St);
+                scores(be, gemm, H, rb, cb, hd, Q + r0 * ld3, ld3, K + c0 * ld3, ld3, St);
                 ptdp__attn_fwd_rows(St, r0, rb, c0, cb, scale, m, l, C, ldc, hd, drop, blk, s);
-                per_query(gemm, H, rb, cb, hd, St, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
+                per_query(be, gemm, H, rb, cb, hd, St, V + c0 * ld3, ld3, first ? 0.0f : 1.0f,
                           C + r0 * ldc, ldc);
             }
             ptdp__attn_fwd_finish(C, ldc, hd, r0, rb, m, l, L);
@@ -237,9 +237,9 @@ void ptdp__attention_fwd(ptdp__gemm_fn gemm, const float *qkv, float *ctx, float
     }
 }
 
-void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv, const float *ctx,
-                         const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
-                         int64_t al, int64_t hd, ptdp_dropout drop) {
+void ptdp__attention_bwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
+                         const float *ctx, const float *lse, float *dqkv, float *scratch, int64_t s,
+                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
@@ -257,15 +257,15 @@ void ptdp__attention_bwd(ptdp__gemm_fn gemm, const float *dctx, const float *qkv
                 const int64_t rb = r0 + B < s ? B : s - r0;
                 const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
                 const int64_t H = r0 == c0 ? diag_split(rb) : 0;
-                scores(gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
-                scores(gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
+                scores(be, gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
+                scores(be, gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
                 ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk, s);
-                per_key(gemm, H, rb, cb, hd, dropping ? Pdt : Pt, dC + r0 * ldc, ldc, kv_beta,
+                per_key(be, gemm, H, rb, cb, hd, dropping ? Pdt : Pt, dC + r0 * ldc, ldc, kv_beta,
                         t.dv + c0 * ld3, ld3);
-                per_key(gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
+                per_key(be, gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
                         ld3);
-                per_query(gemm, H, rb, cb, hd, dPt, t.k + c0 * ld3, ld3, q_beta, t.dq + r0 * ld3,
-                          ld3);
+                per_query(be, gemm, H, rb, cb, hd, dPt, t.k + c0 * ld3, ld3, q_beta,
+                          t.dq + r0 * ld3, ld3);
             }
         }
     }

@@ -1,32 +1,31 @@
 /* attn_bf16.c - the tile products of flash attention (attention.c) for the
- * bf16 table on CPUs with AVX512_BF16: C[M, N] = alpha op(A) op(B) + beta C
+ * bf16 backend on CPUs with AVX512_BF16: C[M, N] = alpha op(A) op(B) + beta C
  * with op(A) and op(B) rounded to bf16 (round to nearest even; exact for
  * values already on the bf16 grid: q, k, v and dctx) and products summed in
  * fp32 by vdpbf16ps, as oneDNN's bf16 matmul sums them. The probabilities
  * and dS are rounded here, as Megatron rounds them before its bf16 batched
  * GEMMs and flash attention before its tile products. Both operands are
- * packed per call into per-thread buffers as pairs along K (the layout
- * vdpbf16ps reads): A as [M][K/2] (or [K/2][M] when transposed), op(B) as
- * [K/2][N]; a 6 x 64 register block then runs over K/2 pairs. */
+ * packed per call into buffers on the calling thread's stack as pairs along
+ * K (the layout vdpbf16ps reads): A as [M][K/2] (or [K/2][M] when
+ * transposed), op(B) as [K/2][N]; a 6 x 64 register block then runs over
+ * K/2 pairs. The packed attention below keeps its per-thread packs in the
+ * instance (ptdp__attn_packs). */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/half/half.h"
+#include "kernels/cpu/fastmath.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include "kernels/bf16_simd.h"
+#include "kernels/cpu/half/bf16_simd.h"
 
 #define MR 6
 #define KC 128 /* K per pass: 64 pairs */
 #define MC 128
 #define NC 128
 #define K2C (KC / 2)
-
-static _Thread_local uint32_t pa[MC * K2C] __attribute__((aligned(64)));
-static _Thread_local uint32_t pb[K2C * NC] __attribute__((aligned(64)));
 
 #define lanes ptdp__lanes16
 
@@ -176,10 +175,14 @@ BF16_TARGET static void panel(int64_t M, int64_t N, int64_t K2, const uint32_t *
     }
 }
 
-BF16_TARGET void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                                      float beta, float *C, int64_t ldc) {
+BF16_TARGET void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N,
+                                      int64_t K, float alpha, const float *A, int64_t lda,
+                                      const float *B, int64_t ldb, float beta, float *C,
+                                      int64_t ldc) {
+    (void)be;
     if (M == 0 || N == 0) return;
+    uint32_t pa[MC * K2C] __attribute__((aligned(64))); /* 32 KiB each, this call's */
+    uint32_t pb[K2C * NC] __attribute__((aligned(64)));
     if (K == 0) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
@@ -256,26 +259,61 @@ BF16_TARGET static void mm(int64_t M, int64_t N, int64_t K2, const uint32_t *A, 
     }
 }
 
-/* per-thread packs, grown before a parallel loop that needs more (the first
- * call at a shape), kept for the next: outside the memory plan, like
- * gemm_bf16.c's scratch, and like it not reentrant (the model issues its
- * ops from one thread); more than MAX_THREADS threads take the per-tile path */
+/* The instance's per-thread packs: in its workspace (own 0) for the job's
+ * shape, or grown before a parallel loop that needs more (the first call at
+ * a shape, counted beyond a workspace), kept for the next, freed at close;
+ * more than MAX_THREADS threads take the per-tile path. */
 enum { MAX_THREADS = 256 };
-static struct {
-    uint32_t *p;
-    size_t cap;
-} packs[MAX_THREADS];
+struct ptdp__attn_packs {
+    struct {
+        uint32_t *p;
+        size_t cap; /* uint32 values */
+        int own;
+    } t[MAX_THREADS];
+};
 
-static int packs_ready(size_t n) {
+ptdp__attn_packs *ptdp__attn_packs_new(void) { return calloc(1, sizeof(ptdp__attn_packs)); }
+
+void ptdp__attn_packs_free(ptdp__attn_packs *pk) {
+    for (int t = 0; pk && t < MAX_THREADS; t++)
+        if (pk->t[t].own) free(pk->t[t].p);
+    free(pk);
+}
+
+static size_t pack_need(int64_t s, int64_t hd, int nq, int np);
+
+/* per thread: the backward's packs (the larger), in whole 64-byte lines */
+static size_t thread_bytes(int64_t s, int64_t hd) {
+    return (pack_need(s, hd, 4, 3) * sizeof(uint32_t) + 63) / 64 * 64;
+}
+
+size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads) {
+    return threads <= MAX_THREADS ? (size_t)threads * thread_bytes(s, hd) : 0;
+}
+
+void ptdp__attn_packs_set(ptdp__attn_packs *pk, void *block, int64_t s, int64_t hd, int threads) {
+    for (int t = 0; t < MAX_THREADS; t++)
+        if (!pk->t[t].own) pk->t[t].p = NULL, pk->t[t].cap = 0;
+    if (!block || threads > MAX_THREADS) return;
+    const size_t each = thread_bytes(s, hd);
+    for (int t = 0; t < threads; t++) {
+        if (pk->t[t].own) free(pk->t[t].p);
+        pk->t[t].p = (uint32_t *)((char *)block + (size_t)t * each);
+        pk->t[t].cap = each / sizeof(uint32_t), pk->t[t].own = 0;
+    }
+}
+
+static int packs_ready(ptdp__cpu *cs, ptdp__attn_packs *pk, size_t n) {
     const int nt = omp_get_max_threads();
     if (nt > MAX_THREADS) return 0;
     for (int t = 0; t < nt; t++) {
-        if (packs[t].cap >= n) continue;
-        uint32_t *q = aligned_alloc(64, (n * sizeof(uint32_t) + 63) / 64 * 64);
+        if (pk->t[t].cap >= n) continue;
+        const size_t bytes = (n * sizeof(uint32_t) + 63) / 64 * 64;
+        uint32_t *q = aligned_alloc(64, bytes);
         if (!q) return 0;
-        free(packs[t].p);
-        packs[t].p = q;
-        packs[t].cap = n;
+        cs->be.ondemand_bytes += bytes;
+        if (pk->t[t].own) free(pk->t[t].p);
+        pk->t[t].p = q, pk->t[t].cap = n, pk->t[t].own = 1;
     }
     return 1;
 }
@@ -408,10 +446,11 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
     }
 }
 
-BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch,
-                                         int64_t s, int64_t b, int64_t al, int64_t hd,
-                                         ptdp_dropout drop) {
-    if (!packs_ready(pack_need(s, hd, 2, 1))) return 0;
+BF16_TARGET int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
+                                         float *scratch, int64_t s, int64_t b, int64_t al,
+                                         int64_t hd, ptdp_dropout drop) {
+    ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
+    if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 2, 1))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -419,7 +458,7 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     for (int64_t task = 0; task < b * al; task++) {
         const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
         float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co;
-        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
+        uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
         uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
         uint32_t *Vb = Kt + s * h2;                   /* [s/2][hd]: v, pairs of rows */
         uint32_t *Pa = Vb + (s + 1) / 2 * hd;         /* a tile's P, pairs along keys */
@@ -449,10 +488,12 @@ BF16_TARGET int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *ls
     return 1;
 }
 
-BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
-                                         const float *lse, float *dqkv, float *scratch, int64_t s,
-                                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    if (!packs_ready(pack_need(s, hd, 4, 3))) return 0;
+BF16_TARGET int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
+                                         const float *ctx, const float *lse, float *dqkv,
+                                         float *scratch, int64_t s, int64_t b, int64_t al,
+                                         int64_t hd, ptdp_dropout drop) {
+    ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
+    if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 4, 3))) return 0;
     const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -462,7 +503,7 @@ BF16_TARGET int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, co
         const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
         float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
         const float *dC = dctx + t.co, *L = lse + task * s;
-        uint32_t *Qa = packs[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
+        uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
         uint32_t *dCa = Qa + s * h2;
         uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
         uint32_t *Vt = Kt + s * h2;
@@ -516,24 +557,36 @@ int ptdp__gemm_tile_bf16_available(void) {
            __builtin_cpu_supports("avx512bf16");
 }
 #else
-void ptdp__gemm_tile_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                          float *C, int64_t ldc) {
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+ptdp__attn_packs *ptdp__attn_packs_new(void) { return NULL; }
+void ptdp__attn_packs_free(ptdp__attn_packs *pk) { (void)pk; }
+size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads) {
+    (void)s, (void)hd, (void)threads;
+    return 0;
+}
+void ptdp__attn_packs_set(ptdp__attn_packs *pk, void *block, int64_t s, int64_t hd, int threads) {
+    (void)pk, (void)block, (void)s, (void)hd, (void)threads;
+}
+void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          float beta, float *C, int64_t ldc) {
+    (void)be, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda,
+        (void)B;
     (void)ldb, (void)beta, (void)C, (void)ldc;
     PTDP_ASSERT_MSG(0, "bf16 tile GEMM without AVX512_BF16");
 }
 int ptdp__gemm_tile_bf16_available(void) { return 0; }
-int ptdp__attention_fwd_bf16(const float *qkv, float *ctx, float *lse, float *scratch, int64_t s,
-                             int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
+int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                             ptdp_dropout drop) {
+    (void)be, (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
     (void)drop;
     return 0;
 }
-int ptdp__attention_bwd_bf16(const float *dctx, const float *qkv, const float *ctx,
-                             const float *lse, float *dqkv, float *scratch, int64_t s, int64_t b,
-                             int64_t al, int64_t hd, ptdp_dropout drop) {
-    (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s, (void)b;
+int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
+                             const float *ctx, const float *lse, float *dqkv, float *scratch,
+                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    (void)be, (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s,
+        (void)b;
     (void)al, (void)hd, (void)drop;
     return 0;
 }

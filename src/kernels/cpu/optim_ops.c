@@ -5,12 +5,12 @@
 #include <omp.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fastmath.h"
 
 /* PyTorch's AdamW, step by step, so fp32 results track the reference, on
  * elements [i0, i1); with work, the new value rounded to bf16 is written
- * there as well (the bf16 table's working weights, rounded in the same loop) */
+ * there as well (the bf16 backend's working weights, rounded in the same loop) */
 static inline void adamw_range(float *param, float *work, const float *grad, float gscale, float *m,
                                float *v, int64_t i0, int64_t i1, float beta1, float beta2,
                                float eps, float step_size, float decay, float bc2s) {
@@ -29,7 +29,7 @@ static inline void adamw_range(float *param, float *work, const float *grad, flo
 
 enum { ADAM_BLOCK = 16384 }; /* elements a thread updates at a time: 4 arrays in L2 */
 
-/* AdamW over n elements in blocks. With work, the 16-bit tables' working
+/* AdamW over n elements in blocks. With work, the 16-bit backends' working
  * weights are written too, in the same pass over memory: bf16 rounded in
  * the update's loop; fp16 copied from each block and rounded there by
  * ptdp_round_f16_n while the block is still in cache. */

@@ -1,5 +1,5 @@
 /* decode_attn.c - the offset-causal softmax for attention over a KV cache
- * (declared in kernels.h). The score and context GEMMs go through ops->gemm in
+ * (declared in kernels.h). The score and context GEMMs go through the backend's gemm in
  * src/model/generate.c; only the masked softmax lives here. Not here: the
  * full-sequence attention (attention.c), dropout (generation has none). */
 #include "kernels/kernels.h"

@@ -2,11 +2,12 @@
  * bias + GeLU, bias + dropout + residual add, plus plain bias add/backward.
  * Column reductions (bias gradients) are split by columns across threads so
  * every sum runs over rows in one fixed order: bitwise reproducible. The _r
- * forms (the 16-bit tables') round each row right after writing it. */
+ * forms (the 16-bit backends') round each row right after writing it; the
+ * forms on bf16 storage are half/act_b16.c's. */
 #include <string.h>
 
-#include "kernels/cpu.h"
-#include "kernels/fastmath.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fastmath.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
@@ -37,27 +38,25 @@ void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n) {
 }
 
 /* columns [j0, j0 + 64) of dbias += the column sums of dy [N, n], rows in
- * order (fp32 values, or bf16 where b16: a constant at each call) */
-__attribute__((always_inline)) static inline void bias_cols(const void *dy, int b16, float *dbias,
+ * order (half/act_b16.c sums bf16 values the same way) */
+__attribute__((always_inline)) static inline void bias_cols(const float *dy, float *dbias,
                                                             int64_t N, int64_t n, int64_t j0) {
     const int64_t j1 = j0 + 64 < n ? j0 + 64 : n;
     float acc[64] = {0};
     for (int64_t r = 0; r < N; r++)
-        for (int64_t j = j0; j < j1; j++)
-            acc[j - j0] += b16 ? ptdp_bf16_to_f32(((const uint16_t *)dy)[r * n + j])
-                               : ((const float *)dy)[r * n + j];
+        for (int64_t j = j0; j < j1; j++) acc[j - j0] += dy[r * n + j];
     for (int64_t j = j0; j < j1; j++) dbias[j] += acc[j - j0];
 }
 
 void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n) {
 #pragma omp parallel for schedule(static)
-    for (int64_t j0 = 0; j0 < n; j0 += 64) bias_cols(dy, 0, dbias, N, n, j0);
+    for (int64_t j0 = 0; j0 < n; j0 += 64) bias_cols(dy, dbias, N, n, j0);
 }
 
 /* One row of each GeLU pass, out of line and cloned for AVX-512 (chosen at
  * run time): the tanh polynomial is compute-bound, and twice the lanes pay
  * where the CPU has them. */
-PTDP__ROW_CLONES static void gelu_fwd_row(const float *xr, const float *bias, float *o, int64_t n) {
+PTDP__ROW_CLONES void ptdp__gelu_fwd_row(const float *xr, const float *bias, float *o, int64_t n) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) {
         float u = xr[j] + bias[j];
@@ -66,8 +65,8 @@ PTDP__ROW_CLONES static void gelu_fwd_row(const float *xr, const float *bias, fl
     }
 }
 
-PTDP__ROW_CLONES static void gelu_bwd_row(const float *g, const float *xr, const float *bias,
-                                          float *d, int64_t n) {
+PTDP__ROW_CLONES void ptdp__gelu_bwd_row(const float *g, const float *xr, const float *bias,
+                                         float *d, int64_t n) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) {
         float u = xr[j] + bias[j];
@@ -82,7 +81,7 @@ void ptdp__bias_gelu_fwd_r(const float *x, const float *bias, float *out, int64_
                            ptdp__round_fn rnd) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; r++) {
-        gelu_fwd_row(x + r * n, bias, out + r * n, n);
+        ptdp__gelu_fwd_row(x + r * n, bias, out + r * n, n);
         if (rnd) rnd(out + r * n, n);
     }
 }
@@ -95,7 +94,7 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
                            float *dbias, int64_t N, int64_t n, ptdp__round_fn rnd) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; r++) {
-        gelu_bwd_row(dout + r * n, x + r * n, bias, dx + r * n, n);
+        ptdp__gelu_bwd_row(dout + r * n, x + r * n, bias, dx + r * n, n);
         if (rnd) rnd(dx + r * n, n);
     }
     ptdp__bias_bwd(dx, dbias, N, n);
@@ -104,49 +103,6 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n) {
     ptdp__bias_gelu_bwd_r(dout, x, bias, dx, dbias, N, n, NULL);
-}
-
-/* The same two passes on values stored in bf16 (the native bf16 table's
- * MLP, precision.c): each row goes GELU_CHUNK values at a time through
- * fp32 rows on the stack, widened exactly, computed by the same row
- * functions and narrowed to nearest even, so the values are those the _r
- * forms leave in fp32 storage with the bf16 rounding, and dbias sums them
- * in ptdp__bias_bwd's order. */
-enum { GELU_CHUNK = 512 };
-
-void ptdp__bias_gelu_fwd_b16(const uint16_t *x, const float *bias, uint16_t *out, int64_t N,
-                             int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++) {
-        float u[GELU_CHUNK], o[GELU_CHUNK];
-        for (int64_t j0 = 0; j0 < n; j0 += GELU_CHUNK) {
-            const int64_t m = n - j0 < GELU_CHUNK ? n - j0 : GELU_CHUNK;
-            ptdp_bf16_to_f32_n(u, x + r * n + j0, m);
-            gelu_fwd_row(u, bias + j0, o, m);
-            ptdp_f32_to_bf16_n(out + r * n + j0, o, m);
-        }
-    }
-}
-
-void ptdp__bias_bwd_b16(const uint16_t *dy, float *dbias, int64_t N, int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t j0 = 0; j0 < n; j0 += 64) bias_cols(dy, 1, dbias, N, n, j0);
-}
-
-void ptdp__bias_gelu_bwd_b16(const uint16_t *dout, const uint16_t *x, const float *bias,
-                             uint16_t *dx, float *dbias, int64_t N, int64_t n) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++) {
-        float gr[GELU_CHUNK], u[GELU_CHUNK], d[GELU_CHUNK];
-        for (int64_t j0 = 0; j0 < n; j0 += GELU_CHUNK) {
-            const int64_t m = n - j0 < GELU_CHUNK ? n - j0 : GELU_CHUNK, e = r * n + j0;
-            ptdp_bf16_to_f32_n(gr, dout + e, m);
-            ptdp_bf16_to_f32_n(u, x + e, m);
-            gelu_bwd_row(gr, u, bias + j0, d, m);
-            ptdp_f32_to_bf16_n(dx + e, d, m);
-        }
-    }
-    ptdp__bias_bwd_b16(dx, dbias, N, n);
 }
 
 void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <omp.h>
 
-#include "kernels/cpu.h"
+#include "kernels/cpu/cpu.h"
 
 /* A row's sums run in 16 fixed lanes (element i adds into lane i % 16) and
  * the lanes are added pairwise at the end: the same order, so the same bits,
