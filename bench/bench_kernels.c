@@ -134,16 +134,16 @@ static void bench_attention_packs(const config *c, int reps) {
             for (int packed = 1; packed >= 0; packed--) {
                 const double t0 = ptdp_now();
                 if (k == 0 && packed)
-                    ptdp__attention_fwd_bf16(be, qkv, ctx, lse, scr, s, b, al, hd, nodrop);
+                    ptdp__attention_fwd_bf16(be, qkv, ctx, lse, scr, s, b, al, al, hd, nodrop);
                 else if (k == 0)
-                    ptdp__attention_fwd(be, ptdp__gemm_tile_bf16, qkv, ctx, lse, scr, s, b, al, hd,
-                                        nodrop);
+                    ptdp__attention_fwd(be, ptdp__gemm_tile_bf16, qkv, ctx, lse, scr, s, b, al, al,
+                                        hd, nodrop);
                 else if (packed)
-                    ptdp__attention_bwd_bf16(be, dctx, qkv, ctx, lse, dqkv, scr, s, b, al, hd,
+                    ptdp__attention_bwd_bf16(be, dctx, qkv, ctx, lse, dqkv, scr, s, b, al, al, hd,
                                              nodrop);
                 else
                     ptdp__attention_bwd(be, ptdp__gemm_tile_bf16, dctx, qkv, ctx, lse, dqkv, scr, s,
-                                        b, al, hd, nodrop);
+                                        b, al, al, hd, nodrop);
                 if (r >= 3) t[(r - 3) * 2 + packed] = ptdp_now() - t0;
             }
         char fields[96];

@@ -14,7 +14,7 @@
  * and the bf16 backend's attention must be exactly that, rounded to bf16 (it
  * converts each head's q, k, v and dctx once instead of at every tile:
  * ptdp__attention_fwd_bf16 and _bwd_bf16, which must keep the tile GEMM's
- * order of sums).
+ * order of sums), with key/value groups as without.
  *
  * Weight copies: a GEMM on registered weights (either orientation, at an
  * offset inside the registered range) equals the same GEMM on unregistered
@@ -144,8 +144,9 @@ static int64_t differ(const float *a, const float *b, int64_t n, double tol) {
     return k;
 }
 
-static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p) {
-    const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, ns = b * al * s;
+/* al query heads over gl key/value groups (gl = al: multi-head attention) */
+static void check_attention(int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd, float p) {
+    const int64_t nq = s * ptdp__attn_ld3(b, al, gl, hd), nc = s * b * al * hd, ns = b * al * s;
     float *qkv = filled(nq, 7), *dctx = filled(nc, 8);
     ptdp_round_bf16_n(qkv, nq); /* activations are on the bf16 grid */
     ptdp_round_bf16_n(dctx, nc);
@@ -163,12 +164,13 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     const ptdp__gemm_fn g[2] = {ptdp__gemm_tile_bf16, round_gemm};
     ptdp_backend *f = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32);
     for (int v = 0; v < 2; v++)
-        ptdp__attention_fwd(f, g[v], qkv, ctx[v], lse[v], scr, s, b, al, hd, drop);
+        ptdp__attention_fwd(f, g[v], qkv, ctx[v], lse[v], scr, s, b, al, gl, hd, drop);
     for (int v = 0; v < 2; v++) /* both from the reference's forward */
-        ptdp__attention_bwd(f, g[v], dctx, qkv, ctx[1], lse[1], dqkv[v], scr, s, b, al, hd, drop);
-    char w[96];
-    snprintf(w, sizeof w, "s=%lld b=%lld al=%lld hd=%lld p=%g", (long long)s, (long long)b,
-             (long long)al, (long long)hd, p);
+        ptdp__attention_bwd(f, g[v], dctx, qkv, ctx[1], lse[1], dqkv[v], scr, s, b, al, gl, hd,
+                            drop);
+    char w[112];
+    snprintf(w, sizeof w, "s=%lld b=%lld al=%lld gl=%lld hd=%lld p=%g", (long long)s, (long long)b,
+             (long long)al, (long long)gl, (long long)hd, p);
     printf("attention with bf16 tiles, %s\n", w);
     /* sums of up to max(s, hd) exact products of O(1) values in two orders */
     check_close("ctx", ctx[0], ctx[1], nc, 1e-5, 1e-5);
@@ -180,8 +182,13 @@ static void check_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float 
     if (h->caps & PTDP_CAP_ATTENTION16) {
         float *c = malloc(sizeof(float) * (size_t)nc), *l = malloc(sizeof(float) * (size_t)ns),
               *d = malloc(sizeof(float) * (size_t)nq);
-        h->attention_fwd(h, qkv, c, l, scr, s, b, al, hd, drop);
-        h->attention_bwd(h, dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, hd, drop);
+        if (gl == al) {
+            h->attention_fwd(h, qkv, c, l, scr, s, b, al, hd, drop);
+            h->attention_bwd(h, dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, hd, drop);
+        } else {
+            h->attention_gqa_fwd(h, qkv, c, l, scr, s, b, al, gl, hd, drop);
+            h->attention_gqa_bwd(h, dctx, qkv, ctx[1], lse[1], d, scr, s, b, al, gl, hd, drop);
+        }
         ptdp_round_bf16_n(ctx[0], nc);
         ptdp_round_bf16_n(dqkv[0], nq);
         if (p > 0.0f) {
@@ -723,12 +730,16 @@ int main(void) {
                 check_gemm(ta, tb, shapes[k][0], shapes[k][1], shapes[k][2], 1.0f, 0.0f);
                 check_gemm(ta, tb, shapes[k][0], shapes[k][1], shapes[k][2], 0.5f, 1.0f);
             }
-    check_attention(300, 2, 2, 24, 0.0f); /* tiles of 128 and a tail of 44 */
-    check_attention(300, 2, 2, 24, 0.1f);
-    check_attention(64, 1, 3, 64, 0.0f);
+    check_attention(300, 2, 2, 2, 24, 0.0f); /* tiles of 128 and a tail of 44 */
+    check_attention(300, 2, 2, 2, 24, 0.1f);
+    check_attention(64, 1, 3, 3, 64, 0.0f);
     /* odd lengths: a last key block of one (an unpaired row), head dims odd
      * and past one chunk of K pairs (the packed attention's tails) */
-    check_attention(257, 1, 2, 13, 0.1f);
-    check_attention(131, 2, 1, 160, 0.0f);
+    check_attention(257, 1, 2, 2, 13, 0.1f);
+    check_attention(131, 2, 1, 1, 160, 0.0f);
+    /* key/value groups: the backward's task a (sequence, group), its k and v
+     * packed once for the group's query heads, must keep the tile path's sums */
+    check_attention(300, 2, 6, 2, 24, 0.1f);
+    check_attention(130, 1, 4, 1, 16, 0.0f);
     return test_done("test_bf16_native");
 }

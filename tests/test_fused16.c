@@ -4,7 +4,8 @@
  * Element-wise ops (test_rounding_fused): the bf16 and fp16 backends round each
  * row as they write it (src/kernels/cpu/norm.c, act.c: the ptdp__*_r forms), so
  * the output must equal the fp32 op's, rounded, in every bit, and a bias
- * gradient must be the fp32 sum over the rounded rows.
+ * gradient must be the fp32 sum over the rounded rows; the Llama family's
+ * RMSNorm, SwiGLU and rotary embeddings (src/kernels/cpu/rope.c) the same.
  *
  * The loss head's logits (test_head_logits): the bf16 backends leave the
  * logits GEMM's output unrounded and their xent_max and xent_sums round each
@@ -96,6 +97,41 @@ static void test_rounding_fused(void) {
             SAME("bias_dropout_add_bwd");
             f->bias_bwd(f, y2, d2, N, n);
             CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
+        }
+        /* the Llama family's: RMSNorm (rstd and dw fp32, bitwise), SwiGLU on
+         * [N, 2 * 1500] (gate | up), rotary embeddings on [N, (20 + 2 * 5) * 100] */
+        h->rmsnorm_fwd(h, x, w, y1, mean, N, n, 1e-5f);
+        f->rmsnorm_fwd(f, x, w, y2, mean2, N, n, 1e-5f);
+        h->quantize(h, y2, N * n);
+        SAME("rmsnorm_fwd");
+        CHECK(!memcmp(mean, mean2, sizeof mean));
+        fill_const(y1, N * n, 0.5f), fill_const(y2, N * n, 0.5f);
+        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f);
+        h->rmsnorm_bwd(h, g, x, w, mean, y1, d1, N, n);
+        f->rmsnorm_bwd(f, g, x, w, mean, y2, d2, N, n);
+        h->quantize(h, y2, N * n);
+        SAME("rmsnorm_bwd");
+        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
+        h->swiglu_fwd(h, x, bias, y1, N, n / 2);
+        f->swiglu_fwd(f, x, bias, y2, N, n / 2);
+        h->quantize(h, y2, N * n / 2);
+        CHECK(same_bits(y1, y2, N * n / 2, h->name, "swiglu_fwd"));
+        fill_const(d1, n, 0.0f), fill_const(d2, n, 0.0f), fill_const(e2, n, 0.0f);
+        h->swiglu_bwd(h, g, x, bias, y1, d1, N, n / 2);
+        f->swiglu_bwd(f, g, x, bias, y2, e2, N, n / 2);
+        h->quantize(h, y2, N * n);
+        SAME("swiglu_bwd");
+        f->bias_bwd(f, y2, d2, N, n); /* the bias gradient: over the rounded rows */
+        CHECK(!memcmp(d1, d2, sizeof(float) * (size_t)n));
+        float table[7 * 64];
+        ptdp_rope_table_init(f, table, 7, 64, 10000.0);
+        for (int inv = 0; inv < 2; inv++) {
+            memcpy(y1, x, sizeof(float) * (size_t)(N * n)),
+                memcpy(y2, x, sizeof(float) * (size_t)(N * n));
+            (inv ? h->rope_bwd : h->rope_fwd)(h, y1, table, N, 1, 20, 5, 100, 64, 0);
+            (inv ? f->rope_bwd : f->rope_fwd)(f, y2, table, N, 1, 20, 5, 100, 64, 0);
+            h->quantize(h, y2, N * n);
+            SAME(inv ? "rope_bwd" : "rope_fwd");
         }
 #undef SAME
     }

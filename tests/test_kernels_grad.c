@@ -4,7 +4,9 @@
  * dL/dout = R) is accumulated in double. Covered: layernorm, bias + GeLU,
  * bias + dropout + residual (p = 0 and p > 0), plain dropout, attention
  * (p = 0 and p = 0.2; the mask is regenerated from the key, so the forward is
- * a fixed function of qkv), embedding and position embedding, the
+ * a fixed function of qkv), the Llama family's RMSNorm, SwiGLU (with a bias),
+ * rotary embeddings (part of each head rotated, from a position offset) and
+ * grouped-query attention (p = 0 and 0.2), embedding and position embedding, the
  * vocabulary-parallel cross-entropy (one slice and two), and the linear
  * layer's GEMM backward identities on both GEMM libraries. Not here: the fast
  * forwards against references (test_kernels.c).
@@ -239,6 +241,129 @@ static void test_attention(float p) {
     free(c.qkv), free(c.ctx), free(c.saved), free(c.scratch), free(c.R), free(dqkv);
 }
 
+/* ---- the Llama family: RMSNorm, SwiGLU, rotary embeddings, grouped-query attention ---- */
+
+typedef struct {
+    int64_t N, h;
+    float *x, *w, *out, *rstd, *R;
+} rms_ctx;
+
+static double rms_obj(void *p) {
+    rms_ctx *c = p;
+    O->rmsnorm_fwd(O, c->x, c->w, c->out, c->rstd, c->N, c->h, 1e-5f);
+    return dot(c->out, c->R, c->N * c->h);
+}
+
+static void test_rmsnorm(void) {
+    rms_ctx c = {.N = 4, .h = 19};
+    const int64_t N = c.N, h = c.h;
+    c.x = fmalloc(N * h), c.w = fmalloc(h), c.out = fmalloc(N * h), c.rstd = fmalloc(N);
+    c.R = fmalloc(N * h);
+    fill_normal(c.x, N * h, 70, 1.0f);
+    fill_normal(c.w, h, 71, 1.0f);
+    fill_normal(c.R, N * h, 72, 1.0f);
+    float *dx = fmalloc(N * h), *dw = fmalloc(h);
+    fill_const(dx, N * h, 1.0f), fill_const(dw, h, -1.0f); /* both accumulate */
+    rms_obj(&c);
+    O->rmsnorm_bwd(O, c.R, c.x, c.w, c.rstd, dx, dw, N, h);
+    for (int64_t i = 0; i < N * h; i++) dx[i] -= 1.0f;
+    for (int64_t i = 0; i < h; i++) dw[i] += 1.0f;
+    fd_check("rmsnorm_bwd dx", rms_obj, &c, c.x, N * h, dx, FD_EPS, FD_RTOL, FD_ATOL);
+    fd_check("rmsnorm_bwd dw", rms_obj, &c, c.w, h, dw, FD_EPS, FD_RTOL, FD_ATOL);
+    free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.R), free(dx), free(dw);
+}
+
+typedef struct {
+    int64_t N, fl;
+    float *x, *bias, *out, *R;
+} swiglu_ctx;
+
+static double swiglu_obj(void *p) {
+    swiglu_ctx *c = p;
+    O->swiglu_fwd(O, c->x, c->bias, c->out, c->N, c->fl);
+    return dot(c->out, c->R, c->N * c->fl);
+}
+
+static void test_swiglu(void) {
+    swiglu_ctx c = {.N = 5, .fl = 7};
+    const int64_t n = c.N * 2 * c.fl;
+    c.x = fmalloc(n), c.bias = fmalloc(2 * c.fl), c.out = fmalloc(c.N * c.fl);
+    c.R = fmalloc(c.N * c.fl);
+    fill_normal(c.x, n, 73, 1.5f);
+    fill_normal(c.bias, 2 * c.fl, 74, 0.5f);
+    fill_normal(c.R, c.N * c.fl, 75, 1.0f);
+    float *dx = fmalloc(n), *db = fmalloc(2 * c.fl);
+    fill_const(db, 2 * c.fl, 0.25f);
+    O->swiglu_bwd(O, c.R, c.x, c.bias, dx, db, c.N, c.fl);
+    for (int64_t j = 0; j < 2 * c.fl; j++) db[j] -= 0.25f;
+    fd_check("swiglu_bwd dx (gate | up)", swiglu_obj, &c, c.x, n, dx, FD_EPS, FD_RTOL, FD_ATOL);
+    fd_check("swiglu_bwd dbias", swiglu_obj, &c, c.bias, 2 * c.fl, db, FD_EPS, FD_RTOL, FD_ATOL);
+    free(c.x), free(c.bias), free(c.out), free(c.R), free(dx), free(db);
+}
+
+/* rotary embeddings on a copy of x (rope_fwd works in place) */
+typedef struct {
+    int64_t s, b, al, gl, hd, rd, pos0;
+    float *x, *y, *table, *R;
+} rope_ctx;
+
+static double rope_obj(void *p) {
+    rope_ctx *c = p;
+    const int64_t n = c->s * c->b * (c->al + 2 * c->gl) * c->hd;
+    memcpy(c->y, c->x, sizeof(float) * (size_t)n);
+    O->rope_fwd(O, c->y, c->table, c->s, c->b, c->al, c->gl, c->hd, c->rd, c->pos0);
+    return dot(c->y, c->R, n);
+}
+
+static void test_rope(void) {
+    rope_ctx c = {.s = 4, .b = 2, .al = 4, .gl = 2, .hd = 6, .rd = 4, .pos0 = 3};
+    const int64_t n = c.s * c.b * (c.al + 2 * c.gl) * c.hd;
+    c.x = fmalloc(n), c.y = fmalloc(n), c.R = fmalloc(n);
+    c.table = fmalloc(ptdp_rope_table_floats(c.pos0 + c.s, c.rd));
+    ptdp_rope_table_init(O, c.table, c.pos0 + c.s, c.rd, 100.0);
+    fill_normal(c.x, n, 76, 1.0f);
+    fill_normal(c.R, n, 77, 1.0f);
+    float *dx = fmalloc(n);
+    memcpy(dx, c.R, sizeof(float) * (size_t)n);
+    O->rope_bwd(O, dx, c.table, c.s, c.b, c.al, c.gl, c.hd, c.rd, c.pos0);
+    fd_check("rope_bwd dqkv (rd < hd, gl < al)", rope_obj, &c, c.x, n, dx, FD_EPS, FD_RTOL,
+             FD_ATOL);
+    free(c.x), free(c.y), free(c.R), free(c.table), free(dx);
+}
+
+typedef struct {
+    int64_t s, b, al, gl, hd;
+    float *qkv, *ctx, *saved, *scratch, *R;
+    ptdp_dropout drop;
+} gqa_ctx;
+
+static double gqa_obj(void *p) {
+    gqa_ctx *c = p;
+    O->attention_gqa_fwd(O, c->qkv, c->ctx, c->saved, c->scratch, c->s, c->b, c->al, c->gl, c->hd,
+                         c->drop);
+    return dot(c->ctx, c->R, c->s * c->b * c->al * c->hd);
+}
+
+static void test_attention_gqa(float p) {
+    gqa_ctx c = {.s = 5, .b = 2, .al = 4, .gl = 2, .hd = 4};
+    c.drop = (ptdp_dropout){.p = p, .key = ptdp_rng_key_make(6, "gqa"), .offset = 9};
+    const int64_t nq = c.s * c.b * (c.al + 2 * c.gl) * c.hd, nc = c.s * c.b * c.al * c.hd;
+    c.qkv = fmalloc(nq), c.ctx = fmalloc(nc), c.R = fmalloc(nc);
+    c.saved = fmalloc(O->attention_saved_floats(O, c.s, c.b, c.al));
+    c.scratch = fmalloc(ptdp_attention_scratch_floats(c.s, omp_get_max_threads()));
+    fill_normal(c.qkv, nq, 78, 1.0f);
+    fill_normal(c.R, nc, 79, 1.0f);
+    float *dqkv = fmalloc(nq);
+    fill_const(dqkv, nq, 777.0f); /* overwritten, not accumulated */
+    gqa_obj(&c);
+    O->attention_gqa_bwd(O, c.R, c.qkv, c.ctx, c.saved, dqkv, c.scratch, c.s, c.b, c.al, c.gl, c.hd,
+                         c.drop);
+    char what[64];
+    snprintf(what, sizeof what, "attention_gqa_bwd dqkv p=%g", (double)p);
+    fd_check(what, gqa_obj, &c, c.qkv, nq, dqkv, FD_EPS, FD_RTOL, FD_ATOL);
+    free(c.qkv), free(c.ctx), free(c.saved), free(c.scratch), free(c.R), free(dqkv);
+}
+
 /* ---- embeddings ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -399,6 +524,11 @@ int main(void) {
     test_bias_dropout_add(0.3f);
     test_attention(0.0f);
     test_attention(0.2f);
+    test_rmsnorm();
+    test_swiglu();
+    test_rope();
+    test_attention_gqa(0.0f);
+    test_attention_gqa(0.2f);
     test_embed();
     test_xent(1);
     test_xent(2);

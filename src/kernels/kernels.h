@@ -12,7 +12,9 @@
  *
  * Shape legend: N = s*b token rows (activations are [s, b, h] row-major, so
  * token (si, bi) is row si*b + bi), h hidden, hl local hidden (h/t), a heads,
- * al local heads, hd head size, V/Vl (local) padded vocabulary.
+ * al local heads, gl local key/value groups (al/gl query heads share one key
+ * and value head), hd head size, rd rotary dims of a head, fl local MLP
+ * width, V/Vl (local) padded vocabulary.
  * Weight-gradient kernels ACCUMULATE (+=) so micro-batches add up; input
  * gradients overwrite unless stated. All pointers are backend memory. */
 #ifndef PTDP_KERNELS_H
@@ -51,23 +53,30 @@ const char *ptdp_device_name(ptdp_device d);
 
 /* What a backend can do, as flags (ptdp_backend.caps): code asks for a
  * capability, never for a backend's name. */
-#define PTDP_BACKEND_CAPS(X)                                                                  \
-    /* its memory is not host memory: the host reaches it only through upload and download */ \
-    X(PTDP_CAP_DEVICE_MEMORY, "device-memory")                                                \
-    /* 16-bit GEMMs run as native 16-bit matmuls with fp32 accumulation (oneDNN's bf16        \
-     * matmul), not as fp32 GEMMs on 16-bit values */                                         \
-    X(PTDP_CAP_NATIVE_GEMM16, "native-gemm16")                                                \
-    /* attention's tile products in 16 bits (AVX512_BF16), the probabilities rounded first */ \
-    X(PTDP_CAP_ATTENTION16, "attention16")                                                    \
-    /* attention keeps a logsumexp per row for its backward, never the s x s probabilities */ \
-    X(PTDP_CAP_FLASH_ATTENTION, "flash-attention")                                            \
-    /* head_logits/head_bwd are fused ops of their own (16-bit logits, no fp32 gradient of    \
-     * the logits), not the composition of gemm and the cross-entropy pieces */               \
-    X(PTDP_CAP_FUSED_HEAD, "fused-head")                                                      \
-    /* keeps converted copies of registered weights (the weights contract below) */           \
-    X(PTDP_CAP_WEIGHT_COPIES, "weight-copies")                                                \
-    /* ops run asynchronously on the backend's streams (no backend yet) */                    \
-    X(PTDP_CAP_STREAMS, "streams")
+#define PTDP_BACKEND_CAPS(X)                                                                   \
+    /* its memory is not host memory: the host reaches it only through upload and download */  \
+    X(PTDP_CAP_DEVICE_MEMORY, "device-memory")                                                 \
+    /* 16-bit GEMMs run as native 16-bit matmuls with fp32 accumulation (oneDNN's bf16         \
+     * matmul), not as fp32 GEMMs on 16-bit values */                                          \
+    X(PTDP_CAP_NATIVE_GEMM16, "native-gemm16")                                                 \
+    /* attention's tile products in 16 bits (AVX512_BF16), the probabilities rounded first */  \
+    X(PTDP_CAP_ATTENTION16, "attention16")                                                     \
+    /* attention keeps a logsumexp per row for its backward, never the s x s probabilities */  \
+    X(PTDP_CAP_FLASH_ATTENTION, "flash-attention")                                             \
+    /* head_logits/head_bwd are fused ops of their own (16-bit logits, no fp32 gradient of     \
+     * the logits), not the composition of gemm and the cross-entropy pieces */                \
+    X(PTDP_CAP_FUSED_HEAD, "fused-head")                                                       \
+    /* keeps converted copies of registered weights (the weights contract below) */            \
+    X(PTDP_CAP_WEIGHT_COPIES, "weight-copies")                                                 \
+    /* ops run asynchronously on the backend's streams (no backend yet) */                     \
+    X(PTDP_CAP_STREAMS, "streams")                                                             \
+    /* the Llama family's ops a backend has but has not yet run on its device against the      \
+     * CPU backend (tests/test_cuda_ops.c): a run that needs one is refused, naming the flag   \
+     * (ptdp_backend_check's PTDP_NEED_* bits); the bit goes once the test has passed there */ \
+    X(PTDP_CAP_UNTESTED_RMSNORM, "rmsnorm-untested")                                           \
+    X(PTDP_CAP_UNTESTED_SWIGLU, "swiglu-untested")                                             \
+    X(PTDP_CAP_UNTESTED_ROPE, "rope-untested")                                                 \
+    X(PTDP_CAP_UNTESTED_GQA, "gqa-untested")
 enum {
 #define PTDP__CAP_BIT(e, s) e##_BIT,
     PTDP_BACKEND_CAPS(PTDP__CAP_BIT)
@@ -125,6 +134,7 @@ typedef struct {
     int64_t s, b;      /* sequence length, micro-batch size */
     int64_t h, hl, fl; /* hidden, local hidden h/t, local MLP width ffn/t */
     int64_t al, hd;    /* local heads, head size */
+    int64_t gl;        /* local key/value groups (attention_gqa_*; 0: al, one per head) */
     int64_t Vl;        /* local padded vocabulary; 0: the rank holds no loss head */
     int64_t layers;    /* transformer layers of all this rank's chunks */
     int64_t heads;     /* loss heads among them (chunks of the last stage) */
@@ -233,6 +243,14 @@ struct ptdp_backend {
     void (*layernorm_bwd)(ptdp_backend *be, const float *dout, const float *x, const float *w,
                           const float *mean, const float *rstd, float *dx, float *dw, float *db,
                           int64_t N, int64_t h);
+    /* OPTIONAL (PTDP_NEED_RMSNORM): RMSNorm over rows of x [N, h]:
+     * out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) (no mean, no bias:
+     * Megatron's and Hugging Face's); saves rstd [N]. bwd: dx += ..., dw += ...
+     * (as layernorm_bwd: dx accumulates, the residual's gradient is there). */
+    void (*rmsnorm_fwd)(ptdp_backend *be, const float *x, const float *w, float *out, float *rstd,
+                        int64_t N, int64_t h, float eps);
+    void (*rmsnorm_bwd)(ptdp_backend *be, const float *dout, const float *x, const float *w,
+                        const float *rstd, float *dx, float *dw, int64_t N, int64_t h);
 
     /* y[N,n] += bias[n] broadcast over rows; bwd: dbias[n] += sum_rows dy */
     void (*bias_add)(ptdp_backend *be, float *y, const float *bias, int64_t N, int64_t n);
@@ -245,6 +263,19 @@ struct ptdp_backend {
                           int64_t N, int64_t n);
     void (*bias_gelu_bwd)(ptdp_backend *be, const float *dout, const float *x, const float *bias,
                           float *dx, float *dbias, int64_t N, int64_t n);
+    /* OPTIONAL (PTDP_NEED_SWIGLU): fused SwiGLU. x [N, 2*fl] is the MLP's
+     * first GEMM output, each row its gate half (columns [0, fl)) then its up
+     * half ([fl, 2*fl)): the weight's rows [gate; up] of this rank, so a
+     * tensor-parallel split gives every rank the gate and up columns of the
+     * same fl units (Megatron's linear_fc1 per rank); bias [2*fl] in the same
+     * order, added first, or NULL (Llama has none). out [N, fl] =
+     * silu(gate) * up, silu(g) = g / (1 + e^-g). bwd: dx [N, 2*fl] =
+     * (dout * up * silu'(gate) | dout * silu(gate)), dx may alias x;
+     * dbias [2*fl] += sum_rows dx (NULL when bias is). */
+    void (*swiglu_fwd)(ptdp_backend *be, const float *x, const float *bias, float *out, int64_t N,
+                       int64_t fl);
+    void (*swiglu_bwd)(ptdp_backend *be, const float *dout, const float *x, const float *bias,
+                       float *dx, float *dbias, int64_t N, int64_t fl);
 
     /* Fused bias + dropout + residual add: out = resid + dropout(x + bias),
      * x, resid, out [N, h] (out may alias resid). bwd: dx = dropout'(dout)
@@ -282,6 +313,38 @@ struct ptdp_backend {
      * the OpenMP threads of the moment (CPU: ptdp_attention_scratch_floats;
      * CUDA: 0, it has a workspace of its own). */
     int64_t (*attention_scratch_floats)(ptdp_backend *be, int64_t s);
+    /* OPTIONAL (PTDP_NEED_GQA): attention_fwd/_bwd with key/value groups: al
+     * query heads over gl groups (gl divides al), query head j reading group
+     * j / (al/gl). qkv [s, b, gl, al/gl + 2, hd]: per group its al/gl query
+     * heads, then its key and its value head (Megatron's linear_qkv layout
+     * with query groups; gl = al is attention_fwd's [s, b, al, 3, hd], and
+     * gives its results bit for bit). ctx [s, b, al*hd] by query head; saved
+     * and scratch as attention_fwd's for (s, b, al); dropout keyed by the
+     * global query head, as there. bwd: dqkv overwritten, a group's dk and dv
+     * summed over its query heads. */
+    void (*attention_gqa_fwd)(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
+                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                              int64_t hd, ptdp_dropout drop);
+    void (*attention_gqa_bwd)(ptdp_backend *be, const float *dctx, const float *qkv,
+                              const float *ctx, const float *saved, float *dqkv, float *scratch,
+                              int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd,
+                              ptdp_dropout drop);
+    /* OPTIONAL (PTDP_NEED_ROPE): rotary position embeddings, in place on the
+     * query and key heads of qkv [s, b, gl, al/gl + 2, hd] (attention_gqa's
+     * layout; value heads untouched). Rotate-half convention (Megatron's and
+     * Hugging Face's): of each head's first rd dims (rd even, <= hd; Megatron's
+     * --rotary-percent leaves the rest as they are) dims i and i + rd/2,
+     * i < rd/2, of the row at position p = pos0 + si become
+     *   x_i c - x_{i+rd/2} sn,  x_{i+rd/2} c + x_i sn
+     * with c, sn = cos, sin(p theta^(-2i/rd)) from table (ptdp_rope_table_init:
+     * positions 0 .. S-1, pos0 + s <= S). Positions follow the sequence, not
+     * the layout: pos0 is the first row's (0 in training, the KV cache's length
+     * when decoding). bwd: the inverse rotation, in place on dqkv's query and
+     * key heads (value heads untouched). */
+    void (*rope_fwd)(ptdp_backend *be, float *qkv, const float *table, int64_t s, int64_t b,
+                     int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0);
+    void (*rope_bwd)(ptdp_backend *be, float *dqkv, const float *table, int64_t s, int64_t b,
+                     int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0);
 
     /* Vocabulary-parallel token embedding: rows [v0, v0+Vl) of the padded
      * vocabulary live here. out[si,bi,:] = wte[tok - v0] if owned, else 0.
@@ -435,6 +498,12 @@ void ptdp_backend_close(ptdp_backend *be);
  * backend and the missing op. */
 #define PTDP_NEED_DROPOUT 1  /* --hidden-dropout > 0 */
 #define PTDP_NEED_ROW_MASK 2 /* --eod-mask-loss */
+/* the Llama family's ops: refused where missing, or where the backend has
+ * not yet run them on its device (PTDP_CAP_UNTESTED_*), naming the flag */
+#define PTDP_NEED_RMSNORM 4 /* --normalization RMSNorm */
+#define PTDP_NEED_SWIGLU 8  /* --swiglu */
+#define PTDP_NEED_ROPE 16   /* --position-embedding-type rope */
+#define PTDP_NEED_GQA 32    /* --group-query-attention */
 int ptdp_backend_check(const ptdp_backend *be, int needs);
 /* "name (cap, cap, ...)" into buf[n]: the start-up line's description */
 const char *ptdp_backend_describe(const ptdp_backend *be, char *buf, size_t n);
@@ -487,6 +556,16 @@ void ptdp_mlp_bwd_w_composed(ptdp_backend *be, const float *dy, const float *gl,
                              const float *x, float *dw2, float *dw1, int64_t N, int64_t h,
                              int64_t fl);
 
+/* The rotary tables rope_fwd and rope_bwd read, for every backend: row p
+ * (positions 0 <= p < S) holds cos(p f_i) for i < rd/2, then sin(p f_i),
+ * f_i = theta^(-2i/rd), each computed in double and rounded to fp32 (as
+ * scripts/reference/llama_reference.py computes them). _floats: the table's
+ * size, S * rd (the caller plans it, as attention's scratch); _init: writes
+ * it to table (backend memory) through be->upload, from a buffer on the
+ * stack, once, before the first op reads it. rd even, 2 <= rd <= 1024. */
+int64_t ptdp_rope_table_floats(int64_t S, int64_t rd);
+void ptdp_rope_table_init(ptdp_backend *be, float *table, int64_t S, int64_t rd, double theta);
+
 /* The CPU attention's scratch for (s, threads): a few 128 x 128 tiles and
  * one [s] row per thread (what the CPU backend's attention_scratch_floats
  * answers for the threads of the moment; the planner asks it for --threads). */
@@ -521,6 +600,25 @@ float ptdp_ref_gelu(float x);
 void ptdp_ref_softmax_causal(const float *scores, float *probs, int64_t s, float scale);
 void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al,
                             int64_t hd);
+/* The Llama family's ops, as kernels.h's ops describe them (rstd [N] may be
+ * NULL; bias NULL: none): RMSNorm and its backward (dx, dw accumulate),
+ * SwiGLU and its backward, rotary embeddings from cos and sin computed in
+ * double here (bwd: the inverse rotation), grouped-query attention
+ * (attention_gqa_fwd's layouts, no dropout; bwd: dqkv overwritten). */
+void ptdp_ref_rmsnorm_fwd(const float *x, const float *w, float *out, float *rstd, int64_t N,
+                          int64_t h, float eps);
+void ptdp_ref_rmsnorm_bwd(const float *dout, const float *x, const float *w, float *dx, float *dw,
+                          int64_t N, int64_t h, float eps);
+float ptdp_ref_silu(float x);
+void ptdp_ref_swiglu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t fl);
+void ptdp_ref_swiglu_bwd(const float *dout, const float *x, const float *bias, float *dx,
+                         float *dbias, int64_t N, int64_t fl);
+void ptdp_ref_rope(float *qkv, int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd, int64_t rd,
+                   int64_t pos0, double theta, int inverse);
+void ptdp_ref_attention_gqa_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, int64_t al,
+                                int64_t gl, int64_t hd);
+void ptdp_ref_attention_gqa_bwd(const float *dctx, const float *qkv, float *dqkv, int64_t s,
+                                int64_t b, int64_t al, int64_t gl, int64_t hd);
 /* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
 double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad,
                      int64_t V);

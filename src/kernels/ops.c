@@ -65,6 +65,35 @@ int ptdp_backend_check(const ptdp_backend *be, int needs) {
         return ptdp_errorf(PTDP_EUNSUPPORTED,
                            "compute backend '%s' has no dropout op: run with --hidden-dropout 0",
                            be->name);
+    /* the Llama family's ops: present, and run on the backend's device */
+    const struct {
+        int need;
+        unsigned untested;
+        int missing;
+        const char *op, *flag;
+    } llama[] = {
+        {PTDP_NEED_RMSNORM, PTDP_CAP_UNTESTED_RMSNORM, !be->rmsnorm_fwd || !be->rmsnorm_bwd,
+         "RMSNorm", "--normalization RMSNorm"},
+        {PTDP_NEED_SWIGLU, PTDP_CAP_UNTESTED_SWIGLU, !be->swiglu_fwd || !be->swiglu_bwd, "SwiGLU",
+         "--swiglu"},
+        {PTDP_NEED_ROPE, PTDP_CAP_UNTESTED_ROPE, !be->rope_fwd || !be->rope_bwd, "rotary embedding",
+         "--position-embedding-type rope"},
+        {PTDP_NEED_GQA, PTDP_CAP_UNTESTED_GQA, !be->attention_gqa_fwd || !be->attention_gqa_bwd,
+         "grouped-query attention", "--group-query-attention"},
+    };
+    for (size_t i = 0; i < sizeof llama / sizeof llama[0]; i++) {
+        if (!(needs & llama[i].need)) continue;
+        if (llama[i].missing)
+            return ptdp_errorf(PTDP_EUNSUPPORTED,
+                               "compute backend '%s' has no %s op: run without %s", be->name,
+                               llama[i].op, llama[i].flag);
+        if (be->caps & llama[i].untested)
+            return ptdp_errorf(PTDP_EUNSUPPORTED,
+                               "compute backend '%s' has a %s op that has not yet run on its "
+                               "device against the CPU backend (tests/test_cuda_ops.c): run "
+                               "without %s, or on --device cpu",
+                               be->name, llama[i].op, llama[i].flag);
+    }
     return PTDP_OK;
 }
 

@@ -1,5 +1,6 @@
 /* act.c - the element-wise kernels around the GEMMs, fused as in the paper:
- * bias + GeLU, bias + dropout + residual add, plus plain bias add/backward.
+ * bias + GeLU, bias + dropout + residual add, plus plain bias add/backward;
+ * and the Llama family's fused SwiGLU (gate and up halves of one GEMM).
  * Column reductions (bias gradients) are split by columns across threads so
  * every sum runs over rows in one fixed order: bitwise reproducible. The _r
  * forms (the 16-bit backends') round each row right after writing it; the
@@ -103,6 +104,75 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n) {
     ptdp__bias_gelu_bwd_r(dout, x, bias, dx, dbias, N, n, NULL);
+}
+
+/* SwiGLU rows: gate a = x[j] (+ bias[j]), up u = x[fl + j] (+ bias[fl + j]),
+ * sg = 1 / (1 + e^-a) (ptdp__expf clamps, so a << 0 gives sg ~ 0 and a >> 0
+ * gives 1, never a NaN), silu(a) = a sg. Cloned for AVX-512 like GeLU's; a
+ * recomputed forward and the backward compute silu in the same bits. */
+static inline float sigmoid_f(float a) { return 1.0f / (1.0f + ptdp__expf(-a)); }
+
+PTDP__ROW_CLONES void ptdp__swiglu_fwd_row(const float *x, const float *bias, float *o,
+                                           int64_t fl) {
+    const float *u = x + fl;
+    if (bias) {
+        const float *bg = bias, *bu = bias + fl;
+#pragma omp simd
+        for (int64_t j = 0; j < fl; j++) {
+            const float a = x[j] + bg[j];
+            o[j] = a * sigmoid_f(a) * (u[j] + bu[j]);
+        }
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < fl; j++) o[j] = x[j] * sigmoid_f(x[j]) * u[j];
+    }
+}
+
+/* d(gate) = g u sg (1 + a (1 - sg)), d(up) = g silu(a); d may alias x (each
+ * element read before its own write) */
+PTDP__ROW_CLONES void ptdp__swiglu_bwd_row(const float *g, const float *x, const float *bias,
+                                           float *d, int64_t fl) {
+    static const float zero[64];
+    for (int64_t j0 = 0; j0 < fl; j0 += 64) { /* zero bias without a branch in the loop */
+        const int64_t m = fl - j0 < 64 ? fl - j0 : 64;
+        const float *bg = bias ? bias + j0 : zero, *bu = bias ? bias + fl + j0 : zero;
+        const float *xa = x + j0, *xu = x + fl + j0, *gr = g + j0;
+        float *da = d + j0, *du = d + fl + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < m; j++) {
+            const float a = xa[j] + bg[j], u = xu[j] + bu[j], sg = sigmoid_f(a);
+            da[j] = gr[j] * u * (sg * (1.0f + a * (1.0f - sg)));
+            du[j] = gr[j] * (a * sg);
+        }
+    }
+}
+
+void ptdp__swiglu_fwd_r(const float *x, const float *bias, float *out, int64_t N, int64_t fl,
+                        ptdp__round_fn rnd) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        ptdp__swiglu_fwd_row(x + r * 2 * fl, bias, out + r * fl, fl);
+        if (rnd) rnd(out + r * fl, fl);
+    }
+}
+
+void ptdp__swiglu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t fl) {
+    ptdp__swiglu_fwd_r(x, bias, out, N, fl, NULL);
+}
+
+void ptdp__swiglu_bwd_r(const float *dout, const float *x, const float *bias, float *dx,
+                        float *dbias, int64_t N, int64_t fl, ptdp__round_fn rnd) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        ptdp__swiglu_bwd_row(dout + r * fl, x + r * 2 * fl, bias, dx + r * 2 * fl, fl);
+        if (rnd) rnd(dx + r * 2 * fl, 2 * fl);
+    }
+    if (dbias) ptdp__bias_bwd(dx, dbias, N, 2 * fl);
+}
+
+void ptdp__swiglu_bwd(const float *dout, const float *x, const float *bias, float *dx, float *dbias,
+                      int64_t N, int64_t fl) {
+    ptdp__swiglu_bwd_r(dout, x, bias, dx, dbias, N, fl, NULL);
 }
 
 void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,

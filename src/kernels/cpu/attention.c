@@ -8,9 +8,12 @@
  * per-tile products are GEMMs through the backend's library, single-threaded
  * inside the OpenMP loop over (sequence, head) pairs. Attention dropout is
  * drawn from the counter-based RNG with the element numbering of kernels.h,
- * so backward regenerates the mask instead of storing it. Not here: splitting
- * one (sequence, head) over threads (a run with fewer pairs than threads
- * leaves cores idle), reduced precision. */
+ * so backward regenerates the mask instead of storing it. Grouped-query
+ * attention is the same loops over a QKV layout of groups (a query head
+ * reads its group's k and v); multi-head attention is the case of one head
+ * per group. Not here: splitting one (sequence, head) over threads (a run
+ * with fewer pairs than threads leaves cores idle; the backward's tasks are
+ * (sequence, group) pairs, fewer still), reduced precision. */
 #include <math.h>
 #include <omp.h>
 
@@ -46,12 +49,16 @@ int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al) {
 }
 
 ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
-                                   int64_t hd, int64_t s, const float *qkv, float *dqkv) {
-    const int64_t bi = task / al, j = task % al, off = (bi * al * 3 + j * 3) * hd;
+                                   int64_t gl, int64_t hd, int64_t s, const float *qkv,
+                                   float *dqkv) {
+    /* query head j is head j % hpg of group j / hpg: [hpg q heads, k, v] */
+    const int64_t bi = task / al, j = task % al, hpg = al / gl;
+    const int64_t grp = (bi * gl + j / hpg) * (hpg + 2) * hd, q = grp + (j % hpg) * hd,
+                  k = grp + hpg * hd;
     const int64_t B = ptdp__attn_block(s);
     ptdp__attn_task t = {.blk = ptdp__attn_drop_block(drop, task, al), .co = (bi * al + j) * hd};
-    t.q = qkv + off, t.k = t.q + hd, t.v = t.q + 2 * hd;
-    if (dqkv) t.dq = dqkv + off, t.dk = t.dq + hd, t.dv = t.dq + 2 * hd;
+    t.q = qkv + q, t.k = qkv + k, t.v = t.k + hd;
+    if (dqkv) t.dq = dqkv + q, t.dk = dqkv + k, t.dv = t.dk + hd;
     float *scr = scratch + ptdp__attn_per_thread(s) * omp_get_thread_num();
     for (int i = 0; i < 3; i++) t.tile[i] = scr + i * B * B;
     t.m = scr + 3 * B * B, t.l = t.m + B, t.D = t.l + B;
@@ -210,13 +217,14 @@ static void per_key(ptdp_backend *be, ptdp__gemm_fn gemm, int64_t H, int64_t rb,
 }
 
 void ptdp__attention_fwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *qkv, float *ctx,
-                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                         ptdp_dropout drop) {
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
+                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                         int64_t hd, ptdp_dropout drop) {
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t ld3 = ptdp__attn_ld3(b, al, gl, hd), ldc = b * al * hd, B = ptdp__attn_block(s);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, gl, hd, s, qkv, NULL);
         const int64_t blk = t.blk;
         float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co, *L = lse + task * s;
         const float *Q = t.q, *K = t.k, *V = t.v;
@@ -239,34 +247,42 @@ void ptdp__attention_fwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *qkv,
 
 void ptdp__attention_bwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
                          const float *ctx, const float *lse, float *dqkv, float *scratch, int64_t s,
-                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
+                         int64_t b, int64_t al, int64_t gl, int64_t hd, ptdp_dropout drop) {
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t ld3 = ptdp__attn_ld3(b, al, gl, hd), ldc = b * al * hd, B = ptdp__attn_block(s);
+    const int64_t hpg = al / gl;
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
-        float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
-        const float *dC = dctx + t.co, *L = lse + task * s;
-        ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
-        /* key block outer: dK, dV of the block accumulate over the query
-         * tiles at and below the diagonal; dQ of a tile over key blocks */
-        for (int64_t c0 = 0; c0 < s; c0 += B) {
-            const int64_t cb = c0 + B < s ? B : s - c0;
-            for (int64_t r0 = c0; r0 < s; r0 += B) {
-                const int64_t rb = r0 + B < s ? B : s - r0;
-                const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
-                const int64_t H = r0 == c0 ? diag_split(rb) : 0;
-                scores(be, gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
-                scores(be, gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
-                ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk, s);
-                per_key(be, gemm, H, rb, cb, hd, dropping ? Pdt : Pt, dC + r0 * ldc, ldc, kv_beta,
-                        t.dv + c0 * ld3, ld3);
-                per_key(be, gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, kv_beta, t.dk + c0 * ld3,
-                        ld3);
-                per_query(be, gemm, H, rb, cb, hd, dPt, t.k + c0 * ld3, ld3, q_beta,
-                          t.dq + r0 * ld3, ld3);
+    for (int64_t grp = 0; grp < b * gl; grp++)
+        for (int64_t jj = 0; jj < hpg; jj++) {   /* the group's query heads, in turn */
+            const int64_t task = grp * hpg + jj; /* bi * al + j */
+            const ptdp__attn_task t =
+                ptdp__attn_task_of(scratch, drop, task, al, gl, hd, s, qkv, dqkv);
+            float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
+            const float *dC = dctx + t.co, *L = lse + task * s;
+            ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
+            /* key block outer: dK, dV of the block accumulate over the query
+             * tiles at and below the diagonal (and the group's earlier heads);
+             * dQ of a tile over key blocks */
+            for (int64_t c0 = 0; c0 < s; c0 += B) {
+                const int64_t cb = c0 + B < s ? B : s - c0;
+                for (int64_t r0 = c0; r0 < s; r0 += B) {
+                    const int64_t rb = r0 + B < s ? B : s - r0;
+                    const float kv_beta = r0 == c0 && jj == 0 ? 0.0f : 1.0f,
+                                q_beta = c0 == 0 ? 0.0f : 1.0f;
+                    const int64_t H = r0 == c0 ? diag_split(rb) : 0;
+                    scores(be, gemm, H, rb, cb, hd, t.q + r0 * ld3, ld3, t.k + c0 * ld3, ld3, Pt);
+                    scores(be, gemm, H, rb, cb, hd, dC + r0 * ldc, ldc, t.v + c0 * ld3, ld3, dPt);
+                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk,
+                                        s);
+                    per_key(be, gemm, H, rb, cb, hd, dropping ? Pdt : Pt, dC + r0 * ldc, ldc,
+                            kv_beta, t.dv + c0 * ld3, ld3);
+                    per_key(be, gemm, H, rb, cb, hd, dPt, t.q + r0 * ld3, ld3, kv_beta,
+                            t.dk + c0 * ld3, ld3);
+                    per_query(be, gemm, H, rb, cb, hd, dPt, t.k + c0 * ld3, ld3, q_beta,
+                              t.dq + r0 * ld3, ld3);
+                }
             }
         }
-    }
 }

@@ -90,6 +90,15 @@ void ptdp__layernorm_bwd_r(const float *dout, const float *x, const float *w, co
                            ptdp__round_fn rnd);
 void ptdp__layernorm_bwd(const float *dout, const float *x, const float *w, const float *mean,
                          const float *rstd, float *dx, float *dw, float *db, int64_t N, int64_t h);
+/* RMSNorm (norm.c): kernels.h's rmsnorm_fwd/_bwd */
+void ptdp__rmsnorm_fwd_r(const float *x, const float *w, float *out, float *rstd, int64_t N,
+                         int64_t h, float eps, ptdp__round_fn rnd);
+void ptdp__rmsnorm_fwd(const float *x, const float *w, float *out, float *rstd, int64_t N,
+                       int64_t h, float eps);
+void ptdp__rmsnorm_bwd_r(const float *dout, const float *x, const float *w, const float *rstd,
+                         float *dx, float *dw, int64_t N, int64_t h, ptdp__round_fn rnd);
+void ptdp__rmsnorm_bwd(const float *dout, const float *x, const float *w, const float *rstd,
+                       float *dx, float *dw, int64_t N, int64_t h);
 void ptdp__bias_add_r(float *y, const float *bias, int64_t N, int64_t n, ptdp__round_fn rnd);
 void ptdp__bias_add(float *y, const float *bias, int64_t N, int64_t n);
 void ptdp__bias_bwd(const float *dy, float *dbias, int64_t N, int64_t n);
@@ -105,6 +114,21 @@ void ptdp__bias_gelu_bwd_r(const float *dout, const float *x, const float *bias,
                            float *dbias, int64_t N, int64_t n, ptdp__round_fn rnd);
 void ptdp__bias_gelu_bwd(const float *dout, const float *x, const float *bias, float *dx,
                          float *dbias, int64_t N, int64_t n);
+/* SwiGLU (act.c): kernels.h's swiglu_fwd/_bwd; the rows, x [2 fl] (gate
+ * then up), out [fl], g [fl], d [2 fl] (may alias x); bias [2 fl] or NULL */
+void ptdp__swiglu_fwd_row(const float *x, const float *bias, float *o, int64_t fl);
+void ptdp__swiglu_bwd_row(const float *g, const float *x, const float *bias, float *d, int64_t fl);
+void ptdp__swiglu_fwd_r(const float *x, const float *bias, float *out, int64_t N, int64_t fl,
+                        ptdp__round_fn rnd);
+void ptdp__swiglu_fwd(const float *x, const float *bias, float *out, int64_t N, int64_t fl);
+void ptdp__swiglu_bwd_r(const float *dout, const float *x, const float *bias, float *dx,
+                        float *dbias, int64_t N, int64_t fl, ptdp__round_fn rnd);
+void ptdp__swiglu_bwd(const float *dout, const float *x, const float *bias, float *dx, float *dbias,
+                      int64_t N, int64_t fl);
+/* rotary embeddings (rope.c): kernels.h's rope_fwd (inverse 0) and rope_bwd
+ * (inverse 1), each group's query and key heads rounded by rnd */
+void ptdp__rope_r(float *qkv, const float *table, int64_t s, int64_t b, int64_t al, int64_t gl,
+                  int64_t hd, int64_t rd, int64_t pos0, int inverse, ptdp__round_fn rnd);
 void ptdp__bias_dropout_add_fwd_r(const float *x, const float *bias, const float *resid, float *out,
                                   int64_t N, int64_t h, ptdp_dropout drop, ptdp__round_fn rnd);
 void ptdp__bias_dropout_add_fwd(const float *x, const float *bias, const float *resid, float *out,
@@ -130,8 +154,11 @@ void ptdp__dropout_apply_path(const float *src, float *dst, int64_t n, ptdp_drop
 int64_t ptdp__attn_block(int64_t s);
 int64_t ptdp__attn_per_thread(int64_t s);
 int64_t ptdp__attn_drop_block(ptdp_dropout drop, int64_t task, int64_t al);
-/* one (sequence, head) task of b al: its dropout block, its q, k, v rows in
- * qkv (dq, dk, dv in dqkv, where given), the offset of its ctx (dctx) rows,
+/* one (sequence, query head) task of b al, task = bi * al + j, over gl
+ * key/value groups (kernels.h's attention_gqa layout; gl = al: one group per
+ * head, attention_fwd's): its dropout block, its q, k, v rows in qkv (dq,
+ * dk, dv in dqkv, where given; k and v those of its group), the offset of
+ * its ctx (dctx) rows,
  * and its thread's scratch as ptdp__attn_per_thread sizes it: three [B, B]
  * tiles (the forward's scores; the backward's P, dP then dS, dropout(P)),
  * the forward's running max m and sum l [B], the backward's D [s] */
@@ -142,7 +169,12 @@ typedef struct {
     float *tile[3], *m, *l, *D;
 } ptdp__attn_task;
 ptdp__attn_task ptdp__attn_task_of(float *scratch, ptdp_dropout drop, int64_t task, int64_t al,
-                                   int64_t hd, int64_t s, const float *qkv, float *dqkv);
+                                   int64_t gl, int64_t hd, int64_t s, const float *qkv,
+                                   float *dqkv);
+/* the row stride of qkv [s, b, gl, al/gl + 2, hd]: b (al + 2 gl) hd */
+static inline int64_t ptdp__attn_ld3(int64_t b, int64_t al, int64_t gl, int64_t hd) {
+    return b * (al + 2 * gl) * hd;
+}
 /* keys of tile column [c0, c0 + cb) that query row gi sees (causal) */
 static inline int64_t ptdp__attn_row_keys(int64_t gi, int64_t c0, int64_t cb) {
     const int64_t n = gi - c0 + 1;
@@ -160,13 +192,17 @@ void ptdp__attn_row_dots(float *D, const float *dC, const float *C, int64_t s, i
                          int64_t ld);
 /* attention's per-tile GEMMs run through `gemm` (on be), the backend's
  * library; lse [b, al, s] is the saved logsumexp of every row (scaled
- * scores) */
+ * scores); al query heads over gl key/value groups (kernels.h's
+ * attention_gqa_fwd; gl = al is attention_fwd). The forward runs a task per
+ * (sequence, query head), the backward one per (sequence, group), its query
+ * heads in turn, so a group's dk and dv add up in one thread in a fixed
+ * order. */
 void ptdp__attention_fwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *qkv, float *ctx,
-                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                         ptdp_dropout drop);
+                         float *lse, float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                         int64_t hd, ptdp_dropout drop);
 void ptdp__attention_bwd(ptdp_backend *be, ptdp__gemm_fn gemm, const float *dctx, const float *qkv,
                          const float *ctx, const float *lse, float *dqkv, float *scratch, int64_t s,
-                         int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+                         int64_t b, int64_t al, int64_t gl, int64_t hd, ptdp_dropout drop);
 void ptdp__embed_fwd(const int32_t *tokens, int64_t ld, const float *wte, int64_t v0, int64_t Vl,
                      float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__embed_bwd(const int32_t *tokens, int64_t ld, const float *dout, float *dwte, int64_t v0,

@@ -1,8 +1,8 @@
 /* cpu_backend.c - the CPU compute backend: ptdp__cpu_backend_open makes an
  * instance (ptdp__cpu) with host memory and the fp32 ops of its GEMM
  * library, then, for a 16-bit dtype, precision.c's ops over them. The ops
- * here adapt the plain kernels (norm.c, act.c, attention.c, embed_xent.c,
- * optim_ops.c, ...), which take no instance, to the backend's calls. A GPU
+ * here adapt the plain kernels (norm.c, act.c, attention.c, rope.c,
+ * embed_xent.c, optim_ops.c, ...), which take no instance, to the backend's calls. A GPU
  * backend is a second file like this one (cuda/cuda_backend.cu), with
  * device memory and CUDA kernels behind the same struct. */
 #define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
@@ -182,29 +182,66 @@ static double cpu_sum(ptdp_backend *be, const float *x, int64_t n) {
     return ptdp__sum(x, n);
 }
 
-/* Attention's per-tile GEMMs go to the library of the instance's gemm. */
-static void attn_fwd_onednn(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
-                            float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                            ptdp_dropout drop) {
-    ptdp__attention_fwd(be, ptdp__gemm_onednn, qkv, ctx, saved, scratch, s, b, al, hd, drop);
+static void cpu_rmsnorm_fwd(ptdp_backend *be, const float *x, const float *w, float *out,
+                            float *rstd, int64_t N, int64_t h, float eps) {
+    (void)be;
+    ptdp__rmsnorm_fwd(x, w, out, rstd, N, h, eps);
 }
-static void attn_bwd_onednn(ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx,
-                            const float *saved, float *dqkv, float *scratch, int64_t s, int64_t b,
-                            int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_bwd(be, ptdp__gemm_onednn, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
-                        drop);
+static void cpu_rmsnorm_bwd(ptdp_backend *be, const float *dout, const float *x, const float *w,
+                            const float *rstd, float *dx, float *dw, int64_t N, int64_t h) {
+    (void)be;
+    ptdp__rmsnorm_bwd(dout, x, w, rstd, dx, dw, N, h);
 }
-static void attn_fwd_openblas(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
-                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                              ptdp_dropout drop) {
-    ptdp__attention_fwd(be, ptdp__gemm_openblas, qkv, ctx, saved, scratch, s, b, al, hd, drop);
+static void cpu_swiglu_fwd(ptdp_backend *be, const float *x, const float *bias, float *out,
+                           int64_t N, int64_t fl) {
+    (void)be;
+    ptdp__swiglu_fwd(x, bias, out, N, fl);
 }
-static void attn_bwd_openblas(ptdp_backend *be, const float *dctx, const float *qkv,
-                              const float *ctx, const float *saved, float *dqkv, float *scratch,
-                              int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    ptdp__attention_bwd(be, ptdp__gemm_openblas, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd,
-                        drop);
+static void cpu_swiglu_bwd(ptdp_backend *be, const float *dout, const float *x, const float *bias,
+                           float *dx, float *dbias, int64_t N, int64_t fl) {
+    (void)be;
+    ptdp__swiglu_bwd(dout, x, bias, dx, dbias, N, fl);
 }
+static void cpu_rope_fwd(ptdp_backend *be, float *qkv, const float *table, int64_t s, int64_t b,
+                         int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0) {
+    (void)be;
+    ptdp__rope_r(qkv, table, s, b, al, gl, hd, rd, pos0, 0, NULL);
+}
+static void cpu_rope_bwd(ptdp_backend *be, float *dqkv, const float *table, int64_t s, int64_t b,
+                         int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0) {
+    (void)be;
+    ptdp__rope_r(dqkv, table, s, b, al, gl, hd, rd, pos0, 1, NULL);
+}
+
+/* Attention's per-tile GEMMs go to the library of the instance's gemm;
+ * multi-head attention is the grouped one with a group per head (gl = al):
+ * one code path. */
+#define PTDP__CPU_ATTN(L)                                                                          \
+    static void attn_gqa_fwd_##L(ptdp_backend *be, const float *qkv, float *ctx, float *saved,     \
+                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,     \
+                                 int64_t hd, ptdp_dropout drop) {                                  \
+        ptdp__attention_fwd(be, ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, gl, hd, drop); \
+    }                                                                                              \
+    static void attn_gqa_bwd_##L(ptdp_backend *be, const float *dctx, const float *qkv,            \
+                                 const float *ctx, const float *saved, float *dqkv,                \
+                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,     \
+                                 int64_t hd, ptdp_dropout drop) {                                  \
+        ptdp__attention_bwd(be, ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al,    \
+                            gl, hd, drop);                                                         \
+    }                                                                                              \
+    static void attn_fwd_##L(ptdp_backend *be, const float *qkv, float *ctx, float *saved,         \
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,         \
+                             ptdp_dropout drop) {                                                  \
+        ptdp__attention_fwd(be, ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, al, hd, drop); \
+    }                                                                                              \
+    static void attn_bwd_##L(ptdp_backend *be, const float *dctx, const float *qkv,                \
+                             const float *ctx, const float *saved, float *dqkv, float *scratch,    \
+                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {    \
+        ptdp__attention_bwd(be, ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al,    \
+                            al, hd, drop);                                                         \
+    }
+PTDP__CPU_ATTN(onednn)
+PTDP__CPU_ATTN(openblas)
 
 static void cpu_close(ptdp_backend *be) {
     ptdp__cpu *cs = ptdp__cpu_of(be);
@@ -244,6 +281,14 @@ static void fp32_ops(ptdp_backend *be, ptdp_gemm_lib lib) {
         .dropout_bwd = cpu_dropout,
         .attention_fwd = dn ? attn_fwd_onednn : attn_fwd_openblas,
         .attention_bwd = dn ? attn_bwd_onednn : attn_bwd_openblas,
+        .attention_gqa_fwd = dn ? attn_gqa_fwd_onednn : attn_gqa_fwd_openblas,
+        .attention_gqa_bwd = dn ? attn_gqa_bwd_onednn : attn_gqa_bwd_openblas,
+        .rmsnorm_fwd = cpu_rmsnorm_fwd,
+        .rmsnorm_bwd = cpu_rmsnorm_bwd,
+        .swiglu_fwd = cpu_swiglu_fwd,
+        .swiglu_bwd = cpu_swiglu_bwd,
+        .rope_fwd = cpu_rope_fwd,
+        .rope_bwd = cpu_rope_bwd,
         .attention_saved_floats = cpu_attention_saved_floats,
         .attention_scratch_floats = cpu_attention_scratch_floats,
         .embed_fwd = cpu_embed_fwd,

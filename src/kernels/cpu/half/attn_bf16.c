@@ -227,7 +227,9 @@ BF16_TARGET void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t 
  * operands of every tile product: a query block's q once per key block, a
  * key block's k and v once per query block. Here each task (a sequence and
  * a head) converts q, k, v (and dctx) once, into each layout its products
- * read, and only the probabilities and dS are packed per tile. The sums run
+ * read (the backward's task, a sequence and a key/value group, its k and v
+ * once for all the group's query heads), and only the probabilities and dS
+ * are packed per tile. The sums run
  * in the tile GEMM's order (pairs of K in chunks of K2C, 64-column groups,
  * 6-row blocks), so the results are its bits. */
 
@@ -448,15 +450,16 @@ BF16_TARGET static void bwd_rows_packed(const float *Pt, const float *dPt, int64
 
 BF16_TARGET int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
                                          float *scratch, int64_t s, int64_t b, int64_t al,
-                                         int64_t hd, ptdp_dropout drop) {
+                                         int64_t gl, int64_t hd, ptdp_dropout drop) {
     ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
     if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 2, 1))) return 0;
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t ld3 = ptdp__attn_ld3(b, al, gl, hd), ldc = b * al * hd, B = ptdp__attn_block(s);
     const int64_t h2 = (hd + 1) / 2;
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, NULL);
+        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, gl, hd, s, qkv, NULL);
         float *St = t.tile[0], *m = t.m, *l = t.l, *C = ctx + t.co;
         uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2]: q rows, pairs along hd */
         uint32_t *Kt = Qa + s * h2;                   /* [h2][s]: k^T */
@@ -491,63 +494,71 @@ BF16_TARGET int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, flo
 BF16_TARGET int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
                                          const float *ctx, const float *lse, float *dqkv,
                                          float *scratch, int64_t s, int64_t b, int64_t al,
-                                         int64_t hd, ptdp_dropout drop) {
+                                         int64_t gl, int64_t hd, ptdp_dropout drop) {
     ptdp__attn_packs *pk = ptdp__cpu_of(be)->packs;
     if (!packs_ready(ptdp__cpu_of(be), pk, pack_need(s, hd, 4, 3))) return 0;
-    const int64_t ld3 = b * al * 3 * hd, ldc = b * al * hd, B = ptdp__attn_block(s);
-    const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2;
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t ld3 = ptdp__attn_ld3(b, al, gl, hd), ldc = b * al * hd, B = ptdp__attn_block(s);
+    const int64_t h2 = (hd + 1) / 2, s2 = (s + 1) / 2, hpg = al / gl;
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
+    /* a task per (sequence, group), its query heads in turn (ptdp__attention_bwd's order) */
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t task = 0; task < b * al; task++) {
-        const ptdp__attn_task t = ptdp__attn_task_of(scratch, drop, task, al, hd, s, qkv, dqkv);
-        float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
-        const float *dC = dctx + t.co, *L = lse + task * s;
-        uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
-        uint32_t *dCa = Qa + s * h2;
-        uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
-        uint32_t *Vt = Kt + s * h2;
-        uint32_t *Qb = Vt + s * h2; /* [s2][hd]: q, k, dctx as pairs of rows */
-        uint32_t *Kb = Qb + s2 * hd;
-        uint32_t *dCb = Kb + s2 * hd;
-        uint32_t *Ta = dCb + s2 * hd; /* a tile's P^T, dS^T or dS */
-        pack_rows(Qa, t.q, ld3, s, hd);
-        pack_rows(dCa, dC, ldc, s, hd);
-        pack_kt(Kt, t.k, ld3, s, hd);
-        pack_kt(Vt, t.v, ld3, s, hd);
-        pack_pairs(Qb, t.q, ld3, s, hd);
-        pack_pairs(Kb, t.k, ld3, s, hd);
-        pack_pairs(dCb, dC, ldc, s, hd);
-        ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
-        for (int64_t c0 = 0; c0 < s; c0 += B) {
-            const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
-            for (int64_t r0 = c0; r0 < s; r0 += B) {
-                const int64_t rb = r0 + B < s ? B : s - r0, r2 = (rb + 1) / 2;
-                const float kv_beta = r0 == c0 ? 0.0f : 1.0f, q_beta = c0 == 0 ? 0.0f : 1.0f;
-                const int64_t d = r0 - c0;
-                mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb, OUT_MASKED, d);
-                mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb, OUT_MASKED, d);
-                /* P^T, dS^T as pairs of rows; dS in rows */
-                uint32_t *Tp = Ta, *Ts = Tp + r2 * cb, *Tr = Ts + r2 * cb;
-                if (dropping) {
-                    ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop, t.blk,
-                                        s);
-                    pack_pairs(Tp, Pdt, cb, rb, cb);
-                    pack_pairs(Ts, dPt, cb, rb, cb);
-                    pack_rows(Tr, dPt, cb, rb, cb);
-                } else {
-                    bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, t.D, Tp, Ts, Tr, c2);
+    for (int64_t grp = 0; grp < b * gl; grp++)
+        for (int64_t jj = 0; jj < hpg; jj++) {
+            const int64_t task = grp * hpg + jj; /* bi * al + j */
+            const ptdp__attn_task t =
+                ptdp__attn_task_of(scratch, drop, task, al, gl, hd, s, qkv, dqkv);
+            float *Pt = t.tile[0], *dPt = t.tile[1], *Pdt = t.tile[2];
+            const float *dC = dctx + t.co, *L = lse + task * s;
+            uint32_t *Qa = pk->t[omp_get_thread_num()].p; /* [s][h2] layouts: q, dctx */
+            uint32_t *dCa = Qa + s * h2;
+            uint32_t *Kt = dCa + s * h2; /* [h2][s]: k^T, v^T */
+            uint32_t *Vt = Kt + s * h2;
+            uint32_t *Qb = Vt + s * h2; /* [s2][hd]: q, k, dctx as pairs of rows */
+            uint32_t *Kb = Qb + s2 * hd;
+            uint32_t *dCb = Kb + s2 * hd;
+            uint32_t *Ta = dCb + s2 * hd; /* a tile's P^T, dS^T or dS */
+            pack_rows(Qa, t.q, ld3, s, hd);
+            pack_rows(dCa, dC, ldc, s, hd);
+            if (jj == 0) { /* the group's k and v, once */
+                pack_kt(Kt, t.k, ld3, s, hd);
+                pack_kt(Vt, t.v, ld3, s, hd);
+                pack_pairs(Kb, t.k, ld3, s, hd);
+            }
+            pack_pairs(Qb, t.q, ld3, s, hd);
+            pack_pairs(dCb, dC, ldc, s, hd);
+            ptdp__attn_row_dots(t.D, dC, ctx + t.co, s, hd, ldc);
+            for (int64_t c0 = 0; c0 < s; c0 += B) {
+                const int64_t cb = c0 + B < s ? B : s - c0, c2 = (cb + 1) / 2;
+                for (int64_t r0 = c0; r0 < s; r0 += B) {
+                    const int64_t rb = r0 + B < s ? B : s - r0, r2 = (rb + 1) / 2;
+                    const float kv_beta = r0 == c0 && jj == 0 ? 0.0f : 1.0f,
+                                q_beta = c0 == 0 ? 0.0f : 1.0f;
+                    const int64_t d = r0 - c0;
+                    mm(rb, cb, h2, Qa + r0 * h2, h2, 1, Kt + c0, s, 0.0f, Pt, cb, OUT_MASKED, d);
+                    mm(rb, cb, h2, dCa + r0 * h2, h2, 1, Vt + c0, s, 0.0f, dPt, cb, OUT_MASKED, d);
+                    /* P^T, dS^T as pairs of rows; dS in rows */
+                    uint32_t *Tp = Ta, *Ts = Tp + r2 * cb, *Tr = Ts + r2 * cb;
+                    if (dropping) {
+                        ptdp__attn_bwd_rows(Pt, dPt, Pdt, r0, rb, c0, cb, scale, L, t.D, drop,
+                                            t.blk, s);
+                        pack_pairs(Tp, Pdt, cb, rb, cb);
+                        pack_pairs(Ts, dPt, cb, rb, cb);
+                        pack_rows(Tr, dPt, cb, rb, cb);
+                    } else {
+                        bwd_rows_packed(Pt, dPt, r0, rb, c0, cb, scale, L, t.D, Tp, Ts, Tr, c2);
+                    }
+                    /* dV += P^T dctx, dK += dS^T q, dQ += dS k */
+                    mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, t.dv + c0 * ld3, ld3,
+                       A_HEAD, d);
+                    mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, t.dk + c0 * ld3, ld3,
+                       A_HEAD, d);
+                    mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, t.dq + r0 * ld3, ld3,
+                       A_TAIL, d);
                 }
-                /* dV += P^T dctx, dK += dS^T q, dQ += dS k */
-                mm(cb, hd, r2, Tp, 1, cb, dCb + r0 / 2 * hd, hd, kv_beta, t.dv + c0 * ld3, ld3,
-                   A_HEAD, d);
-                mm(cb, hd, r2, Ts, 1, cb, Qb + r0 / 2 * hd, hd, kv_beta, t.dk + c0 * ld3, ld3,
-                   A_HEAD, d);
-                mm(rb, hd, c2, Tr, c2, 1, Kb + c0 / 2 * hd, hd, q_beta, t.dq + r0 * ld3, ld3,
-                   A_TAIL, d);
             }
         }
-    }
     return 1;
 }
 
@@ -576,18 +587,19 @@ void ptdp__gemm_tile_bf16(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N
 }
 int ptdp__gemm_tile_bf16_available(void) { return 0; }
 int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
-                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                             ptdp_dropout drop) {
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                             int64_t hd, ptdp_dropout drop) {
     (void)be, (void)qkv, (void)ctx, (void)lse, (void)scratch, (void)s, (void)b, (void)al, (void)hd;
-    (void)drop;
+    (void)gl, (void)drop;
     return 0;
 }
 int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
                              const float *ctx, const float *lse, float *dqkv, float *scratch,
-                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+                             int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd,
+                             ptdp_dropout drop) {
     (void)be, (void)dctx, (void)qkv, (void)ctx, (void)lse, (void)dqkv, (void)scratch, (void)s,
         (void)b;
-    (void)al, (void)hd, (void)drop;
+    (void)al, (void)gl, (void)hd, (void)drop;
     return 0;
 }
 #endif

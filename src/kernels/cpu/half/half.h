@@ -142,8 +142,9 @@ int ptdp__gemm_tile_bf16_available(void);
  * and _bwd through ptdp__gemm_tile_bf16, bit for bit, but with each (sequence,
  * head)'s q, k, v (and dctx) converted to bf16 pairs once, in every layout
  * its tile products read, instead of at every tile, into per-thread packs
- * of the instance. Returns 0 (nothing done) where those cannot be had.
- * _new/_free: an instance's packs (none yet; NULL: out of memory). */
+ * of the instance (with key/value groups, gl < al: the backward converts a
+ * group's k and v once for all its query heads). Returns 0 (nothing done) where those cannot be
+ * had. _new/_free: an instance's packs (none yet; NULL: out of memory). */
 ptdp__attn_packs *ptdp__attn_packs_new(void);
 void ptdp__attn_packs_free(ptdp__attn_packs *p);
 /* bytes of packs for sequences of s, heads of hd, on `threads` threads; _set
@@ -151,11 +152,12 @@ void ptdp__attn_packs_free(ptdp__attn_packs *p);
 size_t ptdp__attn_packs_bytes(int64_t s, int64_t hd, int threads);
 void ptdp__attn_packs_set(ptdp__attn_packs *p, void *block, int64_t s, int64_t hd, int threads);
 int ptdp__attention_fwd_bf16(ptdp_backend *be, const float *qkv, float *ctx, float *lse,
-                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                             ptdp_dropout drop);
+                             float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                             int64_t hd, ptdp_dropout drop);
 int ptdp__attention_bwd_bf16(ptdp_backend *be, const float *dctx, const float *qkv,
                              const float *ctx, const float *lse, float *dqkv, float *scratch,
-                             int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+                             int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd,
+                             ptdp_dropout drop);
 /* the bf16 backends' xent_max and xent_sums: each logit rounded to bf16 as it
  * is read (the loss head's logits may be left unrounded: head_logits) */
 void ptdp__xent_max_bf16(const float *logits, float *rowmax, int64_t N, int64_t Vl, int64_t v0,

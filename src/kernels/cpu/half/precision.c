@@ -104,6 +104,40 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         ptdp__adamw_master(master, work, D, grad, gscale, m, v, n, lr, beta1, beta2, eps, wd,      \
                            step);                                                                  \
     }                                                                                              \
+    static void P##_rmsnorm_fwd(ptdp_backend *be, const float *x, const float *w, float *out,      \
+                                float *rstd, int64_t N, int64_t h, float eps) {                    \
+        (void)be;                                                                                  \
+        ptdp__rmsnorm_fwd_r(x, w, out, rstd, N, h, eps, R);                                        \
+    }                                                                                              \
+    static void P##_rmsnorm_bwd(ptdp_backend *be, const float *dout, const float *x,               \
+                                const float *w, const float *rstd, float *dx, float *dw,           \
+                                int64_t N, int64_t h) {                                            \
+        (void)be;                                                                                  \
+        ptdp__rmsnorm_bwd_r(dout, x, w, rstd, dx, dw, N, h, R);                                    \
+    }                                                                                              \
+    static void P##_swiglu_fwd(ptdp_backend *be, const float *x, const float *bias, float *out,    \
+                               int64_t N, int64_t fl) {                                            \
+        (void)be;                                                                                  \
+        ptdp__swiglu_fwd_r(x, bias, out, N, fl, R);                                                \
+    }                                                                                              \
+    static void P##_swiglu_bwd(ptdp_backend *be, const float *dout, const float *x,                \
+                               const float *bias, float *dx, float *dbias, int64_t N,              \
+                               int64_t fl) {                                                       \
+        (void)be;                                                                                  \
+        ptdp__swiglu_bwd_r(dout, x, bias, dx, dbias, N, fl, R);                                    \
+    }                                                                                              \
+    static void P##_rope_fwd(ptdp_backend *be, float *qkv, const float *table, int64_t s,          \
+                             int64_t b, int64_t al, int64_t gl, int64_t hd, int64_t rd,            \
+                             int64_t pos0) {                                                       \
+        (void)be;                                                                                  \
+        ptdp__rope_r(qkv, table, s, b, al, gl, hd, rd, pos0, 0, R);                                \
+    }                                                                                              \
+    static void P##_rope_bwd(ptdp_backend *be, float *dqkv, const float *table, int64_t s,         \
+                             int64_t b, int64_t al, int64_t gl, int64_t hd, int64_t rd,            \
+                             int64_t pos0) {                                                       \
+        (void)be;                                                                                  \
+        ptdp__rope_r(dqkv, table, s, b, al, gl, hd, rd, pos0, 1, R);                               \
+    }                                                                                              \
     static void P##_xent_bwd(ptdp_backend *be, float *logits, const float *sumexp,                 \
                              const int32_t *targets, int64_t ld, int64_t s, int64_t b, int64_t Vl, \
                              int64_t v0, int64_t V, float scale) {                                 \
@@ -112,21 +146,33 @@ static void round_rows(void (*round)(float *, int64_t), float *C, int64_t M, int
         R(logits, s *b *Vl);                                                                       \
     }
 
-/* Attention for one type P whose tile products run through ptdp__gemm_L. */
-#define PTDP__PREC_ATTN(P, R, L)                                                                \
-    static void P##_attn_fwd_##L(ptdp_backend *be, const float *qkv, float *ctx, float *saved,  \
-                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,  \
-                                 ptdp_dropout drop) {                                           \
-        ptdp__attention_fwd(be, ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, hd, drop);  \
-        R(ctx, s *b *al *hd);                                                                   \
-    }                                                                                           \
-    static void P##_attn_bwd_##L(ptdp_backend *be, const float *dctx, const float *qkv,         \
-                                 const float *ctx, const float *saved, float *dqkv,             \
-                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,  \
-                                 ptdp_dropout drop) {                                           \
-        ptdp__attention_bwd(be, ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, \
-                            hd, drop);                                                          \
-        R(dqkv, s *b *al * 3 * hd);                                                             \
+/* Attention for one type P whose tile products run through ptdp__gemm_L:
+ * the grouped op, and multi-head attention as its case gl = al. */
+#define PTDP__PREC_ATTN(P, R, L)                                                                   \
+    static void P##_attn_gqa_fwd_##L(ptdp_backend *be, const float *qkv, float *ctx, float *saved, \
+                                     float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl, \
+                                     int64_t hd, ptdp_dropout drop) {                              \
+        ptdp__attention_fwd(be, ptdp__gemm_##L, qkv, ctx, saved, scratch, s, b, al, gl, hd, drop); \
+        R(ctx, s *b *al *hd);                                                                      \
+    }                                                                                              \
+    static void P##_attn_gqa_bwd_##L(ptdp_backend *be, const float *dctx, const float *qkv,        \
+                                     const float *ctx, const float *saved, float *dqkv,            \
+                                     float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl, \
+                                     int64_t hd, ptdp_dropout drop) {                              \
+        ptdp__attention_bwd(be, ptdp__gemm_##L, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al,    \
+                            gl, hd, drop);                                                         \
+        R(dqkv, s *ptdp__attn_ld3(b, al, gl, hd));                                                 \
+    }                                                                                              \
+    __attribute__((unused)) static void P##_attn_fwd_##L(                                          \
+        ptdp_backend *be, const float *qkv, float *ctx, float *saved, float *scratch, int64_t s,   \
+        int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {                                    \
+        P##_attn_gqa_fwd_##L(be, qkv, ctx, saved, scratch, s, b, al, al, hd, drop);                \
+    }                                                                                              \
+    __attribute__((unused)) static void P##_attn_bwd_##L(                                          \
+        ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx,                   \
+        const float *saved, float *dqkv, float *scratch, int64_t s, int64_t b, int64_t al,         \
+        int64_t hd, ptdp_dropout drop) {                                                           \
+        P##_attn_gqa_bwd_##L(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, al, hd, drop);    \
     }
 
 /* The GEMM for one type P over ptdp__gemm_L: its output rounded (weight
@@ -208,23 +254,36 @@ static void bf16_head_bwd_native(ptdp_backend *be, float *logits, const ptdp_xen
  * and dctx converted once per (sequence, head) where the instance's packs
  * can be had, else at every tile (the same bits either way) */
 PTDP__PREC_ATTN(bf16, ptdp_round_bf16_n, tile_bf16)
-static void bf16_attn_fwd_packed(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
-                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
-                                 ptdp_dropout drop) {
-    if (!ptdp__attention_fwd_bf16(be, qkv, ctx, saved, scratch, s, b, al, hd, drop)) {
-        bf16_attn_fwd_tile_bf16(be, qkv, ctx, saved, scratch, s, b, al, hd, drop);
+static void bf16_attn_gqa_fwd_packed(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
+                                     float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                                     int64_t hd, ptdp_dropout drop) {
+    if (!ptdp__attention_fwd_bf16(be, qkv, ctx, saved, scratch, s, b, al, gl, hd, drop)) {
+        bf16_attn_gqa_fwd_tile_bf16(be, qkv, ctx, saved, scratch, s, b, al, gl, hd, drop);
         return;
     }
     ptdp_round_bf16_n(ctx, s * b * al * hd);
 }
+static void bf16_attn_gqa_bwd_packed(ptdp_backend *be, const float *dctx, const float *qkv,
+                                     const float *ctx, const float *saved, float *dqkv,
+                                     float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                                     int64_t hd, ptdp_dropout drop) {
+    if (!ptdp__attention_bwd_bf16(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, gl, hd,
+                                  drop)) {
+        bf16_attn_gqa_bwd_tile_bf16(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, gl, hd,
+                                    drop);
+        return;
+    }
+    ptdp_round_bf16_n(dqkv, s * ptdp__attn_ld3(b, al, gl, hd));
+}
+static void bf16_attn_fwd_packed(ptdp_backend *be, const float *qkv, float *ctx, float *saved,
+                                 float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd,
+                                 ptdp_dropout drop) {
+    bf16_attn_gqa_fwd_packed(be, qkv, ctx, saved, scratch, s, b, al, al, hd, drop);
+}
 static void bf16_attn_bwd_packed(ptdp_backend *be, const float *dctx, const float *qkv,
                                  const float *ctx, const float *saved, float *dqkv, float *scratch,
                                  int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    if (!ptdp__attention_bwd_bf16(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop)) {
-        bf16_attn_bwd_tile_bf16(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, drop);
-        return;
-    }
-    ptdp_round_bf16_n(dqkv, s * b * al * 3 * hd);
+    bf16_attn_gqa_bwd_packed(be, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, al, hd, drop);
 }
 
 /* bf16 with AVX512_BF16: the MLP's fc, gl and dfc stored in bf16, in the
@@ -343,14 +402,22 @@ static int native_workspace_set(ptdp_backend *be, const ptdp_backend_job *job, v
     (t)->bias_dropout_add_bwd = P##_bias_dropout_add_bwd; \
     (t)->dropout_fwd = P##_dropout;                       \
     (t)->dropout_bwd = P##_dropout;                       \
+    (t)->rmsnorm_fwd = P##_rmsnorm_fwd;                   \
+    (t)->rmsnorm_bwd = P##_rmsnorm_bwd;                   \
+    (t)->swiglu_fwd = P##_swiglu_fwd;                     \
+    (t)->swiglu_bwd = P##_swiglu_bwd;                     \
+    (t)->rope_fwd = P##_rope_fwd;                         \
+    (t)->rope_bwd = P##_rope_bwd;                         \
     (t)->embed_fwd = P##_embed_fwd;                       \
     (t)->pos_add_fwd = P##_pos_add_fwd;                   \
     (t)->adamw_master = P##_adamw_master;                 \
     (t)->xent_bwd = P##_xent_bwd
-#define PTDP__SET_LIB(t, P, L)             \
-    (t)->gemm = P##_gemm_##L;              \
-    (t)->attention_fwd = P##_attn_fwd_##L; \
-    (t)->attention_bwd = P##_attn_bwd_##L
+#define PTDP__SET_LIB(t, P, L)                     \
+    (t)->gemm = P##_gemm_##L;                      \
+    (t)->attention_fwd = P##_attn_fwd_##L;         \
+    (t)->attention_bwd = P##_attn_bwd_##L;         \
+    (t)->attention_gqa_fwd = P##_attn_gqa_fwd_##L; \
+    (t)->attention_gqa_bwd = P##_attn_gqa_bwd_##L
 
 /* bf16 over oneDNN: the native GEMM where oneDNN has a bf16 matmul on this
  * CPU, and with AVX512_BF16 the bf16 attention tiles and the MLP's bf16
@@ -380,6 +447,8 @@ static void bf16_native(ptdp__cpu *cs) {
     t->caps |= PTDP_CAP_ATTENTION16;
     t->attention_fwd = bf16_attn_fwd_packed;
     t->attention_bwd = bf16_attn_bwd_packed;
+    t->attention_gqa_fwd = bf16_attn_gqa_fwd_packed;
+    t->attention_gqa_bwd = bf16_attn_gqa_bwd_packed;
     t->mlp_store = PTDP_DTYPE_BF16;
     t->mlp_fwd = bf16_mlp_fwd;
     t->mlp_bwd_b = bf16_mlp_bwd_b;
