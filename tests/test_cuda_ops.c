@@ -28,7 +28,12 @@
  *   (FMA contraction): rtol 1e-5, atol 1e-7; AdamW's m = b1 m + (1-b1) g
  *   cancels terms of |0.05|, so a few of their ulps: atol 2e-8 (the first
  *   H100 run saw 1.9e-9); v atol 1e-12.
- * - sum, sumsq of the same data: both accumulate in double: rtol 1e-12. */
+ * - sum, sumsq of the same data: both accumulate in double: rtol 1e-12.
+ * - the Llama family's: RMSNorm as LayerNorm; SwiGLU as GeLU (CUDA's expf
+ *   against the fast exp: rtol 1e-5); rotary embeddings from the same fp32
+ *   table (bitwise), one FMA contraction apart: 1e-6; grouped-query
+ *   attention as attention, dk and dv sums over a group's heads (atol x2),
+ *   and with a group per head attention's bits exactly. */
 #include <omp.h>
 #include <string.h>
 
@@ -384,11 +389,15 @@ static void test_dropout(void) {
 /* ---- attention ----------------------------------------------------------- */
 
 /* keyed: the global numbering of kernels.h (sample0 4, this rank the second
- * of two tensor ranks: heads 2*al, head0 al) instead of local numbering */
-static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p, double atol_ctx,
-                           double atol_dqkv, int keyed) {
-    const int64_t T = b * al;
-    const int64_t nq = s * b * al * 3 * hd, nc = s * b * al * hd, np = T * s * s;
+ * of two tensor ranks: heads 2*al, head0 al) instead of local numbering. al
+ * query heads over gl key/value groups: gl = al runs attention_fwd/_bwd and
+ * checks attention_gqa_* give its bits; gl < al runs attention_gqa_* (dk and
+ * dv sums over al/gl heads: atol_dqkv is for those sums). */
+static void test_attention(int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd, float p,
+                           double atol_ctx, double atol_dqkv, int keyed) {
+    const int64_t T = b * al, hpg = al / gl, W = (al + 2 * gl) * hd, ld3 = b * W;
+    const int64_t nq = s * ld3, nc = s * b * al * hd, np = T * s * s;
+    const int gqa = gl != al;
     /* the backends save different things: the GPU the probabilities (np
      * floats), the CPU a logsumexp per row */
     PTDP_ASSERT(G->attention_saved_floats(G, s, b, al) == np);
@@ -409,35 +418,139 @@ static void test_attention(int64_t s, int64_t b, int64_t al, int64_t hd, float p
     float *gq = up(qkv, nq), *gc = G->alloc(G, 4 * nc), *gp = G->alloc(G, 4 * np),
           *gdc = up(dctx, nc), *gdq = G->alloc(G, 4 * nq),
           *gs = G->alloc(G, 4 * G->attention_scratch_floats(G, s));
-    G->attention_fwd(G, gq, gc, gp, gs, s, b, al, hd, d);
-    C->attention_fwd(C, qkv, ctx, saved, scratch, s, b, al, hd, d);
+    if (gqa) {
+        G->attention_gqa_fwd(G, gq, gc, gp, gs, s, b, al, gl, hd, d);
+        C->attention_gqa_fwd(C, qkv, ctx, saved, scratch, s, b, al, gl, hd, d);
+    } else {
+        G->attention_fwd(G, gq, gc, gp, gs, s, b, al, hd, d);
+        C->attention_fwd(C, qkv, ctx, saved, scratch, s, b, al, hd, d);
+    }
     /* the GPU's probabilities against exp(scale q.k - lse) from the CPU's
      * saved logsumexp (scores by the CPU GEMM, one task at a time) */
-    const int64_t ld3 = T * 3 * hd;
     const double scale = 1.0 / sqrt((double)hd);
     for (int64_t t = 0; t < T; t++) {
+        const int64_t bi = t / al, j = t % al, grp = (bi * gl + j / hpg) * (hpg + 2) * hd;
         float *P = probs + t * s * s;
-        C->gemm(C, 0, 1, s, s, hd, 1.0f, qkv + t * 3 * hd, ld3, qkv + t * 3 * hd + hd, ld3, 0.0f, P,
-                s);
+        C->gemm(C, 0, 1, s, s, hd, 1.0f, qkv + grp + (j % hpg) * hd, ld3, qkv + grp + hpg * hd, ld3,
+                0.0f, P, s);
         for (int64_t i = 0; i < s; i++)
             for (int64_t k = 0; k < s; k++)
                 P[i * s + k] = k <= i ? (float)exp(scale * P[i * s + k] - saved[t * s + i]) : 0.0f;
     }
     char what[80];
-    printf("     attention s=%lld b=%lld al=%lld hd=%lld p=%g\n", (long long)s, (long long)b,
-           (long long)al, (long long)hd, (double)p);
+    printf("     attention%s s=%lld b=%lld al=%lld gl=%lld hd=%lld p=%g\n", gqa ? "_gqa" : "",
+           (long long)s, (long long)b, (long long)al, (long long)gl, (long long)hd, (double)p);
     snprintf(what, sizeof what, "attention_fwd probs p=%g", (double)p);
     cmp(what, down(gp, np), probs, np, 2e-5, 1e-7);
     snprintf(what, sizeof what, "attention_fwd ctx p=%g (sums of %lld)", (double)p, (long long)s);
     cmp(what, down(gc, nc), ctx, nc, 1e-5, atol_ctx);
-    G->attention_bwd(G, gdc, gq, gc, gp, gdq, gs, s, b, al, hd, d);
-    C->attention_bwd(C, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, d);
+    if (gqa) {
+        G->attention_gqa_bwd(G, gdc, gq, gc, gp, gdq, gs, s, b, al, gl, hd, d);
+        C->attention_gqa_bwd(C, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, gl, hd, d);
+    } else {
+        G->attention_bwd(G, gdc, gq, gc, gp, gdq, gs, s, b, al, hd, d);
+        C->attention_bwd(C, dctx, qkv, ctx, saved, dqkv, scratch, s, b, al, hd, d);
+    }
     snprintf(what, sizeof what, "attention_bwd dqkv p=%g", (double)p);
     cmp(what, down(gdq, nq), dqkv, nq, 1e-5, atol_dqkv);
+    if (!gqa) { /* a group per head: attention_gqa is attention, bit for bit */
+        float *gc2 = G->alloc(G, 4 * nc), *gp2 = G->alloc(G, 4 * np), *gdq2 = G->alloc(G, 4 * nq);
+        G->attention_gqa_fwd(G, gq, gc2, gp2, gs, s, b, al, al, hd, d);
+        G->attention_gqa_bwd(G, gdc, gq, gc2, gp2, gdq2, gs, s, b, al, al, hd, d);
+        float *h1 = down(gp, np);
+        cmp("attention_gqa (gl = al) probs = attention's", down(gp2, np), h1, np, BITWISE, 0);
+        free(h1), h1 = down(gc, nc);
+        cmp("attention_gqa (gl = al) ctx = attention's", down(gc2, nc), h1, nc, BITWISE, 0);
+        free(h1), h1 = down(gdq, nq);
+        cmp("attention_gqa (gl = al) dqkv = attention's", down(gdq2, nq), h1, nq, BITWISE, 0);
+        free(h1);
+        G->free(G, gc2), G->free(G, gp2), G->free(G, gdq2);
+    }
     void *dev[] = {gq, gc, gp, gdc, gdq, gs};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
     void *host[] = {qkv, ctx, probs, dctx, dqkv, scratch, saved};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+/* ---- the Llama family's element-wise ops --------------------------------------- */
+
+static void test_rmsnorm(void) {
+    const int64_t N = 37, h = 300;
+    float *x = fmalloc(N * h), *w = fmalloc(h), *out = fmalloc(N * h), *rstd = fmalloc(N);
+    fill_normal(x, N * h, 81, 2.0f);
+    for (int64_t i = 0; i < N * h; i++) x[i] += 0.5f;
+    fill_normal(w, h, 82, 1.0f);
+    float *gx = up(x, N * h), *gw = up(w, h), *go = G->alloc(G, 4 * N * h),
+          *gr = G->alloc(G, 4 * N);
+    G->rmsnorm_fwd(G, gx, gw, go, gr, N, h, 1e-5f);
+    C->rmsnorm_fwd(C, x, w, out, rstd, N, h, 1e-5f);
+    cmp("rmsnorm_fwd out", down(go, N * h), out, N * h, 1e-5, 1e-5);
+    cmp("rmsnorm_fwd rstd", down(gr, N), rstd, N, 1e-5, 0);
+    float *g = fmalloc(N * h), *dx = fmalloc(N * h), *dw = fmalloc(h);
+    fill_normal(g, N * h, 83, 1.0f);
+    fill_normal(dx, N * h, 84, 1.0f); /* both accumulate: start nonzero */
+    fill_normal(dw, h, 85, 1.0f);
+    float *gg = up(g, N * h), *gdx = up(dx, N * h), *gdw = up(dw, h);
+    G->rmsnorm_bwd(G, gg, gx, gw, gr, gdx, gdw, N, h);
+    C->rmsnorm_bwd(C, g, x, w, rstd, dx, dw, N, h);
+    cmp("rmsnorm_bwd dx (+=)", down(gdx, N * h), dx, N * h, 1e-5, 1e-5);
+    cmp("rmsnorm_bwd dw (+=, sum of 37 rows)", down(gdw, h), dw, h, 1e-5, 1e-5);
+    void *dev[] = {gx, gw, go, gr, gg, gdx, gdw};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->free(G, dev[i]);
+    void *host[] = {x, w, out, rstd, g, dx, dw};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+/* CUDA's expf and ptdp's fast exp each within a few 1e-7 of exp: the
+ * sigmoid, and so silu and its derivative, rtol 1e-5 */
+static void test_swiglu(int with_bias) {
+    const int64_t N = 33, fl = 200;
+    float *x = fmalloc(N * 2 * fl), *bias = fmalloc(2 * fl), *out = fmalloc(N * fl),
+          *g = fmalloc(N * fl), *db = fmalloc(2 * fl);
+    fill_normal(x, N * 2 * fl, 86, 3.0f);
+    fill_normal(bias, 2 * fl, 87, 0.5f);
+    fill_normal(g, N * fl, 88, 1.0f);
+    fill_normal(db, 2 * fl, 89, 1.0f);
+    float *gx = up(x, N * 2 * fl), *gb = with_bias ? up(bias, 2 * fl) : NULL,
+          *go = G->alloc(G, 4 * N * fl), *gg = up(g, N * fl),
+          *gdb = with_bias ? up(db, 2 * fl) : NULL;
+    const float *hb = with_bias ? bias : NULL;
+    char what[80];
+    G->swiglu_fwd(G, gx, gb, go, N, fl);
+    C->swiglu_fwd(C, x, hb, out, N, fl);
+    snprintf(what, sizeof what, "swiglu_fwd (bias %s)", with_bias ? "yes" : "none");
+    cmp(what, down(go, N * fl), out, N * fl, 1e-5, 1e-6);
+    /* bwd in place over the fc1 output (dx aliasing x) */
+    G->swiglu_bwd(G, gg, gx, gb, gx, gdb, N, fl);
+    C->swiglu_bwd(C, g, x, hb, x, with_bias ? db : NULL, N, fl);
+    cmp("swiglu_bwd dx (aliasing x)", down(gx, N * 2 * fl), x, N * 2 * fl, 1e-5, 1e-5);
+    if (with_bias)
+        cmp("swiglu_bwd dbias (+=, 33 rows)", down(gdb, 2 * fl), db, 2 * fl, 1e-5, 1e-5 * N);
+    G->free(G, gx), G->free(G, go), G->free(G, gg);
+    if (with_bias) G->free(G, gb), G->free(G, gdb);
+    free(x), free(bias), free(out), free(g), free(db);
+}
+
+/* the same fp32 table on both (ptdp_rope_table_init through each backend's
+ * upload): the same formula, at most an FMA contraction apart */
+static void test_rope(void) {
+    const int64_t s = 9, b = 3, al = 6, gl = 2, hd = 64, rd = 32, pos0 = 5, S = pos0 + s;
+    const int64_t n = s * b * (al + 2 * gl) * hd;
+    float *x = fmalloc(n), *table = fmalloc(ptdp_rope_table_floats(S, rd));
+    float *gt = G->alloc(G, 4 * ptdp_rope_table_floats(S, rd));
+    ptdp_rope_table_init(C, table, S, rd, 10000.0);
+    ptdp_rope_table_init(G, gt, S, rd, 10000.0);
+    cmp("rope table (host-made, uploaded)", down(gt, S * rd), table, S * rd, BITWISE, 0);
+    fill_normal(x, n, 90, 1.0f);
+    float *gx = up(x, n);
+    G->rope_fwd(G, gx, gt, s, b, al, gl, hd, rd, pos0);
+    C->rope_fwd(C, x, table, s, b, al, gl, hd, rd, pos0);
+    cmp("rope_fwd (rd 32 of 64, from position 5)", down(gx, n), x, n, 1e-6, 1e-6);
+    G->rope_bwd(G, gx, gt, s, b, al, gl, hd, rd, pos0);
+    C->rope_bwd(C, x, table, s, b, al, gl, hd, rd, pos0);
+    cmp("rope_bwd", down(gx, n), x, n, 1e-6, 1e-6);
+    G->free(G, gx), G->free(G, gt);
+    free(x), free(table);
 }
 
 /* ---- embedding, position, cross-entropy ------------------------------------ */
@@ -581,13 +694,24 @@ int main(void) {
     test_layernorm();
     test_bias_gelu();
     test_dropout();
-    test_attention(70, 2, 3, 16, 0.0f, 2e-5, 5e-5, 0);
-    test_attention(70, 2, 3, 16, 0.1f, 2e-5, 5e-5, 0);
-    test_attention(70, 2, 3, 16, 0.1f, 2e-5, 5e-5, 1);
+    test_attention(70, 2, 3, 3, 16, 0.0f, 2e-5, 5e-5, 0);
+    test_attention(70, 2, 3, 3, 16, 0.1f, 2e-5, 5e-5, 0);
+    test_attention(70, 2, 3, 3, 16, 0.1f, 2e-5, 5e-5, 1);
     test_keyed_dropout();
     /* 48 (sequence, head) pairs of s = 1024: more than one workspace chunk
      * (32 per chunk forward, 16 backward with dropout) */
-    test_attention(1024, 4, 12, 64, 0.1f, 2e-5, 1e-4, 1);
+    test_attention(1024, 4, 12, 12, 64, 0.1f, 2e-5, 1e-4, 1);
+    /* key/value groups: 3 query heads a group; 12 over 4 at s = 1024, chunks
+     * of groups (10 forward, 5 backward with dropout) */
+    test_attention(70, 2, 6, 2, 16, 0.0f, 2e-5, 1e-4, 0);
+    test_attention(70, 2, 6, 2, 16, 0.1f, 2e-5, 1e-4, 1);
+    test_attention(1024, 4, 12, 4, 64, 0.1f, 2e-5, 2e-4, 1);
+    test_rmsnorm();
+    test_swiglu(1);
+    test_swiglu(0);
+    test_rope();
+    char desc[256];
+    printf("CUDA backend declares: %s\n", ptdp_backend_describe(G, desc, sizeof desc));
     test_embed();
     test_xent_slice(300, 0, 550);   /* all valid */
     test_xent_slice(300, 300, 550); /* 250 valid, 50 padding columns */

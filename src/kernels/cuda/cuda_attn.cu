@@ -10,7 +10,8 @@
  * ptdp__cuda_attention_ws_floats), tasks taken in chunks that fit it. The
  * caller's scratch is not used. The probabilities are what this backend
  * saves for the backward (attention_saved_floats = b*al*s*s; the CPU
- * backend saves only a logsumexp per row). Not here: flash-style tiling. */
+ * backend saves only a logsumexp per row). With key/value groups the GEMMs run once per query head of a group
+ * over all (sequence, group) pairs, reading the group's k and v in place. Not here: flash-style tiling. */
 #include "kernels/cuda/cuda_internal.h"
 
 #define T_ROW 256
@@ -76,67 +77,101 @@ static void attn_dropout(ptdp_backend *be, const float *src, float *dst, int64_t
     PTDP_CUDA_LAUNCHED();
 }
 
-void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s, int64_t b,
-                              int64_t al, int64_t hd, ptdp_dropout drop) {
-    const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
+/* With key/value groups (al/gl = hpg query heads a group, qkv [s, b, gl, hpg + 2, hd]): each strided batched GEMM
+ * runs over the b*gl (sequence, group) pairs for one query head of every group in turn, so the group's k and v
+ * are read in place (no copy per query head); probs stays [b, al, s, s] by query head, the tasks of a group
+ * consecutive. hpg = 1 (multi-head attention) is the same calls as before groups. */
+void ptdp__cuda_attention_gqa_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs, float *scratch,
+                                  int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd, ptdp_dropout drop) {
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t hpg = al / gl, G = b * gl, W3 = (hpg + 2) * hd, ld3 = G * W3, ldc = b * al * hd, ss = s * s;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (T == 0 || s == 0) return;
+    (void)scratch;
+    if (G == 0 || s == 0) return;
     /* scores S = Q K^T into probs, then the softmax in place */
-    ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, qkv, ld3, 3 * hd, qkv + hd, ld3, 3 * hd, 0.0f, probs, s, ss, T);
-    softmax_fwd_k<<<rows(T, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(probs, s, scale);
+    for (int64_t jj = 0; jj < hpg; jj++)
+        ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, qkv + jj * hd, ld3, W3, qkv + hpg * hd, ld3, W3, 0.0f,
+                                probs + jj * ss, s, hpg * ss, G);
+    softmax_fwd_k<<<rows(G * hpg, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(probs, s, scale);
     PTDP_CUDA_LAUNCHED();
     if (drop.p == 0.0f) {
-        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, probs, s, ss, qkv + 2 * hd, ld3, 3 * hd, 0.0f, ctx, ldc, hd,
-                                T);
+        for (int64_t jj = 0; jj < hpg; jj++)
+            ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, probs + jj * ss, s, hpg * ss, qkv + (hpg + 1) * hd, ld3,
+                                    W3, 0.0f, ctx + jj * hd, ldc, hpg * hd, G);
         return;
     }
-    const int64_t nt = chunk_tasks(be, ss, T);
-    for (int64_t t0 = 0; t0 < T; t0 += nt) {
-        int64_t n = T - t0 < nt ? T - t0 : nt;
+    const int64_t ng = chunk_tasks(be, hpg * ss, G); /* groups per chunk */
+    for (int64_t g0 = 0; g0 < G; g0 += ng) {
+        const int64_t n = G - g0 < ng ? G - g0 : ng;
         float *Pd = ptdp__cuda_of(be)->ws;
-        attn_dropout(be, probs + t0 * ss, Pd, n, ss, t0, al, drop);
-        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, Pd, s, ss, qkv + t0 * 3 * hd + 2 * hd, ld3, 3 * hd, 0.0f,
-                                ctx + t0 * hd, ldc, hd, n);
+        attn_dropout(be, probs + g0 * hpg * ss, Pd, n * hpg, ss, g0 * hpg, al, drop);
+        for (int64_t jj = 0; jj < hpg; jj++)
+            ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, Pd + jj * ss, s, hpg * ss,
+                                    qkv + g0 * W3 + (hpg + 1) * hd, ld3, W3, 0.0f, ctx + (g0 * hpg + jj) * hd, ldc,
+                                    hpg * hd, n);
     }
 }
 
-int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al) {
-    /* dropout's backward holds dP and dropout(P) of a chunk of tasks: 2 s^2 each; at least
-     * one task, at most the fixed workspace of an unplanned instance */
-    const int64_t all = 2 * b * al * s * s, one = 2 * s * s;
+void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs, float *scratch, int64_t s,
+                              int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
+    ptdp__cuda_attention_gqa_fwd(be, qkv, ctx, probs, scratch, s, b, al, al, hd, drop);
+}
+
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al, int64_t gl) {
+    /* dropout's backward holds dP and dropout(P) of a chunk of groups: 2 s^2 a query head; at least
+     * one group, at most the fixed workspace of an unplanned instance */
+    const int64_t hpg = gl > 0 ? al / gl : 1, all = 2 * b * al * s * s, one = 2 * hpg * s * s;
     if (one >= PTDP_CUDA_ATT_WS_FLOATS) return one;
     return all < PTDP_CUDA_ATT_WS_FLOATS ? all : PTDP_CUDA_ATT_WS_FLOATS;
 }
 
 int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al) { return b * al * s * s; }
 
-/* ctx is not needed: the stored probabilities give rowsum(dP * P) directly */
-void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx, const float *probs, float *dqkv,
-                              float *scratch, int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop) {
-    const int64_t T = b * al, ld3 = T * 3 * hd, ldc = T * hd, ss = s * s;
+/* ctx is not needed: the stored probabilities give rowsum(dP * P) directly. A chunk of groups at a time; a
+ * group's dk and dv add up its query heads' in turn (beta 1 after the first). */
+void ptdp__cuda_attention_gqa_bwd(ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx,
+                                  const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b, int64_t al,
+                                  int64_t gl, int64_t hd, ptdp_dropout drop) {
+    PTDP_ASSERT(gl > 0 && al % gl == 0);
+    const int64_t hpg = al / gl, G = b * gl, W3 = (hpg + 2) * hd, ld3 = G * W3, ldc = b * al * hd, ss = s * s;
     const float scale = 1.0f / sqrtf((float)hd);
     const int dropping = drop.p > 0.0f;
-    if (T == 0 || s == 0) return;
-    const int64_t nt = chunk_tasks(be, ss * (dropping ? 2 : 1), T);
-    for (int64_t t0 = 0; t0 < T; t0 += nt) {
-        const int64_t n = T - t0 < nt ? T - t0 : nt;
-        const float *P = probs + t0 * ss, *Q = qkv + t0 * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-        const float *dC = dctx + t0 * hd;
-        float *dQ = dqkv + t0 * 3 * hd, *dK = dQ + hd, *dV = dQ + 2 * hd;
-        float *dP = ptdp__cuda_of(be)->ws, *Pd = dP + n * ss;
+    (void)ctx, (void)scratch;
+    if (G == 0 || s == 0) return;
+    const int64_t ng = chunk_tasks(be, hpg * ss * (dropping ? 2 : 1), G);
+    for (int64_t g0 = 0; g0 < G; g0 += ng) {
+        const int64_t n = G - g0 < ng ? G - g0 : ng, nt = n * hpg;
+        const float *P = probs + g0 * hpg * ss, *Q = qkv + g0 * W3, *K = Q + hpg * hd, *V = K + hd;
+        const float *dC = dctx + g0 * hpg * hd;
+        float *dQ = dqkv + g0 * W3, *dK = dQ + hpg * hd, *dV = dK + hd;
+        float *dP = ptdp__cuda_of(be)->ws, *Pd = dP + nt * ss;
         const float *Puse = P;
         if (dropping) {
-            attn_dropout(be, P, Pd, n, ss, t0, al, drop);
+            attn_dropout(be, P, Pd, nt, ss, g0 * hpg, al, drop);
             Puse = Pd;
         }
         /* dPd = dC V^T, dropout', softmax' */
-        ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, dC, ldc, hd, V, ld3, 3 * hd, 0.0f, dP, s, ss, n);
-        if (dropping) attn_dropout(be, dP, dP, n, ss, t0, al, drop);
-        softmax_bwd_k<<<rows(n, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(P, dP, s, scale);
+        for (int64_t jj = 0; jj < hpg; jj++)
+            ptdp__cuda_gemm_batched(be, 0, 1, s, s, hd, 1.0f, dC + jj * hd, ldc, hpg * hd, V, ld3, W3, 0.0f,
+                                    dP + jj * ss, s, hpg * ss, n);
+        if (dropping) attn_dropout(be, dP, dP, nt, ss, g0 * hpg, al, drop);
+        softmax_bwd_k<<<rows(nt, s), T_ROW, 0, ptdp__cuda_stream(be)>>>(P, dP, s, scale);
         PTDP_CUDA_LAUNCHED();
-        /* dQ = dS K, dV = Pd^T dC, dK = dS^T Q */
-        ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, dP, s, ss, K, ld3, 3 * hd, 0.0f, dQ, ld3, 3 * hd, n);
-        ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, Puse, s, ss, dC, ldc, hd, 0.0f, dV, ld3, 3 * hd, n);
-        ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, dP, s, ss, Q, ld3, 3 * hd, 0.0f, dK, ld3, 3 * hd, n);
+        /* dQ = dS K, dV += Pd^T dC, dK += dS^T Q */
+        for (int64_t jj = 0; jj < hpg; jj++) {
+            const float beta = jj ? 1.0f : 0.0f;
+            ptdp__cuda_gemm_batched(be, 0, 0, s, hd, s, 1.0f, dP + jj * ss, s, hpg * ss, K, ld3, W3, 0.0f,
+                                    dQ + jj * hd, ld3, W3, n);
+            ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, Puse + jj * ss, s, hpg * ss, dC + jj * hd, ldc,
+                                    hpg * hd, beta, dV, ld3, W3, n);
+            ptdp__cuda_gemm_batched(be, 1, 0, s, hd, s, 1.0f, dP + jj * ss, s, hpg * ss, Q + jj * hd, ld3, W3, beta,
+                                    dK, ld3, W3, n);
+        }
     }
+}
+
+void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *qkv, const float *ctx,
+                              const float *probs, float *dqkv, float *scratch, int64_t s, int64_t b, int64_t al,
+                              int64_t hd, ptdp_dropout drop) {
+    ptdp__cuda_attention_gqa_bwd(be, dctx, qkv, ctx, probs, dqkv, scratch, s, b, al, al, hd, drop);
 }

@@ -174,7 +174,8 @@ void ptdp__cuda_gemm_batched(ptdp_backend *be, int ta, int tb, int64_t M, int64_
                              int64_t ldb, int64_t sB, float beta, float *C, int64_t ldc, int64_t sC,
                              int64_t batch);
 
-/* the ops defined in cuda_elem.cu / cuda_attn.cu, gathered into the instance by cuda_backend.cu */
+/* the ops defined in cuda_elem.cu / cuda_attn.cu / cuda_llama.cu, gathered into the instance by
+ * cuda_backend.cu */
 void ptdp__cuda_layernorm_fwd(ptdp_backend *be, const float *x, const float *w, const float *b,
                               float *out, float *mean, float *rstd, int64_t N, int64_t h,
                               float eps);
@@ -203,10 +204,31 @@ void ptdp__cuda_attention_fwd(ptdp_backend *be, const float *qkv, float *ctx, fl
 void ptdp__cuda_attention_bwd(ptdp_backend *be, const float *dctx, const float *qkv,
                               const float *ctx, const float *probs, float *dqkv, float *scratch,
                               int64_t s, int64_t b, int64_t al, int64_t hd, ptdp_dropout drop);
+/* the same with al query heads over gl key/value groups (kernels.h's attention_gqa_*) */
+void ptdp__cuda_attention_gqa_fwd(ptdp_backend *be, const float *qkv, float *ctx, float *probs,
+                                  float *scratch, int64_t s, int64_t b, int64_t al, int64_t gl,
+                                  int64_t hd, ptdp_dropout drop);
+void ptdp__cuda_attention_gqa_bwd(ptdp_backend *be, const float *dctx, const float *qkv,
+                                  const float *ctx, const float *probs, float *dqkv, float *scratch,
+                                  int64_t s, int64_t b, int64_t al, int64_t gl, int64_t hd,
+                                  ptdp_dropout drop);
 int64_t ptdp__cuda_attention_saved_floats(ptdp_backend *be, int64_t s, int64_t b, int64_t al);
-/* floats of workspace the attention of (s, b, al) runs in without chunking its tasks more
- * than the unplanned workspace would */
-int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al);
+/* floats of workspace the attention of (s, b, al, gl; gl 0: al) runs in without chunking its
+ * tasks more than the unplanned workspace would */
+int64_t ptdp__cuda_attention_ws_floats(int64_t s, int64_t b, int64_t al, int64_t gl);
+/* the Llama family's element-wise ops (cuda_llama.cu) */
+void ptdp__cuda_rmsnorm_fwd(ptdp_backend *be, const float *x, const float *w, float *out,
+                            float *rstd, int64_t N, int64_t h, float eps);
+void ptdp__cuda_rmsnorm_bwd(ptdp_backend *be, const float *dout, const float *x, const float *w,
+                            const float *rstd, float *dx, float *dw, int64_t N, int64_t h);
+void ptdp__cuda_swiglu_fwd(ptdp_backend *be, const float *x, const float *bias, float *out,
+                           int64_t N, int64_t fl);
+void ptdp__cuda_swiglu_bwd(ptdp_backend *be, const float *dout, const float *x, const float *bias,
+                           float *dx, float *dbias, int64_t N, int64_t fl);
+void ptdp__cuda_rope_fwd(ptdp_backend *be, float *qkv, const float *table, int64_t s, int64_t b,
+                         int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0);
+void ptdp__cuda_rope_bwd(ptdp_backend *be, float *dqkv, const float *table, int64_t s, int64_t b,
+                         int64_t al, int64_t gl, int64_t hd, int64_t rd, int64_t pos0);
 void ptdp__cuda_embed_fwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *wte,
                           int64_t v0, int64_t Vl, float *out, int64_t s, int64_t b, int64_t h);
 void ptdp__cuda_embed_bwd(ptdp_backend *be, const int32_t *tokens, int64_t ld, const float *dout,
