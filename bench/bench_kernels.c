@@ -1,9 +1,12 @@
 /* bench_kernels.c - the fp32 memory-bound kernels of one layer (LayerNorm,
- * bias + GeLU, the bias gradient, bias + residual add) on the token rows of
- * the benchmark configurations (N = s * b = 1024 rows of h or 4h floats, as
- * bench_gemm.c describes them), then one layer's attention, forward and
- * backward, through the fp32 backend and the bf16 one (native bf16 tiles where
- * the CPU has AVX512_BF16). Each kernel runs --reps times (default 50; the
+ * bias + GeLU, the bias gradient, bias + residual add; and the Llama family's
+ * in their place: RMSNorm, SwiGLU of width 8h/3, the MLP of the same FLOPs)
+ * on the token rows of the benchmark configurations (N = s * b = 1024 rows of
+ * h or 4h floats, as bench_gemm.c describes them), then one layer's
+ * attention, forward and backward, through the fp32 backend and the bf16 one
+ * (native bf16 tiles where the CPU has AVX512_BF16), with a key/value group
+ * per head and with the Llama-shaped 2, 2 or 4 groups, and the rotary
+ * embeddings of that QKV. Each kernel runs --reps times (default 50; the
  * attention a fifth of that) after 3 warm-ups; one JSON line per (config,
  * kernel) with the median and, for the element-wise kernels, the bytes they
  * must move at least (every input read once, every output written once) over
@@ -81,35 +84,75 @@ static void print_pair(const char *config, const char *kernel, const char *impl1
     free(u);
 }
 
-/* one layer's attention (al = h / 64 heads) through the backend of dtype */
-static void bench_attention(const config *c, ptdp_dtype dt, int reps, double *t) {
+/* the key/value groups of the Llama-shaped attention beside each config's
+ * (heads of 64): 2, 2 and 4 groups for 4, 6 and 12 heads */
+static int64_t llama_groups(const config *c) { return c->h / 64 == 12 ? 4 : 2; }
+
+/* one layer's attention (al = h / 64 heads, over gl key/value groups; gl =
+ * al: attention_fwd/_bwd, else attention_gqa_*) through the backend of dtype */
+static void bench_attention(const config *c, ptdp_dtype dt, int64_t gl, int reps, double *t) {
     ptdp_backend *o = cpu(dt);
     const int64_t s = c->s, b = c->b, hd = 64, al = c->h / hd, n = s * b * al * hd;
-    float *qkv = malloc(sizeof(float) * 3 * n), *ctx = malloc(sizeof(float) * n),
-          *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * 3 * n),
+    const int64_t nq = s * b * (al + 2 * gl) * hd;
+    float *qkv = malloc(sizeof(float) * nq), *ctx = malloc(sizeof(float) * n),
+          *dctx = malloc(sizeof(float) * n), *dqkv = malloc(sizeof(float) * nq),
           *saved = malloc(sizeof(float) * o->attention_saved_floats(o, s, b, al)),
           *scr = malloc(sizeof(float) * ptdp_attention_scratch_floats(s, omp_get_max_threads()));
-    for (int64_t e = 0; e < 3 * n; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
+    for (int64_t e = 0; e < nq; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
     for (int64_t e = 0; e < n; e++) dctx[e] = (float)((e * 104729) % 1000) * 1e-3f - 0.5f;
     ptdp_dropout nodrop = {0};
     for (int k = 0; k < 2; k++) {
         for (int r = 0; r < 3 + reps; r++) {
             double t0 = ptdp_now();
-            if (k == 0)
+            if (k == 0 && gl == al)
                 o->attention_fwd(o, qkv, ctx, saved, scr, s, b, al, hd, nodrop);
-            else
+            else if (k == 0)
+                o->attention_gqa_fwd(o, qkv, ctx, saved, scr, s, b, al, gl, hd, nodrop);
+            else if (gl == al)
                 o->attention_bwd(o, dctx, qkv, ctx, saved, dqkv, scr, s, b, al, hd, nodrop);
+            else
+                o->attention_gqa_bwd(o, dctx, qkv, ctx, saved, dqkv, scr, s, b, al, gl, hd, nodrop);
             if (r >= 3) t[r - 3] = ptdp_now() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         printf(
-            "{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"attention_%s\",\"table\":\"%s\","
-            "\"s\":%lld,\"b\":%lld,\"heads\":%lld,\"threads\":%d,\"reps\":%d,"
+            "{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"attention%s_%s\",\"table\":\"%s\","
+            "\"s\":%lld,\"b\":%lld,\"heads\":%lld,\"groups\":%lld,\"threads\":%d,\"reps\":%d,"
             "\"ms_median\":%.4f,\"ms_best\":%.4f}\n",
-            c->name, k ? "bwd" : "fwd", o->name, (long long)s, (long long)b, (long long)al,
-            omp_get_max_threads(), reps, t[reps / 2] * 1e3, t[0] * 1e3);
+            c->name, gl == al ? "" : "_gqa", k ? "bwd" : "fwd", o->name, (long long)s, (long long)b,
+            (long long)al, (long long)gl, omp_get_max_threads(), reps, t[reps / 2] * 1e3,
+            t[0] * 1e3);
     }
     free(qkv), free(ctx), free(dctx), free(dqkv), free(saved), free(scr);
+}
+
+/* Rotary embeddings on one layer's QKV [N, (al + 2 gl) 64] (the query and
+ * key heads rotated in place, forward and backward), through the backend
+ * of dtype: what a Llama layer adds where a GPT one adds position
+ * embeddings once per model. GB/s over the q and k values read and written. */
+static void bench_rope(const config *c, ptdp_dtype dt, int reps, double *t) {
+    ptdp_backend *o = cpu(dt);
+    const int64_t hd = 64, al = c->h / hd, gl = llama_groups(c), N = N_ROWS;
+    const int64_t n = N * (al + 2 * gl) * hd;
+    float *qkv = malloc(sizeof(float) * n), *table = malloc(sizeof(float) * c->s * hd);
+    for (int64_t e = 0; e < n; e++) qkv[e] = (float)((e * 7919) % 1000) * 2e-3f - 1.0f;
+    ptdp_rope_table_init(o, table, c->s, hd, 10000.0);
+    for (int k = 0; k < 2; k++) {
+        for (int r = 0; r < 3 + reps; r++) {
+            const double t0 = ptdp_now();
+            (k ? o->rope_bwd : o->rope_fwd)(o, qkv, table, c->s, c->b, al, gl, hd, hd, 0);
+            if (r >= 3) t[r - 3] = ptdp_now() - t0;
+        }
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        const double bytes = 2.0 * (double)(N * (al + gl) * hd) * 4.0;
+        printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"rope_%s\",\"table\":\"%s\","
+               "\"rows\":%lld,\"heads\":%lld,\"groups\":%lld,\"threads\":%d,\"reps\":%d,"
+               "\"ms_median\":%.4f,\"ms_best\":%.4f,\"gb_per_s\":%.1f}\n",
+               c->name, k ? "bwd" : "fwd", o->name, (long long)N, (long long)al, (long long)gl,
+               omp_get_max_threads(), reps, t[reps / 2] * 1e3, t[0] * 1e3,
+               bytes / t[reps / 2] * 1e-9);
+    }
+    free(qkv), free(table);
 }
 
 /* The bf16 attention (AVX512_BF16) with each head's q, k, v and dctx packed
@@ -292,7 +335,7 @@ static void bench_head(const config *c, int reps) {
 
 typedef struct {
     float *x, *y, *dy, *dx, *w, *bias, *dw, *db, *mean, *rstd, *resid;
-    int64_t N, h;
+    int64_t N, h, fl; /* fl: the SwiGLU width of the MLP of a GPT's FLOPs, 8h/3 up to 64 */
 } bufs;
 
 static void run(int k, bufs *B) {
@@ -314,14 +357,29 @@ static void run(int k, bufs *B) {
     case 4:
         ptdp__bias_bwd(B->dy, B->db, N, 3 * h);
         break;
-    default:
+    case 5:
         ptdp__bias_dropout_add_fwd(B->x, B->bias, B->resid, B->y, N, h, nodrop);
+        break;
+    case 6:
+        ptdp__rmsnorm_fwd(B->x, B->w, B->y, B->rstd, N, h, 1e-5f);
+        break;
+    case 7:
+        ptdp__rmsnorm_bwd(B->dy, B->x, B->w, B->rstd, B->dx, B->dw, N, h);
+        break;
+    case 8:
+        ptdp__swiglu_fwd(B->x, NULL, B->y, N, B->fl);
+        break;
+    default:
+        ptdp__swiglu_bwd(B->dy, B->x, NULL, B->dx, NULL, N, B->fl);
         break;
     }
 }
 
-static const char *NAMES[] = {"layernorm_fwd", "layernorm_bwd", "bias_gelu_fwd",
-                              "bias_gelu_bwd", "bias_bwd (3h)", "bias_add_residual"};
+enum { KERNELS = 10 };
+static const char *NAMES[KERNELS] = {"layernorm_fwd",    "layernorm_bwd", "bias_gelu_fwd",
+                                     "bias_gelu_bwd",    "bias_bwd (3h)", "bias_add_residual",
+                                     "rmsnorm_fwd",      "rmsnorm_bwd",   "swiglu_fwd (8h/3)",
+                                     "swiglu_bwd (8h/3)"};
 
 /* The bf16 backend's element-wise ops (kernel k of run() but the bias
  * gradient's), each row rounded as it is written, against the fp32 op
@@ -362,8 +420,11 @@ static void bench_rounding(const config *c, bufs *B, int reps) {
     free(t);
 }
 
-/* floats each kernel must read and write at least, per row of h */
-static const double FLOATS_PER_H[] = {2, 4, 8, 12, 3, 3};
+/* floats each kernel must read and write at least, per row */
+static double floats_per_row(int k, const bufs *B) {
+    static const double per_h[] = {2, 4, 8, 12, 3, 3, 2, 4};
+    return k < 8 ? per_h[k] * (double)B->h : (k == 8 ? 3.0 : 5.0) * (double)B->fl;
+}
 
 int main(int argc, char **argv) {
     const char *only = NULL;
@@ -382,8 +443,9 @@ int main(int argc, char **argv) {
     double *t = malloc((size_t)reps * sizeof *t);
     for (size_t c = 0; c < sizeof CONFIGS / sizeof *CONFIGS; c++) {
         if (only && strcmp(only, CONFIGS[c].name)) continue;
-        const int64_t N = N_ROWS, h = CONFIGS[c].h, big = N * 4 * h;
-        bufs B = {.N = N, .h = h};
+        const int64_t N = N_ROWS, h = CONFIGS[c].h, fl = (8 * h / 3 + 63) / 64 * 64;
+        const int64_t big = N * (4 * h > 2 * fl ? 4 * h : 2 * fl);
+        bufs B = {.N = N, .h = h, .fl = fl};
         float **all[] = {&B.x, &B.y, &B.dy, &B.dx, &B.resid};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
             *all[i] = malloc((size_t)big * sizeof(float));
@@ -397,7 +459,7 @@ int main(int argc, char **argv) {
         B.rstd = calloc((size_t)N, sizeof(float));
         for (int64_t i = 0; i < 4 * h; i++) B.w[i] = 1.0f + 1e-3f * (float)(i % 7);
         ptdp__layernorm_fwd(B.x, B.w, B.bias, B.y, B.mean, B.rstd, N, h, 1e-5f);
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < KERNELS; k++) {
             for (int r = 0; r < 3; r++) run(k, &B);
             for (int r = 0; r < reps; r++) {
                 double t0 = ptdp_now();
@@ -405,7 +467,7 @@ int main(int argc, char **argv) {
                 t[r] = ptdp_now() - t0;
             }
             qsort(t, (size_t)reps, sizeof *t, cmp_double);
-            double med = t[reps / 2], bytes = FLOATS_PER_H[k] * (double)(N * h) * 4.0;
+            double med = t[reps / 2], bytes = floats_per_row(k, &B) * (double)N * 4.0;
             printf("{\"bench\":\"kernel\",\"config\":\"%s\",\"kernel\":\"%s\",\"rows\":%lld,"
                    "\"h\":%lld,\"threads\":%d,\"reps\":%d,\"ms_median\":%.4f,\"ms_best\":%.4f,"
                    "\"gb_per_s\":%.1f}\n",
@@ -416,8 +478,13 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]);
         free(B.w), free(B.bias), free(B.dw), free(B.db), free(B.mean), free(B.rstd);
         const int areps = reps / 5 > 1 ? reps / 5 : 1;
-        bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, areps, t);
-        bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, areps, t);
+        const int64_t al = CONFIGS[c].h / 64, gl = llama_groups(&CONFIGS[c]);
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, al, areps, t);
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, al, areps, t);
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_FP32, gl, areps, t);
+        bench_attention(&CONFIGS[c], PTDP_DTYPE_BF16, gl, areps, t);
+        bench_rope(&CONFIGS[c], PTDP_DTYPE_FP32, reps, t);
+        bench_rope(&CONFIGS[c], PTDP_DTYPE_BF16, reps, t);
         bench_attention_packs(&CONFIGS[c], areps);
         bench_weight_copies(&CONFIGS[c], areps);
         bench_optimizer(&CONFIGS[c], areps);
