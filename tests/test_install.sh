@@ -31,5 +31,21 @@ cc -std=c11 -O1 -o "$T/embed" "$PTDP_SRC/tests/embed/embed_demo.c" $(pkg-config 
 OMP_NUM_THREADS=1 "$T/embed" >"$T/embed.out" 2>&1 && grep -q "rank 0 runs 16 actions, 3 warm-up forwards" "$T/embed.out" &&
     grep -q "logits: 1024 values" "$T/embed.out" && ok || bad "embedded program: $(cat "$T/embed.out")"
 
+# the CUDA backend: not in a program linked with ptdp alone (the message names ptdp-cuda); in
+# one linked with ptdp-cuda where the build has it (here without a GPU: "no-gpu")
+cc -std=c11 -O1 -o "$T/embed_cuda" "$PTDP_SRC/tests/embed/embed_cuda.c" $(pkg-config --cflags --libs ptdp) \
+    >"$T/cc.out" 2>&1 && "$T/embed_cuda" >"$T/cuda.out" 2>&1 &&
+    grep -q "^cuda: unsupported .*pkg-config --libs ptdp-cuda" "$T/cuda.out" && ok ||
+    bad "CUDA without ptdp-cuda: $(cat "$T/cc.out" "$T/cuda.out" 2>/dev/null | head -5)"
+if grep -q "cuda (--device cuda)" "$T/v.out"; then # a build with nvcc
+    [ -f "$T/prefix/lib/pkgconfig/ptdp-cuda.pc" ] && [ -f "$T/prefix/lib/libptdpcuda.a" ] && ok ||
+        bad "a CUDA build does not install libptdpcuda.a and ptdp-cuda.pc"
+    cc -std=c11 -O1 -o "$T/embed_cuda2" "$PTDP_SRC/tests/embed/embed_cuda.c" \
+        $(pkg-config --cflags --libs ptdp-cuda) >"$T/cc.out" 2>&1 && ok ||
+        bad "compile with ptdp-cuda: $(head -5 "$T/cc.out")"
+    "$T/embed_cuda2" >"$T/cuda.out" 2>&1
+    grep -q -E "^cuda: (opened|no-gpu)" "$T/cuda.out" && ok || bad "CUDA with ptdp-cuda: $(cat "$T/cuda.out")"
+fi
+
 echo "test_install: $pass checks passed, $fails failed"
 [ "$fails" = 0 ]

@@ -86,14 +86,15 @@ static int launched(void) {
     return 0;
 }
 
-int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv) {
+int ptdp__comm_init_on(ptdp_comm *c, int *argc, char ***argv, const void *host) {
     ptdp_comm_init_single(c);
     /* A process started on its own is a one-process job: the in-process
      * backend, without MPI's start-up (Open MPI's singleton init forks a
-     * daemon: half a second per process). */
-    if (!launched()) return PTDP_OK;
+     * daemon: half a second per process), unless the program embedding
+     * ptdp runs MPI already or hands ptdp a communicator. */
+    if (!host && !launched() && !ptdp__comm_mpi_running()) return PTDP_OK;
     c->ops = &ptdp_comm_mpi_ops;
-    int rc = c->ops->init(c, argc, argv);
+    int rc = c->ops->init(c, argc, argv, host);
     if (rc != PTDP_OK) {
         c->ops = &ptdp_comm_local_ops;
         return rc;
@@ -103,6 +104,10 @@ int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv) {
     c->world.rank = c->world_rank;
     if (c->world_size > 1) c->world.ops = c->ops;
     return PTDP_OK;
+}
+
+int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv) {
+    return ptdp__comm_init_on(c, argc, argv, NULL);
 }
 
 static void split(ptdp_comm *c, ptdp_group *g, const char *name, int color, int key) {

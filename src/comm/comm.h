@@ -128,6 +128,8 @@ typedef struct ptdp_comm {
     int tp, pp, dp;           /* this rank's coordinates */
     const ptdp_comm_ops *ops; /* the world's backend */
     int initialized;          /* ops->init succeeded; finalize pending */
+    void *impl;               /* the world backend's own state (mpi.c: ptdp's communicator,
+                                 whether ptdp started MPI) */
     ptdp_group world, tensor, pipeline, data, model, embedding;
     int in_embedding_group;          /* first or last pipeline stage */
     struct ptdp__watchdog *watchdog; /* ptdp_comm_watchdog_start; NULL if none */
@@ -151,7 +153,7 @@ struct ptdp_comm_ops {
      * group_free releases g->impl; finalize ends the backend; abort ends the
      * whole job from any rank (it may return: the caller then exits);
      * node_size counts this node's ranks (for threads per rank). */
-    int (*init)(ptdp_comm *c, int *argc, char ***argv);
+    int (*init)(ptdp_comm *c, int *argc, char ***argv, const void *host);
     void (*split)(ptdp_comm *c, ptdp_group *g, int color, int key);
     void (*group_free)(ptdp_group *g);
     void (*finalize)(ptdp_comm *c);
@@ -186,16 +188,29 @@ struct ptdp_comm_ops {
     int (*test)(ptdp_comm_req *req); /* 1 when complete */
 };
 
+/* Whether MPI is initialised and not yet finalised in this process (by ptdp
+ * or by the program embedding it). mpi.c. */
+int ptdp__comm_mpi_running(void);
+/* ptdp_comm_init's work on the world `host` (NULL: MPI_COMM_WORLD; else
+ * points at an MPI_Comm, comm_mpi.h). */
+int ptdp__comm_init_on(ptdp_comm *c, int *argc, char ***argv, const void *host);
+
 /* The two tables (static data; never modified). */
 extern const ptdp_comm_ops ptdp_comm_mpi_ops;
 extern const ptdp_comm_ops ptdp_comm_local_ops;
 
 /* Starts the MPI backend when a launcher (mpirun, srun, mpiexec) started
- * this process, and installs an abort hook so a failing assert takes the
- * whole job down. A process started on its own is a one-process job on the
- * in-process backend (no MPI start-up at all).
+ * this process or the program already initialised MPI, and installs an abort
+ * hook so a failing assert takes the whole job down. A process started on its
+ * own is a one-process job on the in-process backend (no MPI start-up at all).
+ * ptdp calls MPI_Init only when nobody has (and then MPI_Finalize in
+ * ptdp_comm_finalize); it works on its own duplicate of MPI_COMM_WORLD, on
+ * which it sets MPI_ERRORS_RETURN, and changes nothing of the program's
+ * communicators. To run ptdp on some of a program's ranks, see
+ * ptdp_comm_init_mpi (comm/comm_mpi.h).
  * Called once, first thing, by every rank (collective over the world).
- * Returns PTDP_ECOMM on MPI failure. */
+ * Returns PTDP_ECOMM on MPI failure (every rank that gets it says so; MPI
+ * itself usually aborts the job first). */
 int ptdp_comm_init(ptdp_comm *c, int *argc, char ***argv);
 /* A layout on the local backend: world of size 1 (for tests and tools).
  * Cannot fail; needs no finalize (calling it is harmless). */
@@ -204,7 +219,9 @@ void ptdp_comm_init_single(ptdp_comm *c);
  * returns the same verdict) and splits the groups. Collective over the
  * world, once, after init. Groups of size 1 get the local backend. */
 int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d);
-/* Frees the groups and ends the backend. Every rank, last. */
+/* Frees the groups and ptdp's communicators, and ends MPI if ptdp started
+ * it (a program that initialised MPI itself keeps it, and finalises it
+ * itself). Every rank, last; collective over the world. */
 void ptdp_comm_finalize(ptdp_comm *c);
 /* Ends the whole job with `status` from any rank (MPI_Abort when running
  * under MPI with more than one rank, exit otherwise). */

@@ -18,7 +18,8 @@ static void one_member(const ptdp_group *g) {
     PTDP_ASSERT_MSG(g->size <= 1, "the local backend serves groups of one process only");
 }
 
-static int local_init(ptdp_comm *c, int *argc, char ***argv) {
+static int local_init(ptdp_comm *c, int *argc, char ***argv, const void *host) {
+    (void)host;
     c->world_size = 1;
     c->world_rank = 0;
     return PTDP_OK;

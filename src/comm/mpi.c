@@ -5,13 +5,17 @@
  * A group's impl is a malloc'd mpi_group (made once, at setup): its
  * MPI_Comm and the job's two 16-bit sum operations, which the world's made
  * at init and every group shares; a request's inline storage holds its
- * MPI_Request, so starting an operation allocates nothing. Not here:
- * counting, groups of one (the local backend). */
+ * MPI_Request, so starting an operation allocates nothing. ptdp's world is
+ * its own duplicate of MPI_COMM_WORLD or of the communicator a program hands
+ * it (comm_mpi.h), so its messages never meet the program's, and ptdp calls
+ * MPI_Init and MPI_Finalize only when nobody else did. Not here: counting,
+ * groups of one (the local backend). */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_mpi.h"
 
 _Static_assert(sizeof(MPI_Request) <= PTDP_COMM_REQ_BYTES,
                "MPI_Request does not fit ptdp_comm_req");
@@ -36,7 +40,14 @@ typedef struct {
     int ops_owner;
 } mpi_group;
 
+/* the world's backend state (ptdp_comm.impl) */
+typedef struct {
+    MPI_Comm comm; /* ptdp's world: a duplicate, freed at finalize */
+    int owns_mpi;  /* ptdp called MPI_Init, so it calls MPI_Finalize */
+} mpi_world;
+
 static const mpi_group *group_of(const ptdp_group *g) { return (const mpi_group *)g->impl; }
+static MPI_Comm world_of(const ptdp_comm *c) { return ((const mpi_world *)c->impl)->comm; }
 static MPI_Comm comm_of(const ptdp_group *g) { return group_of(g)->comm; }
 static MPI_Request *req_of(ptdp_comm_req *r) { return (MPI_Request *)(void *)r->impl.bytes; }
 
@@ -116,19 +127,49 @@ static mpi_group *box(MPI_Comm comm, const mpi_group *world) {
     return b;
 }
 
-static int mpi_init(ptdp_comm *c, int *argc, char ***argv) {
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) return ptdp_errorf(PTDP_ECOMM, "MPI_Init failed");
-    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
+int ptdp__comm_mpi_running(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+static int mpi_init(ptdp_comm *c, int *argc, char ***argv, const void *host) {
+    mpi_world *w = calloc(1, sizeof *w);
+    if (!w) return ptdp_errorf(PTDP_ENOMEM, "out of memory at start-up");
+    if (!ptdp__comm_mpi_running()) {
+        if (host) {
+            free(w);
+            return ptdp_errorf(PTDP_EINVAL, "ptdp_comm_init_mpi: MPI is not initialised");
+        }
+        if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+            free(w);
+            return ptdp_errorf(PTDP_ECOMM, "MPI_Init failed");
+        }
+        w->owns_mpi = 1;
+    }
+    MPI_CHECK(MPI_Comm_dup(host ? *(const MPI_Comm *)host : MPI_COMM_WORLD, &w->comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(w->comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_size(w->comm, &c->world_size));
+    MPI_CHECK(MPI_Comm_rank(w->comm, &c->world_rank));
     ptdp_set_abort_hook(mpi_abort_hook);
-    c->world.impl = c->world_size > 1 ? box(MPI_COMM_WORLD, NULL) : NULL;
+    c->impl = w;
+    c->world.impl = c->world_size > 1 ? box(w->comm, NULL) : NULL;
     return PTDP_OK;
+}
+
+int ptdp_comm_init_mpi(ptdp_comm *c, MPI_Comm comm) {
+    if (comm == MPI_COMM_NULL) {
+        ptdp_comm_init_single(c);
+        return ptdp_errorf(PTDP_EINVAL, "ptdp_comm_init_mpi: MPI_COMM_NULL (is this rank in the "
+                                        "communicator? only its members call)");
+    }
+    return ptdp__comm_init_on(c, NULL, NULL, &comm);
 }
 
 static void mpi_split(ptdp_comm *c, ptdp_group *g, int color, int key) {
     MPI_Comm sub = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+    MPI_CHECK(MPI_Comm_split(world_of(c), color < 0 ? MPI_UNDEFINED : color, key, &sub));
     g->impl = NULL;
     if (sub == MPI_COMM_NULL) {
         g->size = 0;
@@ -146,7 +187,7 @@ static void mpi_split(ptdp_comm *c, ptdp_group *g, int color, int key) {
 static void mpi_group_free(ptdp_group *g) {
     mpi_group *b = g->impl;
     if (!b) return;
-    if (b->comm != MPI_COMM_WORLD) MPI_CHECK(MPI_Comm_free(&b->comm));
+    if (!b->ops_owner) MPI_CHECK(MPI_Comm_free(&b->comm)); /* the world's is mpi_world's */
     for (int i = 0; b->ops_owner && i < 2; i++) MPI_CHECK(MPI_Op_free(&b->sum16[i]));
     free(b);
     g->impl = NULL;
@@ -155,18 +196,22 @@ static void mpi_group_free(ptdp_group *g) {
 /* after every other group's group_free: the world's goes last, with the sums */
 static void mpi_finalize(ptdp_comm *c) {
     mpi_group_free(&c->world);
-    MPI_CHECK(MPI_Finalize());
+    mpi_world *w = c->impl;
+    MPI_CHECK(MPI_Comm_free(&w->comm));
+    if (w->owns_mpi) MPI_CHECK(MPI_Finalize());
+    free(w);
+    c->impl = NULL;
 }
 
 static void mpi_abort(const ptdp_comm *c, int status) {
-    if (c->world_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    MPI_Finalize();
+    if (c->world_size > 1) MPI_Abort(world_of(c), status);
+    if (((const mpi_world *)c->impl)->owns_mpi) MPI_Finalize();
 }
 
 static int mpi_node_size(const ptdp_comm *c) {
     MPI_Comm node;
     int n = 1;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split_type(world_of(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_size(node, &n));
     MPI_CHECK(MPI_Comm_free(&node));
     return n;

@@ -79,7 +79,8 @@ int ptdp_backend_open(ptdp_backend **out, const ptdp_backend_params *p) {
         if (!ptdp__cuda_backend_open)
             return ptdp_errorf(PTDP_EUNSUPPORTED,
                                "this program was built without the CUDA backend (no nvcc found, "
-                               "-DPTDP_CUDA=OFF, or a program that does not link ptdpcuda)");
+                               "-DPTDP_CUDA=OFF, or a program that does not link ptdpcuda: an "
+                               "installed ptdp's is `pkg-config --libs ptdp-cuda`)");
         rc = ptdp__cuda_backend_open(out, p);
     } else {
         rc = ptdp__cpu_backend_open(out, p);

@@ -484,7 +484,9 @@ ptdp_backend_params ptdp_backend_default_params(void);
  * and, with AVX512_BF16, bf16 attention tiles where it has them (checked at
  * run time, caps says which). Errors (nothing opened, *out NULL):
  * PTDP_EINVAL (a device, dtype or library out of its enum),
- * PTDP_EUNSUPPORTED (a 16-bit dtype on CUDA, CUDA in a build without it),
+ * PTDP_EUNSUPPORTED (a 16-bit dtype on CUDA, CUDA in a program without the
+ * CUDA backend: a ptdp build without nvcc, or a program not linked with it;
+ * an installed ptdp built with nvcc has it as `pkg-config --libs ptdp-cuda`),
  * PTDP_EBACKEND (no usable GPU, cuBLAS missing), PTDP_ENOMEM. Not
  * thread-safe with itself on CUDA (the device is set per process). */
 int ptdp_backend_open(ptdp_backend **out, const ptdp_backend_params *p);
