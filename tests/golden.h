@@ -24,6 +24,10 @@
 
 static int64_t meta_i(ptdp_st_file *f, const char *k) { return atoll(ptdp_st_metadata(f, k)); }
 static double meta_f(ptdp_st_file *f, const char *k) { return atof(ptdp_st_metadata(f, k)); }
+/* the Llama fixtures (llama_reference.py) name a few keys their own way */
+static int64_t meta_i_or(ptdp_st_file *f, const char *k, const char *k2) {
+    return ptdp_st_metadata(f, k) ? meta_i(f, k) : meta_i(f, k2);
+}
 
 static float *read_all(ptdp_st_file *f, const char *name, int64_t *n) {
     const ptdp_st_tensor *t = ptdp_st_find(f, name);
@@ -63,33 +67,34 @@ static double check_params_vs(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg,
         ptdp_gpt_chunk_download_grads(chunk, host);
     else
         ptdp_gpt_chunk_download_params(chunk, host);
-    for (int i = 0; i < n; i++) {
-        char hfname[128], full[160];
-        int64_t shape[2], cnt;
-        ptdp_hf_name(&specs[i], cfg, hfname, sizeof hfname, shape);
-        snprintf(full, sizeof full, "%s%s", prefix, hfname);
-        float *all = read_all(f, full, &cnt), *ref = all;
-        if (iter >= 0) {
-            const int64_t iters = atoll(ptdp_st_metadata(f, "iters"));
-            cnt /= iters;
-            ref = all + iter * cnt;
+    for (int i = 0; i < n; i++)
+        for (int part = 0; part < ptdp_hf_parts(&specs[i], cfg); part++) {
+            char hfname[128], full[160];
+            int64_t shape[2], cnt;
+            ptdp_hf_name_part(&specs[i], cfg, part, hfname, sizeof hfname, shape);
+            snprintf(full, sizeof full, "%s%s", prefix, hfname);
+            float *all = read_all(f, full, &cnt), *ref = all;
+            if (iter >= 0) {
+                const int64_t iters = atoll(ptdp_st_metadata(f, "iters"));
+                cnt /= iters;
+                ref = all + iter * cnt;
+            }
+            float *mine = malloc(sizeof(float) * (size_t)cnt);
+            ptdp_hf_from_global_part(&specs[i], cfg, part, host + specs[i].offset, mine);
+            double e = normwise(mine, ref, cnt);
+            if (tol_abs > 0) {
+                double md = 0;
+                for (int64_t k = 0; k < cnt; k++) md = fmax(md, fabs((double)mine[k] - ref[k]));
+                e = md;
+            }
+            double tol = tol_abs > 0 ? tol_abs : tol_normwise;
+            if (!(e <= tol))
+                fprintf(stderr, "  %s (iteration %d): error %.3g > %.3g\n", full, iter, e, tol);
+            CHECK(e <= tol);
+            worst = fmax(worst, e / tol);
+            free(all);
+            free(mine);
         }
-        float *mine = malloc(sizeof(float) * (size_t)cnt);
-        ptdp_hf_from_global(&specs[i], cfg, host + specs[i].offset, mine);
-        double e = normwise(mine, ref, cnt);
-        if (tol_abs > 0) {
-            double md = 0;
-            for (int64_t k = 0; k < cnt; k++) md = fmax(md, fabs((double)mine[k] - ref[k]));
-            e = md;
-        }
-        double tol = tol_abs > 0 ? tol_abs : tol_normwise;
-        if (!(e <= tol))
-            fprintf(stderr, "  %s (iteration %d): error %.3g > %.3g\n", full, iter, e, tol);
-        CHECK(e <= tol);
-        worst = fmax(worst, e / tol);
-        free(all);
-        free(mine);
-    }
     free(host);
     return worst;
 }
@@ -106,13 +111,20 @@ static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, ptdp
                                          ptdp_comm *comm) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
     tp.cfg.num_layers = meta_i(f, "n_layer");
-    tp.cfg.hidden = meta_i(f, "n_embd");
+    tp.cfg.hidden = meta_i_or(f, "n_embd", "hidden_size");
     tp.cfg.heads = meta_i(f, "n_head");
     tp.cfg.vocab = meta_i(f, "vocab_size");
-    tp.cfg.max_positions = meta_i(f, "n_positions");
     tp.cfg.seq_length = meta_i(f, "seq_length");
+    tp.cfg.max_positions = meta_i_or(f, "n_positions", "seq_length");
     tp.cfg.init_std = 0.02f;
     tp.cfg.seed = 1;
+    if (ptdp_st_metadata(f, "n_kv_groups")) { /* llama_reference.py's: LlamaForCausalLM */
+        tp.cfg.rmsnorm = tp.cfg.swiglu = tp.cfg.rope = tp.cfg.untie = tp.cfg.no_bias = 1;
+        tp.cfg.query_groups = meta_i(f, "n_kv_groups");
+        tp.cfg.ffn_hidden = meta_i(f, "ffn_hidden_size");
+        tp.cfg.rotary_base = meta_f(f, "rope_theta");
+        tp.cfg.ln_eps = (float)meta_f(f, "rms_norm_eps");
+    }
     CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
     tp.micro_batch = meta_i(f, "micro_batch_size");
     tp.global_batch = meta_i(f, "global_batch_size");
@@ -205,7 +217,8 @@ static void golden_run_config(const char *file, ptdp_backend *ops) {
                ref_losses[it], st.grad_norm, ref_norms[it]);
     }
     printf("%s: worst gradient error / tolerance over 10 iterations = %.3g\n", file, worst_grad);
-    if (ptdp_st_find(f, "ref.final.transformer.wte.weight"))
+    if (ptdp_st_find(f, "ref.final.transformer.wte.weight") ||
+        ptdp_st_find(f, "ref.final.model.embed_tokens.weight"))
         printf("%s: worst final weight error / tolerance = %.3g\n", file,
                check_params_vs(chunk, &tp.cfg, f, "ref.final.", -1, 0, 0, 1e-4));
     free(ref_losses);

@@ -2,8 +2,9 @@
  * (ptdp_gpt_chunk_logits) on the HF fixtures, greedy generation against the
  * argmax chain of full forwards, and the sampler: top-k = 1 is greedy, a
  * fixed seed reproduces, filters keep to their sets, padded vocabulary ids
- * are never drawn. Single process (t = 1); the t = 2 equality is in
- * test_generate_cli.sh. */
+ * are never drawn; the same on the Llama fixture (key/value groups in the
+ * cache, rotary positions from the cache's length). Single process (t = 1); the t = 2 equality is
+ * in test_generate_cli.sh. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +30,19 @@ static int load(model *m, const char *file) {
     CHECK_OK(ptdp_st_open(&f, path));
     if (!f) return -1;
     memset(m, 0, sizeof *m);
+    const int llama = ptdp_st_metadata(f, "n_kv_groups") != NULL; /* llama_reference.py's */
     m->cfg.num_layers = meta_i(f, "n_layer");
-    m->cfg.hidden = meta_i(f, "n_embd");
+    m->cfg.hidden = meta_i(f, llama ? "hidden_size" : "n_embd");
     m->cfg.heads = meta_i(f, "n_head");
     m->cfg.vocab = meta_i(f, "vocab_size");
-    m->cfg.max_positions = meta_i(f, "n_positions");
+    m->cfg.max_positions = meta_i(f, llama ? "seq_length" : "n_positions");
     m->cfg.seq_length = m->cfg.max_positions;
     m->cfg.init_std = 0.02f;
+    if (llama) { /* rotary positions, 4 query heads over 2 cached key/value groups, SwiGLU */
+        m->cfg.rmsnorm = m->cfg.swiglu = m->cfg.rope = m->cfg.untie = m->cfg.no_bias = 1;
+        m->cfg.query_groups = meta_i(f, "n_kv_groups");
+        m->cfg.ffn_hidden = meta_i(f, "ffn_hidden_size");
+    }
     ptdp_st_close(f);
     CHECK_OK(ptdp_gpt_config_finish(&m->cfg, 128, 1));
     ptdp_comm_init_single(&m->comm);
@@ -233,5 +240,11 @@ int main(void) {
         test_padding(&b);
     }
     ptdp_gpt_chunk_free(b.chunk);
+    model c; /* the Llama family: the cache holds key/value groups, rotated keys */
+    if (load(&c, "llama_a.safetensors") == 0) {
+        test_logits(&c);
+        test_greedy(&c);
+    }
+    ptdp_gpt_chunk_free(c.chunk);
     return test_done("test_generate");
 }

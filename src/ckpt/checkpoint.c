@@ -131,14 +131,7 @@ static int writes_spec(const ptdp_param_spec *sp, int tp, int first_stage) {
     return 1;
 }
 
-/* The first stage is the one chunk that holds the position embedding. */
-static int chunk_is_first(ptdp_gpt_chunk *c) {
-    int n;
-    const ptdp_param_spec *sp = ptdp_gpt_chunk_specs(c, &n);
-    for (int i = 0; i < n; i++)
-        if (sp[i].role == PTDP_ROLE_POSITION) return 1;
-    return 0;
-}
+static int chunk_is_first(ptdp_gpt_chunk *c) { return ptdp_gpt_chunk_is_first(c); }
 
 static cJSON *shard_json(const ptdp_param_spec *sp, int tp, int kind, const char *key, int64_t e0,
                          int64_t e1) {
@@ -267,6 +260,17 @@ static int write_manifest(const char *itdir, const ptdp_ckpt_meta *meta, ptdp_co
     cJSON_AddNumberToObject(m, "hidden_dropout", cfg->hidden_dropout);
     cJSON_AddNumberToObject(m, "attention_dropout", cfg->attention_dropout);
     cJSON_AddNumberToObject(m, "layernorm_epsilon", cfg->ln_eps);
+    if (ptdp_gpt_is_llama(cfg)) { /* a GPT's manifest stays as it was */
+        cJSON *ll = cJSON_AddObjectToObject(m, "llama");
+        cJSON_AddBoolToObject(ll, "rmsnorm", cfg->rmsnorm);
+        cJSON_AddBoolToObject(ll, "swiglu", cfg->swiglu);
+        cJSON_AddBoolToObject(ll, "rope", cfg->rope);
+        cJSON_AddNumberToObject(ll, "rotary_base", cfg->rotary_base);
+        cJSON_AddNumberToObject(ll, "rotary_percent", cfg->rotary_percent);
+        cJSON_AddNumberToObject(ll, "num_query_groups", (double)ptdp_gpt_groups(cfg));
+        cJSON_AddBoolToObject(ll, "untie", cfg->untie);
+        cJSON_AddBoolToObject(ll, "disable_bias_linear", cfg->no_bias);
+    }
     cJSON *tr = cJSON_AddObjectToObject(r, "training");
     cJSON_AddNumberToObject(tr, "seed", (double)cfg->seed);
     cJSON_AddNumberToObject(tr, "micro_batch_size", (double)meta->micro_batch);
@@ -472,11 +476,37 @@ static int check_config(const manifest *M, const ptdp_gpt_config *cfg) {
         {"--max-position-embeddings", M->maxpos, cfg->max_positions},
         {"--vocab-size", M->V, cfg->vocab},
     };
+    /* the blocks first: a GPT checkpoint under Llama flags (or the reverse) is
+     * told as such, not as a missing tensor */
+    const struct {
+        const char *flag;
+        int ckpt, flags;
+    } b[] = {
+        {"--normalization RMSNorm", M->rmsnorm, cfg->rmsnorm},
+        {"--swiglu", M->swiglu, cfg->swiglu},
+        {"--position-embedding-type rope", M->rope, cfg->rope},
+        {"--untie-embeddings-and-output-weights", M->untie, cfg->untie},
+        {"--disable-bias-linear", M->no_bias, cfg->no_bias},
+    };
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        if (!b[i].ckpt != !b[i].flags)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               b[i].flags ? "%s: the checkpoint's model was trained without %s but "
+                                            "the flags give it (a GPT checkpoint under Llama "
+                                            "flags?); drop %s, or load a checkpoint of this model"
+                                          : "%s: the checkpoint's model uses %s but the flags do "
+                                            "not (a Llama checkpoint under GPT flags?); add %s",
+                               M->path, b[i].flag, b[i].flag);
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].ckpt != f[i].flags)
             return ptdp_errorf(PTDP_ECONFIG,
                                "%s: the checkpoint's model has %s %lld but the flags give %lld",
                                M->path, f[i].flag, (long long)f[i].ckpt, (long long)f[i].flags);
+    if (M->groups != ptdp_gpt_groups(cfg))
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "%s: the checkpoint's model has %lld key/value groups "
+                           "(--num-query-groups) but the flags give %lld",
+                           M->path, (long long)M->groups, (long long)ptdp_gpt_groups(cfg));
     return PTDP_OK;
 }
 

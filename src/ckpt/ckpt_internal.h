@@ -8,6 +8,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
+#include "model/model.h"
+
+/* hf_llama.c: Hugging Face's LlamaForCausalLM names and layouts (hf.h's
+ * functions dispatch here for the Llama family): HF tensors of a spec (3 for
+ * the QKV weight), the name and shape of one, the conversion of one (to_ptdp:
+ * hf -> ptdp's global tensor, else back), the check of a file, config.json. */
+int ptdp__hf_llama_parts(const ptdp_param_spec *sp);
+int ptdp__hf_llama_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part, char *name,
+                        size_t cap, int64_t shape[2]);
+void ptdp__hf_llama_convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part,
+                            float *ptdp, float *hf, int to_ptdp);
+int ptdp__hf_llama_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra);
+int ptdp__hf_llama_config_json(FILE *cf, const ptdp_gpt_config *cfg);
+
 #define LATEST "latest_checkpointed_iteration.txt"
 #define MANIFEST "manifest.json"
 
@@ -56,6 +72,11 @@ typedef struct {
     int64_t iteration, consumed, step;
     int64_t l, h, a, ffn, s, maxpos, V, Vp, seed;
     double init_std;
+    /* the Llama family's blocks ("model"."llama", absent in a GPT's: zeros,
+     * groups = a) */
+    int rmsnorm, swiglu, rope, untie, no_bias;
+    int64_t groups;
+    double rotary_base, rotary_percent;
     int64_t t, p, d, v, zero, world;
     cJSON *root;
     file_rec *files;

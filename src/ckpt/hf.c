@@ -5,7 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_internal.h"
 #include "ckpt/hf.h"
+
+int ptdp_hf_family(const ptdp_gpt_config *cfg) {
+    const int grouped = ptdp_gpt_groups(cfg) != cfg->heads;
+    if (!ptdp_gpt_is_llama(cfg)) return 0;
+    if (cfg->rmsnorm && cfg->swiglu && cfg->rope && cfg->no_bias && cfg->rotary_percent == 1.0f)
+        return 1;
+    return ptdp_errorf(
+        PTDP_ECONFIG,
+        "Hugging Face weights: the model mixes GPT-2's and Llama's blocks, which neither "
+        "GPT2LMHeadModel nor LlamaForCausalLM holds; a Llama needs --normalization RMSNorm "
+        "--swiglu --position-embedding-type rope --disable-bias-linear (and --rotary-percent 1), "
+        "a GPT-2 none of them%s",
+        grouped || cfg->untie ? " nor --num-query-groups/--untie-embeddings-and-output-weights"
+                              : "");
+}
+
+static int is_llama(const ptdp_gpt_config *cfg) { return ptdp_gpt_is_llama(cfg); }
+
+int ptdp_hf_parts(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg) {
+    return is_llama(cfg) ? ptdp__hf_llama_parts(sp) : 1;
+}
 
 typedef enum { MAP_COPY, MAP_T, MAP_QKV_W, MAP_QKV_B, MAP_VOCAB } map_kind;
 
@@ -52,8 +74,15 @@ static map_kind classify(const ptdp_param_spec *sp, char *hf, size_t cap) {
     return MAP_COPY;
 }
 
+int ptdp_hf_name_part(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part, char *name,
+                      size_t cap, int64_t shape[2]) {
+    if (is_llama(cfg)) return ptdp__hf_llama_name(sp, cfg, part, name, cap, shape);
+    return ptdp_hf_name(sp, cfg, name, cap, shape);
+}
+
 int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap,
                  int64_t shape[2]) {
+    if (is_llama(cfg)) return ptdp__hf_llama_name(sp, cfg, 0, name, cap, shape);
     map_kind k = classify(sp, name, cap);
     shape[0] = sp->gshape[0];
     shape[1] = sp->gshape[1];
@@ -113,17 +142,18 @@ static void convert(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, map_k
         }
 }
 
-int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
-                        const ptdp_gpt_config *cfg, float *global) {
+/* One HF tensor (part) of spec sp into global. */
+static int read_part(const ptdp_st_file *f, const ptdp_param_spec *sp, const ptdp_gpt_config *cfg,
+                     int part, float *global) {
     char name[128];
     int64_t shape[2];
-    int nd = ptdp_hf_name(sp, cfg, name, sizeof name, shape);
+    int nd = ptdp_hf_name_part(sp, cfg, part, name, sizeof name, shape);
     const ptdp_st_tensor *t = ptdp_st_find(f, name);
-    if (!t) t = ptdp_st_find(f, name + strlen("transformer."));
+    if (!t && !is_llama(cfg)) t = ptdp_st_find(f, name + strlen("transformer."));
     if (!t)
         return ptdp_errorf(PTDP_ENOTFOUND,
-                           "%s: tensor '%s' is missing (is this a GPT-2 safetensors file?)",
-                           ptdp_st_path(f), name);
+                           "%s: tensor '%s' is missing (is this a %s safetensors file?)",
+                           ptdp_st_path(f), name, is_llama(cfg) ? "Llama" : "GPT-2");
     int ok = t->ndim == nd && t->shape[0] == shape[0] && (nd == 1 || t->shape[1] == shape[1]);
     if (!ok) {
         char got[96], want[96];
@@ -140,13 +170,35 @@ int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
     float *hf = malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!hf) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", name);
     int rc = ptdp_st_read_f32(f, t->name, hf, n);
-    if (rc == PTDP_OK) convert(sp, cfg, classify(sp, name, sizeof name), global, hf, 1);
+    if (rc == PTDP_OK) {
+        if (is_llama(cfg))
+            ptdp__hf_llama_convert(sp, cfg, part, global, hf, 1);
+        else
+            convert(sp, cfg, classify(sp, name, sizeof name), global, hf, 1);
+    }
     free(hf);
+    return rc;
+}
+
+int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
+                        const ptdp_gpt_config *cfg, float *global) {
+    int rc = PTDP_OK;
+    for (int part = 0; part < ptdp_hf_parts(sp, cfg) && rc == PTDP_OK; part++)
+        rc = read_part(f, sp, cfg, part, global);
     return rc;
 }
 
 void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global,
                          float *hf) {
+    ptdp_hf_from_global_part(sp, cfg, 0, global, hf);
+}
+
+void ptdp_hf_from_global_part(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part,
+                              const float *global, float *hf) {
+    if (is_llama(cfg)) {
+        ptdp__hf_llama_convert(sp, cfg, part, (float *)global, hf, 0);
+        return;
+    }
     char name[128];
     convert(sp, cfg, classify(sp, name, sizeof name), (float *)global, hf, 0);
 }
@@ -154,7 +206,9 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp,
                        const char *path) {
     ptdp_st_file *f = NULL;
-    int rc = ptdp_st_open(&f, path);
+    int rc = ptdp_hf_family(cfg);
+    if (rc < 0) return rc;
+    rc = ptdp_st_open(&f, path);
     if (rc) return rc;
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(chunk, &n);
@@ -202,8 +256,20 @@ static int hf_buffer(const ptdp_st_tensor *t, const ptdp_st_tensor *wte) {
 
 int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra) {
     ptdp_st_file *f = NULL;
-    int rc = ptdp_st_open(&f, path);
+    int rc = ptdp_hf_family(cfg);
+    if (rc < 0) return rc;
+    if (rc == 1) return ptdp__hf_llama_check(path, cfg, allow_extra);
+    rc = ptdp_st_open(&f, path);
     if (rc) return rc;
+    if (ptdp_st_find(f, "model.embed_tokens.weight")) {
+        ptdp_st_close(f);
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s is a Llama file (model.embed_tokens.weight) but the model flags "
+                           "give a GPT-2 model; add the Llama family's flags (--normalization "
+                           "RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear "
+                           "...; docs/llama.md)",
+                           path);
+    }
     const int nt = ptdp_st_count(f);
     char *used = calloc((size_t)nt + 1, 1);
     if (!used) {
@@ -352,29 +418,36 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
     int n;
     const ptdp_param_spec *specs = ptdp_gpt_chunk_specs(full, &n);
     float *host = ptdp_gpt_chunk_params(full); /* CPU backend: host memory */
-    float **hfbuf = calloc((size_t)n, sizeof(float *));
-    char(*names)[128] = calloc((size_t)n, 128);
+    int nparts = 0;
+    for (int i = 0; i < n; i++) nparts += ptdp_hf_parts(&specs[i], cfg);
+    float **hfbuf = calloc((size_t)nparts, sizeof(float *));
+    char(*names)[128] = calloc((size_t)nparts, 128);
     ptdp_st_writer *w = NULL;
     int rc = (!hfbuf || !names) ? ptdp_errorf(PTDP_ENOMEM, "out of memory exporting")
                                 : ptdp_st_writer_init(&w);
-    for (int i = 0; i < n && rc == PTDP_OK; i++) {
+    for (int i = 0, k = 0; i < n && rc == PTDP_OK; i++) {
         const ptdp_param_spec *sp = &specs[i];
-        int64_t shape[2];
-        int nd = ptdp_hf_name(sp, cfg, names[i], 128, shape);
-        hfbuf[i] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1] + 1));
-        if (!hfbuf[i]) {
-            rc = ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
-            break;
+        for (int part = 0; part < ptdp_hf_parts(sp, cfg) && rc == PTDP_OK; part++, k++) {
+            int64_t shape[2];
+            int nd = ptdp_hf_name_part(sp, cfg, part, names[k], 128, shape);
+            hfbuf[k] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1] + 1));
+            if (!hfbuf[k]) {
+                rc = ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
+                break;
+            }
+            ptdp_hf_from_global_part(sp, cfg, part, host + sp->offset, hfbuf[k]);
+            if (dtype != PTDP_ST_F32) rc = narrow(&hfbuf[k], shape[0] * shape[1], dtype, names[k]);
+            if (rc == PTDP_OK) rc = ptdp_st_writer_add(w, names[k], dtype, nd, shape, hfbuf[k]);
         }
-        ptdp_hf_from_global(sp, cfg, host + sp->offset, hfbuf[i]);
-        if (dtype != PTDP_ST_F32) rc = narrow(&hfbuf[i], shape[0] * shape[1], dtype, names[i]);
-        if (rc == PTDP_OK) rc = ptdp_st_writer_add(w, names[i], dtype, nd, shape, hfbuf[i]);
     }
     if (rc == PTDP_OK) rc = ptdp_st_write(w, path);
     if (rc == PTDP_OK && config_json) {
         FILE *cf = fopen(config_json, "w");
         if (!cf) {
             rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
+        } else if (is_llama(cfg)) {
+            ptdp__hf_llama_config_json(cf, cfg);
+            if (fclose(cf) != 0) rc = ptdp_errorf(PTDP_EIO, "cannot write %s", config_json);
         } else {
             fprintf(
                 cf,
@@ -387,7 +460,7 @@ static int write_full(ptdp_gpt_chunk *full, const ptdp_gpt_config *cfg, const ch
         }
     }
     ptdp_st_writer_free(w);
-    for (int i = 0; hfbuf && i < n; i++) free(hfbuf[i]);
+    for (int i = 0; hfbuf && i < nparts; i++) free(hfbuf[i]);
     free(hfbuf);
     free(names);
     return rc;
@@ -400,6 +473,8 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
                    ptdp_group *model, int tp, int t, const char *path, const char *config_json,
                    ptdp_st_dtype dtype) {
     PTDP_ASSERT(dtype == PTDP_ST_F32 || dtype == PTDP_ST_BF16 || dtype == PTDP_ST_F16);
+    const int family = ptdp_hf_family(cfg); /* the same answer on every rank */
+    if (family < 0) return family;
     int64_t bytes = 0;
     for (int c = 0; c < nchunks; c++) {
         int n;

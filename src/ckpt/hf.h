@@ -1,6 +1,7 @@
-/* hf.h - Hugging Face GPT-2 weights: the mapping between ptdp's parameter
- * specs and HF's tensors, used by `ptdp train --init-from` and `ptdp
- * export`. The container is safetensors (format/format.h).
+/* hf.h - Hugging Face GPT-2 and Llama weights: the mapping between ptdp's
+ * parameter specs and HF's tensors, used by `ptdp train --init-from` and `ptdp
+ * export`. The container is safetensors (format/format.h). GPT-2's mapping
+ * is below; Llama's (LlamaForCausalLM) is in hf_llama.c's header.
  *
  * Mapping (ptdp spec, stored [out, in] -> HF GPT-2, stored [in, out]):
  *   embedding.word_embeddings.weight [Vp,h]   transformer.wte.weight [V,h]
@@ -25,9 +26,23 @@
 #include "format/format.h"
 #include "model/model.h"
 
-/* HF name and shape of a spec's tensor; returns the number of dims. */
+/* Which Hugging Face family holds the model cfg describes: 0 GPT-2
+ * (GPT2LMHeadModel: LayerNorm, GeLU, learned positions, multi-head
+ * attention, biases, tied), 1 Llama (LlamaForCausalLM: --normalization
+ * RMSNorm, --swiglu, --position-embedding-type rope with --rotary-percent 1,
+ * --disable-bias-linear; any --num-query-groups, tied or untied). A mix of
+ * the two is PTDP_ECONFIG naming the flags (no HF class holds it). The Llama
+ * mapping is in hf_llama.c's header. */
+int ptdp_hf_family(const ptdp_gpt_config *cfg);
+/* HF tensors a spec maps to: 3 for Llama's QKV weight (q_proj, k_proj,
+ * v_proj), else 1. */
+int ptdp_hf_parts(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg);
+/* HF name and shape of a spec's tensor (part 0 of ptdp_hf_parts); returns
+ * the number of dims. _part: of its part-th tensor. */
 int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap,
                  int64_t shape[2]);
+int ptdp_hf_name_part(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part, char *name,
+                      size_t cap, int64_t shape[2]);
 
 /* Fills `global` (the spec's full tensor in ptdp's layout, gshape) from the
  * HF file. PTDP_ENOTFOUND / PTDP_EFORMAT with a message naming the file and
@@ -38,6 +53,8 @@ int ptdp_hf_read_global(const ptdp_st_file *f, const ptdp_param_spec *sp,
  * hf buffer of prod(shape) floats from ptdp_hf_name). */
 void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, const float *global,
                          float *hf);
+void ptdp_hf_from_global_part(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, int part,
+                              const float *global, float *hf);
 
 /* Loads this rank's shards of every parameter of `chunk` from an HF GPT-2
  * safetensors file. Errors as above; nothing is half-loaded into the chunk

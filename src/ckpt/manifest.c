@@ -166,6 +166,22 @@ int ptdp__ckpt_manifest_parse(manifest *M, const char *text, size_t len) {
     M->maxpos = ptdp__ckpt_jint(m, "max_position_embeddings", &bad);
     M->V = ptdp__ckpt_jint(m, "vocab_size", &bad);
     M->Vp = ptdp__ckpt_jint(m, "padded_vocab_size", &bad);
+    const cJSON *ll = cJSON_GetObjectItemCaseSensitive(m, "llama");
+    M->groups = M->a;
+    M->rotary_base = 10000.0;
+    M->rotary_percent = 1.0;
+    if (cJSON_IsObject(ll)) {
+        M->rmsnorm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ll, "rmsnorm"));
+        M->swiglu = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ll, "swiglu"));
+        M->rope = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ll, "rope"));
+        M->untie = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ll, "untie"));
+        M->no_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ll, "disable_bias_linear"));
+        M->groups = ptdp__ckpt_jint(ll, "num_query_groups", &bad);
+        const cJSON *rb = cJSON_GetObjectItemCaseSensitive(ll, "rotary_base"),
+                    *rp = cJSON_GetObjectItemCaseSensitive(ll, "rotary_percent");
+        if (cJSON_IsNumber(rb)) M->rotary_base = rb->valuedouble;
+        if (cJSON_IsNumber(rp)) M->rotary_percent = rp->valuedouble;
+    }
     const cJSON *std = cJSON_GetObjectItemCaseSensitive(m, "init_method_std");
     M->init_std = cJSON_IsNumber(std) ? std->valuedouble : 0.02;
     M->seed = ptdp__ckpt_jint(cJSON_GetObjectItemCaseSensitive(r, "training"), "seed", &bad);
@@ -305,6 +321,14 @@ int ptdp_ckpt_read_config(const char *dir, ptdp_gpt_config *cfg) {
         cfg->vocab = M.V;
         cfg->init_std = (float)M.init_std;
         cfg->seed = (uint64_t)M.seed;
+        cfg->rmsnorm = M.rmsnorm;
+        cfg->swiglu = M.swiglu;
+        cfg->rope = M.rope;
+        cfg->untie = M.untie;
+        cfg->no_bias = M.no_bias;
+        cfg->query_groups = M.groups == M.a ? 0 : M.groups;
+        cfg->rotary_base = M.rotary_base;
+        cfg->rotary_percent = (float)M.rotary_percent;
     }
     ptdp__ckpt_manifest_free(&M);
     return rc;

@@ -17,6 +17,9 @@ void ptdp_args_defaults(ptdp_args *a) {
     a->layernorm_epsilon = 1e-5;
     a->normalization = "LayerNorm";
     a->position_embedding_type = "learned_absolute";
+    a->num_query_groups = 1; /* Megatron's default, read only with --group-query-attention */
+    a->rotary_base = 10000;
+    a->rotary_percent = 1.0;
     a->seed = 1234;
     a->micro_batch_size = 1;
     a->train_iters = -1; /* required (or --train-samples); 0 is allowed (load, save, no step) */
@@ -77,9 +80,9 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         S("config", config, "JSON file with the same keys as the flags (flags win)", NULL),
     };
     const ptdp_opt network[] = {
-        /* Megatron's flags for what ptdp's GPT fixes (--normalization,
-         * --position-embedding-type), so Megatron GPT scripts run unchanged;
-         * other values are refused by the choices */
+        /* Megatron's flags for the model's blocks: GPT-2's by default, the
+         * Llama family's (RMSNorm, SwiGLU, rotary embeddings, grouped-query
+         * attention, untied output layer, no biases) by flag (docs/llama.md) */
         I("num-layers", num_layers, "transformer layers l (required)", 1, 100000),
         I("hidden-size", hidden_size, "hidden size h (required)", 1, 1000000),
         I("num-attention-heads", num_attention_heads, "attention heads a (required)", 1, 100000),
@@ -90,12 +93,28 @@ int ptdp_args_table_groups(ptdp_args *a, int which, ptdp_opt *opts, int cap, con
         I("vocab-size", vocab_size, "vocabulary size V for --mock-data/--token-file", 2, 100000000),
         I("make-vocab-size-divisible-by", make_vocab_size_divisible_by,
           "pad V to a multiple of this x t", 1, 1000000),
-        S("normalization", normalization, "normalization layer (ptdp's GPT: LayerNorm)",
-          "LayerNorm"),
+        S("normalization", normalization,
+          "normalization layer: LayerNorm (GPT-2's) or RMSNorm (Llama's: no mean, no bias)",
+          "LayerNorm|RMSNorm"),
         S("position-embedding-type", position_embedding_type,
-          "position embeddings (ptdp's GPT: learned_absolute)", "learned_absolute"),
+          "position embeddings: learned_absolute (GPT-2's) or rope (rotary, Llama's)",
+          "learned_absolute|rope"),
+        F("rotary-base", rotary_base, "rotary embeddings' base theta", 1, 1e12),
+        F("rotary-percent", rotary_percent, "fraction of each head's dims rotary embeddings rotate",
+          1e-6, 1),
+        B("swiglu", swiglu,
+          "SwiGLU MLP: silu(x Wg^T) * (x Wu^T), --ffn-hidden-size wide (Llama's ~8h/3: give it)"),
+        B("group-query-attention", group_query_attention,
+          "grouped-query attention: --num-query-groups key/value heads"),
+        I("num-query-groups", num_query_groups,
+          "key/value groups with --group-query-attention (divides the heads; t divides it)", 1,
+          100000),
+        B("untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
+          "an output layer of its own instead of the word embedding's transpose"),
+        B("disable-bias-linear", disable_bias_linear, "no biases in the linear layers"),
         F("layernorm-epsilon", layernorm_epsilon, "LayerNorm epsilon", 1e-12, 1),
-        F("norm-epsilon", layernorm_epsilon, "LayerNorm epsilon (Megatron's newer name)", 1e-12, 1),
+        F("norm-epsilon", layernorm_epsilon, "LayerNorm/RMSNorm epsilon (Megatron's newer name)",
+          1e-12, 1),
     };
     const ptdp_opt init[] = {
         I("seed", seed, "random seed (initialisation, dropout, mock data)", 0, BIG),
@@ -856,8 +875,11 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     if (a->ffn_hidden_size && a->ffn_hidden_size % t)
         return ptdp_errorf(
             PTDP_ECONFIG,
-            "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
-            "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
+            a->swiglu ? "--swiglu: --ffn-hidden-size %lld is not divisible by "
+                        "--tensor-model-parallel-size %lld (each rank holds the gate and up rows "
+                        "of the same ffn/t units)"
+                      : "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
+                        "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
             (long long)a->ffn_hidden_size, (long long)t);
     if (which == PTDP_ARGS_TRAIN && world_size % (t * pp))
         return ptdp_errorf(
@@ -966,6 +988,7 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
     cfg->attention_dropout = (float)a->attention_dropout;
     cfg->ln_eps = (float)a->layernorm_epsilon;
     cfg->seed = (uint64_t)a->seed;
+    ptdp_args_llama(a, cfg);
     int rc = ptdp_gpt_config_finish(cfg, a->make_vocab_size_divisible_by, (int)t);
     if (rc) return rc;
     if (which == PTDP_ARGS_TRAIN) {
@@ -1001,6 +1024,18 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
         }
     }
     return PTDP_OK;
+}
+
+void ptdp_args_llama(const ptdp_args *a, ptdp_gpt_config *cfg) {
+    cfg->rmsnorm = a->normalization && !strcmp(a->normalization, "RMSNorm");
+    cfg->rope = a->position_embedding_type && !strcmp(a->position_embedding_type, "rope");
+    cfg->rotary_base = a->rotary_base;
+    cfg->rotary_percent = (float)a->rotary_percent;
+    cfg->swiglu = a->swiglu;
+    /* Megatron: without --group-query-attention every head is its own group */
+    cfg->query_groups = a->group_query_attention ? a->num_query_groups : 0;
+    cfg->untie = a->untie_embeddings_and_output_weights;
+    cfg->no_bias = a->disable_bias_linear;
 }
 
 int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B) {

@@ -99,6 +99,10 @@ typedef struct {
     int64_t vocab_size, make_vocab_size_divisible_by;
     double init_method_std, hidden_dropout, attention_dropout, layernorm_epsilon;
     const char *normalization, *position_embedding_type; /* Megatron's architecture flags */
+    /* the Llama family's (Megatron's names and defaults) */
+    int swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
+    int64_t num_query_groups;
+    double rotary_base, rotary_percent;
     int64_t seed;
     /* batch and schedule */
     int64_t micro_batch_size, global_batch_size, train_iters;
@@ -214,6 +218,11 @@ int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_g
  * count) and the stage layout, checked against --num-layers and p (Megatron's
  * rules). PTDP_ECONFIG/PTDP_EINVAL naming the flags. */
 int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v, ptdp_stage_layout *L);
+/* The Llama family's fields of cfg from the flags (--normalization,
+ * --swiglu, --position-embedding-type, --rotary-*, --group-query-attention
+ * with --num-query-groups, --untie-embeddings-and-output-weights,
+ * --disable-bias-linear); ptdp_gpt_config_finish validates them. */
+void ptdp_args_llama(const ptdp_args *a, ptdp_gpt_config *cfg);
 /* Iterations to train: --train-iters, or --train-samples / B rounded down
  * (Megatron's conversion); B is the global batch. */
 int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);

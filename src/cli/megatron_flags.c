@@ -190,19 +190,9 @@ static const megatron_flag table[] = {
     GPT2_ONLY("moe-token-dispatcher-type", 1, MOE),
     GPT2_ONLY("expert-model-parallel-size", 1, MOE),
     GPT2_ONLY("expert-tensor-parallel-size", 1, MOE),
-    /* The Llama family's switches (RMSNorm, SwiGLU, rotary positions,
-     * grouped-query attention, untied embeddings, no biases). Each one that
-     * becomes a flag of args.c's table is deleted here (and from
-     * refused_values below); until then it is refused by name. */
-    GPT2_ONLY("swiglu", 0, "GeLU MLP"),
-    GPT2_ONLY("untie-embeddings-and-output-weights", 0,
-              "the output layer is tied to the word embeddings"),
-    GPT2_ONLY("group-query-attention", 0, "multi-head attention, no query groups"),
-    GPT2_ONLY("num-query-groups", 1, "multi-head attention, no query groups"),
-    GPT2_ONLY("use-rotary-position-embeddings", 0, "learned absolute position embeddings"),
-    GPT2_ONLY("rotary-percent", 1, "learned absolute position embeddings"),
-    GPT2_ONLY("rotary-base", 1, "learned absolute position embeddings"),
-    GPT2_ONLY("disable-bias-linear", 0, "every linear layer has a bias"),
+    /* older Megatron-LM's switch for what --position-embedding-type rope says now */
+    REFUSE("use-rotary-position-embeddings", 0,
+           "older Megatron-LM's name: use --position-embedding-type rope"),
 };
 #define NTABLE (int)(sizeof table / sizeof table[0])
 
@@ -212,17 +202,10 @@ static const megatron_flag table[] = {
 static const struct {
     const char *flag, *value, *say;
 } refused_values[] = {
-    /* the Llama family (see above) */
-    {"normalization", "RMSNorm",
-     "--normalization RMSNorm is not supported: ptdp's GPT is GPT-2's (LayerNorm); use "
-     "--normalization LayerNorm or drop the flag"},
-    {"position-embedding-type", "rope",
-     "--position-embedding-type rope is not supported: ptdp's GPT is GPT-2's (learned absolute "
-     "position embeddings); use learned_absolute or drop the flag"},
     /* others */
     {"position-embedding-type", NULL,
-     "--position-embedding-type: ptdp's GPT is GPT-2's (learned absolute position embeddings); "
-     "use learned_absolute or drop the flag"},
+     "--position-embedding-type: ptdp has learned absolute position embeddings (GPT-2's) and "
+     "rotary ones (rope); use learned_absolute or rope"},
     {"optimizer", NULL,
      "--optimizer: ptdp's optimizer is AdamW (Megatron-LM's adam, with decoupled "
      "--weight-decay); use --optimizer adam or drop the flag"},

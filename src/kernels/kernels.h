@@ -135,6 +135,8 @@ typedef struct {
     int64_t h, hl, fl; /* hidden, local hidden h/t, local MLP width ffn/t */
     int64_t al, hd;    /* local heads, head size */
     int64_t gl;        /* local key/value groups (attention_gqa_*; 0: al, one per head) */
+    int swiglu;        /* the MLP is SwiGLU's: gate and up GEMMs [fl, h] writing the halves of
+                          [N, 2 fl] rows, fc2 [h, fl] on silu(gate) * up */
     int64_t Vl;        /* local padded vocabulary; 0: the rank holds no loss head */
     int64_t layers;    /* transformer layers of all this rank's chunks */
     int64_t heads;     /* loss heads among them (chunks of the last stage) */

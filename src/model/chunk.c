@@ -24,20 +24,22 @@
  * sequence parallelism), N: rows of the tensor-parallel region's; mf: the
  * floats of fc and of gl, N fl values in the backend's MLP storage
  * (ptdp_mlp_floats). */
-static void carve_layer(ptdp_arena *cv, ptdp__layer_act *la, int64_t N, int64_t Ns, int64_t h,
-                        int64_t hl, int64_t mf, int64_t saved) {
+static void carve_layer(const ptdp_gpt_chunk *c, ptdp_arena *cv, ptdp__layer_act *la, int64_t mf,
+                        int64_t saved) {
+    const int64_t N = c->N, Ns = c->Ns, h = c->h;
     la->ln1 = CARVE_F(cv, Ns * h);
     la->ln1_mean = CARVE_F(cv, Ns);
     la->ln1_rstd = CARVE_F(cv, Ns);
-    la->qkv = CARVE_F(cv, N * 3 * hl);
+    la->qkv = CARVE_F(cv, N * c->ql);
     la->attn_saved = saved ? CARVE_F(cv, saved) : NULL; /* 0: selective, set from ws */
-    la->ctx = CARVE_F(cv, N * hl);
+    la->ctx = CARVE_F(cv, N * c->hl);
     la->xm = CARVE_F(cv, Ns * h);
     la->ln2 = CARVE_F(cv, Ns * h);
     la->ln2_mean = CARVE_F(cv, Ns);
     la->ln2_rstd = CARVE_F(cv, Ns);
-    la->fc = CARVE_F(cv, mf);
-    la->gl = CARVE_F(cv, mf);
+    /* SwiGLU: fc holds gate and up (2 fl), gl their product (fl), fp32 */
+    la->fc = CARVE_F(cv, c->cfg->swiglu ? N * c->fc_cols : mf);
+    la->gl = CARVE_F(cv, c->cfg->swiglu ? N * c->fl : mf);
 }
 
 /* Which layers are recomputed, in which groups (Megatron's semantics):
@@ -73,6 +75,7 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     const int64_t saved = c->be->attention_saved_floats(c->be, s, b, c->al),
                   mf = ptdp_mlp_floats(c->be, N * fl); /* fc, gl, dfc */
     const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
+    const int64_t dfc_floats = c->cfg->swiglu ? N * c->fc_cols : mf;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
         ptdp__slot_act *sa = &c->slots[k];
@@ -83,22 +86,22 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
             sa->x[i] = x_stored(c, i) ? CARVE_F(act, Ns * h) : NULL;
         for (int64_t i = 0; i < c->nl; i++) {
             if (c->group[i] >= 0) continue; /* recomputed: workspace */
-            carve_layer(act, &sa->layer[i], N, Ns, h, hl, mf, selective ? 0 : saved);
+            carve_layer(c, act, &sa->layer[i], mf, selective ? 0 : saved);
             if (!p->split_backward) continue;
             /* kept from B to W: the weight GEMMs' output gradients */
             ptdp__layer_wgrad *wg = &sa->wg[i];
             wg->dmlp_out = CARVE_F(act, N * h);
-            wg->dfc = CARVE_F(act, mf);
+            wg->dfc = CARVE_F(act, dfc_floats);
             /* xm is dead by then (model_internal.h), but with sequence
              * parallelism it is a shard and the gradient is [s, b, h] */
             wg->dattn_out = c->sp ? CARVE_F(act, N * h) : sa->layer[i].xm;
-            wg->dqkv = CARVE_F(act, N * 3 * hl);
+            wg->dqkv = CARVE_F(act, N * c->ql);
         }
         if (k == 0) c->slot_bytes = act->used - before;
     }
     before = ws->used;
     for (int64_t g = 0; g < c->max_group; g++) {
-        carve_layer(ws, &c->ws_layer[g], N, Ns, h, hl, mf, saved);
+        carve_layer(c, ws, &c->ws_layer[g], mf, saved);
         c->ws_x[g] = CARVE_F(ws, Ns * h);
     }
     c->ws_out = c->max_group ? CARVE_F(ws, Ns * h) : NULL;
@@ -107,8 +110,8 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
     c->dtmp = CARVE_F(ws, Ns * h);
     c->gath = c->sp ? CARVE_F(ws, N * h) : NULL;
     c->dctx = CARVE_F(ws, N * hl);
-    c->dqkv = CARVE_F(ws, N * 3 * hl);
-    c->dfc = CARVE_F(ws, mf);
+    c->dqkv = CARVE_F(ws, N * c->ql);
+    c->dfc = CARVE_F(ws, dfc_floats);
     /* with sp a layer's xm is a shard: the attention output's gradient, kept
      * from B to W, needs [s, b, h] of its own */
     c->wg_ws = (ptdp__layer_wgrad){.dmlp_out = c->tmp,
@@ -116,6 +119,13 @@ static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws
                                    .dattn_out = c->sp ? CARVE_F(ws, N * h) : NULL,
                                    .dqkv = c->dqkv};
     c->attn_scratch = CARVE_F(ws, c->be->attention_scratch_floats(c->be, s));
+    /* the Llama family's: the rotary table, the stand-ins for absent biases,
+     * SwiGLU's gradient of gl */
+    c->rope_table = c->rd ? CARVE_F(ws, ptdp_rope_table_floats(s, c->rd)) : NULL;
+    const int64_t nb = h > fl ? h : fl;
+    c->zbias = c->cfg->no_bias ? CARVE_F(ws, nb) : NULL;
+    c->jbias = c->cfg->no_bias ? CARVE_F(ws, nb) : NULL;
+    c->dgl = c->cfg->swiglu ? CARVE_F(ws, N * fl) : NULL;
     /* selective: the attention state of the one layer whose backward runs */
     float *ws_saved = selective ? CARVE_F(ws, saved) : NULL;
     if (p->post) {
@@ -145,14 +155,19 @@ static void layer_ptrs(ptdp_gpt_chunk *c, float *base, ptdp_model_ptrs *mp, ptdp
     mp->wte = L->wte >= 0 ? base + L->v[L->wte].offset : NULL;
     mp->wpe = L->wpe >= 0 ? base + L->v[L->wpe].offset : NULL;
     mp->lnf_w = L->lnf >= 0 ? base + L->v[L->lnf].offset : NULL;
-    mp->lnf_b = L->lnf >= 0 ? base + L->v[L->lnf + 1].offset : NULL;
+    mp->lnf_b = L->lnf >= 0 && !c->cfg->rmsnorm ? base + L->v[L->lnf + 1].offset : NULL;
+    mp->out_w = L->out >= 0 ? base + L->v[L->out].offset : c->p.post ? mp->wte : NULL;
     mp->layers = lps;
+    const ptdp__layer_dims D = ptdp__layer_dims_of(c->cfg);
     for (int64_t i = 0; i < c->nl; i++) {
-        const ptdp_param_spec *s = &L->v[L->layer0 + PTDP__LAYER_NPARAMS * i];
+        const ptdp_param_spec *s = &L->v[L->layer0 + L->per_layer * i];
         int k = 0;
-#define PTDP__LAYER_PTR(field, suffix, role_, ...) \
-    PTDP_ASSERT(s[k].role == role_);               \
-    lps[i].field = base + s[k++].offset;
+#define PTDP__LAYER_PTR(field, suffix, role_, ndim, d0, d1, split, init, present) \
+    lps[i].field = NULL;                                                          \
+    if (present) {                                                                \
+        PTDP_ASSERT(s[k].role == role_);                                          \
+        lps[i].field = base + s[k++].offset;                                      \
+    }
         PTDP__LAYER_PARAMS(PTDP__LAYER_PTR)
 #undef PTDP__LAYER_PTR
     }
@@ -172,6 +187,12 @@ static void carve_chunk(ptdp_gpt_chunk *c, ptdp_mem *m) {
         ptdp_backend_weights_register(c->be, c->params, c->specs.total);
     }
     if (c->grads) layer_ptrs(c, c->grads, &c->G, c->lp_storage + c->nl + 1);
+    if (c->params) { /* real memory: the tables the ops read */
+        if (c->rope_table)
+            ptdp_rope_table_init(c->be, c->rope_table, c->cfg->seq_length, c->rd,
+                                 c->cfg->rotary_base);
+        if (c->zbias) c->be->zero(c->be, c->zbias, c->h > c->fl ? c->h : c->fl);
+    }
 }
 
 static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
@@ -188,6 +209,10 @@ static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
     c->fl = cfg->ffn_hidden / c->t;
     c->al = cfg->heads / c->t;
     c->hd = cfg->hidden / cfg->heads;
+    c->kvl = ptdp_gpt_groups(cfg) / c->t;
+    c->ql = (c->al + 2 * c->kvl) * c->hd;
+    c->rd = ptdp_gpt_rotary_dims(cfg);
+    c->fc_cols = cfg->swiglu ? 2 * c->fl : c->fl;
     c->Vl = cfg->vocab_padded / c->t;
     c->v0 = c->tp * c->Vl;
     /* Megatron turns sequence parallelism off when t = 1: nothing to split */
@@ -273,7 +298,7 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
         return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     }
     for (int64_t i = 0; i < c->nl; i++)
-        c->layer_offset[i] = c->specs.v[c->specs.layer0 + PTDP__LAYER_NPARAMS * i].offset;
+        c->layer_offset[i] = c->specs.v[c->specs.layer0 + c->specs.per_layer * i].offset;
     if (!c->lp_storage || !c->slots) {
         ptdp_gpt_chunk_free(c);
         return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
@@ -378,3 +403,4 @@ void ptdp_gpt_chunk_zero_grads(ptdp_gpt_chunk *c) {
 }
 
 ptdp_backend *ptdp_gpt_chunk_backend(const ptdp_gpt_chunk *c) { return c->be; }
+int ptdp_gpt_chunk_is_first(const ptdp_gpt_chunk *c) { return c->p.pre; }

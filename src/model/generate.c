@@ -1,7 +1,10 @@
 /* generate.c - KV-cache decoding and sampling (API in model.h).
  *
  * One step over n new rows (N = n <= PREFILL_CHUNK, positions pos0..pos0+n-1),
- * per layer, with hl = h/t, fl = 4h/t, al = a/t:
+ * per layer, with hl = h/t, fl = 4h/t, al = a/t (the Llama family: RMSNorm for
+ * LN, the queries and keys rotated at their positions before the cache, al
+ * query heads over g/t cached key/value groups, SwiGLU for the GeLU MLP, no
+ * biases, an untied output layer):
  *   ln = LN1(x)           qkv = ln Wqkv^T + b          (column-parallel)
  *   K[j][pos0+i], V[j][pos0+i] <- k, v of row i, head j (append to cache)
  *   S = q_j K_j[0..L)^T   P = softmax(S / sqrt(hd), offset-causal)
@@ -24,10 +27,14 @@ struct ptdp_generator {
     const ptdp_model_ptrs *P;
     int t, rank;
     int64_t nl, h, hl, fl, al, hd, V, Vp, Vl, v0, max_len, C, len;
-    void *mem;      /* backend memory: cache + work buffers */
-    float *kc, *vc; /* [nl, al, max_len, hd] each */
-    int32_t *tok;   /* [C] */
-    float *x, *ln, *mean, *rstd, *qkv, *ctx, *tmp, *xm, *fc, *gl; /* [C, h|3hl|hl|fl], [C] */
+    int64_t kvl, ql, rd; /* key/value groups g/t, QKV row (a + 2g) hd/t, rotary dims */
+    void *mem;           /* backend memory: cache + work buffers */
+    float *kc, *vc;      /* [nl, kvl, max_len, hd] each */
+    int32_t *tok;        /* [C] */
+    float *x, *ln, *mean, *rstd, *qkv, *ctx, *tmp, *xm, *fc, *gl; /* [C, h|ql|hl|fl], [C];
+                                                                     SwiGLU: fc [C, 2 fl] */
+    float *rope;                                 /* [max_len, rd] rotary table (rope) */
+    float *zbias;                                /* [max(h, fl)] zeros (no linear biases) */
     float *S;                                    /* [C, max_len] attention scores of one head */
     float *lnf, *lnf_mean, *lnf_rstd, *logits_l; /* [h], [1], [1], [Vl] */
     float *host_l;                               /* [Vl] host */
@@ -43,7 +50,7 @@ ptdp_sampling_params ptdp_sampling_default_params(void) {
 
 size_t ptdp_generator_cache_bytes(const ptdp_gpt_config *cfg, int t, int64_t max_len) {
     return 2 * sizeof(float) * (size_t)cfg->num_layers * (size_t)max_len *
-           (size_t)(cfg->hidden / t);
+           (size_t)(ptdp_gpt_groups(cfg) / t * (cfg->hidden / cfg->heads));
 }
 
 typedef struct {
@@ -60,19 +67,21 @@ static void *carve(carver *cv, size_t bytes) {
 
 static void plan(ptdp_generator *g, carver *cv) {
     const int64_t C = g->C, h = g->h;
-    g->kc = CARVE_F(cv, g->nl * g->max_len * g->hl);
-    g->vc = CARVE_F(cv, g->nl * g->max_len * g->hl);
+    g->kc = CARVE_F(cv, g->nl * g->max_len * g->kvl * g->hd);
+    g->vc = CARVE_F(cv, g->nl * g->max_len * g->kvl * g->hd);
     g->tok = carve(cv, sizeof(int32_t) * (size_t)C);
     g->x = CARVE_F(cv, C * h);
     g->ln = CARVE_F(cv, C * h);
     g->mean = CARVE_F(cv, C);
     g->rstd = CARVE_F(cv, C);
-    g->qkv = CARVE_F(cv, C * 3 * g->hl);
+    g->qkv = CARVE_F(cv, C * g->ql);
     g->ctx = CARVE_F(cv, C * g->hl);
     g->tmp = CARVE_F(cv, C * h);
     g->xm = CARVE_F(cv, C * h);
-    g->fc = CARVE_F(cv, ptdp_mlp_floats(g->be, C * g->fl));
-    g->gl = CARVE_F(cv, ptdp_mlp_floats(g->be, C * g->fl));
+    g->fc = CARVE_F(cv, g->cfg->swiglu ? C * 2 * g->fl : ptdp_mlp_floats(g->be, C * g->fl));
+    g->gl = CARVE_F(cv, g->cfg->swiglu ? C * g->fl : ptdp_mlp_floats(g->be, C * g->fl));
+    g->rope = g->rd ? CARVE_F(cv, ptdp_rope_table_floats(g->max_len, g->rd)) : NULL;
+    g->zbias = CARVE_F(cv, h > g->fl ? h : g->fl); /* zeroed by alloc */
     g->S = CARVE_F(cv, C * g->max_len);
     g->lnf = CARVE_F(cv, h);
     g->lnf_mean = CARVE_F(cv, 1);
@@ -97,7 +106,7 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->t = tp ? tp->size : 1;
     g->rank = tp ? tp->rank : 0;
     g->P = ptdp_gpt_chunk_param_ptrs(chunk);
-    PTDP_ASSERT_MSG(g->P->wte && g->P->wpe && g->P->lnf_w,
+    PTDP_ASSERT_MSG(g->P->wte && (g->P->wpe || cfg->rope) && g->P->lnf_w,
                     "the generator needs a chunk holding the whole model");
     g->nl = cfg->num_layers;
     g->h = cfg->hidden;
@@ -105,6 +114,9 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     g->fl = cfg->ffn_hidden / g->t;
     g->al = cfg->heads / g->t;
     g->hd = cfg->hidden / cfg->heads;
+    g->kvl = ptdp_gpt_groups(cfg) / g->t;
+    g->ql = (g->al + 2 * g->kvl) * g->hd;
+    g->rd = ptdp_gpt_rotary_dims(cfg);
     g->V = cfg->vocab;
     g->Vp = cfg->vocab_padded;
     g->Vl = g->Vp / g->t;
@@ -133,6 +145,7 @@ int ptdp_generator_init(ptdp_generator **out, ptdp_gpt_chunk *chunk, const ptdp_
     }
     carver cv = {0, g->mem};
     plan(g, &cv);
+    if (g->rope) ptdp_rope_table_init(g->be, g->rope, max_len, g->rd, cfg->rotary_base);
     *out = g;
     return PTDP_OK;
 }
@@ -150,24 +163,39 @@ void ptdp_generator_free(ptdp_generator *g) {
 void ptdp_generator_reset(ptdp_generator *g) { g->len = 0; }
 int64_t ptdp_generator_len(const ptdp_generator *g) { return g->len; }
 
-/* Attention of n new rows over the cache of layer i (after appending). */
+/* Attention of n new rows over the cache of layer i (after appending).
+ * A QKV row holds per key/value group its al/kvl query heads, then its key
+ * and its value (multi-head attention: one query head per group); query
+ * head j reads group j / (al/kvl). */
 static void attend(ptdp_generator *g, int64_t i, int64_t n, int64_t pos0) {
     ptdp_backend *be = g->be;
-    const int64_t hd = g->hd, hl = g->hl, M = g->max_len, L = pos0 + n;
-    float *K = g->kc + i * g->al * M * hd, *Vc = g->vc + i * g->al * M * hd;
+    const int64_t hd = g->hd, hl = g->hl, ql = g->ql, M = g->max_len, L = pos0 + n;
+    const int64_t per = g->al / g->kvl, gw = (per + 2) * hd; /* query heads, width of a group */
+    float *K = g->kc + i * g->kvl * M * hd, *Vc = g->vc + i * g->kvl * M * hd;
     for (int64_t r = 0; r < n; r++)
-        for (int64_t j = 0; j < g->al; j++) {
-            const float *src = g->qkv + r * 3 * hl + j * 3 * hd;
-            be->copy(be, K + (j * M + pos0 + r) * hd, src + hd, hd);
-            be->copy(be, Vc + (j * M + pos0 + r) * hd, src + 2 * hd, hd);
+        for (int64_t k = 0; k < g->kvl; k++) {
+            const float *src = g->qkv + r * ql + k * gw + per * hd;
+            be->copy(be, K + (k * M + pos0 + r) * hd, src, hd);
+            be->copy(be, Vc + (k * M + pos0 + r) * hd, src + hd, hd);
         }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t j = 0; j < g->al; j++) {
-        be->gemm(be, 0, 1, n, L, hd, 1.0f, g->qkv + j * 3 * hd, 3 * hl, K + j * M * hd, hd, 0.0f,
-                 g->S, L);
+        const int64_t k = j / per;
+        be->gemm(be, 0, 1, n, L, hd, 1.0f, g->qkv + k * gw + (j % per) * hd, ql, K + k * M * hd, hd,
+                 0.0f, g->S, L);
         ptdp__decode_softmax(g->S, n, L, pos0, scale);
-        be->gemm(be, 0, 0, n, hd, L, 1.0f, g->S, L, Vc + j * M * hd, hd, 0.0f, g->ctx + j * hd, hl);
+        be->gemm(be, 0, 0, n, hd, L, 1.0f, g->S, L, Vc + k * M * hd, hd, 0.0f, g->ctx + j * hd, hl);
     }
+}
+
+/* The norm of the model (LayerNorm or RMSNorm) over n rows. */
+static void norm(ptdp_generator *g, const float *x, const float *w, const float *b, float *out,
+                 float *mean, float *rstd, int64_t n) {
+    ptdp_backend *be = g->be;
+    if (g->cfg->rmsnorm)
+        be->rmsnorm_fwd(be, x, w, out, rstd, n, g->h, g->cfg->ln_eps);
+    else
+        be->layernorm_fwd(be, x, w, b, out, mean, rstd, n, g->h, g->cfg->ln_eps);
 }
 
 static void allreduce(ptdp_generator *g, float *buf, int64_t n) {
@@ -184,21 +212,31 @@ static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
     be->upload(be, g->tok, tokens, sizeof(int32_t) * (size_t)n);
     be->embed_fwd(be, g->tok, n, g->P->wte, g->v0, g->Vl, g->x, n, 1, h);
     allreduce(g, g->x, n * h);
-    be->pos_add_fwd(be, g->x, g->P->wpe + pos0 * h, n, 1, h);
+    if (g->P->wpe) be->pos_add_fwd(be, g->x, g->P->wpe + pos0 * h, n, 1, h);
+    const float *z = g->zbias;
     for (int64_t i = 0; i < g->nl; i++) {
         const ptdp_layer_ptrs *W = &g->P->layers[i];
-        be->layernorm_fwd(be, g->x, W->ln1_w, W->ln1_b, g->ln, g->mean, g->rstd, n, h, cfg->ln_eps);
-        be->gemm(be, 0, 1, n, 3 * hl, h, 1.0f, g->ln, h, W->qkv_w, h, 0.0f, g->qkv, 3 * hl);
-        be->bias_add(be, g->qkv, W->qkv_b, n, 3 * hl);
+        norm(g, g->x, W->ln1_w, W->ln1_b, g->ln, g->mean, g->rstd, n);
+        be->gemm(be, 0, 1, n, g->ql, h, 1.0f, g->ln, h, W->qkv_w, h, 0.0f, g->qkv, g->ql);
+        if (W->qkv_b) be->bias_add(be, g->qkv, W->qkv_b, n, g->ql);
+        if (g->rope) /* the rows' positions are the cache's: pos0 on */
+            be->rope_fwd(be, g->qkv, g->rope, n, 1, g->al, g->kvl, g->hd, g->rd, pos0);
         attend(g, i, n, pos0);
         be->gemm(be, 0, 1, n, h, hl, 1.0f, g->ctx, hl, W->proj_w, hl, 0.0f, g->tmp, h);
         allreduce(g, g->tmp, n * h);
-        be->bias_dropout_add_fwd(be, g->tmp, W->proj_b, g->x, g->xm, n, h, none);
-        be->layernorm_fwd(be, g->xm, W->ln2_w, W->ln2_b, g->ln, g->mean, g->rstd, n, h,
-                          cfg->ln_eps);
-        be->mlp_fwd(be, g->ln, W->fc1_w, W->fc1_b, W->fc2_w, g->fc, g->gl, g->tmp, n, h, fl);
+        be->bias_dropout_add_fwd(be, g->tmp, W->proj_b ? W->proj_b : z, g->x, g->xm, n, h, none);
+        norm(g, g->xm, W->ln2_w, W->ln2_b, g->ln, g->mean, g->rstd, n);
+        if (cfg->swiglu) {
+            be->gemm(be, 0, 1, n, fl, h, 1.0f, g->ln, h, W->gate_w, h, 0.0f, g->fc, 2 * fl);
+            be->gemm(be, 0, 1, n, fl, h, 1.0f, g->ln, h, W->up_w, h, 0.0f, g->fc + fl, 2 * fl);
+            be->swiglu_fwd(be, g->fc, NULL, g->gl, n, fl);
+            be->gemm(be, 0, 1, n, h, fl, 1.0f, g->gl, fl, W->fc2_w, fl, 0.0f, g->tmp, h);
+        } else {
+            be->mlp_fwd(be, g->ln, W->fc1_w, W->fc1_b ? W->fc1_b : z, W->fc2_w, g->fc, g->gl,
+                        g->tmp, n, h, fl);
+        }
         allreduce(g, g->tmp, n * h);
-        be->bias_dropout_add_fwd(be, g->tmp, W->fc2_b, g->xm, g->x, n, h, none);
+        be->bias_dropout_add_fwd(be, g->tmp, W->fc2_b ? W->fc2_b : z, g->xm, g->x, n, h, none);
     }
     g->len += n;
 }
@@ -207,9 +245,8 @@ static void forward_rows(ptdp_generator *g, const int32_t *tokens, int64_t n) {
 static void last_logits(ptdp_generator *g, int64_t n) {
     ptdp_backend *be = g->be;
     const int64_t h = g->h;
-    be->layernorm_fwd(be, g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean,
-                      g->lnf_rstd, 1, h, g->cfg->ln_eps);
-    be->gemm(be, 0, 1, 1, g->Vl, h, 1.0f, g->lnf, h, g->P->wte, h, 0.0f, g->logits_l, g->Vl);
+    norm(g, g->x + (n - 1) * h, g->P->lnf_w, g->P->lnf_b, g->lnf, g->lnf_mean, g->lnf_rstd, 1);
+    be->gemm(be, 0, 1, 1, g->Vl, h, 1.0f, g->lnf, h, g->P->out_w, h, 0.0f, g->logits_l, g->Vl);
     if (g->t == 1) {
         be->download(be, g->logits, g->logits_l, sizeof(float) * (size_t)g->Vl);
     } else {

@@ -1,10 +1,10 @@
 /* head.c - the ends of the model: the first stage's vocabulary-parallel
- * embedding (a masked lookup in this rank's rows of the tied word embedding,
+ * embedding (a masked lookup in this rank's rows of the word embedding,
  * the g all-reduce or, with sequence parallelism, reduce-scatter, position
- * embeddings) and the last stage's loss head
- * (final LayerNorm, logits against the tied embedding, vocabulary-parallel
- * cross-entropy and its backward). Not here: the embedding dropout and the
- * order of the chunk's pieces (gpt.c). */
+ * embeddings unless rotary ones replace them) and the last stage's loss head
+ * (final norm, logits against the tied embedding or, untied, the output
+ * layer, vocabulary-parallel cross-entropy and its backward). Not here: the embedding dropout and
+ * the order of the chunk's pieces (gpt.c). */
 #include "model/model.h"
 #include "model/model_internal.h"
 
@@ -23,13 +23,14 @@ void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
         be->embed_fwd(be, sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, sa->x[0], s, b, h);
         ptdp__tp_g_fwd(c, sa->x[0], N * h);
     }
-    be->pos_add_fwd(be, sa->x[0], c->P.wpe + c->s0 * h, c->Ns / b, b, h);
+    if (c->P.wpe) /* none with rotary embeddings */
+        be->pos_add_fwd(be, sa->x[0], c->P.wpe + c->s0 * h, c->Ns / b, b, h);
 }
 
 void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
     ptdp_backend *be = c->be;
     const int64_t h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
-    be->pos_add_bwd(be, c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
+    if (c->G.wpe) be->pos_add_bwd(be, c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
     const float *dx = c->sp ? ptdp__sp_gather(c, c->dres) : c->dres;
     be->embed_bwd(be, sa->tokens, s + 1, dx, c->G.wte, c->v0, c->Vl, s, b, h);
 }
@@ -38,14 +39,13 @@ void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
  * (with sequence parallelism gathered into c->gath, where it stays for the
  * backward). */
 static const float *head_ln(ptdp_gpt_chunk *c, const float *xL) {
-    c->be->layernorm_fwd(c->be, xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd,
-                         c->Ns, c->h, c->cfg->ln_eps);
+    ptdp__norm_fwd(c, xL, c->P.lnf_w, c->P.lnf_b, c->lnf_out, c->lnf_mean, c->lnf_rstd, c->Ns);
     return c->sp ? ptdp__sp_gather(c, c->lnf_out) : c->lnf_out;
 }
 
 void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
     const float *ln = head_ln(c, xL);
-    c->be->gemm(c->be, 0, 1, c->N, c->Vl, c->h, 1.0f, ln, c->h, c->P.wte, c->h, 0.0f, c->logits,
+    c->be->gemm(c->be, 0, 1, c->N, c->Vl, c->h, 1.0f, ln, c->h, c->P.out_w, c->h, 0.0f, c->logits,
                 c->Vl);
 }
 
@@ -60,7 +60,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     const int32_t *targets = sa->tokens + 1;
 
     const float *ln = head_ln(c, xL);
-    be->head_logits(be, ln, c->P.wte, h, c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
+    be->head_logits(be, ln, c->P.out_w, h, c->logits, c->gmax, N, Vl, c->v0, cfg->vocab);
     ptdp_allreduce_max_f32(c->p.tp, c->gmax, N);
     /* from here c->logits holds exp(logit - max), the backward's input */
     be->xent_sums(be, c->logits, c->gmax, targets, s + 1, c->sumexp, c->tgt, s, b, Vl, c->v0,
@@ -86,14 +86,14 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
                                loss_scale,
                                mask ? sa->tokens : NULL,
                                c->p.eod_token};
-    be->head_bwd(be, c->logits, &xg, ln, c->P.wte, h, c->G.wte, c->sp ? c->tmp : c->dtmp);
+    be->head_bwd(be, c->logits, &xg, ln, c->P.out_w, h, c->G.out_w, c->sp ? c->tmp : c->dtmp);
     if (c->sp) /* f's backward: reduce-scatter into this rank's rows */
         ptdp__sp_scatter(c, c->tmp, c->dtmp);
     else
         ptdp__tp_f_bwd(c, c->dtmp, N * h);
     const int64_t Ns = c->Ns;
     be->zero(be, c->dres, Ns * h);
-    be->layernorm_bwd(be, c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
-                      c->G.lnf_b, Ns, h);
+    ptdp__norm_bwd(c, c->dtmp, xL, c->P.lnf_w, c->lnf_mean, c->lnf_rstd, c->dres, c->G.lnf_w,
+                   c->G.lnf_b, Ns);
     be->copy(be, xL, c->dres, Ns * h);
 }

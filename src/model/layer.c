@@ -6,6 +6,14 @@
  *   xm = x + dropout(y + bo)        ln2 = LN(xm)
  *   fc = ln2 W1^T                   gl = gelu(fc + b1)           (column-parallel, f before)
  *   y = g(gl W2^T)                  out = xm + dropout(y + b2)   (row-parallel)
+ * The Llama family (--normalization RMSNorm, --position-embedding-type rope,
+ * --group-query-attention, --swiglu, --disable-bias-linear) changes the
+ * pieces, not the order: RMSNorm for LN, the queries and keys of qkv rotated
+ * in place before attention (and dqkv rotated back after its backward),
+ * attention of a/t query heads over g/t key/value groups (qkv [s, b, q/t],
+ * q = (a + 2g) h/a, per group its query heads, key and value), and
+ *   fc = [ln2 Wg^T | ln2 Wu^T]      gl = silu(gate) * up         (two column-parallel GEMMs)
+ * with zeros (and a sink for their gradients) standing in for absent biases.
  * f and g are the paper's conjugate operators (Megatron's
  * copy_to_tensor_model_parallel_region / reduce_from_...): g all-reduces in
  * the forward, f in the backward, after the input-gradient GEMMs of the
@@ -107,33 +115,79 @@ static const float *whole(const ptdp_gpt_chunk *c, const float *xs) {
     return c->sp ? ptdp__sp_gather(c, xs) : xs;
 }
 
-/* y: where the layer's output goes (normally sa->x[i+1]). */
+/* The Llama family's choices, made in one place each: the norm (LayerNorm
+ * or RMSNorm, whose rstd goes where LayerNorm's does and whose mean stays
+ * unused), a linear layer's bias or the zeros standing in for it, rotary
+ * embeddings on the queries and keys, attention with key/value groups, and
+ * the MLP (GeLU's fused op, or SwiGLU's gate and up GEMMs written into the
+ * two halves of each fc row). */
+void ptdp__norm_fwd(const ptdp_gpt_chunk *c, const float *x, const float *w, const float *b,
+                    float *out, float *mean, float *rstd, int64_t rows) {
+    ptdp_backend *be = c->be;
+    if (c->cfg->rmsnorm)
+        be->rmsnorm_fwd(be, x, w, out, rstd, rows, c->h, c->cfg->ln_eps);
+    else
+        be->layernorm_fwd(be, x, w, b, out, mean, rstd, rows, c->h, c->cfg->ln_eps);
+}
+void ptdp__norm_bwd(const ptdp_gpt_chunk *c, const float *dout, const float *x, const float *w,
+                    const float *mean, const float *rstd, float *dx, float *dw, float *db,
+                    int64_t rows) {
+    ptdp_backend *be = c->be;
+    if (c->cfg->rmsnorm)
+        be->rmsnorm_bwd(be, dout, x, w, rstd, dx, dw, rows, c->h);
+    else
+        be->layernorm_bwd(be, dout, x, w, mean, rstd, dx, dw, db, rows, c->h);
+}
+static const float *bias_or_zero(const ptdp_gpt_chunk *c, const float *b) {
+    return b ? b : c->zbias;
+}
+static float *dbias_or_sink(const ptdp_gpt_chunk *c, float *db) { return db ? db : c->jbias; }
+
+static void attn_fwd(const ptdp_gpt_chunk *c, ptdp__layer_act *A, ptdp_dropout pd) {
+    ptdp_backend *be = c->be;
+    const int64_t s = c->cfg->seq_length, b = c->p.micro_batch;
+    if (c->kvl != c->al)
+        be->attention_gqa_fwd(be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al,
+                              c->kvl, c->hd, pd);
+    else
+        be->attention_fwd(be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
+                          pd);
+}
+
 void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y) {
     ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
-                  b = c->p.micro_batch;
+    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, ql = c->ql,
+                  s = c->cfg->seq_length, b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
 
-    be->layernorm_fwd(be, x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, Ns, h,
-                      c->cfg->ln_eps);
-    be->gemm(be, 0, 1, N, 3 * hl, h, 1.0f, whole(c, A->ln1), h, W->qkv_w, h, 0.0f, A->qkv, 3 * hl);
-    be->bias_add(be, A->qkv, W->qkv_b, N, 3 * hl);
-    be->attention_fwd(
-        be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
-        ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
+    ptdp__norm_fwd(c, x, W->ln1_w, W->ln1_b, A->ln1, A->ln1_mean, A->ln1_rstd, Ns);
+    be->gemm(be, 0, 1, N, ql, h, 1.0f, whole(c, A->ln1), h, W->qkv_w, h, 0.0f, A->qkv, ql);
+    if (W->qkv_b) be->bias_add(be, A->qkv, W->qkv_b, N, ql);
+    /* positions are the sequence's: the attention input is always the whole sequence */
+    if (c->rd) be->rope_fwd(be, A->qkv, c->rope_table, s, b, c->al, c->kvl, c->hd, c->rd, 0);
+    attn_fwd(c, A, ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa));
     be->gemm(be, 0, 1, N, h, hl, 1.0f, A->ctx, hl, W->proj_w, hl, 0.0f, c->tmp, h);
     be->bias_dropout_add_fwd(
-        be, g_fwd(c), W->proj_b, x, A->xm, Ns, h,
+        be, g_fwd(c), bias_or_zero(c, W->proj_b), x, A->xm, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
 
-    be->layernorm_fwd(be, A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns, h,
-                      c->cfg->ln_eps);
-    be->mlp_fwd(be, whole(c, A->ln2), W->fc1_w, W->fc1_b, W->fc2_w, A->fc, A->gl, c->tmp, N, h, fl);
+    ptdp__norm_fwd(c, A->xm, W->ln2_w, W->ln2_b, A->ln2, A->ln2_mean, A->ln2_rstd, Ns);
+    if (c->cfg->swiglu) {
+        const float *ln2 = whole(c, A->ln2);
+        const int64_t fc = c->fc_cols;
+        be->gemm(be, 0, 1, N, fl, h, 1.0f, ln2, h, W->gate_w, h, 0.0f, A->fc, fc);
+        be->gemm(be, 0, 1, N, fl, h, 1.0f, ln2, h, W->up_w, h, 0.0f, A->fc + fl, fc);
+        be->swiglu_fwd(be, A->fc, NULL, A->gl, N, fl);
+        be->gemm(be, 0, 1, N, h, fl, 1.0f, A->gl, fl, W->fc2_w, fl, 0.0f, c->tmp, h);
+    } else {
+        be->mlp_fwd(be, whole(c, A->ln2), W->fc1_w, bias_or_zero(c, W->fc1_b), W->fc2_w, A->fc,
+                    A->gl, c->tmp, N, h, fl);
+    }
     be->bias_dropout_add_fwd(
-        be, g_fwd(c), W->fc2_b, A->xm, y, Ns, h,
+        be, g_fwd(c), bias_or_zero(c, W->fc2_b), A->xm, y, Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
 }
 
@@ -145,26 +199,36 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
-                  b = c->p.micro_batch;
+    const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, ql = c->ql,
+                  s = c->cfg->seq_length, b = c->p.micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
     float *dres = c->dres, *dtmp = c->dtmp;
 
     /* MLP: dres holds d(out); g's backward (sp) gathers the branch's gradient */
     be->bias_dropout_add_bwd(
-        be, dres, c->sp ? dtmp : wg->dmlp_out, G->fc2_b, Ns, h,
+        be, dres, c->sp ? dtmp : wg->dmlp_out, dbias_or_sink(c, G->fc2_b), Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_MLP_OUT, gl, sa));
     if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dmlp_out);
-    be->mlp_bwd_b(be, wg->dmlp_out, W->fc2_w, A->fc, W->fc1_b, W->fc1_w, wg->dfc, G->fc1_b,
-                  f_bwd_buf(c), N, h, fl);
+    if (c->cfg->swiglu) {
+        const int64_t fc = c->fc_cols;
+        float *dx = f_bwd_buf(c);
+        be->gemm(be, 0, 0, N, fl, h, 1.0f, wg->dmlp_out, h, W->fc2_w, fl, 0.0f, c->dgl, fl);
+        be->swiglu_bwd(be, c->dgl, A->fc, NULL, wg->dfc, NULL, N, fl);
+        be->gemm(be, 0, 0, N, h, fl, 1.0f, wg->dfc, fc, W->gate_w, h, 0.0f, dx, h);
+        be->gemm(be, 0, 0, N, h, fl, 1.0f, wg->dfc + fl, fc, W->up_w, h, 1.0f, dx, h);
+        be->quantize(be, dx, N * h); /* the sum of two GEMMs, on the grid */
+    } else {
+        be->mlp_bwd_b(be, wg->dmlp_out, W->fc2_w, A->fc, bias_or_zero(c, W->fc1_b), W->fc1_w,
+                      wg->dfc, dbias_or_sink(c, G->fc1_b), f_bwd_buf(c), N, h, fl);
+    }
     f_bwd(c);
-    be->layernorm_bwd(be, dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b,
-                      Ns, h);
+    ptdp__norm_bwd(c, dtmp, A->xm, W->ln2_w, A->ln2_mean, A->ln2_rstd, dres, G->ln2_w, G->ln2_b,
+                   Ns);
 
     /* attention: dres holds d(xm) */
     be->bias_dropout_add_bwd(
-        be, dres, c->sp ? dtmp : wg->dattn_out, G->proj_b, Ns, h,
+        be, dres, c->sp ? dtmp : wg->dattn_out, dbias_or_sink(c, G->proj_b), Ns, h,
         ptdp__dropout(c, c->cfg->hidden_dropout, PTDP__DROPOUT_ATTN_OUT, gl, sa));
     if (c->sp) ptdp__sp_gather_into(c, dtmp, wg->dattn_out);
     be->gemm(be, 0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
@@ -174,15 +238,18 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
         /* selective recomputation: core attention reruns from the stored QKV
          * to rebuild its saved state in the shared workspace; same inputs,
          * masks and kernel, so the ctx it writes over is the same ctx */
-        be->attention_fwd(be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al, c->hd,
-                          pd);
-    be->attention_bwd(be, c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s, b,
-                      c->al, c->hd, pd);
-    be->bias_bwd(be, wg->dqkv, G->qkv_b, N, 3 * hl);
-    be->gemm(be, 0, 0, N, h, 3 * hl, 1.0f, wg->dqkv, 3 * hl, W->qkv_w, h, 0.0f, f_bwd_buf(c), h);
+        attn_fwd(c, A, pd);
+    if (c->kvl != c->al)
+        be->attention_gqa_bwd(be, c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch,
+                              s, b, c->al, c->kvl, c->hd, pd);
+    else
+        be->attention_bwd(be, c->dctx, A->qkv, A->ctx, A->attn_saved, wg->dqkv, c->attn_scratch, s,
+                          b, c->al, c->hd, pd);
+    if (c->rd) be->rope_bwd(be, wg->dqkv, c->rope_table, s, b, c->al, c->kvl, c->hd, c->rd, 0);
+    if (G->qkv_b) be->bias_bwd(be, wg->dqkv, G->qkv_b, N, ql);
+    be->gemm(be, 0, 0, N, h, ql, 1.0f, wg->dqkv, ql, W->qkv_w, h, 0.0f, f_bwd_buf(c), h);
     f_bwd(c);
-    be->layernorm_bwd(be, dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, Ns,
-                      h);
+    ptdp__norm_bwd(c, dtmp, x, W->ln1_w, A->ln1_mean, A->ln1_rstd, dres, G->ln1_w, G->ln1_b, Ns);
 }
 
 /* W: the weight gradients, from the GEMM inputs stashed in the slot and the
@@ -194,9 +261,17 @@ void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     ptdp_backend *be = c->be;
     const ptdp_layer_ptrs *G = &c->G.layers[i];
     const ptdp__layer_act *A = &sa->layer[i];
-    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl;
-    be->mlp_bwd_w(be, wg->dmlp_out, A->gl, wg->dfc, whole(c, A->ln2), G->fc2_w, G->fc1_w, N, h, fl);
+    const int64_t N = c->N, h = c->h, hl = c->hl, fl = c->fl, ql = c->ql;
+    if (c->cfg->swiglu) {
+        const float *ln2 = whole(c, A->ln2);
+        const int64_t fc = c->fc_cols;
+        be->gemm(be, 1, 0, h, fl, N, 1.0f, wg->dmlp_out, h, A->gl, fl, 1.0f, G->fc2_w, fl);
+        be->gemm(be, 1, 0, fl, h, N, 1.0f, wg->dfc, fc, ln2, h, 1.0f, G->gate_w, h);
+        be->gemm(be, 1, 0, fl, h, N, 1.0f, wg->dfc + fl, fc, ln2, h, 1.0f, G->up_w, h);
+    } else {
+        be->mlp_bwd_w(be, wg->dmlp_out, A->gl, wg->dfc, whole(c, A->ln2), G->fc2_w, G->fc1_w, N, h,
+                      fl);
+    }
     be->gemm(be, 1, 0, h, hl, N, 1.0f, wg->dattn_out, h, A->ctx, hl, 1.0f, G->proj_w, hl);
-    be->gemm(be, 1, 0, 3 * hl, h, N, 1.0f, wg->dqkv, 3 * hl, whole(c, A->ln1), h, 1.0f, G->qkv_w,
-             h);
+    be->gemm(be, 1, 0, ql, h, N, 1.0f, wg->dqkv, ql, whole(c, A->ln1), h, 1.0f, G->qkv_w, h);
 }

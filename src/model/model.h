@@ -37,33 +37,59 @@ typedef struct {
     float init_std;          /* 0.02 */
     float hidden_dropout;    /* after the attention and MLP output projections */
     float attention_dropout; /* on the attention probabilities */
-    float ln_eps;            /* 1e-5 */
+    float ln_eps;            /* 1e-5 (--norm-epsilon, --layernorm-epsilon) */
     uint64_t seed;
+    /* The Llama family's blocks (Megatron's flags; all zero: the paper's GPT,
+     * GPT-2's blocks). One block so that it moves as one. */
+    int rmsnorm;          /* --normalization RMSNorm: no mean, no bias */
+    int swiglu;           /* --swiglu: silu(x Wg^T) * (x Wu^T), ffn_hidden wide */
+    int rope;             /* --position-embedding-type rope: no position embedding */
+    double rotary_base;   /* --rotary-base theta (10000) */
+    float rotary_percent; /* --rotary-percent: rotated fraction of a head (1) */
+    int64_t query_groups; /* g, --num-query-groups with --group-query-attention (0: a) */
+    int untie;            /* --untie-embeddings-and-output-weights: output_layer.weight */
+    int no_bias;          /* --disable-bias-linear: no linear layer has a bias */
 } ptdp_gpt_config;
 
+/* Key/value groups g (heads without grouped-query attention) and the
+ * rotary dims of a head. */
+int64_t ptdp_gpt_groups(const ptdp_gpt_config *cfg);
+int64_t ptdp_gpt_rotary_dims(const ptdp_gpt_config *cfg);
+/* Whether cfg uses any block of the Llama family (the checkpoint records them). */
+int ptdp_gpt_is_llama(const ptdp_gpt_config *cfg);
+/* PTDP_NEED_* bits of the backend ops cfg needs (ptdp_backend_check). */
+int ptdp_gpt_backend_needs(const ptdp_gpt_config *cfg);
+
 /* Fills the derived fields (vocab_padded from `divisible_by` and t,
- * ffn_hidden = 4h when 0) and validates: heads and 4h divisible by t, hidden
- * divisible by heads, s <= max positions. PTDP_ECONFIG with a message naming
- * the flag otherwise. */
+ * ffn_hidden = 4h when 0, rotary_base 10000 and rotary_percent 1 when 0) and
+ * validates: heads and 4h divisible by t, hidden divisible by heads, s <= max
+ * positions; with query groups g: a divisible by g, g by t; the rotary dims
+ * even. PTDP_ECONFIG with a message naming the flag otherwise. */
 int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t);
 
 /* Parameter specs (ptdp_param_spec, its role, split and init rules) are
  * declared in base/base.h, where optim/ and ckpt/ see them too. */
 
 /* Pointers into the flat parameter (or gradient) buffer for one layer. */
+/* NULL where the configuration has no such tensor (biases with
+ * --disable-bias-linear, norm biases with RMSNorm, fc1 with SwiGLU, gate and
+ * up without). q = (a + 2g) h/a, the query, key and value rows: 3h for
+ * multi-head attention. */
 typedef struct {
     float *ln1_w, *ln1_b;   /* [h] */
-    float *qkv_w, *qkv_b;   /* [3h/t, h], [3h/t] */
+    float *qkv_w, *qkv_b;   /* [q/t, h], [q/t], rows per group [g/t][a/g q heads, k, v][h/a] */
     float *proj_w, *proj_b; /* [h, h/t], [h] */
     float *ln2_w, *ln2_b;   /* [h] */
     float *fc1_w, *fc1_b;   /* [4h/t, h], [4h/t] */
+    float *gate_w, *up_w;   /* SwiGLU: [ffn/t, h] each */
     float *fc2_w, *fc2_b;   /* [h, 4h/t], [h] */
 } ptdp_layer_ptrs;
 
 typedef struct {
     float *wte;              /* [Vp/t, h] */
-    float *wpe;              /* [max_positions, h] (first stage) */
+    float *wpe;              /* [max_positions, h] (first stage; NULL with rope) */
     float *lnf_w, *lnf_b;    /* [h] (last stage) */
+    float *out_w;            /* [Vp/t, h] the output layer (last stage): wte when tied */
     ptdp_layer_ptrs *layers; /* [nl] */
 } ptdp_model_ptrs;
 
@@ -123,6 +149,8 @@ void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
 
 /* The compute backend the chunk was built with. */
 ptdp_backend *ptdp_gpt_chunk_backend(const ptdp_gpt_chunk *c);
+/* Whether the chunk is the first stage's (holds the embedding it owns). */
+int ptdp_gpt_chunk_is_first(const ptdp_gpt_chunk *c);
 /* Parameter specs of the chunk (in buffer order), flat buffers and counts. */
 const ptdp_param_spec *ptdp_gpt_chunk_specs(const ptdp_gpt_chunk *c, int *n);
 float *ptdp_gpt_chunk_params(ptdp_gpt_chunk *c);
@@ -214,10 +242,11 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
  * full recomputation, and 72 B s l h^2 (1 + s/6h + V/12lh) without.
  * recompute: PTDP_RECOMPUTE_* (0: none). */
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t global_batch, int recompute);
-/* Megatron-LM's num_floating_point_operations for this GPT (dense GeLU MLP of
- * ffn_hidden, one key/value per head, causal attention counted at half the
- * s x s products, padded vocabulary), what --log-throughput reports:
- * 12 B s l h^2 ((2 + s/2h) + ffn/h + Vp/2lh); no recomputation term. */
+/* Megatron-LM's num_floating_point_operations for this GPT (dense MLP of
+ * ffn_hidden, x 3/2 with SwiGLU; g key/value groups; causal attention
+ * counted at half the s x s products, padded vocabulary), what
+ * --log-throughput reports: 12 B s l h^2 ((1 + g/a + s/2h) + ffn/h + Vp/2lh);
+ * no recomputation term. */
 double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t global_batch);
 
 /* ---- generation (generate.c) ------------------------------------------------ */

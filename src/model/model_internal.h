@@ -8,45 +8,57 @@
 
 /* The parameters of one transformer layer, in flat-buffer order:
  * X(ptdp_layer_ptrs field, name after "layers.i.", role, ndim, global dim0,
- *   global dim1, split, init). h and f (the MLP width) are the caller's
- * variables. spec.c builds the specs from it, chunk.c the pointers. */
-#define PTDP__LAYER_PARAMS(X)                                                                     \
-    X(ln1_w, "input_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,             \
-      PTDP_INIT_ONE)                                                                              \
-    X(ln1_b, "input_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,               \
-      PTDP_INIT_ZERO)                                                                             \
-    X(qkv_w, "self_attention.query_key_value.weight", PTDP_ROLE_WEIGHT, 2, 3 * h, h,              \
-      PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL)                                                          \
-    X(qkv_b, "self_attention.query_key_value.bias", PTDP_ROLE_BIAS, 1, 3 * h, 0, PTDP_SPLIT_DIM0, \
-      PTDP_INIT_ZERO)                                                                             \
-    X(proj_w, "self_attention.dense.weight", PTDP_ROLE_WEIGHT, 2, h, h, PTDP_SPLIT_DIM1,          \
-      PTDP_INIT_SCALED)                                                                           \
-    X(proj_b, "self_attention.dense.bias", PTDP_ROLE_BIAS, 1, h, 0, PTDP_SPLIT_NONE,              \
-      PTDP_INIT_ZERO)                                                                             \
-    X(ln2_w, "post_attention_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,    \
-      PTDP_INIT_ONE)                                                                              \
-    X(ln2_b, "post_attention_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,      \
-      PTDP_INIT_ZERO)                                                                             \
-    X(fc1_w, "mlp.dense_h_to_4h.weight", PTDP_ROLE_WEIGHT, 2, f, h, PTDP_SPLIT_DIM0,              \
-      PTDP_INIT_NORMAL)                                                                           \
-    X(fc1_b, "mlp.dense_h_to_4h.bias", PTDP_ROLE_BIAS, 1, f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO)  \
-    X(fc2_w, "mlp.dense_4h_to_h.weight", PTDP_ROLE_WEIGHT, 2, h, f, PTDP_SPLIT_DIM1,              \
-      PTDP_INIT_SCALED)                                                                           \
-    X(fc2_b, "mlp.dense_4h_to_h.bias", PTDP_ROLE_BIAS, 1, h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO)
-enum {
-#define PTDP__LAYER_PARAM_COUNT(field, ...) +1
-    PTDP__LAYER_NPARAMS = 0 PTDP__LAYER_PARAMS(PTDP__LAYER_PARAM_COUNT)
-#undef PTDP__LAYER_PARAM_COUNT
-};
+ *   global dim1, split, init, present), reading the caller's ptdp__layer_dims D.
+ *   spec.c builds the specs from it, chunk.c the pointers; a tensor that is
+ *   not present has no spec and a NULL pointer. */
+#define PTDP__LAYER_PARAMS(X)                                                                      \
+    X(ln1_w, "input_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, D.h, 0, PTDP_SPLIT_NONE,            \
+      PTDP_INIT_ONE, 1)                                                                            \
+    X(ln1_b, "input_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, D.h, 0, PTDP_SPLIT_NONE,              \
+      PTDP_INIT_ZERO, D.lnb)                                                                       \
+    X(qkv_w, "self_attention.query_key_value.weight", PTDP_ROLE_WEIGHT, 2, D.q, D.h,               \
+      PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, 1)                                                        \
+    X(qkv_b, "self_attention.query_key_value.bias", PTDP_ROLE_BIAS, 1, D.q, 0, PTDP_SPLIT_DIM0,    \
+      PTDP_INIT_ZERO, D.bias)                                                                      \
+    X(proj_w, "self_attention.dense.weight", PTDP_ROLE_WEIGHT, 2, D.h, D.h, PTDP_SPLIT_DIM1,       \
+      PTDP_INIT_SCALED, 1)                                                                         \
+    X(proj_b, "self_attention.dense.bias", PTDP_ROLE_BIAS, 1, D.h, 0, PTDP_SPLIT_NONE,             \
+      PTDP_INIT_ZERO, D.bias)                                                                      \
+    X(ln2_w, "post_attention_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, D.h, 0, PTDP_SPLIT_NONE,   \
+      PTDP_INIT_ONE, 1)                                                                            \
+    X(ln2_b, "post_attention_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, D.h, 0, PTDP_SPLIT_NONE,     \
+      PTDP_INIT_ZERO, D.lnb)                                                                       \
+    X(fc1_w, "mlp.dense_h_to_4h.weight", PTDP_ROLE_WEIGHT, 2, D.f, D.h, PTDP_SPLIT_DIM0,           \
+      PTDP_INIT_NORMAL, !D.glu)                                                                    \
+    X(fc1_b, "mlp.dense_h_to_4h.bias", PTDP_ROLE_BIAS, 1, D.f, 0, PTDP_SPLIT_DIM0, PTDP_INIT_ZERO, \
+      D.bias && !D.glu)                                                                            \
+    X(gate_w, "mlp.gate_proj.weight", PTDP_ROLE_WEIGHT, 2, D.f, D.h, PTDP_SPLIT_DIM0,              \
+      PTDP_INIT_NORMAL, D.glu)                                                                     \
+    X(up_w, "mlp.up_proj.weight", PTDP_ROLE_WEIGHT, 2, D.f, D.h, PTDP_SPLIT_DIM0,                  \
+      PTDP_INIT_NORMAL, D.glu)                                                                     \
+    X(fc2_w, "mlp.dense_4h_to_h.weight", PTDP_ROLE_WEIGHT, 2, D.h, D.f, PTDP_SPLIT_DIM1,           \
+      PTDP_INIT_SCALED, 1)                                                                         \
+    X(fc2_b, "mlp.dense_4h_to_h.bias", PTDP_ROLE_BIAS, 1, D.h, 0, PTDP_SPLIT_NONE, PTDP_INIT_ZERO, \
+      D.bias)
+/* The sizes and conditions PTDP__LAYER_PARAMS reads (as D.field). */
+typedef struct {
+    int64_t h, q, f;    /* hidden, query+key+value rows (a + 2g) h/a, MLP width */
+    int bias, lnb, glu; /* linear biases, LayerNorm biases, SwiGLU's gate and up */
+} ptdp__layer_dims;
+ptdp__layer_dims ptdp__layer_dims_of(const ptdp_gpt_config *cfg);
+/* Parameters of one layer under cfg. */
+int ptdp__layer_nparams(const ptdp_gpt_config *cfg);
 
 typedef struct {
     ptdp_param_spec v[PTDP__MAX_SPECS];
     int n;
-    int64_t total;     /* floats, aligned per tensor */
-    int wte, wpe, lnf; /* spec indices or -1 */
-    int layer0;        /* spec index of the first layer's first parameter; layer i's
-                          parameters are PTDP__LAYER_NPARAMS specs from
-                          layer0 + i * PTDP__LAYER_NPARAMS, in PTDP__LAYER_PARAMS order */
+    int64_t total;          /* floats, aligned per tensor */
+    int wte, wpe, lnf, out; /* spec indices or -1 (lnf: the final norm's weight; its
+                               bias, when there is one, follows) */
+    int layer0;             /* spec index of the first layer's first parameter; layer i's
+                               parameters are per_layer specs from layer0 + i * per_layer, in
+                               PTDP__LAYER_PARAMS order (the present ones) */
+    int per_layer;          /* ptdp__layer_nparams */
 } ptdp__spec_list;
 
 /* ---- a chunk's state (chunk.c plans it; layer.c, head.c, gpt.c run it) ---- */
@@ -57,15 +69,17 @@ typedef struct {
 typedef struct {
     float *ln1;                 /* [s', b, h] LN(x) */
     float *ln1_mean, *ln1_rstd; /* [s', b] */
-    float *qkv;                 /* [s, b, 3h/t] per head [a/t][q|k|v][h/a] */
+    float *qkv;                 /* [s, b, q/t] per head [a/t][q|k|v][h/a], with query groups
+                                   [g/t][a/g q heads, k, v][h/a]; rotated (rope) */
     float *attn_saved;          /* [be->attention_saved_floats(s, b, a/t)] what attention_fwd keeps
                                    for its backward (CPU: logsumexp [b, a/t, s]) */
     float *ctx;                 /* [s, b, h/t] attention output */
     float *xm;                  /* [s', b, h] x + dropout(attention out + bo) */
     float *ln2;                 /* [s', b, h] LN(xm) */
     float *ln2_mean, *ln2_rstd; /* [s', b] */
-    float *fc;                  /* [s, b, 4h/t] ln2 W1^T (before bias and GeLU) */
-    float *gl;                  /* [s, b, 4h/t] gelu(fc + b1) */
+    float *fc;                  /* [s, b, 4h/t] ln2 W1^T (before bias and GeLU); SwiGLU:
+                                   [s, b, 2 ffn/t], each row gate then up */
+    float *gl;                  /* [s, b, 4h/t] gelu(fc + b1); SwiGLU [s, b, ffn/t] */
 } ptdp__layer_act;
 
 /* The output gradients of one layer's four weight GEMMs for one micro-batch:
@@ -78,9 +92,9 @@ typedef struct {
  * own (chunk.c). */
 typedef struct {
     float *dmlp_out;  /* [s, b, h] gradient of the MLP's output GEMM (fc2) */
-    float *dfc;       /* [s, b, 4h/t] gradient of fc (the GeLU's input) */
+    float *dfc;       /* [s, b, 4h/t] gradient of fc (the GeLU's input; SwiGLU 2 ffn/t) */
     float *dattn_out; /* [s, b, h] gradient of the attention projection's output (xm, or its own) */
-    float *dqkv;      /* [s, b, 3h/t] gradient of qkv */
+    float *dqkv;      /* [s, b, q/t] gradient of qkv */
 } ptdp__layer_wgrad;
 
 typedef struct {
@@ -103,12 +117,14 @@ struct ptdp_gpt_chunk {
     int own_be; /* be was opened by the chunk (p.be NULL): closed with it */
     int t, tp;
     int64_t nl, N, h, hl, fl, al, hd, Vl, v0; /* layers, s*b, h, h/t, 4h/t, a/t, h/a, V/t, tp*V/t */
-    int sp;             /* sequence parallelism (t > 1): the residual stream is sharded */
-    int64_t Ns, s0;     /* rows of the residual stream (N/t with sp, else N); first position */
-    int training;       /* 0: no dropout, the loss head skips its backward */
-    int64_t *group;     /* [nl]: first layer of layer i's recompute group, -1 if stored */
-    int64_t *group_end; /* [nl]: one past the group's last layer */
-    int64_t max_group;  /* layers in the largest recompute group */
+    int64_t kvl, ql, rd; /* key/value groups g/t, QKV rows (a + 2g) hd/t, rotary dims */
+    int64_t fc_cols;     /* columns of fc: fl, 2 fl with SwiGLU */
+    int sp;              /* sequence parallelism (t > 1): the residual stream is sharded */
+    int64_t Ns, s0;      /* rows of the residual stream (N/t with sp, else N); first position */
+    int training;        /* 0: no dropout, the loss head skips its backward */
+    int64_t *group;      /* [nl]: first layer of layer i's recompute group, -1 if stored */
+    int64_t *group_end;  /* [nl]: one past the group's last layer */
+    int64_t max_group;   /* layers in the largest recompute group */
     ptdp__layer_act *ws_layer; /* [max_group] recompute workspace */
     float **ws_x;  /* [max_group] -> [s', b, h]: inner inputs of a group being recomputed */
     float *ws_out; /* [s', b, h] a recomputed group's output (discarded) */
@@ -132,12 +148,16 @@ struct ptdp_gpt_chunk {
                                 [s', b, h] result in the forward, and the input gradient of
                                 a column-parallel GEMM before its reduce-scatter */
     float *dctx;             /* [s, b, h/t] */
-    float *dqkv;             /* [s, b, 3h/t] */
-    float *dfc;              /* [s, b, 4h/t] */
+    float *dqkv;             /* [s, b, q/t] */
+    float *dfc;              /* [s, b, fc_cols] */
     ptdp__layer_wgrad wg_ws; /* {tmp, dfc, -, dqkv}: one layer's wgrad when B and W run
                                 back to back (dattn_out: that layer's xm; with sp, whose
                                 xm is a shard, a workspace buffer of its own) */
     float *attn_scratch;     /* [be->attention_scratch_floats(s)] */
+    float *rope_table;       /* [ptdp_rope_table_floats(s, rd)] (rope only) */
+    float *zbias, *jbias;    /* [max(h, fl)] zeros, and a sink for the gradient, standing in for
+                                the biases --disable-bias-linear removes */
+    float *dgl;              /* [s, b, fl] SwiGLU: gradient of gl */
     /* loss head (last stage) */
     float *lnf_out;             /* [s', b, h] */
     float *lnf_mean, *lnf_rstd; /* [s', b] */
@@ -197,6 +217,14 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg);
 void ptdp__layer_bwd_w(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
                        const ptdp__layer_wgrad *wg);
+/* layer.c: the chunk's norm (LayerNorm, or RMSNorm with --normalization
+ * RMSNorm: b, db and mean unused) over rows of [rows, h]; bwd: dx and the
+ * weight gradients accumulate. */
+void ptdp__norm_fwd(const ptdp_gpt_chunk *c, const float *x, const float *w, const float *b,
+                    float *out, float *mean, float *rstd, int64_t rows);
+void ptdp__norm_bwd(const ptdp_gpt_chunk *c, const float *dout, const float *x, const float *w,
+                    const float *mean, const float *rstd, float *dx, float *dw, float *db,
+                    int64_t rows);
 /* head.c: the first stage's embedding into sa->x[0] without its dropout
  * (and its backward from c->dres, after the dropout's), the last stage's loss head with its
  * backward (leaves d(loss)/d(x_L) in sa->x[nl]). */

@@ -9,6 +9,66 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
+int64_t ptdp_gpt_groups(const ptdp_gpt_config *cfg) {
+    return cfg->query_groups > 0 ? cfg->query_groups : cfg->heads;
+}
+
+int64_t ptdp_gpt_rotary_dims(const ptdp_gpt_config *cfg) {
+    if (!cfg->rope) return 0;
+    const float pct = cfg->rotary_percent > 0 ? cfg->rotary_percent : 1.0f;
+    /* Megatron: int(kv_channels * rotary_percent) */
+    return (int64_t)((double)(cfg->hidden / cfg->heads) * (double)pct);
+}
+
+int ptdp_gpt_is_llama(const ptdp_gpt_config *cfg) {
+    return cfg->rmsnorm || cfg->swiglu || cfg->rope || cfg->untie || cfg->no_bias ||
+           (cfg->query_groups > 0 && cfg->query_groups != cfg->heads);
+}
+
+int ptdp_gpt_backend_needs(const ptdp_gpt_config *cfg) {
+    return (cfg->rmsnorm ? PTDP_NEED_RMSNORM : 0) | (cfg->swiglu ? PTDP_NEED_SWIGLU : 0) |
+           (cfg->rope ? PTDP_NEED_ROPE : 0) |
+           (ptdp_gpt_groups(cfg) != cfg->heads ? PTDP_NEED_GQA : 0);
+}
+
+/* The Llama family's checks (ptdp_gpt_config_finish). */
+static int finish_llama(ptdp_gpt_config *cfg, int t) {
+    if (cfg->rotary_base == 0) cfg->rotary_base = 10000.0;
+    if (cfg->rotary_percent == 0) cfg->rotary_percent = 1.0f;
+    if (cfg->query_groups < 0) return ptdp_errorf(PTDP_ECONFIG, "--num-query-groups must be >= 1");
+    const int64_t g = ptdp_gpt_groups(cfg);
+    if (cfg->heads % g)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--num-attention-heads %lld is not divisible by --num-query-groups %lld "
+                           "(each key/value group serves the same number of query heads)",
+                           (long long)cfg->heads, (long long)g);
+    if (g % t)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--num-query-groups %lld is not divisible by "
+                           "--tensor-model-parallel-size %d (each tensor-parallel rank holds "
+                           "whole key/value groups, as in Megatron); choose t dividing %lld",
+                           (long long)g, t, (long long)g);
+    if (cfg->rope) {
+        if (!(cfg->rotary_percent > 0 && cfg->rotary_percent <= 1))
+            return ptdp_errorf(PTDP_ECONFIG, "--rotary-percent %g must be in (0, 1]",
+                               (double)cfg->rotary_percent);
+        if (!(cfg->rotary_base > 0))
+            return ptdp_errorf(PTDP_ECONFIG, "--rotary-base %g must be > 0", cfg->rotary_base);
+        const int64_t rd = ptdp_gpt_rotary_dims(cfg);
+        if (rd < 2 || rd % 2 || rd > 1024)
+            return ptdp_errorf(PTDP_ECONFIG,
+                               "--rotary-percent %g of the head size %lld rotates %lld dims; "
+                               "rotary embeddings need an even number from 2 to 1024",
+                               (double)cfg->rotary_percent, (long long)(cfg->hidden / cfg->heads),
+                               (long long)rd);
+    }
+    if (cfg->swiglu && !cfg->no_bias)
+        return ptdp_errorf(PTDP_ECONFIG,
+                           "--swiglu with biases on the linear layers is not supported; add "
+                           "--disable-bias-linear (as Llama models do)");
+    return PTDP_OK;
+}
+
 int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
     if (cfg->ffn_hidden == 0) cfg->ffn_hidden = 4 * cfg->hidden;
     if (cfg->num_layers < 1) return ptdp_errorf(PTDP_ECONFIG, "--num-layers must be >= 1");
@@ -26,9 +86,15 @@ int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
             (long long)cfg->heads, t);
     if (cfg->ffn_hidden % t)
         return ptdp_errorf(PTDP_ECONFIG,
-                           "the MLP width %lld (4 x --hidden-size) is not divisible by "
-                           "--tensor-model-parallel-size %d",
+                           cfg->swiglu ? "--swiglu: --ffn-hidden-size %lld is not divisible by "
+                                         "--tensor-model-parallel-size %d (each rank holds the "
+                                         "gate and up rows of the same ffn/t units)"
+                                       : "the MLP width %lld (--ffn-hidden-size, default 4 x "
+                                         "--hidden-size) is not divisible by "
+                                         "--tensor-model-parallel-size %d",
                            (long long)cfg->ffn_hidden, t);
+    int lrc = finish_llama(cfg, t);
+    if (lrc) return lrc;
     if (cfg->max_positions == 0) cfg->max_positions = cfg->seq_length;
     if (cfg->seq_length < 1) return ptdp_errorf(PTDP_ECONFIG, "--seq-length must be >= 1");
     if (cfg->seq_length > cfg->max_positions)
@@ -66,31 +132,61 @@ static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_rol
     return s;
 }
 
+ptdp__layer_dims ptdp__layer_dims_of(const ptdp_gpt_config *cfg) {
+    return (ptdp__layer_dims){
+        .h = cfg->hidden,
+        .q = (cfg->heads + 2 * ptdp_gpt_groups(cfg)) * (cfg->hidden / cfg->heads),
+        .f = cfg->ffn_hidden,
+        .bias = !cfg->no_bias,
+        .lnb = !cfg->rmsnorm,
+        .glu = cfg->swiglu,
+    };
+}
+
+int ptdp__layer_nparams(const ptdp_gpt_config *cfg) {
+    const ptdp__layer_dims D = ptdp__layer_dims_of(cfg);
+    int n = 0;
+#define PTDP__COUNT_PARAM(field, suffix, role, ndim, d0, d1, split, init, present) n += !!(present);
+    PTDP__LAYER_PARAMS(PTDP__COUNT_PARAM)
+#undef PTDP__COUNT_PARAM
+    return n;
+}
+
+/* The output layer's rows hold the padded vocabulary: rows past V are zero. */
+static void set_vocab_rows(ptdp_param_spec *s, const ptdp_gpt_config *cfg, int tp) {
+    int64_t v0 = tp * s->lshape[0], valid = cfg->vocab - v0;
+    s->valid_rows = valid < 0 ? 0 : valid > s->lshape[0] ? s->lshape[0] : valid;
+}
+
 void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l0, int64_t l1,
                        int pre, int post, int t, int tp, int64_t numel_multiple) {
-    const int64_t h = cfg->hidden, f = cfg->ffn_hidden;
+    const ptdp__layer_dims D = ptdp__layer_dims_of(cfg);
+    const int64_t h = cfg->hidden;
     char nm[96];
     L->n = 0;
     L->total = 0;
-    L->wte = L->wpe = L->lnf = -1;
+    L->wte = L->wpe = L->lnf = L->out = -1;
     L->layer0 = 0;
-    if (pre || post) {
+    L->per_layer = ptdp__layer_nparams(cfg);
+    /* untied: the first stage's embedding, the last stage's output layer */
+    if (pre || (post && !cfg->untie)) {
         L->wte = L->n;
         ptdp_param_spec *s = add(L, "embedding.word_embeddings.weight", PTDP_ROLE_EMBEDDING, 2,
                                  cfg->vocab_padded, h, PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, t);
-        int64_t v0 = tp * s->lshape[0], valid = cfg->vocab - v0;
-        s->valid_rows = valid < 0 ? 0 : valid > s->lshape[0] ? s->lshape[0] : valid;
+        set_vocab_rows(s, cfg, tp);
     }
-    if (pre) {
+    if (pre && !cfg->rope) {
         L->wpe = L->n;
         add(L, "embedding.position_embeddings.weight", PTDP_ROLE_POSITION, 2, cfg->max_positions, h,
             PTDP_SPLIT_NONE, PTDP_INIT_NORMAL, t);
     }
     L->layer0 = L->n;
     for (int64_t i = l0; i < l1; i++) {
-#define PTDP__ADD_LAYER_PARAM(field, suffix, role, ndim, d0, d1, split, init) \
-    snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix);          \
-    add(L, nm, role, ndim, d0, d1, split, init, t);
+#define PTDP__ADD_LAYER_PARAM(field, suffix, role, ndim, d0, d1, split, init, present) \
+    if (present) {                                                                     \
+        snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)i, suffix);               \
+        add(L, nm, role, ndim, d0, d1, split, init, t);                                \
+    }
         PTDP__LAYER_PARAMS(PTDP__ADD_LAYER_PARAM)
 #undef PTDP__ADD_LAYER_PARAM
     }
@@ -98,8 +194,15 @@ void ptdp__build_specs(ptdp__spec_list *L, const ptdp_gpt_config *cfg, int64_t l
         L->lnf = L->n;
         add(L, "final_layernorm.weight", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,
             PTDP_INIT_ONE, t);
-        add(L, "final_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,
-            PTDP_INIT_ZERO, t);
+        if (!cfg->rmsnorm)
+            add(L, "final_layernorm.bias", PTDP_ROLE_LAYERNORM, 1, h, 0, PTDP_SPLIT_NONE,
+                PTDP_INIT_ZERO, t);
+        if (cfg->untie) { /* Megatron's output_layer: a column-parallel linear layer */
+            L->out = L->n;
+            set_vocab_rows(add(L, "output_layer.weight", PTDP_ROLE_WEIGHT, 2, cfg->vocab_padded, h,
+                               PTDP_SPLIT_DIM0, PTDP_INIT_NORMAL, t),
+                           cfg, tp);
+        }
     }
     /* zero padding at the end, so data-parallel shards divide evenly */
     if (numel_multiple > 1)
@@ -153,9 +256,12 @@ double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recomp
 double ptdp_gpt_megatron_flops(const ptdp_gpt_config *cfg, int64_t B) {
     const double s = (double)cfg->seq_length, l = (double)cfg->num_layers, h = (double)cfg->hidden;
     const double ffn = (double)cfg->ffn_hidden, V = (double)cfg->vocab_padded;
+    const double groups = (double)ptdp_gpt_groups(cfg) / (double)cfg->heads;
     /* 12 = 3 (forward, weight and input gradients) x 2 (flops per multiply-add)
-     * x 2 (the GEMMs come in pairs); attention: Q and K|V projections (1 + 1
-     * query groups per head) and the causal half of the s x s products */
-    const double attention = 1.0 + 1.0 + s / h / 2.0, mlp = ffn / h, logit = V / (2.0 * l * h);
+     * x 2 (the GEMMs come in pairs); attention: Q and K|V projections (1 + g/a
+     * query groups per head) and the causal half of the s x s products; SwiGLU's
+     * MLP has three GEMMs of ffn instead of two */
+    const double attention = 1.0 + groups + s / h / 2.0, mlp = ffn / h * (cfg->swiglu ? 1.5 : 1.0),
+                 logit = V / (2.0 * l * h);
     return 12.0 * (double)B * s * l * h * h * (attention + mlp + logit);
 }

@@ -58,6 +58,18 @@ static size_t nf(double floats) { return ptdp_arena_need((size_t)floats * 4); }
 static double mlp_floats(const ptdp_plan_mem *m, int64_t N, int64_t fl) {
     return m->mlp16 ? (double)((N * fl + 1) / 2) : (double)(N * fl);
 }
+/* SwiGLU's fc and dfc hold gate and up (2 N fl), gl N fl, always fp32 */
+static double fc_floats(const ptdp_plan_mem *m, int64_t N, int64_t fl) {
+    return m->blocks.swiglu ? (double)(2 * N * fl) : mlp_floats(m, N, fl);
+}
+static double gl_floats(const ptdp_plan_mem *m, int64_t N, int64_t fl) {
+    return m->blocks.swiglu ? (double)(N * fl) : mlp_floats(m, N, fl);
+}
+/* QKV's columns per rank: (a + 2g) hd / t, 3 h/t without groups */
+static int64_t qkv_cols(int64_t h, int64_t a, int64_t t, const ptdp_plan_blocks *bl) {
+    const int64_t g = bl->groups ? bl->groups : a;
+    return (a + 2 * g) * (h / a) / t;
+}
 
 /* One layer's stored activations, piece by piece as the model carves them. */
 static int64_t rows_of_stream(const ptdp_plan_mem *m) { /* Ns: the residual stream's rows */
@@ -67,16 +79,16 @@ static int64_t rows_of_stream(const ptdp_plan_mem *m) { /* Ns: the residual stre
 
 static size_t layer_bytes(const ptdp_plan_mem *m) {
     const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
-                  fl = m->ffn / m->t;
+                  fl = m->ffn / m->t, ql = qkv_cols(h, m->a, m->t, &m->blocks);
     const int selective = m->recompute == PTDP_RECOMPUTE_SELECTIVE;
-    return 3 * nf((double)(Ns * h)) + 4 * nf((double)Ns) + nf((double)(N * 3 * hl)) +
+    return 3 * nf((double)(Ns * h)) + 4 * nf((double)Ns) + nf((double)(N * ql)) +
            (selective ? 0 : nf((double)m->attn_saved_floats)) + nf((double)(N * hl)) +
-           2 * nf(mlp_floats(m, N, fl));
+           nf(fc_floats(m, N, fl)) + nf(gl_floats(m, N, fl));
 }
 
 void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared) {
     const int64_t N = m->s * m->b, Ns = rows_of_stream(m), h = m->h, hl = h / m->t,
-                  fl = m->ffn / m->t;
+                  fl = m->ffn / m->t, ql = qkv_cols(h, m->a, m->t, &m->blocks);
     const size_t L = layer_bytes(m), X = nf((double)(Ns * h)), XN = nf((double)(N * h));
     const int64_t n = m->recompute_num_layers < 1 ? 1 : m->recompute_num_layers, l = m->layers;
     size_t slot =
@@ -95,16 +107,21 @@ void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double
         /* kept from B to W; with sequence parallelism also the attention
          * output's gradient (xm, which holds it otherwise, is only a shard) */
         if (i < l && g < 0 && m->split_backward)
-            slot += XN + nf(mlp_floats(m, N, fl)) + nf((double)(N * 3 * hl)) + (Ns < N ? XN : 0);
+            slot += XN + nf(fc_floats(m, N, fl)) + nf((double)(N * ql)) + (Ns < N ? XN : 0);
         if (g >= 0 && e - g > max_group) max_group = e - g;
     }
     size_t sh = (size_t)max_group * (L + X) + (max_group ? X : 0);
     /* the row-parallel output, the residual gradients, the gathered sequence
      * (sequence parallelism), the backward's tensor-parallel buffers, and with
      * sequence parallelism the attention output's gradient from B to W */
-    sh += XN + 2 * X + (Ns < N ? 2 * XN : 0) + nf((double)(N * hl)) + nf((double)(N * 3 * hl)) +
-          nf(mlp_floats(m, N, fl));
+    sh += XN + 2 * X + (Ns < N ? 2 * XN : 0) + nf((double)(N * hl)) + nf((double)(N * ql)) +
+          nf(fc_floats(m, N, fl));
     sh += nf((double)m->attn_scratch_floats); /* attention scratch */
+    /* the Llama family's: rotary table [s, rd], zeros and sink for absent
+     * biases, SwiGLU's gradient of gl */
+    if (m->blocks.rotary_dims) sh += nf((double)(m->s * m->blocks.rotary_dims));
+    if (m->blocks.no_bias) sh += 2 * nf((double)(h > fl ? h : fl));
+    if (m->blocks.swiglu) sh += nf((double)(N * fl));
     if (m->recompute == PTDP_RECOMPUTE_SELECTIVE)
         sh += nf((double)m->attn_saved_floats); /* the one layer being recomputed */
     if (m->post) /* final LayerNorm (rows of the stream), logits and the loss's [s, b] */
@@ -143,16 +160,26 @@ ptdp_plan_rank ptdp_plan_rank_default_params(void) {
 
 /* A chunk's parameter tensors in buffer order: local element counts. */
 static int chunk_tensors(const ptdp_plan_rank *r, int64_t nl, int pre, int post, int64_t *numel) {
-    const int64_t h = r->h, t = r->t, f = r->ffn;
+    const int64_t h = r->h, t = r->t, f = r->ffn, q = qkv_cols(h, r->a, t, &r->blocks);
+    const ptdp_plan_blocks *bl = &r->blocks;
+    const int bias = !bl->no_bias, lnb = !bl->rmsnorm, glu = bl->swiglu;
     int n = 0;
-    if (pre || post) numel[n++] = r->vocab_padded / t * h; /* word embedding (tied) */
-    if (pre) numel[n++] = r->max_positions * h;            /* position embedding */
+    if (pre || (post && !bl->untie)) numel[n++] = r->vocab_padded / t * h; /* word embedding */
+    if (pre && !bl->rotary_dims) numel[n++] = r->max_positions * h;        /* position embedding */
     for (int64_t i = 0; i < nl; i++) {
-        const int64_t layer[12] = {h, h, 3 * h / t * h, 3 * h / t, h * (h / t), h,
-                                   h, h, f / t * h,     f / t,     h * (f / t), h};
-        for (int k = 0; k < 12; k++) numel[n++] = layer[k];
+        /* model_internal.h's PTDP__LAYER_PARAMS, in its order, where present */
+        const int64_t layer[14] = {h, h,         q * h, q,         h * (h / t), h,           h,
+                                   h, f / t * h, f / t, f / t * h, f / t * h,   h * (f / t), h};
+        const int present[14] = {1,    lnb,          1,   bias, 1, bias, 1, lnb,
+                                 !glu, bias && !glu, glu, glu,  1, bias};
+        for (int k = 0; k < 14; k++)
+            if (present[k]) numel[n++] = layer[k];
     }
-    if (post) numel[n++] = h, numel[n++] = h; /* final LayerNorm */
+    if (post) { /* final norm (and its bias), the untied output layer */
+        numel[n++] = h;
+        if (lnb) numel[n++] = h;
+        if (bl->untie) numel[n++] = r->vocab_padded / t * h;
+    }
     return n;
 }
 
@@ -192,9 +219,9 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
         const int64_t per = end - begin;
         const int pre = stage == 0, post = stage == stages - 1;
         backend += (size_t)per * r->backend_per_layer + (post ? r->backend_per_head : 0);
-        int64_t *numel = malloc(sizeof(int64_t) * (size_t)(12 * per + 4) * 2);
+        int64_t *numel = malloc(sizeof(int64_t) * (size_t)(14 * per + 5) * 2);
         if (!numel) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the memory plan");
-        int64_t *off = numel + 12 * per + 4, total = 0;
+        int64_t *off = numel + 14 * per + 5, total = 0;
         const int n = chunk_tensors(r, per, pre, post, numel);
         for (int i = 0; i < n; i++) {
             off[i] = total;
@@ -224,7 +251,8 @@ int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]) 
                                  .split_backward = ptdp_schedule_splits_backward(sp),
                                  .attn_saved_floats = r->attn_saved_floats,
                                  .attn_scratch_floats = r->attn_scratch_floats,
-                                 .mlp16 = r->mlp16};
+                                 .mlp16 = r->mlp16,
+                                 .blocks = r->blocks};
         double slot, shared;
         ptdp_plan_activation_bytes(&m, &slot, &shared);
         bytes[PTDP_MEM_ACTIVATIONS] +=

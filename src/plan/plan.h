@@ -104,6 +104,17 @@ double ptdp__svg_tick_step(double span, int ticks);
 /* ---- memory ----------------------------------------------------------------- */
 #include <stdint.h>
 
+/* The model's blocks where the Llama family differs from GPT-2's (all zero:
+ * GPT-2's): what the memory model needs to know of them. */
+typedef struct {
+    int64_t groups;      /* key/value groups g (0: a, multi-head attention) */
+    int64_t rotary_dims; /* rotary embeddings: dims of a head rotated (0: learned positions) */
+    int swiglu;          /* gate and up GEMMs of ffn each, no fc1 */
+    int rmsnorm;         /* no norm biases */
+    int untie;           /* an output layer of its own on the last stage */
+    int no_bias;         /* no linear biases (zeros and a sink stand in, h or fl floats) */
+} ptdp_plan_blocks;
+
 /* One model chunk on one rank (fp32 activations). */
 typedef struct {
     int64_t layers;          /* layers in the chunk */
@@ -123,6 +134,7 @@ typedef struct {
     int64_t attn_saved_floats, attn_scratch_floats;
     int mlp16; /* the MLP's fc, gl and dfc in 16 bits, N fl / 2 floats each
                   (ptdp_mlp_floats: the native bf16 backend) */
+    ptdp_plan_blocks blocks;
 } ptdp_plan_mem;
 
 /* Bytes one stashed micro-batch holds until its backward, and bytes of
@@ -154,6 +166,7 @@ typedef struct {
     int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
     int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
                               between stages carry s/t positions) */
+    ptdp_plan_blocks blocks;
 } ptdp_plan_rank;
 /* No model (the caller sets the shape and the backend's numbers, which
  * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,

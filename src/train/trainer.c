@@ -95,6 +95,8 @@ static ptdp_backend_job backend_job(const ptdp_trainer *tr) {
                           .fl = p->cfg.ffn_hidden / t,
                           .al = p->cfg.heads / t,
                           .hd = p->cfg.hidden / p->cfg.heads,
+                          .gl = ptdp_gpt_groups(&p->cfg) / t,
+                          .swiglu = p->cfg.swiglu,
                           .Vl = 0,
                           .layers = 0,
                           .heads = 0,
@@ -117,6 +119,16 @@ static void carve_backend(ptdp_trainer *tr) {
     tr->bws_block =
         ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_BACKEND],
                          ptdp_backend_workspace_bytes(&tr->bws, tr->job.layers, tr->job.heads));
+}
+
+/* The model's blocks as the planner's memory model describes them. */
+static ptdp_plan_blocks plan_blocks(const ptdp_gpt_config *cfg) {
+    return (ptdp_plan_blocks){.groups = ptdp_gpt_groups(cfg),
+                              .rotary_dims = ptdp_gpt_rotary_dims(cfg),
+                              .swiglu = cfg->swiglu,
+                              .rmsnorm = cfg->rmsnorm,
+                              .untie = cfg->untie,
+                              .no_bias = cfg->no_bias};
 }
 
 /* The planner's prediction of this rank's memory, from the configuration. */
@@ -150,6 +162,7 @@ static int plan_rank(const ptdp_trainer *tr, size_t bytes[PTDP_MEM_NCAT]) {
     r.backend_per_layer = tr->bws.per_layer;
     r.backend_per_head = tr->bws.per_head;
     r.sequence_parallel = seq_par(p);
+    r.blocks = plan_blocks(&p->cfg);
     return ptdp_plan_rank_memory(&r, bytes);
 }
 
@@ -176,7 +189,8 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
     int rc = !tr->loss_scales
                  ? ptdp_errorf(PTDP_ENOMEM, "out of memory")
                  : ptdp_backend_check(p->be, (p->cfg.hidden_dropout > 0 ? PTDP_NEED_DROPOUT : 0) |
-                                                 (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0));
+                                                 (p->eod_mask_loss ? PTDP_NEED_ROW_MASK : 0) |
+                                                 ptdp_gpt_backend_needs(&p->cfg));
     if (rc == PTDP_OK) rc = ptdp_schedule_check(&sp);
     tr->v = sp.v;
     const int64_t stages = (int64_t)sp.p * sp.v;
@@ -219,8 +233,9 @@ int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p) {
         if (rc == PTDP_OK) {
             /* with p > 1 the tied embedding's gradient is summed over the first
              * and last stage before its bucket may start */
-            const ptdp_param_spec *wte =
-                (cp.pre || cp.post) && comm->p > 1 ? find_wte(tr->chunks[c]) : NULL;
+            const ptdp_param_spec *wte = (cp.pre || cp.post) && comm->p > 1 && !p->cfg.untie
+                                             ? find_wte(tr->chunks[c])
+                                             : NULL;
             const ptdp_ddp_params dflt = ptdp_ddp_default_params();
             ptdp_ddp_params dp = {
                 .data = &comm->data,
@@ -343,7 +358,7 @@ static void reduce_tied_embedding(ptdp_trainer *tr) {
     int r0, c0, rl, cl;
     end_stage(tr, 0, &r0, &c0);
     end_stage(tr, 1, &rl, &cl);
-    if (comm->p == 1 || (comm->pp != r0 && comm->pp != rl)) return;
+    if (comm->p == 1 || (comm->pp != r0 && comm->pp != rl) || tr->p.cfg.untie) return;
     ptdp_gpt_chunk *c = tr->chunks[comm->pp == r0 ? c0 : cl];
     const ptdp_param_spec *wte = find_wte(c);
     PTDP_ASSERT(wte);
@@ -642,7 +657,8 @@ void ptdp_trainer_activation_memory(const ptdp_trainer *tr, ptdp_act_memory *am)
             .attn_saved_floats = p->be->attention_saved_floats(
                 p->be, p->cfg.seq_length, p->micro_batch, p->cfg.heads / comm->t),
             .attn_scratch_floats = p->be->attention_scratch_floats(p->be, p->cfg.seq_length),
-            .mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32};
+            .mlp16 = p->be->mlp_store != PTDP_DTYPE_FP32,
+            .blocks = plan_blocks(&p->cfg)};
         double ps, psh;
         ptdp_plan_activation_bytes(&pm, &ps, &psh);
         am->predicted += ps * ptdp_schedule_chunk_inflight(&p->sched, comm->pp, c) + psh;

@@ -790,6 +790,14 @@ typedef struct {
 
 /* the copy bytes of a weight GEMM C [N, n] = X op(W), op(W) [k, n] (0 where
  * the native matmul has no such shape: it converts at every call then) */
+static size_t weight_use_ld(ptdp__bf16_gemm *g, int tb, int64_t N, int64_t n, int64_t k, int c16,
+                            int64_t ldc) {
+    shape key = shape_key(0, tb, 0, 1, N, n, k, ldc);
+    key.cb16 = c16;
+    const shape *sh = find_shape(g, &key);
+    return sh && sh->mm.prim ? copy_bytes(sh) : 0;
+}
+
 static size_t weight_use(ptdp__bf16_gemm *g, int tb, int64_t N, int64_t n, int64_t k, int c16) {
     shape key = shape_key(0, tb, 0, 1, N, n, k, n);
     key.cb16 = c16;
@@ -810,9 +818,31 @@ static void wgrad_use(ptdp__bf16_gemm *g, job_plan *pl, int64_t M, int64_t n, in
 static void plan_job(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16, job_plan *pl) {
     memset(pl, 0, sizeof *pl);
     const int64_t N = job->s * job->b, h = job->h, hl = job->hl, fl = job->fl, Vl = job->Vl;
+    /* query, key and value columns: 3 hl, or (al + 2 gl) hd with key/value groups */
+    const int64_t ql = job->gl && job->gl != job->al ? (job->al + 2 * job->gl) * job->hd : 3 * hl;
     /* weight [out, in] of each of the layer's four GEMMs: forward (W^T) and input gradient (W) */
-    const int64_t w[4][2] = {{3 * hl, h}, {h, hl}, {fl, h}, {h, fl}};
+    const int64_t w[4][2] = {{ql, h}, {h, hl}, {fl, h}, {h, fl}};
     for (int i = 0; i < 4; i++) {
+        if (job->swiglu && i == 2) { /* gate and up: two weights, each row's halves of fc */
+            for (int k = 0; k < 2; k++) {
+                pl->per_layer += weight_use_ld(g, 1, N, fl, h, 0, 2 * fl);
+                pl->per_layer += weight_use(g, 0, N, h, fl, 0);
+            }
+            if (g->own)
+                wgrad_use(g, pl, fl, h, N);
+            else
+                pl->b = pl->b > (size_t)(N * h) ? pl->b : (size_t)(N * h);
+            continue;
+        }
+        if (job->swiglu && i == 3) { /* fc2 on gl, fp32 storage (no 16-bit MLP) */
+            pl->per_layer += weight_use(g, 1, N, h, fl, 0);
+            pl->per_layer += weight_use(g, 0, N, fl, h, 0);
+            if (g->own)
+                wgrad_use(g, pl, h, fl, N);
+            else
+                pl->b = pl->b > (size_t)(N * fl) ? pl->b : (size_t)(N * fl);
+            continue;
+        }
         const int64_t out = w[i][0], in = w[i][1];
         pl->per_layer += weight_use(g, 1, N, out, in, i == 2 && mlp16); /* fc = ln2 W1^T */
         pl->per_layer += weight_use(g, 0, N, in, out, i == 3 && mlp16); /* dfc = dy W2 */
@@ -821,7 +851,7 @@ static void plan_job(ptdp__bf16_gemm *g, const ptdp_backend_job *job, int mlp16,
         else                              /* PTDP_BF16_REORDER=1: X packed plain at each call */
             pl->b = pl->b > (size_t)(N * in) ? pl->b : (size_t)(N * in);
     }
-    int64_t widest = h > 3 * hl ? h : 3 * hl;
+    int64_t widest = h > ql ? h : ql;
     widest = widest > fl ? widest : fl;
     if (Vl) {
         shape lk = shape_key(0, 1, 0, 1, N, Vl, h, Vl), dk = shape_key(0, 0, 0, 1, N, h, Vl, h);
