@@ -3,10 +3,9 @@
 # rank, status 2, no training): t not dividing the key/value groups, heads
 # not divisible by the groups, a SwiGLU width that does not split over t,
 # SwiGLU with biases, a GPT checkpoint loaded under Llama flags and the
-# reverse, a GPT-2 Hugging Face file under Llama flags and the reverse; and
-# a Llama-shaped run with every block on two layouts (t=2 with GQA over t and
-# sequence parallelism, p=2) that equals one process. The full matrix is
-# test_full_llama_matrix.sh.
+# reverse, a GPT-2 Hugging Face file under Llama flags and the reverse; a
+# resumed Llama run equals an uninterrupted one. Layouts against one process:
+# test_llama_matrix.sh.
 source "$PTDP_SRC/tests/script_lib.sh"
 export OMP_NUM_THREADS=1
 
@@ -71,24 +70,30 @@ expect_error 1 2 "is a GPT-2 file (transformer.wte.weight) but the model flags g
 expect_error 1 2 "is a Llama file (model.embed_tokens.weight) but the model flags give a GPT-2 model" \
     train $M --init-from "$PTDP_SRC/tests/fixtures/llama_a.safetensors" --allow-extra-tensors
 
-# one process against t=2 (groups over t, sequence parallelism) and p=2: the same losses and norms
-"$PTDP" train $M $LLAMA --hidden-dropout 0.1 --attention-dropout 0.1 \
-    --log-jsonl "$tmp/one.jsonl" >/dev/null 2>&1 || bad "one-process Llama run failed"
-"$MPIRUN" --oversubscribe -np 2 "$PTDP" train $M $LLAMA --hidden-dropout 0.1 --attention-dropout 0.1 \
-    --tensor-model-parallel-size 2 --sequence-parallel --log-jsonl "$tmp/t2.jsonl" >/dev/null 2>&1 ||
-    bad "t=2 Llama run failed"
-"$MPIRUN" --oversubscribe -np 2 "$PTDP" train $M $LLAMA --hidden-dropout 0.1 --attention-dropout 0.1 \
-    --pipeline-model-parallel-size 2 --log-jsonl "$tmp/p2.jsonl" >/dev/null 2>&1 ||
-    bad "p=2 Llama run failed"
-for run in t2 p2; do
-    python3 - "$tmp/one.jsonl" "$tmp/$run.jsonl" <<'PY' && ok || bad "$run differs from one process"
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) == 3, (len(a), len(b))
-for x, y in zip(a, b):
-    for k in ("lm_loss", "grad_norm"):
-        assert abs(x[k] - y[k]) <= 1e-5 * abs(x[k]), (k, x[k], y[k])
-PY
+
+# Hugging Face Llama files: the fixture (llama_reference.py's LlamaForCausalLM tensors) exports
+# as itself with a LlamaForCausalLM config.json; the export loads back bitwise; loading it on
+# t=2 (each rank its rows of q/k/v, gate, up, o and down) and saving it again changes nothing
+FIX=$PTDP_SRC/tests/fixtures/llama_a.safetensors
+FS="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 131 $LLAMA"
+"$PTDP" export $FS --init-from "$FIX" --allow-extra-tensors --out "$tmp/x1.safetensors" >/dev/null 2>&1 &&
+    "$PTDP" export $FS --init-from "$tmp/x1.safetensors" --out "$tmp/x2.safetensors" >/dev/null 2>&1 &&
+    ok || bad "Llama export failed"
+cmp -s "$tmp/x1.safetensors" "$tmp/x2.safetensors" && ok || bad "Llama export round trip changed bytes"
+grep -q '"architectures":\["LlamaForCausalLM"\]' "$tmp/x1.config.json" &&
+    grep -q '"num_key_value_heads":2' "$tmp/x1.config.json" &&
+    grep -q '"tie_word_embeddings":false' "$tmp/x1.config.json" && ok ||
+    bad "Llama config.json: $(cat "$tmp/x1.config.json")"
+for tname in model.embed_tokens.weight model.layers.1.self_attn.k_proj.weight lm_head.weight; do
+    grep -aq "\"$tname\"" "$tmp/x1.safetensors" && ok || bad "export lacks $tname"
 done
+"$MPIRUN" --oversubscribe -np 2 "$PTDP" train $FS --micro-batch-size 2 --global-batch-size 4 --mock-data \
+    --lr 0 --train-iters 1 --tensor-model-parallel-size 2 --init-from "$FIX" --allow-extra-tensors \
+    --save-safetensors "$tmp/r2.safetensors" >"$tmp/r2.out" 2>&1 || bad "t=2 --init-from failed: $(tail -3 "$tmp/r2.out")"
+"$PTDP_TOOLS/st_compare" --bitwise "$tmp/x1.safetensors" "$tmp/r2.safetensors" >/dev/null && ok ||
+    bad "t=2 load and save of the Llama fixture changed it"
+expect_error 1 2 "says num_key_value_heads 2 but the flags give 4 key/value groups" \
+    export $FS --num-query-groups 4 --init-from "$tmp/x1.safetensors" --out "$tmp/x3.safetensors"
+expect_error 1 2 "says tie_word_embeddings false; give --untie-embeddings-and-output-weights" \
+    export ${FS/--untie-embeddings-and-output-weights/} --init-from "$tmp/x1.safetensors" --out "$tmp/x3.safetensors"
 finish

@@ -59,6 +59,10 @@ const char *const ptdp__cli_hf_flags[PTDP_HF_NKEYS] = {"--vocab-size", "--max-po
                                                        "--hidden-size", "--num-layers",
                                                        "--num-attention-heads"};
 static const double hf_limits[PTDP_HF_NKEYS] = {1e8, 1e6, 1e6, 1e5, 1e5};
+/* LlamaForCausalLM's config.json names of the same numbers */
+static const char *const hf_llama_keys[PTDP_HF_NKEYS] = {"vocab_size", "max_position_embeddings",
+                                                         "hidden_size", "num_hidden_layers",
+                                                         "num_attention_heads"};
 
 static int hf_value(double d, int k, const char *text, const char *src, int64_t *out) {
     if (!(d >= 1 && d <= hf_limits[k] && d == (double)(int64_t)d))
@@ -96,6 +100,7 @@ int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP
     *found = root != NULL;
     for (int k = 0; k < PTDP_HF_NKEYS && root && rc == PTDP_OK; k++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, ptdp__cli_hf_keys[k]);
+        if (!it) it = cJSON_GetObjectItemCaseSensitive(root, hf_llama_keys[k]);
         if (!it || cJSON_IsNull(it)) continue;
         char shown[64];
         if (cJSON_IsNumber(it))
@@ -153,8 +158,46 @@ int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_N
     return PTDP_OK;
 }
 
+/* A Llama config.json beside the weights against the flags of the blocks
+ * the file cannot tell (its key/value groups and SwiGLU width it can, its
+ * tying it cannot). */
+static int check_llama_config(const char *weights, const ptdp_gpt_config *cfg) {
+    char src[4096];
+    if (!ptdp__cli_config_json_find(weights, src, sizeof src)) return PTDP_OK;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
+    free(text);
+    if (!root) return PTDP_OK;
+    int rc = PTDP_OK;
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads"),
+                *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings"),
+                *th = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    if (cJSON_IsNumber(kv) && kv->valuedouble != (double)ptdp_gpt_groups(cfg))
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--init-from %s: %s says num_key_value_heads %.0f but the flags give %lld "
+                         "key/value groups; give --group-query-attention --num-query-groups %.0f",
+                         weights, src, kv->valuedouble, (long long)ptdp_gpt_groups(cfg),
+                         kv->valuedouble);
+    else if (cJSON_IsBool(tie) && !cJSON_IsTrue(tie) != !!cfg->untie)
+        rc = ptdp_errorf(PTDP_ECONFIG, "--init-from %s: %s says tie_word_embeddings %s; %s",
+                         weights, src, cJSON_IsTrue(tie) ? "true" : "false",
+                         cfg->untie ? "drop --untie-embeddings-and-output-weights"
+                                    : "give --untie-embeddings-and-output-weights");
+    else if (cJSON_IsNumber(th) && th->valuedouble != cfg->rotary_base)
+        rc = ptdp_errorf(PTDP_ECONFIG,
+                         "--init-from %s: %s says rope_theta %.17g; give --rotary-base %.17g",
+                         weights, src, th->valuedouble, th->valuedouble);
+    cJSON_Delete(root);
+    return rc;
+}
+
 int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, int allow_extra) {
-    int rc = ptdp_hf_check(weights, cfg, allow_extra);
+    /* the config's statement of the blocks first: it names the flag to give */
+    int rc = ptdp_hf_family(cfg) == 1 ? check_llama_config(weights, cfg) : PTDP_OK;
+    if (rc) return rc;
+    rc = ptdp_hf_check(weights, cfg, allow_extra);
     if (rc) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ptdp_last_error());
