@@ -71,6 +71,25 @@ expect_error 1 2 "is a Llama file (model.embed_tokens.weight) but the model flag
     train $M --init-from "$PTDP_SRC/tests/fixtures/llama_a.safetensors" --allow-extra-tensors
 
 
+# Megatron-LM checkpoints of the Llama model: out at t=2 p=2 (SwiGLU's gate and up rows joined
+# per rank as Megatron's linear_fc1, the untied output_layer on the last stage, Llama's args)
+# and back in: the same weights, bitwise
+"$PTDP" checkpoint export-megatron "$tmp/llama" "$tmp/meg" --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 >"$tmp/meg.out" 2>&1 &&
+    "$PTDP" checkpoint import-megatron "$tmp/meg" "$tmp/meg.back" >>"$tmp/meg.out" 2>&1 && ok ||
+    bad "Megatron export/import of a Llama checkpoint: $(tail -3 "$tmp/meg.out")"
+pt=$tmp/meg/iter_0000006/mp_rank_01_001/model_optim_rng.pt
+grep -aq "decoder.layers.0.mlp.linear_fc1.weight" "$pt" && grep -aq "output_layer.weight" "$pt" &&
+    grep -aq "RMSNorm" "$pt" && ok || bad "Megatron export lacks Llama's names or args"
+"$PTDP" export --load "$tmp/llama" --out "$tmp/m1.safetensors" >/dev/null 2>&1 &&
+    "$PTDP" export --load "$tmp/meg.back" --out "$tmp/m2.safetensors" >/dev/null 2>&1 &&
+    cmp -s "$tmp/m1.safetensors" "$tmp/m2.safetensors" && ok ||
+    bad "Megatron round trip of a Llama checkpoint changed the weights"
+grep -q '"architectures":\["LlamaForCausalLM"\]' "$tmp/m1.config.json" && ok ||
+    bad "export --load of a Llama checkpoint: $(cat "$tmp/m1.config.json")"
+expect_error 1 2 "export --load takes the model from the checkpoint; drop --swiglu" \
+    export --load "$tmp/llama" --swiglu --out "$tmp/m3.safetensors"
+
 # Hugging Face Llama files: the fixture (llama_reference.py's LlamaForCausalLM tensors) exports
 # as itself with a LlamaForCausalLM config.json; the export loads back bitwise; loading it on
 # t=2 (each rank its rows of q/k/v, gate, up, o and down) and saving it again changes nothing

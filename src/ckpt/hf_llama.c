@@ -221,7 +221,7 @@ int ptdp__hf_llama_config_json(FILE *cf, const ptdp_gpt_config *cfg) {
         "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":%lld,"
         "\"hidden_size\":%lld,\"intermediate_size\":%lld,\"num_hidden_layers\":%lld,"
         "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,"
-        "\"max_position_embeddings\":%lld,\"hidden_act\":\"silu\",\"rms_norm_eps\":%.9g,"
+        "\"max_position_embeddings\":%lld,\"hidden_act\":\"silu\",\"rms_norm_eps\":%.7g,"
         "\"rope_theta\":%.17g,\"attention_bias\":false,\"mlp_bias\":false,"
         "\"tie_word_embeddings\":%s,\"torch_dtype\":\"float32\"}\n",
         (long long)cfg->vocab, (long long)cfg->hidden, (long long)cfg->ffn_hidden,

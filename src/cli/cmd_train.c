@@ -332,14 +332,21 @@ int ptdp_cmd_export(int argc, char **argv) {
     ptdp_gpt_config cfg;
     int rc;
     if (a.load) { /* the model shape comes from the checkpoint */
-        const char *model_flag = a.num_layers                ? "--num-layers"
-                                 : a.hidden_size             ? "--hidden-size"
-                                 : a.num_attention_heads     ? "--num-attention-heads"
-                                 : a.seq_length              ? "--seq-length"
-                                 : a.ffn_hidden_size         ? "--ffn-hidden-size"
-                                 : a.max_position_embeddings ? "--max-position-embeddings"
-                                 : a.init_from               ? "--init-from"
-                                                             : NULL;
+        const char *model_flag =
+            a.num_layers                                            ? "--num-layers"
+            : a.hidden_size                                         ? "--hidden-size"
+            : a.num_attention_heads                                 ? "--num-attention-heads"
+            : a.seq_length                                          ? "--seq-length"
+            : a.ffn_hidden_size                                     ? "--ffn-hidden-size"
+            : a.max_position_embeddings                             ? "--max-position-embeddings"
+            : a.init_from                                           ? "--init-from"
+            : a.swiglu                                              ? "--swiglu"
+            : strcmp(a.normalization, "LayerNorm")                  ? "--normalization"
+            : strcmp(a.position_embedding_type, "learned_absolute") ? "--position-embedding-type"
+            : a.group_query_attention                               ? "--group-query-attention"
+            : a.untie_embeddings_and_output_weights ? "--untie-embeddings-and-output-weights"
+            : a.disable_bias_linear                 ? "--disable-bias-linear"
+                                                    : NULL;
         rc =
             !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
             : model_flag

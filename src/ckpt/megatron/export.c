@@ -74,8 +74,10 @@ static void list_free(out_list *L) {
 static int shard(out_list *L, const char *name, const ptdp_param_spec *sp, const float *g, int T,
                  int tp, int64_t Vl, int64_t V) {
     const int64_t R = sp->gshape[0], C = sp->ndim == 2 ? sp->gshape[1] : 1;
+    /* the word embedding and an untied output layer: Megatron's padded rows */
+    const int vocab = sp->role == PTDP_ROLE_EMBEDDING || !strcmp(sp->name, "output_layer.weight");
     int64_t r = R, c = C;
-    if (sp->role == PTDP_ROLE_EMBEDDING)
+    if (vocab)
         r = Vl;
     else if (sp->split == PTDP_SPLIT_DIM0)
         r = R / T;
@@ -83,7 +85,7 @@ static int shard(out_list *L, const char *name, const ptdp_param_spec *sp, const
         c = C / T;
     float *d = add(L, name, sp->ndim, r, c);
     if (!d) return ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
-    if (sp->role == PTDP_ROLE_EMBEDDING) {
+    if (vocab) {
         for (int64_t i = 0; i < r; i++)
             if (tp * r + i < V) memcpy(d + i * C, g + (tp * r + i) * C, sizeof(float) * (size_t)C);
     } else if (sp->split == PTDP_SPLIT_DIM0) {
@@ -112,21 +114,25 @@ static void write_args(ptdp__pkw *w, const ptdp_gpt_config *cfg, int T, int P, i
     I("ffn_hidden_size", cfg->ffn_hidden);
     I("num_attention_heads", cfg->heads);
     I("kv_channels", cfg->hidden / cfg->heads);
-    B("group_query_attention", 0);
-    I("num_query_groups", cfg->heads);
+    B("group_query_attention", ptdp_gpt_groups(cfg) != cfg->heads);
+    I("num_query_groups", ptdp_gpt_groups(cfg));
     I("seq_length", cfg->seq_length);
     I("max_position_embeddings", cfg->max_positions);
     I("vocab_size", cfg->vocab);
     I("padded_vocab_size", Vp);
     I("make_vocab_size_divisible_by", divisible);
     S("tokenizer_type", "GPT2BPETokenizer");
-    S("position_embedding_type", "learned_absolute");
-    B("add_position_embedding", 1);
-    S("normalization", "LayerNorm");
+    S("position_embedding_type", cfg->rope ? "rope" : "learned_absolute");
+    B("add_position_embedding", !cfg->rope);
+    if (cfg->rope) { /* a GPT's args stay as they were */
+        F("rotary_base", cfg->rotary_base);
+        F("rotary_percent", cfg->rotary_percent);
+    }
+    S("normalization", cfg->rmsnorm ? "RMSNorm" : "LayerNorm");
     F("norm_epsilon", cfg->ln_eps);
-    B("add_bias_linear", 1);
-    B("swiglu", 0);
-    B("untie_embeddings_and_output_weights", 0);
+    B("add_bias_linear", !cfg->no_bias);
+    B("swiglu", cfg->swiglu);
+    B("untie_embeddings_and_output_weights", cfg->untie);
     B("apply_residual_connection_post_layernorm", 0);
     F("init_method_std", cfg->init_std);
     F("hidden_dropout", cfg->hidden_dropout);
@@ -173,6 +179,20 @@ typedef struct {
     int have_lr;
 } exporter;
 
+/* SwiGLU's linear_fc1 of tensor rank tp: [gate rows; up rows] of its ffn/T
+ * units, from ptdp's gate weight `gate` and the up weight after it. */
+static int glu_shard(out_list *L, const char *name, const ptdp_param_spec *gate, const exporter *X,
+                     int tp) {
+    const ptdp_param_spec *up = gate + 1;
+    PTDP_ASSERT(strstr(up->name, "mlp.up_proj.weight"));
+    const int64_t fl = gate->gshape[0] / X->T, C = gate->gshape[1];
+    float *d = add(L, name, 2, 2 * fl, C);
+    if (!d) return ptdp_errorf(PTDP_ENOMEM, "out of memory exporting");
+    memcpy(d, X->host + gate->offset + tp * fl * C, sizeof(float) * (size_t)(fl * C));
+    memcpy(d + fl * C, X->host + up->offset + tp * fl * C, sizeof(float) * (size_t)(fl * C));
+    return PTDP_OK;
+}
+
 /* The tensors of file (tp, pp): its stage's layers under Megatron-Core's
  * local-spec names, the embeddings on the first stage, the final norm and
  * (p > 1) the tied output layer's copy on the last. */
@@ -186,19 +206,29 @@ static int stage_tensors(const exporter *X, int tp, int pp, out_list *L) {
         if (sp->role == PTDP_ROLE_EMBEDDING || sp->role == PTDP_ROLE_POSITION) {
             if (pp != 0) continue;
             snprintf(name, sizeof name, "%s", sp->name);
+        } else if (!strcmp(sp->name, "output_layer.weight")) { /* untied: the last stage's */
+            if (pp != X->P - 1) continue;
+            snprintf(name, sizeof name, "%s", sp->name);
         } else if (!strncmp(sp->name, "final_layernorm.", 16)) {
             if (pp != X->P - 1) continue;
             snprintf(name, sizeof name, "decoder.%s", sp->name);
         } else {
             PTDP_ASSERT(sscanf(sp->name, "layers.%lld.%127s", &layer, suffix) == 2);
             if (layer / X->lps != pp) continue;
+            if (!strcmp(suffix, "mlp.up_proj.weight")) continue; /* with the gate, below */
+            if (!strcmp(suffix, "mlp.gate_proj.weight")) {
+                snprintf(name, sizeof name, "decoder.layers.%lld.mlp.linear_fc1.weight",
+                         layer % X->lps);
+                rc = glu_shard(L, name, sp, X, tp);
+                continue;
+            }
             const char *core = ptdp__megatron_core_name(suffix);
             PTDP_ASSERT_MSG(core, sp->name);
             snprintf(name, sizeof name, "decoder.layers.%lld.%s", layer % X->lps, core);
         }
         rc = shard(L, name, sp, X->host + sp->offset, X->T, tp, X->Vl, X->cfg->vocab);
     }
-    if (rc == PTDP_OK && X->P > 1 && pp == X->P - 1)
+    if (rc == PTDP_OK && X->P > 1 && pp == X->P - 1 && !X->cfg->untie)
         for (int i = 0; rc == PTDP_OK && i < X->nspecs; i++)
             if (X->specs[i].role == PTDP_ROLE_EMBEDDING)
                 rc = shard(L, "output_layer.weight", &X->specs[i], X->host + X->specs[i].offset,

@@ -16,7 +16,10 @@
  * (attention output, fc2) on dim 1, norms and the row-parallel biases are
  * replicated. Megatron's QKV rows are grouped per query group as
  * [q heads of the group | k | v] x head dim; with as many groups as heads
- * (no GQA) that is [a][q|k|v][hd], ptdp's own order, so they copy as they are.
+ * (no GQA) that is [a][q|k|v][hd], ptdp's own order, so they copy as they are
+ * (with GQA it is ptdp's grouped order too). SwiGLU's linear_fc1 holds each
+ * rank's [gate rows; up rows], split here into ptdp's gate and up weights; an
+ * untied output_layer is ptdp's output_layer.
  *
  * What is read: the model weights only (fp32, fp16 or bf16 tensors, as the
  * model held them), the args, the iteration. The optimizer state (Megatron's
@@ -107,40 +110,29 @@ static const char *arg_str(const margs *a, const char *key) {
     return x && x->kind == PTDP_PK_STR ? x->s : NULL;
 }
 
-/* What ptdp's GPT cannot be: refused by name. */
+/* What ptdp cannot hold: refused by name. (The Llama family's blocks,
+ * RMSNorm, SwiGLU, rotary embeddings, grouped-query attention, untied
+ * embeddings and no biases, are held: model_config reads them.) */
 static int refuse_features(const margs *a, const char *path) {
-    int64_t g = 0, heads = 0, kv = 0, h = 0, ne = 0;
+    int64_t heads = 0, kv = 0, h = 0, ne = 0;
     const char *why = NULL;
     char buf[160];
     const char *pe = arg_str(a, "position_embedding_type"), *norm = arg_str(a, "normalization");
-    if (arg_true(a, "swiglu"))
-        why = "args.swiglu is True (a SwiGLU MLP); ptdp's MLP is fc1 -> GeLU -> fc2";
-    else if (arg_true(a, "group_query_attention") && arg_int(a, "num_query_groups", &g) &&
-             arg_int(a, "num_attention_heads", &heads) && g != heads)
+    if (pe && strcmp(pe, "learned_absolute") && strcmp(pe, "rope"))
         snprintf(buf, sizeof buf,
-                 "args.group_query_attention with num_query_groups %lld != %lld heads (GQA); "
-                 "ptdp has one key/value head per query head",
-                 (long long)g, (long long)heads),
-            why = buf;
-    else if (pe && strcmp(pe, "learned_absolute"))
-        snprintf(buf, sizeof buf,
-                 "args.position_embedding_type is '%.40s'; ptdp has learned absolute position "
-                 "embeddings only",
+                 "args.position_embedding_type is '%.40s'; ptdp has learned absolute and rotary "
+                 "(rope) position embeddings",
                  pe),
             why = buf;
-    else if (arg_true(a, "use_rotary_position_embeddings"))
-        why = "args.use_rotary_position_embeddings (rotary); ptdp has learned absolute positions";
     else if (ptdp__pk_attr(a->ns, "add_position_embedding") &&
-             !arg_true(a, "add_position_embedding"))
-        why = "args.add_position_embedding is False; ptdp's GPT has position embeddings";
-    else if (norm && strcmp(norm, "LayerNorm"))
-        snprintf(buf, sizeof buf, "args.normalization is '%.40s'; ptdp has LayerNorm only", norm),
+             !arg_true(a, "add_position_embedding") && !(pe && !strcmp(pe, "rope")) &&
+             !arg_true(a, "use_rotary_position_embeddings"))
+        why = "args.add_position_embedding is False without rotary embeddings; ptdp's models have "
+              "one or the other";
+    else if (norm && strcmp(norm, "LayerNorm") && strcmp(norm, "RMSNorm"))
+        snprintf(buf, sizeof buf, "args.normalization is '%.40s'; ptdp has LayerNorm and RMSNorm",
+                 norm),
             why = buf;
-    else if (ptdp__pk_attr(a->ns, "add_bias_linear") && !arg_true(a, "add_bias_linear"))
-        why = "args.add_bias_linear is False (linear layers without biases); ptdp's have biases";
-    else if (arg_true(a, "untie_embeddings_and_output_weights"))
-        why = "args.untie_embeddings_and_output_weights is True; ptdp ties the output layer to the "
-              "word embedding";
     else if (arg_true(a, "apply_residual_connection_post_layernorm"))
         why = "args.apply_residual_connection_post_layernorm is True; ptdp's residual takes the "
               "layer input";
@@ -304,7 +296,9 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
                            im->path, mname, (long long)im->cfg->num_layers);
     if (t->kind != PTDP_PK_TENSOR)
         return ptdp_errorf(PTDP_EFORMAT, "%s: '%s' is not a tensor", im->path, mname);
-    const int wte = sp->role == PTDP_ROLE_EMBEDDING, T = im->T;
+    /* the word embedding and an untied output layer: Megatron's padded rows per rank */
+    const int wte = sp->role == PTDP_ROLE_EMBEDDING || !strcmp(sp->name, "output_layer.weight"),
+              T = im->T;
     int64_t want[2] = {sp->gshape[0], sp->ndim == 2 ? sp->gshape[1] : 0};
     if (wte)
         want[0] = im->Vl;
@@ -331,7 +325,7 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
     if (rc) return ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname);
     float *g = im->host + sp->offset;
     const int64_t C = sp->ndim == 2 ? sp->gshape[1] : 1;
-    if (kind == PTDP__MEG_HEAD) { /* the tied copy must equal the word embedding */
+    if (kind == PTDP__MEG_HEAD && !im->cfg->untie) { /* the tied copy must equal the embedding */
         for (int64_t r = 0; r < want[0]; r++) {
             int64_t gr = tp * want[0] + r;
             if (gr >= im->cfg->vocab) break;
@@ -363,6 +357,42 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
     } else {
         memcpy(g, im->tmp, sizeof(float) * (size_t)t->numel);
     }
+    return PTDP_OK;
+}
+
+/* SwiGLU's linear_fc1 of tensor rank tp, [2 ffn/T, h]: its gate rows, then
+ * its up rows (Megatron's per-rank [gate; up]), into ptdp's gate and up
+ * weights of layer `layer` at rows [tp ffn/T, (tp + 1) ffn/T). */
+static int place_glu(importer *im, const ptdp__torch_file *tf, const char *mname, int64_t layer,
+                     const ptdp__pk_node *t, int tp) {
+    char gn[96], un[96];
+    snprintf(gn, sizeof gn, "layers.%lld.mlp.gate_proj.weight", (long long)layer);
+    snprintf(un, sizeof un, "layers.%lld.mlp.up_proj.weight", (long long)layer);
+    int gi = 0, ui = 0;
+    const ptdp_param_spec *gs = find_spec(im, gn, &gi), *us = find_spec(im, un, &ui);
+    if (!gs || !us)
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: tensor '%s' is layer-numbered beyond the model's %lld layers",
+                           im->path, mname, (long long)im->cfg->num_layers);
+    const int64_t fl = gs->gshape[0] / im->T, C = gs->gshape[1];
+    if (t->kind != PTDP_PK_TENSOR || t->ndim != 2 || t->shape[0] != 2 * fl || t->shape[1] != C)
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: '%s' is not [%lld, %lld] (SwiGLU's gate and up rows of "
+                           "ffn_hidden_size %lld over %d tensor ranks)",
+                           im->path, mname, (long long)(2 * fl), (long long)C,
+                           (long long)gs->gshape[0], im->T);
+    if (im->have[gi * im->T + tp])
+        return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' appears twice", im->path, mname);
+    im->have[gi * im->T + tp] = im->have[ui * im->T + tp] = 1;
+    if (t->numel > im->tmp_cap) {
+        float *b = realloc(im->tmp, sizeof(float) * (size_t)t->numel);
+        if (!b) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", im->path);
+        im->tmp = b, im->tmp_cap = t->numel;
+    }
+    int rc = ptdp__torch_read_f32(tf, t, im->tmp, t->numel);
+    if (rc) return ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname);
+    memcpy(im->host + gs->offset + tp * fl * C, im->tmp, sizeof(float) * (size_t)(fl * C));
+    memcpy(im->host + us->offset + tp * fl * C, im->tmp + fl * C, sizeof(float) * (size_t)(fl * C));
     return PTDP_OK;
 }
 
@@ -431,6 +461,19 @@ static int model_config(const margs *a, const ptdp_megatron_import_params *ip, c
     int64_t seed = 1234;
     arg_int(a, "seed", &seed);
     cfg->seed = (uint64_t)seed;
+    /* the Llama family's blocks, Megatron's args and defaults */
+    const char *pe = arg_str(a, "position_embedding_type"), *norm = arg_str(a, "normalization");
+    cfg->rmsnorm = norm && !strcmp(norm, "RMSNorm");
+    cfg->swiglu = arg_true(a, "swiglu");
+    cfg->rope = (pe && !strcmp(pe, "rope")) || arg_true(a, "use_rotary_position_embeddings");
+    cfg->rotary_base = arg_float(a, "rotary_base", &d) ? d : 10000.0;
+    cfg->rotary_percent = arg_float(a, "rotary_percent", &d) ? (float)d : 1.0f;
+    int64_t g = 0;
+    if (arg_true(a, "group_query_attention") && arg_int(a, "num_query_groups", &g) && g > 0 &&
+        g != cfg->heads)
+        cfg->query_groups = g;
+    cfg->untie = arg_true(a, "untie_embeddings_and_output_weights");
+    cfg->no_bias = ptdp__pk_attr(a->ns, "add_bias_linear") && !arg_true(a, "add_bias_linear");
     return ptdp_gpt_config_finish(cfg, ip->make_vocab_size_divisible_by, 1);
 }
 
@@ -631,6 +674,10 @@ static int import_tensor(importer *im, const source *S, const ptdp__torch_file *
                                "size %lld (--vocab-size?)",
                                im->path, (long long)(im->Vl * T), (long long)S->cfg.vocab);
     }
+    if (k == PTDP__MEG_HEAD && S->cfg.untie) /* Megatron's output layer, ptdp's too */
+        return place(im, tf, t->name, "output_layer.weight", PTDP__MEG_PARAM, t->t, tp);
+    if (S->cfg.swiglu && local >= 0 && !strcmp(pn, "mlp.dense_h_to_4h.weight"))
+        return place_glu(im, tf, t->name, first + local, t->t, tp);
     /* only a last stage that is not also the first holds the tied copy */
     const int last = S->g.P * S->v - 1;
     if (k == PTDP__MEG_HEAD && !(stage == last && stage != 0))
