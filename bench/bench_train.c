@@ -1,20 +1,18 @@
 /* bench_train.c - time whole training iterations (forward, backward, gradient
  * norm, AdamW) of one rank through the trainer API, for four GPT sizes from
- * tiny to GPT-2 small. Mock data, fp32, dropout 0 (--dropout), global batch = micro-batch
- * b, OpenMP threads from OMP_NUM_THREADS or the default; --precision
- * bf16|fp16 runs the 16-bit backends (fp16 with a constant loss scale of
- * 1024, so no iteration is skipped). Prints one JSON line
- * per configuration: median/min/all iteration times, tokens/s, model TFLOP/s
- * (the paper's formula, ptdp_gpt_flops_per_iter) and % of the GEMM peak of the
- * run's precision: --peak-gflops, or else measured on this machine before
- * the runs and again after each configuration's timed iterations, the best
- * of those (each the best of 5 GEMMs 2048^3 after 2 warm-ups through the
- * run's table: its GEMM library, threads and precision, so bf16 is held to
- * the bf16 matmul's rate; each printed as a "train_peak" line): on a shared
- * host a busy moment at one measurement then cannot lift the percentage.
- * Not here: parallel runs (mpirun), memory peaks.
+ * tiny to GPT-2 small and two Llama-shaped models of c's and d's FLOPs. Mock data, fp32, dropout 0
+ * (--dropout), global batch = micro-batch b, OpenMP threads from OMP_NUM_THREADS or the default;
+ * --precision bf16|fp16 runs the 16-bit backends (fp16 with a constant loss scale of 1024, so no
+ * iteration is skipped). Prints one JSON line per configuration: median/min/all iteration times,
+ * tokens/s, model TFLOP/s (the paper's formula, ptdp_gpt_flops_per_iter) and % of the GEMM peak of
+ * the run's precision: --peak-gflops, or else measured on this machine before the runs and again
+ * after each configuration's timed iterations, the best of those (each the best of 5 GEMMs 2048^3
+ * after 2 warm-ups through the run's table: its GEMM library, threads and precision, so bf16 is
+ * held to the bf16 matmul's rate; each printed as a "train_peak" line): on a shared host a busy
+ * moment at one measurement then cannot lift the percentage. Not here: parallel runs (mpirun),
+ * memory peaks.
  *
- * Usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W]
+ * Usage: bench_train [--config a|b|c|cl|d|dl|all] [--iters N] [--warmup W]
  *                    [--gemm onednn|openblas] [--peak-gflops X] [--dropout P]
  *                    [--precision P[,P...]] [--rounds R]
  * A list of precisions (e.g. fp32,bf16) runs each configuration in every
@@ -39,20 +37,24 @@
 typedef struct {
     const char *name;
     int64_t l, h, a, s, b, V;
+    int64_t g, ffn; /* the Llama-shaped ones: key/value groups and SwiGLU width (0: GPT) */
 } bench_config;
 
+/* cl and dl are Llama-shaped (RMSNorm, SwiGLU, rotary embeddings, a/3 key/value
+ * groups, no biases, tied embeddings as SmolLM's) with the FLOPs of c and d
+ * (Megatron's count, ptdp_gpt_megatron_flops: the groups' saving of 2/3 h^2 per
+ * layer goes to a wider SwiGLU, 1.5 ffn/h = 4 + 2/3 - ~0.01). */
 static const bench_config configs[] = {
-    {"a", 2, 128, 4, 64, 8, 512},
-    {"b", 4, 256, 4, 128, 8, 8192},
-    {"c", 6, 384, 6, 256, 4, 50304},
-    {"d", 12, 768, 12, 1024, 1, 50304},
+    {"a", 2, 128, 4, 64, 8, 512, 0, 0},       {"b", 4, 256, 4, 128, 8, 8192, 0, 0},
+    {"c", 6, 384, 6, 256, 4, 50304, 0, 0},    {"cl", 6, 384, 6, 256, 4, 50304, 2, 1192},
+    {"d", 12, 768, 12, 1024, 1, 50304, 0, 0}, {"dl", 12, 768, 12, 1024, 1, 50304, 4, 2384},
 };
 #define NCONFIGS (int)(sizeof configs / sizeof configs[0])
 
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: bench_train [--config a|b|c|d|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
+        "usage: bench_train [--config a|b|c|cl|d|dl|all] [--iters N] [--warmup W] [--gemm onednn|openblas] "
         "[--peak-gflops X] [--dropout P] [--precision fp32|bf16|fp16[,...]] [--rounds R]\n");
 }
 
@@ -97,6 +99,11 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     cfg->seed = 1234;
     cfg->hidden_dropout = dropout;
     cfg->attention_dropout = dropout;
+    if (bc->ffn) {
+        cfg->rmsnorm = cfg->swiglu = cfg->rope = cfg->no_bias = 1;
+        cfg->query_groups = bc->g;
+        cfg->ffn_hidden = bc->ffn;
+    }
     if (ptdp_gpt_config_finish(cfg, 128, 1)) {
         fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
         return 1;
@@ -144,13 +151,16 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf(
         "{\"bench\":\"train\",\"config\":\"%s\",\"l\":%lld,\"h\":%lld,\"a\":%lld,\"s\":%lld,\"b\":%lld,"
-        "\"V\":%lld,\"dropout\":%g,\"precision\":\"%s\",\"threads\":%d,\"gemm\":\"%s\",\"warmup\":%d,"
-        "\"iters\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_all\":[",
+        "\"V\":%lld,\"g\":%lld,\"ffn\":%lld,\"dropout\":%g,\"precision\":\"%s\",\"threads\":%d,"
+        "\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_all\":[",
         bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
-        (long long)bc->V, (double)dropout, ptdp_dtype_name(dtype), omp_get_max_threads(),
-        ptdp_gemm_lib_name(lib), warmup, iters, med, sorted[0]);
+        (long long)ptdp_gpt_groups(cfg), (long long)cfg->ffn_hidden, (long long)bc->V,
+        (double)dropout, ptdp_dtype_name(dtype), omp_get_max_threads(), ptdp_gemm_lib_name(lib),
+        warmup, iters, med, sorted[0]);
     for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
-    printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,", (double)(B * s) / (med / 1e3), tflops);
+    printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,\"megatron_tflops\":%.5f,",
+           (double)(B * s) / (med / 1e3), tflops,
+           ptdp_gpt_megatron_flops(cfg, B) / (med / 1e3) / 1e12);
     if (peak_gflops > 0)
         printf("\"peak_gflops\":%.1f,\"pct_of_peak\":%.2f,", peak_gflops,
                100.0 * tflops * 1e3 / peak_gflops);
@@ -255,7 +265,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NCONFIGS; i++) {
         if (strcmp(which, "all") && strcmp(which, configs[i].name)) continue;
         found = 1;
-        int big = !strcmp(configs[i].name, "d");
+        int big = configs[i].name[0] == 'd';
         int w = warmup >= 0 ? warmup : big ? 1 : 2;
         int n = iters >= 1 ? iters : big ? 3 : 5;
         double ratio[MAXP][100];
@@ -287,7 +297,8 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (!found) {
-        fprintf(stderr, "bench_train: --config must be a, b, c, d or all, got '%s'\n", which);
+        fprintf(stderr, "bench_train: --config must be a, b, c, cl, d, dl or all, got '%s'\n",
+                which);
         return 2;
     }
     return rc;

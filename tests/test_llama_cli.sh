@@ -71,6 +71,17 @@ expect_error 1 2 "is a Llama file (model.embed_tokens.weight) but the model flag
     train $M --init-from "$PTDP_SRC/tests/fixtures/llama_a.safetensors" --allow-extra-tensors
 
 
+# the model files under models/: SmolLM-135M's shape (2 layers of it here) and GPT-2 124M's
+"$PTDP" train --config "$PTDP_SRC/models/smollm-135m.json" --num-layers 2 --seq-length 32 \
+    --mock-data --lr 1e-4 --train-iters 1 --micro-batch-size 1 >"$tmp/smol.out" 2>&1 &&
+    grep -q "^ptdp train: l=2 h=576 a=9 s=32 V=49152" "$tmp/smol.out" &&
+    grep -q "^blocks: RMSNorm, SwiGLU ffn=1536, rotary embeddings, 3 key/value group(s), tied, no linear biases" "$tmp/smol.out" &&
+    ok || bad "models/smollm-135m.json: $(head -3 "$tmp/smol.out")"
+"$PTDP" train --config "$PTDP_SRC/models/gpt2-124m.json" --num-layers 1 --seq-length 32 \
+    --mock-data --lr 1e-4 --train-iters 1 --micro-batch-size 1 >"$tmp/g2.out" 2>&1 &&
+    grep -q "^ptdp train: l=1 h=768 a=12 s=32 V=50257" "$tmp/g2.out" && ! grep -q "^blocks:" "$tmp/g2.out" &&
+    ok || bad "models/gpt2-124m.json: $(head -3 "$tmp/g2.out")"
+
 # Megatron-LM checkpoints of the Llama model: out at t=2 p=2 (SwiGLU's gate and up rows joined
 # per rank as Megatron's linear_fc1, the untied output_layer on the last stage, Llama's args)
 # and back in: the same weights, bitwise
@@ -111,6 +122,15 @@ done
     --save-safetensors "$tmp/r2.safetensors" >"$tmp/r2.out" 2>&1 || bad "t=2 --init-from failed: $(tail -3 "$tmp/r2.out")"
 "$PTDP_TOOLS/st_compare" --bitwise "$tmp/x1.safetensors" "$tmp/r2.safetensors" >/dev/null && ok ||
     bad "t=2 load and save of the Llama fixture changed it"
+# ptdp generate on it: the blocks from its config.json, a KV cache of 2 groups; greedy tokens
+# the same on t=2 (one group per rank) and from a ptdp checkpoint of it
+G=(--prompt "1 2 3 4" --max-new-tokens 8 --temperature 0)
+"$PTDP" generate --init-from "$FIX" --allow-extra-tensors "${G[@]}" >"$tmp/g1.out" 2>&1 &&
+    "$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$FIX" --allow-extra-tensors "${G[@]}" \
+        --tensor-model-parallel-size 2 >"$tmp/g2.out" 2>&1 && ok || bad "Llama generate failed: $(tail -3 "$tmp/g1.out" "$tmp/g2.out")"
+grep -q "KV cache 3.0 KiB per rank" "$tmp/g1.out" && grep -q "KV cache 1.5 KiB per rank" "$tmp/g2.out" &&
+    [ "$(head -1 "$tmp/g1.out")" = "$(head -1 "$tmp/g2.out")" ] && [ "$(head -1 "$tmp/g1.out" | wc -w)" = 12 ] &&
+    ok || bad "Llama generate t=1 vs t=2: $(cat "$tmp/g1.out" "$tmp/g2.out")"
 expect_error 1 2 "says num_key_value_heads 2 but the flags give 4 key/value groups" \
     export $FS --num-query-groups 4 --init-from "$tmp/x1.safetensors" --out "$tmp/x3.safetensors"
 expect_error 1 2 "says tie_word_embeddings false; give --untie-embeddings-and-output-weights" \

@@ -80,6 +80,14 @@ int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP
  * ptdp__cli_hf_shape, the file's own (named by --init-from), and
  * PTDP_EINVAL naming the flag to give where no source states a value. */
 int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_NKEYS]);
+/* The Llama family's fields of cfg (the blocks, ffn_hidden, the norm's eps)
+ * copied from another configuration (a checkpoint's); and read from the
+ * LlamaForCausalLM config.json beside Hugging Face weights (model_type
+ * "llama": RMSNorm, SwiGLU of intermediate_size, rope_theta,
+ * num_key_value_heads, tie_word_embeddings, rms_norm_eps; nothing changes
+ * for another or no config). Local. */
+void ptdp__cli_copy_blocks(const ptdp_gpt_config *from, ptdp_gpt_config *to);
+int ptdp__cli_hf_blocks(const char *weights, ptdp_gpt_config *cfg);
 /* Checks --init-from weights against the full model before loading them
  * (ptdp_hf_check), then the config beside them (if any): its n_head,
  * n_layer, n_embd, n_positions and vocab_size must match cfg. PTDP_ECONFIG /

@@ -52,7 +52,10 @@ typedef struct {
 
 static int table(gen_args *a, ptdp_opt *opts) {
     const ptdp_opt t[] = {
-        S("init-from", init_from, "Hugging Face GPT-2 safetensors weights (or --load)", NULL),
+        S("init-from", init_from,
+          "Hugging Face GPT-2 or Llama safetensors weights (or --load); a Llama's blocks come "
+          "from its config.json",
+          NULL),
         S("load", load,
           "a ptdp checkpoint directory (any layout it was saved from; or --init-from)", NULL),
         {"allow-extra-tensors", PTDP_OPT_BOOL, &a->allow_extra_tensors,
@@ -420,8 +423,9 @@ int ptdp_cmd_generate(int argc, char **argv) {
         }
         if (!a.vocab_size) a.vocab_size = ptdp_tokenizer_vocab_size(tok);
     }
-    ptdp_gpt_config cfg;
+    ptdp_gpt_config cfg, blocks; /* blocks: the Llama family's, from the checkpoint or config */
     memset(&cfg, 0, sizeof cfg);
+    memset(&blocks, 0, sizeof blocks);
     if (comm.world_size != a.t)
         rc =
             ptdp_errorf(PTDP_ECONFIG,
@@ -437,9 +441,11 @@ int ptdp_cmd_generate(int argc, char **argv) {
             if (!a.num_attention_heads) a.num_attention_heads = ck.heads;
             if (!a.max_position_embeddings) a.max_position_embeddings = ck.max_positions;
             if (!a.vocab_size) a.vocab_size = ck.vocab;
+            blocks = ck;
         }
     } else if (rc == PTDP_OK) {
         rc = model_shape(&a, a.init_from);
+        if (rc == PTDP_OK) rc = ptdp__cli_hf_blocks(a.init_from, &blocks);
     }
     /* every prompt's ids first: the generator is sized for the longest */
     char *text = NULL, **prompts = NULL;
@@ -489,6 +495,7 @@ int ptdp_cmd_generate(int argc, char **argv) {
         cfg.seq_length = 1; /* the chunk's own activations are not used */
         cfg.vocab = a.vocab_size;
         cfg.init_std = 0.02f;
+        ptdp__cli_copy_blocks(&blocks, &cfg);
         rc = ptdp_gpt_config_finish(&cfg, a.divisible_by, (int)a.t);
     }
     if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)a.t, 1, 1);

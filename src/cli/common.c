@@ -158,6 +158,51 @@ int ptdp__cli_hf_fill_shape(const char *weights, int64_t *const fields[PTDP_HF_N
     return PTDP_OK;
 }
 
+void ptdp__cli_copy_blocks(const ptdp_gpt_config *from, ptdp_gpt_config *to) {
+    to->rmsnorm = from->rmsnorm;
+    to->swiglu = from->swiglu;
+    to->rope = from->rope;
+    to->rotary_base = from->rotary_base;
+    to->rotary_percent = from->rotary_percent;
+    to->query_groups = from->query_groups;
+    to->untie = from->untie;
+    to->no_bias = from->no_bias;
+    if (from->ffn_hidden) to->ffn_hidden = from->ffn_hidden;
+    if (from->ln_eps > 0) to->ln_eps = from->ln_eps;
+}
+
+int ptdp__cli_hf_blocks(const char *weights, ptdp_gpt_config *cfg) {
+    char src[4096];
+    if (!ptdp__cli_config_json_find(weights, src, sizeof src)) return PTDP_OK;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
+    free(text);
+    const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama")) {
+        cJSON_Delete(root);
+        return PTDP_OK;
+    }
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads"),
+                *heads = cJSON_GetObjectItemCaseSensitive(root, "num_attention_heads"),
+                *ffn = cJSON_GetObjectItemCaseSensitive(root, "intermediate_size"),
+                *th = cJSON_GetObjectItemCaseSensitive(root, "rope_theta"),
+                *eps = cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps"),
+                *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    cfg->rmsnorm = cfg->swiglu = cfg->rope = cfg->no_bias = 1;
+    cfg->rotary_base = cJSON_IsNumber(th) ? th->valuedouble : 10000.0;
+    cfg->rotary_percent = 1.0f;
+    cfg->untie = cJSON_IsBool(tie) && !cJSON_IsTrue(tie);
+    if (cJSON_IsNumber(ffn) && ffn->valuedouble >= 1) cfg->ffn_hidden = (int64_t)ffn->valuedouble;
+    if (cJSON_IsNumber(eps) && eps->valuedouble > 0) cfg->ln_eps = (float)eps->valuedouble;
+    if (cJSON_IsNumber(kv) && kv->valuedouble >= 1 &&
+        !(cJSON_IsNumber(heads) && heads->valuedouble == kv->valuedouble))
+        cfg->query_groups = (int64_t)kv->valuedouble;
+    cJSON_Delete(root);
+    return PTDP_OK;
+}
+
 /* A Llama config.json beside the weights against the flags of the blocks
  * the file cannot tell (its key/value groups and SwiGLU width it can, its
  * tying it cannot). */

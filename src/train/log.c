@@ -145,6 +145,13 @@ void ptdp__log_start(ptdp_run *r) {
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
         (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
         comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+    if (ptdp_gpt_is_llama(cfg)) /* the blocks that differ from GPT-2's */
+        ptdp_log0("blocks: %s, %s ffn=%lld, %s, %lld key/value group(s), %s, %s",
+                  cfg->rmsnorm ? "RMSNorm" : "LayerNorm", cfg->swiglu ? "SwiGLU" : "GeLU",
+                  (long long)cfg->ffn_hidden,
+                  cfg->rope ? "rotary embeddings" : "learned absolute positions",
+                  (long long)ptdp_gpt_groups(cfg), cfg->untie ? "untied output layer" : "tied",
+                  cfg->no_bias ? "no linear biases" : "linear biases");
     ptdp_log0("compute backend %s", ptdp_backend_describe(tp->be, be_desc, sizeof be_desc));
     if (!ptdp_stage_layout_is_even(&tp->layout)) {
         char buf[512];
