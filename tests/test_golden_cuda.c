@@ -2,7 +2,7 @@
  * CPU backend:
  *  1. the golden configurations of golden.h (PyTorch fixtures, the CPU
  *     test's tolerances: 1e-5 relative on losses and norms, 1e-4 normwise on
- *     gradients) run with the CUDA backend;
+ *     gradients) run with the CUDA backend, the Llama fixture included;
  *  2. CPU against GPU: 20 iterations of a small model with hidden and
  *     attention dropout 0.1 on both backends from the same initial weights and
  *     the same mock batches. The dropout masks are identical by construction
@@ -97,6 +97,16 @@ int main(void) {
     }
     golden_run_config("gpt_a.safetensors", g);
     golden_run_config("gpt_b.safetensors", g);
+    /* the Llama fixture (RMSNorm, SwiGLU, rotary embeddings, grouped-query
+     * attention): the backend declares those ops untested (PTDP_CAP_UNTESTED_*,
+     * so ptdp train --device cuda refuses their flags) until this test and
+     * test_cuda_ops have passed on a GPU; running them is this test's purpose,
+     * so it lifts the flags on its own instance */
+    const unsigned caps = g->caps;
+    g->caps &= ~(unsigned)(PTDP_CAP_UNTESTED_RMSNORM | PTDP_CAP_UNTESTED_SWIGLU |
+                           PTDP_CAP_UNTESTED_ROPE | PTDP_CAP_UNTESTED_GQA);
+    golden_run_config("llama_a.safetensors", g);
+    g->caps = caps;
     cpu_vs_gpu(g);
     ptdp_backend_close(g);
     return test_done("test_golden_cuda");
