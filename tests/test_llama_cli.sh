@@ -63,6 +63,11 @@ expect_error 1 2 "the checkpoint's model has 2 key/value groups (--num-query-gro
 last() { tail -1 "$1" | sed 's/"elapsed_ms":[^,]*,//; s/"tokens_per_s":[^,]*,//; s/"tflops":[^,]*,//'; }
 [ -s "$tmp/resumed.jsonl" ] && [ "$(last "$tmp/resumed.jsonl")" = "$(last "$tmp/straight.jsonl")" ] &&
     ok || bad "Llama resume differs: $(last "$tmp/resumed.jsonl") vs $(last "$tmp/straight.jsonl")"
+# --use-checkpoint-args takes the blocks with the shape
+"$PTDP" train --use-checkpoint-args --load "$tmp/llama" --train-iters 7 --lr 1e-3 --lr-decay-iters 6 \
+    --mock-data --vocab-size 128 --micro-batch-size 2 --global-batch-size 8 >"$tmp/uca.out" 2>&1 &&
+    grep -q "^--use-checkpoint-args: .*--normalization RMSNorm, --swiglu, --position-embedding-type rope, --group-query-attention, --untie-embeddings-and-output-weights, --disable-bias-linear" "$tmp/uca.out" &&
+    ok || bad "--use-checkpoint-args of a Llama checkpoint: $(head -3 "$tmp/uca.out")"
 
 # Hugging Face files of the other family
 expect_error 1 2 "is a GPT-2 file (transformer.wte.weight) but the model flags give a Llama-family model" \

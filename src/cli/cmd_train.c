@@ -86,6 +86,31 @@ static int checkpoint_args(ptdp_args *a, char *took, size_t cap) {
                 len += (size_t)snprintf(took + len, cap - len, "%s%s %lld", len ? ", " : "",
                                         m[i].flag, (long long)m[i].value);
         }
+    /* the Llama family's blocks: those at their defaults come from the checkpoint too */
+    const struct {
+        int on;
+        const char *flag;
+    } bl[] = {{c.rmsnorm && !strcmp(a->normalization, "LayerNorm"), "--normalization RMSNorm"},
+              {c.swiglu && !a->swiglu, "--swiglu"},
+              {c.rope && !strcmp(a->position_embedding_type, "learned_absolute"),
+               "--position-embedding-type rope"},
+              {c.query_groups && !a->group_query_attention, "--group-query-attention"},
+              {c.untie && !a->untie_embeddings_and_output_weights,
+               "--untie-embeddings-and-output-weights"},
+              {c.no_bias && !a->disable_bias_linear, "--disable-bias-linear"}};
+    for (size_t i = 0; i < sizeof bl / sizeof bl[0]; i++)
+        if (bl[i].on && len < cap)
+            len += (size_t)snprintf(took + len, cap - len, "%s%s", len ? ", " : "", bl[i].flag);
+    if (bl[0].on) a->normalization = "RMSNorm";
+    if (bl[1].on) a->swiglu = 1;
+    if (bl[2].on) {
+        a->position_embedding_type = "rope";
+        a->rotary_base = c.rotary_base;
+        a->rotary_percent = c.rotary_percent;
+    }
+    if (bl[3].on) a->group_query_attention = 1, a->num_query_groups = c.query_groups;
+    if (bl[4].on) a->untie_embeddings_and_output_weights = 1;
+    if (bl[5].on) a->disable_bias_linear = 1;
     if (!len) snprintf(took, cap, "every model flag was given");
     return PTDP_OK;
 }
