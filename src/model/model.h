@@ -240,7 +240,8 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
  * core-attention rerun) plus 6 B s h V for the logit layer, which is never
  * recomputed: the paper's eq. (3), 96 B s l h^2 (1 + s/6h + V/16lh), with
  * full recomputation, and 72 B s l h^2 (1 + s/6h + V/12lh) without.
- * recompute: PTDP_RECOMPUTE_* (0: none). */
+ * recompute: PTDP_RECOMPUTE_* (0: none). With the Llama family's blocks the
+ * same count term by term (QKV of (a + 2g) h/a rows, SwiGLU's three GEMMs). */
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t global_batch, int recompute);
 /* Megatron-LM's num_floating_point_operations for this GPT (dense MLP of
  * ffn_hidden, x 3/2 with SwiGLU; g key/value groups; causal attention

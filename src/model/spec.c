@@ -249,6 +249,23 @@ void ptdp_spec_gather(const ptdp_param_spec *sp, int tp, const float *local, flo
 }
 
 double ptdp_gpt_flops_per_iter(const ptdp_gpt_config *cfg, int64_t B, int recompute) {
+    if (ptdp_gpt_is_llama(cfg)) {
+        /* the paper's count term by term: per token and layer the forward's
+         * GEMMs (QKV of (a + 2g) hd rows, the projection, the MLP's two or,
+         * SwiGLU, three of ffn) and 4 s h of attention; x3 with the backward,
+         * x4 with full recomputation, + 4 s h for selective's rerun; the
+         * logits 6 s h V */
+        const double s = (double)cfg->seq_length, l = (double)cfg->num_layers,
+                     h = (double)cfg->hidden, V = (double)cfg->vocab_padded,
+                     q = (double)((cfg->heads + 2 * ptdp_gpt_groups(cfg)) *
+                                  (cfg->hidden / cfg->heads)),
+                     f = (double)cfg->ffn_hidden * (cfg->swiglu ? 3.0 : 2.0);
+        const int full = recompute == PTDP_RECOMPUTE_UNIFORM || recompute == PTDP_RECOMPUTE_BLOCK;
+        const double fwd = 2 * h * q + 2 * h * h + 2 * h * f + 4 * s * h;
+        const double layer =
+            (full ? 4.0 : 3.0) * fwd + (recompute == PTDP_RECOMPUTE_SELECTIVE ? 4 * s * h : 0.0);
+        return (double)B * s * (l * layer + 6.0 * h * V);
+    }
     return ptdp_model_flops((double)B, (double)cfg->seq_length, (double)cfg->num_layers,
                             (double)cfg->hidden, (double)cfg->vocab_padded, recompute);
 }
