@@ -63,6 +63,13 @@ expect_error 1 2 "the checkpoint's model has 2 key/value groups (--num-query-gro
 last() { tail -1 "$1" | sed 's/"elapsed_ms":[^,]*,//; s/"tokens_per_s":[^,]*,//; s/"tflops":[^,]*,//'; }
 [ -s "$tmp/resumed.jsonl" ] && [ "$(last "$tmp/resumed.jsonl")" = "$(last "$tmp/straight.jsonl")" ] &&
     ok || bad "Llama resume differs: $(last "$tmp/resumed.jsonl") vs $(last "$tmp/straight.jsonl")"
+# --dump-config carries the blocks: the --config file repeats the run bit for bit
+"$PTDP" train $M $LLAMA --rotary-base 5000 --dump-config "$tmp/d.json" --log-jsonl "$tmp/d1.jsonl" \
+    >/dev/null 2>&1 && "$PTDP" train --config "$tmp/d.json" --log-jsonl "$tmp/d2.jsonl" >/dev/null 2>&1 &&
+    grep -q '"rotary_base":.*5000' "$tmp/d.json" && grep -q '"swiglu":.*true' "$tmp/d.json" &&
+    [ "$(last "$tmp/d1.jsonl")" = "$(last "$tmp/d2.jsonl")" ] && ok ||
+    bad "--dump-config of a Llama run: $(cat "$tmp/d.json")"
+
 # --use-checkpoint-args takes the blocks with the shape
 "$PTDP" train --use-checkpoint-args --load "$tmp/llama" --train-iters 7 --lr 1e-3 --lr-decay-iters 6 \
     --mock-data --vocab-size 128 --micro-batch-size 2 --global-batch-size 8 >"$tmp/uca.out" 2>&1 &&
@@ -130,10 +137,12 @@ done
 # ptdp generate on it: the blocks from its config.json, a KV cache of 2 groups; greedy tokens
 # the same on t=2 (one group per rank) and from a ptdp checkpoint of it
 G=(--prompt "1 2 3 4" --max-new-tokens 8 --temperature 0)
-"$PTDP" generate --init-from "$FIX" --allow-extra-tensors "${G[@]}" >"$tmp/g1.out" 2>&1 &&
+"$PTDP" generate --init-from "$FIX" --allow-extra-tensors "${G[@]}" >"$tmp/g1.out" 2>"$tmp/g1.err" &&
     "$MPIRUN" --oversubscribe -np 2 "$PTDP" generate --init-from "$FIX" --allow-extra-tensors "${G[@]}" \
-        --tensor-model-parallel-size 2 >"$tmp/g2.out" 2>&1 && ok || bad "Llama generate failed: $(tail -3 "$tmp/g1.out" "$tmp/g2.out")"
-grep -q "KV cache 3.0 KiB per rank" "$tmp/g1.out" && grep -q "KV cache 1.5 KiB per rank" "$tmp/g2.out" &&
+        --tensor-model-parallel-size 2 >"$tmp/g2.out" 2>"$tmp/g2.err" && ok ||
+    bad "Llama generate failed: $(tail -3 "$tmp/g1.err" "$tmp/g2.err")"
+cat "$tmp/g1.out" "$tmp/g1.err" | grep -q "KV cache 3.0 KiB per rank" &&
+    cat "$tmp/g2.out" "$tmp/g2.err" | grep -q "KV cache 1.5 KiB per rank" &&
     [ "$(head -1 "$tmp/g1.out")" = "$(head -1 "$tmp/g2.out")" ] && [ "$(head -1 "$tmp/g1.out" | wc -w)" = 12 ] &&
     ok || bad "Llama generate t=1 vs t=2: $(cat "$tmp/g1.out" "$tmp/g2.out")"
 expect_error 1 2 "says num_key_value_heads 2 but the flags give 4 key/value groups" \
