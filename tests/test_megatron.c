@@ -371,12 +371,21 @@ static void test_import(void) {
          "tensor 'decoder.layers.0.mlp.gate.weight' is not part of a GPT model"},
         {NULL, NULL, 1, NULL, NULL, PTDP_EFORMAT,
          "'decoder.layers.0.mlp.linear_fc1.weight' has shape [40, 8] but the model"},
-        {NULL, NULL, 0, "swiglu", NULL, PTDP_EUNSUPPORTED, "args.swiglu is True"},
-        {NULL, NULL, 0, "untie_embeddings_and_output_weights", NULL, PTDP_EUNSUPPORTED,
-         "untie_embeddings_and_output_weights is True"},
-        {NULL, NULL, 0, "position_embedding_type", "rope", PTDP_EUNSUPPORTED,
-         "position_embedding_type is 'rope'"},
-        {NULL, NULL, 0, "normalization", "RMSNorm", PTDP_EUNSUPPORTED, "'RMSNorm'"},
+        /* the Llama family's args over a GPT's tensors: args and tensors disagree */
+        {NULL, NULL, 0, "swiglu", NULL, PTDP_ECONFIG,
+         "--swiglu with biases on the linear layers is not supported"},
+        {NULL, NULL, 0, "untie_embeddings_and_output_weights", NULL, PTDP_EFORMAT,
+         "ptdp's tensor 'output_layer.weight' was not found"},
+        {NULL, NULL, 0, "position_embedding_type", "rope", PTDP_EFORMAT,
+         "tensor 'embedding.position_embeddings.weight' (ptdp's "
+         "embedding.position_embeddings.weight) is not part of the model the checkpoint's args "
+         "describe"},
+        {NULL, NULL, 0, "normalization", "RMSNorm", PTDP_EFORMAT,
+         "tensor 'decoder.layers.0.input_layernorm.bias' (ptdp's "
+         "layers.0.input_layernorm.bias) is not part of the model"},
+        {NULL, NULL, 0, "position_embedding_type", "alibi", PTDP_EUNSUPPORTED,
+         "position_embedding_type is 'alibi'"},
+        {NULL, NULL, 0, "normalization", "LayerNorm1P", PTDP_EUNSUPPORTED, "'LayerNorm1P'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_tiny(dir, bad[i].skip, bad[i].rename, bad[i].fat, bad[i].arg, bad[i].val);

@@ -180,8 +180,9 @@ void ptdp__log_start(ptdp_run *r) {
                   "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
                   "its outputs%s), 16-bit messages between ranks; compute backend %s (GEMMs: %s)",
                   ptdp_dtype_name(be->dtype), scale, ptdp_dtype_name(be->dtype),
-                  be->mlp_store != PTDP_DTYPE_FP32 ? "; the MLP's own activations in bf16 storage"
-                                                   : "",
+                  be->mlp_store != PTDP_DTYPE_FP32 && !cfg->swiglu
+                      ? "; the MLP's own activations in bf16 storage"
+                      : "",
                   be->name,
                   !(be->caps & PTDP_CAP_NATIVE_GEMM16) ? "fp32 on 16-bit-valued inputs"
                   : be->caps & PTDP_CAP_ATTENTION16

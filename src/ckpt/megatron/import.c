@@ -289,11 +289,18 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
                  int kind, const ptdp__pk_node *t, int tp) {
     int idx;
     const ptdp_param_spec *sp = find_spec(im, pname, &idx);
-    if (!sp)
+    long long layer = -1;
+    if (!sp && sscanf(pname, "layers.%lld.", &layer) == 1 && layer >= im->cfg->num_layers)
         return ptdp_errorf(PTDP_EFORMAT,
                            "%s: tensor '%s' is layer-numbered beyond the model's %lld layers "
                            "(check num_layers and the pipeline size)",
                            im->path, mname, (long long)im->cfg->num_layers);
+    if (!sp) /* a tensor the blocks of args do not have */
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s: tensor '%s' (ptdp's %s) is not part of the model the checkpoint's "
+                           "args describe (RMSNorm has no norm bias, rotary embeddings no position "
+                           "table, add_bias_linear False no biases): its args and tensors disagree",
+                           im->path, mname, pname);
     if (t->kind != PTDP_PK_TENSOR)
         return ptdp_errorf(PTDP_EFORMAT, "%s: '%s' is not a tensor", im->path, mname);
     /* the word embedding and an untied output layer: Megatron's padded rows per rank */
