@@ -17,6 +17,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A function that does not return, in the C11 spelling or C++'s (these
+ * headers are C++-clean, for programs that embed ptdp). */
+#ifdef __cplusplus
+#define PTDP_NORETURN [[noreturn]]
+#else
+#define PTDP_NORETURN _Noreturn
+#endif
+
 /* ---- errors ------------------------------------------------------------ */
 #define PTDP_ERRORS(X)                                \
     X(PTDP_OK, 0, "success")                          \
@@ -50,7 +62,7 @@ const char *ptdp_last_error(void);
  * installs one that takes the whole MPI job down. */
 typedef void (*ptdp_abort_fn)(void);
 void ptdp_set_abort_hook(ptdp_abort_fn fn);
-_Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
+PTDP_NORETURN void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
 
 #define PTDP_ASSERT(expr)                                                \
     do {                                                                 \
@@ -438,5 +450,9 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
 ptdp_opt *ptdp_opt_find(ptdp_opt *opts, int nopts, const char *name);
 /* Prints "  --name VALUE   help (default: ...)" lines. */
 void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

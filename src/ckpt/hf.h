@@ -21,9 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "format/format.h"
-#include "model/model.h"
+#include "../comm/comm.h"
+#include "../format/format.h"
+#include "../model/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* HF name and shape of a spec's tensor; returns the number of dims. */
 int ptdp_hf_name(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, char *name, size_t cap,
@@ -66,5 +70,9 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
                    ptdp_group *model, int tp, int t, const char *path, const char *config_json,
                    ptdp_st_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- growable token buffer ------------------------------------------------ */
 /* Owned by the caller; ptdp_tokens_free releases ids. Zero-initialise to start. */
 typedef struct {
@@ -222,5 +226,9 @@ int64_t ptdp_gpt_data_num_samples(const ptdp_gpt_data *d, int split);
  * Thread-safe (read-only). Errors: PTDP_EINVAL for an empty split. */
 int ptdp_gpt_data_sample(const ptdp_gpt_data *d, int split, int64_t idx, int32_t *tokens);
 void ptdp_gpt_data_free(ptdp_gpt_data *d); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -21,7 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/base.h"
+#include "../base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* GEMM library behind the CPU backend's gemm: chosen at open, default
  * oneDNN (measured fastest on the model's shapes; see docs/performance.md). */
@@ -526,5 +530,9 @@ void ptdp_ref_attention_fwd(const float *qkv, float *ctx, int64_t s, int64_t b, 
 /* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
 double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad,
                      int64_t V);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -21,9 +21,13 @@
 
 #include <stdint.h>
 
-#include "base/base.h"
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "../base/base.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct {
     int64_t num_layers;      /* l */
@@ -293,5 +297,9 @@ int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits,
 /* The sampler without a generator: idx [V] and prob [V] are caller scratch. */
 int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp,
                            uint64_t draw, int32_t *idx, float *prob);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

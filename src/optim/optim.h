@@ -13,8 +13,12 @@
 
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PTDP_LR_STYLES(X)           \
     X(PTDP_LR_CONSTANT, "constant") \
@@ -183,5 +187,9 @@ ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int6
 void ptdp_loss_scaler_update(ptdp_loss_scaler *s, int found_inf);
 /* Bytes of optimizer state this rank holds. */
 size_t ptdp_optim_state_bytes(const ptdp_optimizer *o);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

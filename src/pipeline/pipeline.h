@@ -6,9 +6,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm/comm.h"
-#include "model/model.h"
-#include "pipeline/schedule.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
+#include "schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The executor runs one pipeline rank's action list (schedule.h) over its
  * model chunks: receives activations and gradients from the neighbouring
@@ -104,5 +108,9 @@ int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_ra
 
 /* Internal (trace.c): the events recorded so far; returns their count. */
 int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

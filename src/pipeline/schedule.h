@@ -30,6 +30,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Action kinds: X(enum, short name used in printed lists, long name).
  * Backward B is the whole backward of the chunk for the schedules that do not
  * split it; under a zero-bubble schedule (ptdp_schedule_splits_backward) B
@@ -340,5 +344,9 @@ int ptdp_schedule_send_buffers(const ptdp_schedule *s);
  * m <= 40 with unit costs, nor for p <= 6, m <= 20 with the costs that
  * test_schedule sweeps). */
 int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,10 +10,15 @@
 #ifndef PTDP_PLAN_H
 #define PTDP_PLAN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
-#include "base/base.h"
-#include "pipeline/schedule.h"
+#include "../base/base.h"
+#include "../pipeline/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Costs of one action on one model chunk (any time unit). With a model of
  * l layers split over p ranks and v chunks, a chunk holds l/(p*v) layers:
@@ -102,7 +107,6 @@ int ptdp_chart_write(FILE *f, const char *title, const char *xlabel, const ptdp_
 double ptdp__svg_tick_step(double span, int ticks);
 
 /* ---- memory ----------------------------------------------------------------- */
-#include <stdint.h>
 
 /* One model chunk on one rank (fp32 activations). */
 typedef struct {
@@ -387,5 +391,9 @@ typedef struct {
  * at all (the message gives the commonest reason); PTDP_ENOMEM. */
 int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                      const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,12 +12,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "comm/comm.h"
-#include "kernels/kernels.h"
-#include "model/model.h"
-#include "optim/optim.h"
-#include "pipeline/pipeline.h"
-#include "data/data.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
+#include "../model/model.h"
+#include "../optim/optim.h"
+#include "../pipeline/pipeline.h"
+#include "../data/data.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* ---- samples ---------------------------------------------------------------- */
 /* Where training samples come from: --mock-data (deterministic
@@ -266,5 +270,9 @@ void ptdp_run_catch_sigterm(void);
  * returns the run's. Collective. */
 int ptdp_run_finish(ptdp_run *r, int status);
 void ptdp_run_free(ptdp_run *r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/model.h"
-#include "pipeline/schedule.h"
+#include <ptdp/model/model.h>
+#include <ptdp/pipeline/schedule.h>
 
 int main(void) {
     ptdp_gpt_config cfg = {.num_layers = 2,
