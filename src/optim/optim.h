@@ -85,7 +85,8 @@ ptdp_ddp_params ptdp_ddp_default_params(void);
 /* Builds the buckets and carves the ZeRO-1 shard from p->mem; over a plan
  * arena that only records its size, and ptdp_ddp_bind carves it again once
  * the block exists and takes the (then allocated) parameter and gradient
- * buffers (the caller owns the memory). PTDP_ENOMEM (host). */
+ * buffers (the caller owns the memory). PTDP_ENOMEM (host). Local: no communication; when it fails on some ranks only, the others do
+ * not learn it (agree before the next collective, as ptdp_run_setup does). */
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
 void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m);
 void ptdp_ddp_free(ptdp_ddp *d);
@@ -145,7 +146,8 @@ typedef struct {
  * [3, state_len] in all, when be->dtype is 16-bit) are carved from
  * mem->cat[PTDP_MEM_OPTIMIZER]; over a plan arena that only records the
  * size, and ptdp_optim_bind carves again (and points the runs at the
- * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
+ * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure.
+ * Local (no communication). */
 int ptdp_optim_init(ptdp_optimizer *o, ptdp_backend *be, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
                     int tp_rank, int first_stage, ptdp_mem *mem);
