@@ -45,8 +45,9 @@ void ptdp_hf_from_global(const ptdp_param_spec *sp, const ptdp_gpt_config *cfg, 
 
 /* Loads this rank's shards of every parameter of `chunk` from an HF GPT-2
  * safetensors file. Errors as above; nothing is half-loaded into the chunk
- * when a tensor fails (all tensors are checked before any upload). Local: no communication; when it fails on some ranks only, the others do
- * not learn it (agree before the next collective, as ptdp_run_setup does). */
+ * when a tensor fails (all tensors are checked before any upload). Local: no communication; when it
+ * fails on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
 
 /* Checks an HF GPT-2 safetensors file against the full model `cfg` before

@@ -429,8 +429,9 @@ ptdp_backend_params ptdp_backend_default_params(void);
  * CUDA backend: a ptdp build without nvcc, or a program not linked with it;
  * an installed ptdp built with nvcc has it as `pkg-config --libs ptdp-cuda`),
  * PTDP_EBACKEND (no usable GPU, cuBLAS missing), PTDP_ENOMEM. Not
- * thread-safe with itself on CUDA (the device is set per process). Local: no communication; when it fails on some ranks only, the others do
- * not learn it (agree before the next collective, as ptdp_run_setup does). */
+ * thread-safe with itself on CUDA (the device is set per process). Local: no communication; when it
+ * fails on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_backend_open(ptdp_backend **out, const ptdp_backend_params *p);
 /* Frees the instance and everything it holds; NULL is a no-op. Memory it
  * handed out (alloc) and a workspace it was given stay the caller's: free

@@ -85,8 +85,9 @@ ptdp_ddp_params ptdp_ddp_default_params(void);
 /* Builds the buckets and carves the ZeRO-1 shard from p->mem; over a plan
  * arena that only records its size, and ptdp_ddp_bind carves it again once
  * the block exists and takes the (then allocated) parameter and gradient
- * buffers (the caller owns the memory). PTDP_ENOMEM (host). Local: no communication; when it fails on some ranks only, the others do
- * not learn it (agree before the next collective, as ptdp_run_setup does). */
+ * buffers (the caller owns the memory). PTDP_ENOMEM (host). Local: no communication; when it fails
+ * on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
 void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m);
 void ptdp_ddp_free(ptdp_ddp *d);

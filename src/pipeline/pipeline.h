@@ -77,8 +77,8 @@ ptdp_executor_params ptdp_executor_default_params(void);
  * [1 + 2K, b*s*h] floats, a receive buffer and a ring of K per direction)
  * from p->mem; over a plan arena that only records the size, and
  * ptdp_executor_bind carves again from the allocated block (the caller owns
- * the memory). PTDP_ENOMEM (host bookkeeping). Local: no communication; when it fails on some ranks only, the others do
- * not learn it (agree before the next collective, as ptdp_run_setup does). */
+ * the memory). PTDP_ENOMEM (host bookkeeping). Local: no communication; when it fails on some ranks
+ * only, the others do not learn it (agree before the next collective, as ptdp_run_setup does). */
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p);
 void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m);
 void ptdp_executor_free(ptdp_executor *ex);
