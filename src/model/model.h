@@ -22,30 +22,12 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/job.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 
-typedef struct {
-    int64_t num_layers;      /* l */
-    int64_t hidden;          /* h */
-    int64_t heads;           /* a */
-    int64_t ffn_hidden;      /* 4h by default */
-    int64_t seq_length;      /* s */
-    int64_t max_positions;   /* rows of the position embedding */
-    int64_t vocab;           /* V, the real vocabulary */
-    int64_t vocab_padded;    /* Vp, multiple of make_vocab_divisible_by * t */
-    float init_std;          /* 0.02 */
-    float hidden_dropout;    /* after the attention and MLP output projections */
-    float attention_dropout; /* on the attention probabilities */
-    float ln_eps;            /* 1e-5 */
-    uint64_t seed;
-} ptdp_gpt_config;
-
-/* Fills the derived fields (vocab_padded from `divisible_by` and t,
- * ffn_hidden = 4h when 0) and validates: heads and 4h divisible by t, hidden
- * divisible by heads, s <= max positions. PTDP_ECONFIG with a message naming
- * the flag otherwise. */
-int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t);
+/* The model's shape, ptdp_gpt_config, and ptdp_gpt_config_finish are part of
+ * the job description (base/job.h). */
 
 /* Parameter specs (ptdp_param_spec, its role, split and init rules) are
  * declared in base/base.h, where optim/ and ckpt/ see them too. */
@@ -105,9 +87,6 @@ typedef struct {
 ptdp_chunk_params ptdp_chunk_default_params(void);
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
-
-/* Most model chunks one rank holds (the virtual pipeline size v). */
-#define PTDP_MAX_CHUNKS 16
 
 /* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
  * allocate. The chunk keeps pointers to cfg, be and tp (caller owns them). It

@@ -6,22 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const lr_names[] = {
-#define PTDP__LR_NAME(e, s) s,
-    PTDP_LR_STYLES(PTDP__LR_NAME)
-#undef PTDP__LR_NAME
-};
-
-int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out) {
-    for (int i = 0; i < (int)(sizeof lr_names / sizeof lr_names[0]); i++)
-        if (!strcmp(name, lr_names[i])) {
-            *out = (ptdp_lr_style)i;
-            return PTDP_OK;
-        }
-    return ptdp_errorf(PTDP_EINVAL, "--lr-decay-style must be constant|linear|cosine, got '%s'",
-                       name);
-}
-
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
     const double n = (double)step * (double)(s->samples_per_step > 0 ? s->samples_per_step : 1);
     if (s->warmup_samples > 0 && n <= s->warmup_samples) return s->max_lr * n / s->warmup_samples;

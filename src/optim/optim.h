@@ -13,19 +13,9 @@
 
 #include <stdint.h>
 
+#include "base/job.h"
 #include "comm/comm.h"
 #include "kernels/kernels.h"
-
-#define PTDP_LR_STYLES(X)           \
-    X(PTDP_LR_CONSTANT, "constant") \
-    X(PTDP_LR_LINEAR, "linear")     \
-    X(PTDP_LR_COSINE, "cosine")
-typedef enum {
-#define PTDP__LR_ENUM(e, s) e,
-    PTDP_LR_STYLES(PTDP__LR_ENUM)
-#undef PTDP__LR_ENUM
-} ptdp_lr_style;
-int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out);
 
 /* Megatron's OptimizerParamScheduler counts samples: every optimizer step
  * advances it by the global batch, whether the flags gave iterations
@@ -44,9 +34,8 @@ typedef struct {
  * decay_samples, min_lr after. */
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step);
 
-typedef struct {
-    double beta1, beta2, eps, weight_decay, clip_grad;
-} ptdp_adamw_params;
+/* AdamW's settings, ptdp_adamw_params, are part of the job description
+ * (base/job.h). */
 ptdp_adamw_params ptdp_adamw_default_params(void); /* Megatron: 0.9, 0.999, 1e-8, 0.01, 1.0 */
 
 /* ---- data-parallel gradient reduction ------------------------------------ */
