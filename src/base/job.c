@@ -400,7 +400,7 @@ static int check_buckets(const ptdp_job *j) {
         (long long)max_buckets, (long long)least);
 }
 
-int ptdp_job_finish(ptdp_job *j) {
+int ptdp_job_check_required(const ptdp_job *j) {
     const ptdp_gpt_config *c = &j->model;
     const struct {
         int missing;
@@ -416,14 +416,26 @@ int ptdp_job_finish(ptdp_job *j) {
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing)
             return ptdp_errorf(PTDP_EINVAL, "missing required flag %s (see --help)", req[i].flag);
-    int rc = check_ranges(j);
-    if (rc) return rc;
-    if (c->ffn_hidden && c->ffn_hidden % j->t)
+    return PTDP_OK;
+}
+
+int ptdp_job_check_width(const ptdp_job *j) {
+    const ptdp_gpt_config *c = &j->model;
+    if (j->t > 0 && c->ffn_hidden && c->ffn_hidden % j->t)
         return ptdp_errorf(
             PTDP_ECONFIG,
             "--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size "
             "%lld (each tensor-parallel rank holds 1/t of the MLP width)",
             (long long)c->ffn_hidden, (long long)j->t);
+    return PTDP_OK;
+}
+
+int ptdp_job_finish(ptdp_job *j) {
+    const ptdp_gpt_config *c = &j->model;
+    int rc = ptdp_job_check_required(j);
+    if (!rc) rc = check_ranges(j);
+    if (!rc) rc = ptdp_job_check_width(j);
+    if (rc) return rc;
     const int64_t v = resolved_v(j);
     const int64_t B = j->global_batch ? j->global_batch : j->micro_batch * j->d;
     rc = check_layout(j, v);

@@ -209,6 +209,16 @@ typedef struct {
  * the backward, dropout 0.1, seed 1234. */
 ptdp_job ptdp_job_default_params(void);
 
+/* The fields without a default: the model's shape (--num-layers,
+ * --hidden-size, --num-attention-heads, --seq-length), the length of the
+ * run (--train-iters or --train-samples) and --lr. PTDP_EINVAL naming the
+ * first one missing ("missing required flag --lr (see --help)"). The first
+ * rule of ptdp_job_check. */
+int ptdp_job_check_required(const ptdp_job *job);
+/* The MLP width (--ffn-hidden-size) against t: PTDP_ECONFIG naming both
+ * flags. A rule of ptdp_job_check that `ptdp train` applies before it
+ * knows the number of ranks (its message comes before the launch's). */
+int ptdp_job_check_width(const ptdp_job *job);
 /* Applies every rule of `ptdp train` to the job: required fields, ranges,
  * the model's shape against t (ptdp_gpt_config_finish), the stage layout
  * against p and v, the schedule against v and the number of micro-batches,

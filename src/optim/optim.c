@@ -16,6 +16,24 @@ double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }
 
+ptdp_lr_schedule ptdp_lr_schedule_of_job(const ptdp_job *j) {
+    const int by_samples = j->train_samples >= 0;
+    const int64_t B = j->global_batch;
+    ptdp_lr_schedule lr = {.max_lr = j->lr,
+                           .min_lr = j->min_lr,
+                           .samples_per_step = B,
+                           .style = (ptdp_lr_style)j->lr_decay_style};
+    lr.decay_samples =
+        by_samples ? (double)(j->lr_decay_samples ? j->lr_decay_samples : j->train_samples)
+                   : (double)(j->lr_decay_iters ? j->lr_decay_iters : j->train_iters) * (double)B;
+    lr.warmup_samples =
+        by_samples ? (double)j->lr_warmup_samples : (double)j->lr_warmup_iters * (double)B;
+    if (j->lr_warmup_fraction > 0) lr.warmup_samples = j->lr_warmup_fraction * lr.decay_samples;
+    if (lr.decay_samples <= lr.warmup_samples)
+        lr.decay_samples = (floor(lr.warmup_samples / (double)B) + 1) * (double)B;
+    return lr;
+}
+
 ptdp_adamw_params ptdp_adamw_default_params(void) {
     ptdp_adamw_params p = {
         .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .clip_grad = 1.0};
@@ -152,6 +170,14 @@ ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int6
                               .window = window,
                               .hysteresis = hysteresis,
                               .hysteresis_tracker = hysteresis};
+}
+
+ptdp_loss_scaler ptdp_loss_scaler_of_job(const ptdp_job *j) {
+    if (j->loss_scale > 0) return ptdp_loss_scaler_constant(j->loss_scale);
+    if (j->dtype == PTDP_DTYPE_FP16)
+        return ptdp_loss_scaler_dynamic(j->initial_loss_scale, j->min_loss_scale,
+                                        j->loss_scale_window, (int)j->hysteresis);
+    return ptdp_loss_scaler_constant(1.0);
 }
 
 /* Megatron's DynamicGradScaler.update */
