@@ -124,7 +124,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     for (int it = 0; it < warmup + iters; it++) {
         ptdp_batches_get(&data, (int64_t)it * B, B, batch);
         double t0 = ptdp_now();
-        ptdp_trainer_step(tr, batch, &st);
+        PTDP_ASSERT_MSG(ptdp_trainer_step(tr, batch, &st) == PTDP_OK, ptdp_last_error());
         double dt = ptdp_now() - t0;
         if (it >= warmup) ms[it - warmup] = dt * 1e3;
     }

@@ -199,7 +199,7 @@ static void golden_run_config(const char *file, ptdp_backend *ops) {
         double g = check_params_vs(chunk, cfg, f, "ref.grads.", it, 1, 1e-4, 0);
         worst_grad = fmax(worst_grad, g);
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st);
+        CHECK_OK(ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st));
         CHECK_CLOSE(st.loss, ref_losses[it], 1e-5, 0);
         CHECK_CLOSE(st.grad_norm, ref_norms[it], 1e-5, 0);
         printf("%s it %d: loss %.7f (ref %.7f)  norm %.7f (ref %.7f)\n", file, it, st.loss,

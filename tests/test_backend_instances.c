@@ -75,7 +75,7 @@ static int run_open(run *r, result *out) {
 static void run_step(run *r, int it) {
     ptdp_batches_get(&r->data, it * r->B, r->B, r->batch);
     ptdp_step_stats st;
-    ptdp_trainer_step(r->tr, r->batch, &st);
+    CHECK_OK(ptdp_trainer_step(r->tr, r->batch, &st));
     r->out->loss[it] = st.loss;
     r->out->norm[it] = st.grad_norm;
 }

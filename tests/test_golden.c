@@ -30,7 +30,7 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
     double worst_loss = 0, worst_norm = 0;
     for (int it = 0; tr && it < 10; it++) {
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st);
+        CHECK_OK(ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st));
         CHECK(!st.skipped);
         worst_loss = fmax(worst_loss, fabs(st.loss - ref_losses[it]) / fabs(ref_losses[it]));
         worst_norm = fmax(worst_norm, fabs(st.grad_norm - ref_norms[it]) / fabs(ref_norms[it]));

@@ -53,7 +53,7 @@ static void train20(ptdp_backend *ops, run20 *out) {
     for (int it = 0; it < 20; it++) {
         ptdp_batches_get(&data, it * B, B, batch);
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, batch, &st);
+        CHECK_OK(ptdp_trainer_step(tr, batch, &st));
         out->loss[it] = st.loss;
         out->norm[it] = st.grad_norm;
     }

@@ -245,7 +245,8 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     if (rc == PTDP_OK && p->load && p->log_jsonl) rc = agree(r->comm, ptdp__log_resume(r));
     if (rc == PTDP_OK) {
         const int64_t Bl = r->job->global_batch / r->comm->d; /* this data-parallel rank's share */
-        r->batch = malloc(sizeof(int32_t) * (size_t)(Bl * (r->job->model.seq_length + 1)));
+        /* zeroed: the middle pipeline stages read no data and pass valid ids */
+        r->batch = calloc((size_t)(Bl * (r->job->model.seq_length + 1)), sizeof(int32_t));
         r->nonfinite = calloc((size_t)r->comm->world_size, sizeof(int32_t));
         if (!r->batch || !r->nonfinite)
             rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
@@ -394,7 +395,10 @@ int ptdp_run_loop(ptdp_run *r) {
         ptdp_activity_set(it + 1, "training");
         if (reads_data) ptdp_batches_get(&r->data, r->consumed + comm->dp * Bl, Bl, r->batch);
         double t0 = ptdp_now();
-        ptdp_trainer_step(r->tr, r->batch, &r->st);
+        if (ptdp_trainer_step(r->tr, r->batch, &r->st)) { /* a token id outside the vocabulary */
+            ptdp_log_error("%s", ptdp_last_error());
+            ptdp_comm_abort(comm, 1);
+        }
         double dt = ptdp_now() - t0;
         r->consumed += B;
         if (ptdp_fault_at("perturb", r->st.iteration)) /* tests: --check-dp-replicas must fail */

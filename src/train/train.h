@@ -102,8 +102,12 @@ void ptdp_trainer_free(ptdp_trainer *tr);
 
 /* One iteration over the global batch. tokens [B/d, s+1]: this data-parallel
  * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per
- * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it. */
-void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
+ * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it.
+ * PTDP_EINVAL, before anything is computed or sent and with nothing trained, when a token id
+ * of the batch is outside [0, V) (V = the job's model.vocab, --vocab-size). Only the ranks
+ * given that batch return (the ranks of one data-parallel replica share it): in a job of
+ * several replicas the caller ends the job (ptdp_comm_abort), as `ptdp train` does. */
+int ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
 
 /* Where the last step's non-finite values arose (check_nonfinite): flags[w]
  * receives, for every world rank w, PTDP_NONFINITE_LOSS when its local loss

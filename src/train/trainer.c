@@ -414,10 +414,27 @@ static int64_t loss_scales(ptdp_trainer *tr, const int32_t *batch) {
     return total;
 }
 
-void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
+/* Every token id of this rank's share of the batch is in [0, V): an id
+ * outside would read past the embedding and give a wrong loss. One pass
+ * over B/d (s + 1) ids, nothing next to a step's work. */
+static int check_tokens(const ptdp_trainer *tr, const int32_t *batch) {
+    const ptdp_job *j = tr->job;
+    const int64_t n = j->global_batch / j->d * (j->model.seq_length + 1), V = j->model.vocab;
+    for (int64_t i = 0; batch && i < n; i++)
+        if (batch[i] < 0 || batch[i] >= V)
+            return ptdp_errorf(PTDP_EINVAL,
+                               "token id %lld at position %lld of the batch is outside the "
+                               "vocabulary [0, %lld) (--vocab-size %lld)",
+                               (long long)batch[i], (long long)i, (long long)V, (long long)V);
+    return PTDP_OK;
+}
+
+int ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st) {
     const ptdp_job *j = tr->job;
     ptdp_comm *comm = tr->p.comm;
     const int64_t s = j->model.seq_length, b = j->micro_batch, m = tr->sched.m;
+    const int bad = check_tokens(tr, batch);
+    if (bad) return bad;
     const int64_t counted = loss_scales(tr, batch);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_zero_grads(tr->chunks[c]);
     double loss_sum = 0.0;
@@ -480,6 +497,7 @@ void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *
     /* Megatron logs the learning rate after the scheduler's step: the one the
      * next iteration uses (iteration 1 of a warm-up shows lr / warm-up) */
     st->lr = ptdp_lr_at(&tr->lr, tr->opts[0].step);
+    return PTDP_OK;
 }
 
 /* Forward only, stage after stage with blocking transfers (no schedule
