@@ -367,7 +367,7 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
     ptdp_opt opts[PTDP_ARGS_MAX_FLAGS];
     int n = ptdp_args_table(a, which, opts, PTDP_ARGS_MAX_FLAGS);
     cJSON *root = cJSON_CreateObject();
-    char key[128], paths[4096];
+    char key[128];
     for (int i = 0; root && i < n; i++) {
         const ptdp_opt *o = &opts[i];
         int alias = 0; /* a second name for the same setting: the first name says it */
@@ -394,15 +394,8 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
             if (*(float *)o->dst >= o->min) v = cJSON_CreateNumber(shortest_f32(*(float *)o->dst));
             break;
         case PTDP_OPT_STR:
-            if (o->dst == &a->data_path &&
-                a->data_path) { /* the whole list, as --config takes it */
-                size_t len = 0;
-                paths[0] = 0;
-                for (int k = 0; k < a->n_data_paths; k++)
-                    len +=
-                        (size_t)snprintf(paths + len, len < sizeof paths ? sizeof paths - len : 0,
-                                         "%s%s", k ? " " : "", a->data_paths[k]);
-                v = cJSON_CreateString(paths);
+            if (o->dst == &a->data_path && a->data_path) { /* the whole list, one path a string */
+                v = cJSON_CreateStringArray(a->data_paths, a->n_data_paths);
             } else if (*(const char **)o->dst) {
                 v = cJSON_CreateString(*(const char **)o->dst);
             }
@@ -419,6 +412,32 @@ char *ptdp_args_config_json(ptdp_args *a, int which, int64_t global_batch) {
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
+}
+
+/* --config's "data_path" as a JSON list, one word of --data-path an item
+ * ("1", "my data/a_text_document", ...): spaces stay inside a path. The
+ * strings stay in the parsed file (json_keep). */
+static int data_path_list(ptdp_args *a, const cJSON *list, const char *path) {
+    const int n = cJSON_GetArraySize(list);
+    if (n == 0)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "--config %s: key 'data_path' is an empty list; give a dataset prefix "
+                           "(or weights and prefixes)",
+                           path);
+    if (n > 128) return ptdp_errorf(PTDP_EINVAL, "--data-path: at most 64 datasets");
+    int k = 0;
+    for (const cJSON *e = list->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return ptdp_errorf(PTDP_EINVAL,
+                               "--config %s: key 'data_path' must be a list of strings (weights "
+                               "and prefixes, e.g. [\"0.3\", \"a_text_document\"]) or one string",
+                               path);
+        a->data_paths[k++] = e->valuestring;
+    }
+    a->n_data_paths = n;
+    a->data_path = a->data_paths[0];
+    a->data_path_list = 1;
+    return PTDP_OK;
 }
 
 /* Applies the JSON object text[len] (named `path` in messages) to opts; keys
@@ -443,6 +462,12 @@ static int apply_json_text(ptdp_args *a, ptdp_opt *opts, int n, const char *text
             if (*c == '_') *c = '-';
         const char *v = val;
         ptdp_opt *o = ptdp_opt_find(opts, n, name);
+        if (o && o->dst == &a->data_path && cJSON_IsArray(it)) {
+            int rc = data_path_list(a, it, path);
+            if (rc) return rc;
+            continue;
+        }
+        if (o && o->dst == &a->data_path) a->data_path_list = 0; /* the one-string form */
         if (o && o->type == PTDP_OPT_STR && !cJSON_IsString(it))
             return ptdp_errorf(PTDP_EINVAL, "--config %s: key '%s' must be a string", path,
                                it->string);
@@ -564,6 +589,7 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
             continue;
         }
         from_cli = 1;
+        a->data_path_list = 0;
         a->n_data_paths = 0;
         while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
             if (a->n_data_paths == 128) {
@@ -579,7 +605,8 @@ int ptdp_args_parse(ptdp_args *a, int which, int argc, char **argv, int *want_he
         }
         a->data_path = a->data_paths[0];
     }
-    if (!from_cli && a->data_path) { /* from --config: split the string on spaces */
+    if (!from_cli && a->data_path && !a->data_path_list) {
+        /* from --config as one string (the old form): split it on spaces */
         snprintf(a->data_path_buf, sizeof a->data_path_buf, "%s", a->data_path);
         a->n_data_paths = 0;
         for (char *tok = strtok(a->data_path_buf, " \t"); tok && a->n_data_paths < 128;

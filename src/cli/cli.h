@@ -118,7 +118,8 @@ typedef struct {
     const char *data_path;       /* first value (presence); all values below */
     const char *data_paths[128]; /* "PREFIX" or "W1 P1 W2 P2 ..." */
     int n_data_paths;
-    char data_path_buf[4096]; /* storage when the list came from --config */
+    char data_path_buf[4096]; /* storage when the list came from --config as one string */
+    int data_path_list;       /* --config gave a JSON list (data_paths point into it) */
     const char *vocab_file, *merge_file, *tokenizer_type;
     /* the command line's own */
     const char *config, *gemm, *device, *out;
