@@ -170,7 +170,6 @@ size_t ptdp_arena_need(size_t bytes);
     X(PTDP_MEM_ACTIVATIONS, "activations")      /* per micro-batch slots */ \
     X(PTDP_MEM_WORKSPACE, "workspace")          /* shared by all slots */   \
     X(PTDP_MEM_PIPELINE, "pipeline buffers")    /* receive + send rings */  \
-    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */  \
     X(PTDP_MEM_BACKEND, "backend workspace")    /* the compute backend's */
 typedef enum {
 #define PTDP__MEM_ENUM(e, s) e,

@@ -1,7 +1,7 @@
 /* memory.c - the planner's memory model of one training rank, from the
  * configuration alone: every tensor category of base/base.h (weights,
  * gradients, optimizer state, ZeRO-1 gradient shard, activations, workspace,
- * pipeline and evaluation buffers, the compute backend's own workspace). It
+ * pipeline buffers (training and evaluation share them), the compute backend's own workspace). It
  * must not depend on the model,
  * optimizer or pipeline code (only on base and pipeline/schedule.h): the
  * train run prints this prediction next to what the rank actually carved,
@@ -256,7 +256,6 @@ int ptdp_plan_rank_memory(const ptdp_job *job, int pp_rank, int dp_rank,
         const int K = ptdp_schedule_send_buffers(&all); /* ring slots per direction */
         ptdp_schedule_free(&all);
         bytes[PTDP_MEM_PIPELINE] = ptdp_arena_need(4 * msg * (size_t)(2 + 2 * K));
-        bytes[PTDP_MEM_EVAL] = ptdp_arena_need(4 * msg * 2);
     }
     return PTDP_OK;
 }

@@ -395,8 +395,8 @@ static int memory_fp32(const layout_est *x, int rank, double mem[PTDP_PMEM_COUNT
     mem[PTDP_PMEM_GRADIENTS] = (double)bytes[PTDP_MEM_GRADIENTS];
     mem[PTDP_PMEM_OPTIMIZER] = (double)bytes[PTDP_MEM_OPTIMIZER];
     mem[PTDP_PMEM_ACTIVATIONS] = (double)bytes[PTDP_MEM_ACTIVATIONS];
-    mem[PTDP_PMEM_BUFFERS] = (double)(bytes[PTDP_MEM_WORKSPACE] + bytes[PTDP_MEM_PIPELINE] +
-                                      bytes[PTDP_MEM_GRAD_SHARD] + bytes[PTDP_MEM_EVAL]);
+    mem[PTDP_PMEM_BUFFERS] =
+        (double)(bytes[PTDP_MEM_WORKSPACE] + bytes[PTDP_MEM_PIPELINE] + bytes[PTDP_MEM_GRAD_SHARD]);
     *params = (double)bytes[PTDP_MEM_WEIGHTS] / 4.0;
     return PTDP_OK;
 }

@@ -20,7 +20,6 @@ struct ptdp_trainer {
     ptdp_optimizer opts[PTDP_MAX_CHUNKS];
     ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
     ptdp_executor *ex;
-    float *eval_buf;                 /* [2, b*s*h]: evaluation's stage-to-stage transfers (p > 1) */
     ptdp_backend_job bjob;           /* what the backend plans its own memory for */
     ptdp_backend_workspace bws;      /* its answer */
     void *bws_block;                 /* its workspace, from the backend category (NULL: none) */

@@ -53,13 +53,6 @@ static int64_t msg_floats(const ptdp_job *j) {
     return ptdp_job_sequence_parallel(j) ? n / j->t : n;
 }
 
-/* Evaluation's two stage-to-stage buffers [2, msg] (p > 1). */
-static void carve_eval(ptdp_trainer *tr) {
-    const size_t n = 2 * (size_t)msg_floats(tr->job);
-    tr->eval_buf =
-        tr->job->p > 1 ? ptdp_arena_carve(&tr->mem.cat[PTDP_MEM_EVAL], sizeof(float) * n) : NULL;
-}
-
 /* The shapes the compute backend plans its own memory for: a layer's and
  * the loss head's ops, the layers and heads of this rank's chunks. */
 static ptdp_backend_job backend_job(const ptdp_trainer *tr) {
@@ -219,7 +212,6 @@ static int build_executor(ptdp_trainer *tr) {
  * backend gets its workspace. */
 static int allocate(ptdp_trainer *tr) {
     ptdp_backend *be = tr->p.be;
-    carve_eval(tr);
     tr->bjob = backend_job(tr);
     int rc = ptdp_backend_workspace_size(be, &tr->bjob, &tr->bws);
     if (rc) return rc;
@@ -233,7 +225,6 @@ static int allocate(ptdp_trainer *tr) {
         ptdp_optim_bind(&tr->opts[c], w, tr->ddp[c], &tr->mem);
     }
     ptdp_executor_bind(tr->ex, &tr->mem);
-    carve_eval(tr);
     carve_backend(tr);
     PTDP_ASSERT_MSG(ptdp_mem_exact(&tr->mem), "a subsystem carved differently from its plan");
     rc = ptdp_backend_workspace_set(
@@ -500,47 +491,21 @@ int ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *s
     return PTDP_OK;
 }
 
-/* Forward only, stage after stage with blocking transfers (no schedule
- * needed: nothing overlaps; a hand-off between two chunks of this rank
- * stays in buf). Activation slot 0 of each chunk is free between
- * iterations. */
+/* Forward only: the executor's evaluation list (every micro-batch through
+ * the stages in order, the same transfers as a step's), no dropout, no
+ * gradients. */
 double ptdp_trainer_eval(ptdp_trainer *tr, const int32_t *batch) {
     const ptdp_job *j = tr->job;
     ptdp_comm *comm = tr->p.comm;
-    ptdp_backend *be = tr->p.be;
-    const int64_t s = j->model.seq_length, b = j->micro_batch, m = tr->sched.m, P = comm->p;
-    const int64_t n = msg_floats(j), stages = P * tr->v;
-    float *buf = tr->eval_buf;
+    const int64_t s = j->model.seq_length, b = j->micro_batch, m = tr->sched.m;
     double loss_sum[2] = {0.0, 0.0}; /* masked loss, counted tokens (--eod-mask-loss) */
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 0);
-    for (int64_t k = 0; k < m; k++)
-        for (int64_t stage = 0; stage < stages; stage++) {
-            int r, c, prev_r = -1, next_r = -1, unused;
-            ptdp_schedule_stage_owner(&tr->sched, (int)stage, &r, &c);
-            if (r != comm->pp) continue;
-            if (stage > 0) ptdp_schedule_stage_owner(&tr->sched, (int)stage - 1, &prev_r, &unused);
-            if (stage < stages - 1)
-                ptdp_schedule_stage_owner(&tr->sched, (int)stage + 1, &next_r, &unused);
-            ptdp_comm_req req;
-            if (stage > 0 && prev_r == r) { /* from this rank's previous stage */
-                be->copy(be, buf, buf + n, n);
-            } else if (stage > 0) {
-                ptdp_irecv_f32(&comm->pipeline, buf, n, prev_r, (int)stage, &req);
-                ptdp_wait(&req);
-            }
-            double ls = 0.0;
-            ptdp_gpt_chunk_fwd(tr->chunks[c], 0, batch ? batch + k * b * (s + 1) : NULL,
-                               stage > 0 ? buf : NULL, stage < stages - 1 ? buf + n : NULL, 0.0f,
-                               &ls, tr->iteration, k);
-            loss_sum[0] += ls;
-            if (stage == stages - 1 && j->eod_mask_loss)
-                loss_sum[1] += (double)counted_tokens(j, batch, k);
-            if (stage < stages - 1 && next_r != r) {
-                ptdp_isend_f32(&comm->pipeline, buf + n, n, next_r, (int)(stage + 1), &req);
-                ptdp_wait(&req);
-            }
-        }
+    ptdp_executor_run_forward(tr->ex, batch, b, s, tr->iteration, &loss_sum[0]);
     for (int c = 0; c < tr->v; c++) ptdp_gpt_chunk_set_training(tr->chunks[c], 1);
+    int last_rank, last_chunk;
+    end_stage(tr, 1, &last_rank, &last_chunk);
+    for (int64_t k = 0; j->eod_mask_loss && comm->pp == last_rank && k < m; k++)
+        loss_sum[1] += (double)counted_tokens(j, batch, k);
     const int nl = j->eod_mask_loss ? 2 : 1; /* the count only when masking */
     ptdp_allreduce_sum_f64(&comm->data, loss_sum, nl);
     ptdp_allreduce_sum_f64(&comm->pipeline, loss_sum, nl);
