@@ -182,7 +182,6 @@ size_t ptdp_arena_need(size_t bytes);
     X(PTDP_MEM_ACTIVATIONS, "activations")      /* per micro-batch slots */ \
     X(PTDP_MEM_WORKSPACE, "workspace")          /* shared by all slots */   \
     X(PTDP_MEM_PIPELINE, "pipeline buffers")    /* receive + send rings */  \
-    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */  \
     X(PTDP_MEM_BACKEND, "backend workspace")    /* the compute backend's */
 typedef enum {
 #define PTDP__MEM_ENUM(e, s) e,
@@ -422,11 +421,12 @@ const char *ptdp_fmt_bytes(double bytes, char *buf);
 /* A table-driven parser for Megatron-style flags (--name value, --flag).
  * Each option writes into caller-owned storage. */
 typedef enum {
-    PTDP_OPT_INT,    /* int64_t */
-    PTDP_OPT_FLOAT,  /* double */
-    PTDP_OPT_STR,    /* const char * (points into argv or the JSON config) */
-    PTDP_OPT_BOOL,   /* int; "--name" sets 1 */
-    PTDP_OPT_NEGBOOL /* int; "--name" sets 0 (e.g. --no-overlap-grad-reduce) */
+    PTDP_OPT_INT,     /* int64_t */
+    PTDP_OPT_FLOAT,   /* double */
+    PTDP_OPT_FLOAT32, /* float (checked against min/max as a double, then rounded) */
+    PTDP_OPT_STR,     /* const char * (points into argv or the JSON config) */
+    PTDP_OPT_BOOL,    /* int; "--name" sets 1 */
+    PTDP_OPT_NEGBOOL  /* int; "--name" sets 0 (e.g. --no-overlap-grad-reduce) */
 } ptdp_opt_type;
 
 typedef struct {

@@ -9,40 +9,6 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
-int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
-    if (cfg->ffn_hidden == 0) cfg->ffn_hidden = 4 * cfg->hidden;
-    if (cfg->num_layers < 1) return ptdp_errorf(PTDP_ECONFIG, "--num-layers must be >= 1");
-    if (cfg->hidden < 1 || cfg->heads < 1)
-        return ptdp_errorf(PTDP_ECONFIG, "--hidden-size and --num-attention-heads must be >= 1");
-    if (cfg->hidden % cfg->heads)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--hidden-size %lld is not divisible by --num-attention-heads %lld",
-                           (long long)cfg->hidden, (long long)cfg->heads);
-    if (cfg->heads % t)
-        return ptdp_errorf(
-            PTDP_ECONFIG,
-            "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %d "
-            "(each tensor-parallel rank computes a/t whole heads)",
-            (long long)cfg->heads, t);
-    if (cfg->ffn_hidden % t)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "the MLP width %lld (4 x --hidden-size) is not divisible by "
-                           "--tensor-model-parallel-size %d",
-                           (long long)cfg->ffn_hidden, t);
-    if (cfg->max_positions == 0) cfg->max_positions = cfg->seq_length;
-    if (cfg->seq_length < 1) return ptdp_errorf(PTDP_ECONFIG, "--seq-length must be >= 1");
-    if (cfg->seq_length > cfg->max_positions)
-        return ptdp_errorf(PTDP_ECONFIG, "--seq-length %lld exceeds --max-position-embeddings %lld",
-                           (long long)cfg->seq_length, (long long)cfg->max_positions);
-    if (cfg->vocab < 2) return ptdp_errorf(PTDP_ECONFIG, "the vocabulary size must be >= 2");
-    if (divisible_by < 1)
-        return ptdp_errorf(PTDP_ECONFIG, "--make-vocab-size-divisible-by must be >= 1");
-    int64_t mult = divisible_by * t;
-    cfg->vocab_padded = (cfg->vocab + mult - 1) / mult * mult;
-    if (cfg->ln_eps == 0.0f) cfg->ln_eps = 1e-5f;
-    return PTDP_OK;
-}
-
 static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_role role, int ndim,
                             int64_t d0, int64_t d1, ptdp_split split, ptdp_init init, int t) {
     PTDP_ASSERT(L->n < PTDP__MAX_SPECS);

@@ -93,6 +93,16 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
                        const float *loss_scales, int64_t iteration, int64_t mb_base,
                        double *loss_sum);
 
+/* Evaluation: every micro-batch forward through this rank's chunks (their
+ * training mode is the caller's to set), stage after stage as one process
+ * would run them, through the same buffers and transfers as
+ * ptdp_executor_run, without gradients (loss scale 0) and without trace
+ * events. tokens as ptdp_executor_run's; *loss_sum: the sum of token losses
+ * on the last stage (0 elsewhere). Blocking; every rank of the pipeline
+ * group calls it. */
+void ptdp_executor_run_forward(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
+                               int64_t iteration, double *loss_sum);
+
 /* Most micro-batches chunk `c` held stashed at once in this run, and the
  * slots each chunk needs for this rank's list (computed from the list). */
 int ptdp_executor_peak_inflight(const ptdp_executor *ex, int chunk);
