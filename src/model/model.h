@@ -97,7 +97,9 @@ typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
  * With p->mem the chunk's tensors are carved from those arenas: over plan
  * arenas it only records its sizes (its pointers are NULL until
  * ptdp_gpt_chunk_bind carves it again, in the same order, from the
- * allocated blocks; the caller owns and frees them, after the chunk). */
+ * allocated blocks; the caller owns and frees them, after the chunk).
+ * Local (no communication: initial weights are drawn by global index, not
+ * sent); a failure on one rank is not seen by the others. */
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);
 void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m);
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
