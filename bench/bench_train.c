@@ -88,15 +88,13 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
-    ptdp_gpt_config *cfg = &tp.cfg;
+    ptdp_job *job = &tp.job;
+    ptdp_gpt_config *cfg = &job->model;
     cfg->num_layers = bc->l;
     cfg->hidden = bc->h;
     cfg->heads = bc->a;
     cfg->seq_length = bc->s;
-    cfg->max_positions = bc->s;
     cfg->vocab = bc->V;
-    cfg->init_std = 0.02f;
-    cfg->seed = 1234;
     cfg->hidden_dropout = dropout;
     cfg->attention_dropout = dropout;
     if (bc->ffn) {
@@ -104,16 +102,15 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
         cfg->query_groups = bc->g;
         cfg->ffn_hidden = bc->ffn;
     }
-    if (ptdp_gpt_config_finish(cfg, 128, 1)) {
-        fprintf(stderr, "bench_train: config %s: %s\n", bc->name, ptdp_last_error());
-        return 1;
-    }
-    tp.micro_batch = bc->b;
-    tp.global_batch = bc->b;
-    tp.lr = (ptdp_lr_schedule){1e-4, 1e-5, 0, 1000, 1, PTDP_LR_CONSTANT};
-    tp.adam = ptdp_adamw_default_params();
+    job->micro_batch = bc->b;
+    job->global_batch = bc->b;
+    job->train_iters = warmup + iters;
+    job->lr = 1e-4;
+    job->min_lr = 1e-5;
+    job->lr_decay_style = PTDP_LR_CONSTANT;
+    job->dtype = dtype;
+    if (dtype == PTDP_DTYPE_FP16) job->loss_scale = 1024.0;
     tp.be = bench_backend(lib, dtype);
-    if (dtype == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
     tp.comm = &comm;
     ptdp_trainer *tr = NULL;
     if (ptdp_trainer_init(&tr, &tp)) {
@@ -134,7 +131,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
     for (int it = 0; it < warmup + iters; it++) {
         ptdp_batches_get(&data, (int64_t)it * B, B, batch);
         double t0 = ptdp_now();
-        ptdp_trainer_step(tr, batch, &st);
+        PTDP_ASSERT_MSG(ptdp_trainer_step(tr, batch, &st) == PTDP_OK, ptdp_last_error());
         double dt = ptdp_now() - t0;
         if (it >= warmup) ms[it - warmup] = dt * 1e3;
     }
@@ -146,7 +143,7 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
         const double again = measure_peak(lib, dtype);
         if (again > peak_gflops) peak_gflops = again;
     }
-    double flops = ptdp_gpt_flops_per_iter(cfg, B, 0);
+    double flops = ptdp_gpt_flops_per_iter(&ptdp_trainer_job(tr)->model, B, 0);
     double tflops = flops / (med / 1e3) / 1e12;
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf(
@@ -154,13 +151,14 @@ static int run(const bench_config *bc, int warmup, int iters, ptdp_gemm_lib lib,
         "\"V\":%lld,\"g\":%lld,\"ffn\":%lld,\"dropout\":%g,\"precision\":\"%s\",\"threads\":%d,"
         "\"gemm\":\"%s\",\"warmup\":%d,\"iters\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_all\":[",
         bc->name, (long long)bc->l, (long long)bc->h, (long long)bc->a, (long long)s, (long long)B,
-        (long long)ptdp_gpt_groups(cfg), (long long)cfg->ffn_hidden, (long long)bc->V,
-        (double)dropout, ptdp_dtype_name(dtype), omp_get_max_threads(), ptdp_gemm_lib_name(lib),
-        warmup, iters, med, sorted[0]);
+        (long long)ptdp_gpt_groups(&ptdp_trainer_job(tr)->model),
+        (long long)ptdp_trainer_job(tr)->model.ffn_hidden, (long long)bc->V, (double)dropout,
+        ptdp_dtype_name(dtype), omp_get_max_threads(), ptdp_gemm_lib_name(lib), warmup, iters, med,
+        sorted[0]);
     for (int i = 0; i < iters; i++) printf("%s%.3f", i ? "," : "", ms[i]);
     printf("],\"tokens_per_s\":%.1f,\"model_tflops\":%.5f,\"megatron_tflops\":%.5f,",
            (double)(B * s) / (med / 1e3), tflops,
-           ptdp_gpt_megatron_flops(cfg, B) / (med / 1e3) / 1e12);
+           ptdp_gpt_megatron_flops(&ptdp_trainer_job(tr)->model, B) / (med / 1e3) / 1e12);
     if (peak_gflops > 0)
         printf("\"peak_gflops\":%.1f,\"pct_of_peak\":%.2f,", peak_gflops,
                100.0 * tflops * 1e3 / peak_gflops);

@@ -1,6 +1,7 @@
 /* fuzz_config.c - `--config FILE.json` (cli/args.c): the JSON object of
  * flag names to values, applied to the training flags, then the same
- * cross-flag checks `ptdp train` runs, for 1 and 8 ranks. */
+ * cross-flag checks `ptdp train` runs (ptdp_args_job: the job's rules
+ * included), for 1 and 8 ranks. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -12,10 +13,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     void *keep = NULL;
     if (ptdp_args_apply_config_text(&a, PTDP_ARGS_TRAIN, (const char *)data, size, "fuzz.json",
                                     &keep) == PTDP_OK) {
-        ptdp_gpt_config cfg;
-        int d = 0;
-        ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, 1, &cfg, &d);
-        ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, 8, &cfg, &d);
+        ptdp_args_job(&a, PTDP_ARGS_TRAIN, 1);
+        ptdp_args_job(&a, PTDP_ARGS_TRAIN, 8);
     }
     ptdp_args_free(keep);
     return 0;

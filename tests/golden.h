@@ -110,34 +110,34 @@ static void golden_path(const char *file, char *path, size_t cap) {
 static ptdp_trainer_params golden_params(ptdp_st_file *f, const char *path, ptdp_backend *ops,
                                          ptdp_comm *comm) {
     ptdp_trainer_params tp = ptdp_trainer_default_params();
-    tp.cfg.num_layers = meta_i(f, "n_layer");
-    tp.cfg.hidden = meta_i_or(f, "n_embd", "hidden_size");
-    tp.cfg.heads = meta_i(f, "n_head");
-    tp.cfg.vocab = meta_i(f, "vocab_size");
-    tp.cfg.seq_length = meta_i(f, "seq_length");
-    tp.cfg.max_positions = meta_i_or(f, "n_positions", "seq_length");
-    tp.cfg.init_std = 0.02f;
-    tp.cfg.seed = 1;
+    ptdp_job *job = &tp.job;
+    job->model.num_layers = meta_i(f, "n_layer");
+    job->model.hidden = meta_i_or(f, "n_embd", "hidden_size");
+    job->model.heads = meta_i(f, "n_head");
+    job->model.vocab = meta_i(f, "vocab_size");
+    job->model.max_positions = meta_i_or(f, "n_positions", "seq_length");
+    job->model.seq_length = meta_i(f, "seq_length");
     if (ptdp_st_metadata(f, "n_kv_groups")) { /* llama_reference.py's: LlamaForCausalLM */
-        tp.cfg.rmsnorm = tp.cfg.swiglu = tp.cfg.rope = tp.cfg.untie = tp.cfg.no_bias = 1;
-        tp.cfg.query_groups = meta_i(f, "n_kv_groups");
-        tp.cfg.ffn_hidden = meta_i(f, "ffn_hidden_size");
-        tp.cfg.rotary_base = meta_f(f, "rope_theta");
-        tp.cfg.ln_eps = (float)meta_f(f, "rms_norm_eps");
+        ptdp_gpt_config *m = &job->model;
+        m->rmsnorm = m->swiglu = m->rope = m->untie = m->no_bias = 1;
+        m->query_groups = meta_i(f, "n_kv_groups");
+        m->ffn_hidden = meta_i(f, "ffn_hidden_size");
+        m->rotary_base = meta_f(f, "rope_theta");
+        m->ln_eps = (float)meta_f(f, "rms_norm_eps");
     }
-    CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
-    tp.micro_batch = meta_i(f, "micro_batch_size");
-    tp.global_batch = meta_i(f, "global_batch_size");
-    tp.lr = (ptdp_lr_schedule){.max_lr = meta_f(f, "lr"),
-                               .min_lr = meta_f(f, "lr"),
-                               .warmup_samples = 0,
-                               .decay_samples = 1,
-                               .style = PTDP_LR_CONSTANT};
-    tp.adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"),
-                                  .beta2 = meta_f(f, "beta2"),
-                                  .eps = meta_f(f, "eps"),
-                                  .weight_decay = meta_f(f, "weight_decay"),
-                                  .clip_grad = meta_f(f, "clip_grad")};
+    job->model.hidden_dropout = job->model.attention_dropout = 0.0f; /* the reference has none */
+    job->model.seed = 1;
+    job->micro_batch = meta_i(f, "micro_batch_size");
+    job->global_batch = meta_i(f, "global_batch_size");
+    job->train_iters = 10;
+    job->lr = job->min_lr = meta_f(f, "lr");
+    job->lr_decay_style = PTDP_LR_CONSTANT;
+    job->adam = (ptdp_adamw_params){.beta1 = meta_f(f, "beta1"),
+                                    .beta2 = meta_f(f, "beta2"),
+                                    .eps = meta_f(f, "eps"),
+                                    .weight_decay = meta_f(f, "weight_decay"),
+                                    .clip_grad = meta_f(f, "clip_grad")};
+    job->dtype = ops->dtype;
     tp.be = ops;
     tp.comm = comm;
     tp.init_from = path;
@@ -161,15 +161,17 @@ static void golden_run_config(const char *file, ptdp_backend *ops) {
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
     if (!tr) return;
     ptdp_gpt_chunk *chunk = ptdp_trainer_chunk(tr);
-    const int64_t s = tp.cfg.seq_length, B = tp.global_batch, V = tp.cfg.vocab,
-                  Vp = tp.cfg.vocab_padded;
+    const ptdp_job *job = ptdp_trainer_job(tr);
+    const ptdp_gpt_config *cfg = &job->model;
+    const int64_t s = cfg->seq_length, B = job->global_batch, V = cfg->vocab,
+                  Vp = cfg->vocab_padded;
     int32_t *tokens = malloc(sizeof(int32_t) * 10 * (size_t)(B * (s + 1)));
     CHECK_OK(ptdp_st_read_i32(f, "ref.tokens", tokens, 10 * B * (s + 1)));
 
     /* logits of iteration 0's batch, one micro-batch at a time; [s, b, Vp] -> [B, s, V] */
     int64_t n;
     float *ref_logits = read_all(f, "ref.logits", &n);
-    const int64_t b = tp.micro_batch;
+    const int64_t b = job->micro_batch;
     float *lg = malloc(sizeof(float) * (size_t)(s * b * Vp));
     double worst = 0;
     for (int64_t k = 0; k < B / b; k++) {
@@ -207,10 +209,10 @@ static void golden_run_config(const char *file, ptdp_backend *ops) {
             total += ls;
         }
         CHECK_CLOSE(total / ((double)B * s), it == 0 ? ref_loss[0] : ref_losses[it], 1e-5, 0);
-        double g = check_params_vs(chunk, &tp.cfg, f, "ref.grads.", it, 1, 1e-4, 0);
+        double g = check_params_vs(chunk, cfg, f, "ref.grads.", it, 1, 1e-4, 0);
         worst_grad = fmax(worst_grad, g);
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st);
+        CHECK_OK(ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st));
         CHECK_CLOSE(st.loss, ref_losses[it], 1e-5, 0);
         CHECK_CLOSE(st.grad_norm, ref_norms[it], 1e-5, 0);
         printf("%s it %d: loss %.7f (ref %.7f)  norm %.7f (ref %.7f)\n", file, it, st.loss,
@@ -220,7 +222,7 @@ static void golden_run_config(const char *file, ptdp_backend *ops) {
     if (ptdp_st_find(f, "ref.final.transformer.wte.weight") ||
         ptdp_st_find(f, "ref.final.model.embed_tokens.weight"))
         printf("%s: worst final weight error / tolerance = %.3g\n", file,
-               check_params_vs(chunk, &tp.cfg, f, "ref.final.", -1, 0, 0, 1e-4));
+               check_params_vs(chunk, cfg, f, "ref.final.", -1, 0, 0, 1e-4));
     free(ref_losses);
     free(ref_norms);
     free(ref_loss);

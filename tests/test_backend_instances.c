@@ -47,28 +47,27 @@ static int run_open(run *r, result *out) {
     if (ptdp_backend_open(&r->be, &bp) != PTDP_OK) return 0;
     ptdp_comm_init_single(&r->comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
-    tp.cfg.num_layers = 2;
-    tp.cfg.hidden = 64;
-    tp.cfg.heads = 4;
-    tp.cfg.vocab = 300;
-    tp.cfg.max_positions = 32;
-    tp.cfg.seq_length = 32;
-    tp.cfg.init_std = 0.02f;
-    tp.cfg.seed = out->seed;
-    tp.cfg.hidden_dropout = 0.1f;
-    if (ptdp_gpt_config_finish(&tp.cfg, 128, 1) != PTDP_OK) return 0;
-    tp.micro_batch = 2;
-    tp.global_batch = 4;
-    tp.lr = (ptdp_lr_schedule){.max_lr = 1e-3,
-                               .min_lr = 1e-3,
-                               .warmup_samples = 0,
-                               .decay_samples = 1,
-                               .style = PTDP_LR_CONSTANT};
+    ptdp_job *job = &tp.job;
+    job->model.num_layers = 2;
+    job->model.hidden = 64;
+    job->model.heads = 4;
+    job->model.vocab = 300;
+    job->model.seq_length = 32;
+    job->model.seed = out->seed;
+    job->model.hidden_dropout = 0.1f;
+    job->model.attention_dropout = 0.0f;
+    job->micro_batch = 2;
+    job->global_batch = 4;
+    job->train_iters = 10;
+    job->lr = job->min_lr = 1e-3;
+    job->lr_decay_style = PTDP_LR_CONSTANT;
+    job->dtype = out->dtype;
     tp.be = r->be;
     tp.comm = &r->comm;
     if (ptdp_trainer_init(&r->tr, &tp) != PTDP_OK) return 0;
-    ptdp_batches_mock(&r->data, tp.cfg.seq_length, tp.cfg.vocab, out->seed);
-    r->B = tp.global_batch, r->s = tp.cfg.seq_length;
+    const ptdp_gpt_config *cfg = &ptdp_trainer_job(r->tr)->model;
+    ptdp_batches_mock(&r->data, cfg->seq_length, cfg->vocab, out->seed);
+    r->B = job->global_batch, r->s = cfg->seq_length;
     r->batch = malloc(sizeof(int32_t) * (size_t)(r->B * (r->s + 1)));
     return r->batch != NULL;
 }
@@ -76,7 +75,7 @@ static int run_open(run *r, result *out) {
 static void run_step(run *r, int it) {
     ptdp_batches_get(&r->data, it * r->B, r->B, r->batch);
     ptdp_step_stats st;
-    ptdp_trainer_step(r->tr, r->batch, &st);
+    CHECK_OK(ptdp_trainer_step(r->tr, r->batch, &st));
     r->out->loss[it] = st.loss;
     r->out->norm[it] = st.grad_norm;
 }

@@ -22,7 +22,9 @@
 
 static char dir[64];
 
-static ptdp_gpt_chunk *tiny_model(ptdp_gpt_config *cfg, ptdp_group *one) {
+static ptdp_gpt_chunk *tiny_model(ptdp_job *job, ptdp_group *one) {
+    *job = ptdp_job_default_params();
+    ptdp_gpt_config *cfg = &job->model;
     *cfg = (ptdp_gpt_config){.num_layers = 1,
                              .hidden = 8,
                              .heads = 2,
@@ -34,7 +36,7 @@ static ptdp_gpt_chunk *tiny_model(ptdp_gpt_config *cfg, ptdp_group *one) {
     CHECK_OK(ptdp_gpt_config_finish(cfg, 8, 1));
     *one = (ptdp_group){.name = "tensor", .size = 1, .rank = 0};
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = cfg, cp.layer_end = cfg->num_layers, cp.pre = cp.post = 1, cp.tp = one;
+    cp.job = job, cp.layer_end = cfg->num_layers, cp.pre = cp.post = 1, cp.tp = one;
     cp.inference = 1;
     ptdp_gpt_chunk *c = NULL;
     CHECK_OK(ptdp_gpt_chunk_init(&c, &cp));
@@ -79,9 +81,10 @@ static void slurp(const char *name, char *out, size_t cap) {
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/ptdp_guard_XXXXXX");
     PTDP_ASSERT(mkdtemp(dir));
-    ptdp_gpt_config cfg;
+    ptdp_job job;
     ptdp_group one;
-    ptdp_gpt_chunk *c = tiny_model(&cfg, &one);
+    ptdp_gpt_chunk *c = tiny_model(&job, &one);
+    const ptdp_gpt_config cfg = job.model;
     if (!c) return test_done("test_ckpt_guard");
     static char before[1 << 16], after[1 << 16], latest[32];
 

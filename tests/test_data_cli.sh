@@ -179,6 +179,14 @@ printf '{"text": "\\ud83d\\ude00 \\"\\\\ud800\\""}\n' >"$T/pair.jsonl"
 printf 'plain text\n' > "$T/plain2.txt"
 expect_error 2 "plain2.txt:1: not a JSON object" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format json --output-prefix "$T/x" "${P[@]}"
 expect_error 2 "--input-format must be one of" -- "$PTDP" preprocess --input "$T/plain2.txt" --input-format xml --output-prefix "$T/x" "${P[@]}"
+# one object per line, as json.loads reads it: text after the object is an error, blanks are not
+printf '{"text": "a"} {"text": "b"}\n' >"$T/two.jsonl"
+expect_error 2 "$T/two.jsonl:1: text after the JSON object (byte 15): one object per line" -- "$PTDP" preprocess --input "$T/two.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "a"}x\n' >"$T/junk.jsonl"
+expect_error 2 "$T/junk.jsonl:1: text after the JSON object (byte 14)" -- "$PTDP" preprocess --input "$T/junk.jsonl" --output-prefix "$T/x" "${P[@]}"
+printf '{"text": "a"} \t\r\n{"text": "b"}\n' >"$T/blank.jsonl"
+"$PTDP" preprocess --input "$T/blank.jsonl" --output-prefix "$T/blank" "${P[@]}" >/dev/null 2>"$T/err" && ok ||
+    bad "blanks and a CR after the object: $(cat "$T/err")"
 printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$T/nokey.jsonl"
 expect_error 2 "--input: $T/nokey.jsonl:3: no string under key \"text\"" -- "$PTDP" preprocess --input "$T/nokey.jsonl" --output-prefix "$T/x" "${P[@]}"
 

@@ -29,16 +29,18 @@ static void counting_gemm(ptdp_backend *be, int ta, int tb, int64_t M, int64_t N
 /* FLOPs of one micro-batch of b sequences through the backend's gemm */
 static double run(const ptdp_gpt_config *cfg, ptdp_backend *ops, int64_t b, int recompute) {
     ptdp_group one = {.name = "tensor", .size = 1, .rank = 0};
+    ptdp_job job = ptdp_job_default_params();
+    job.model = *cfg;
+    job.micro_batch = b;
+    job.recompute = recompute;
+    job.recompute_num_layers = 1;
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = cfg;
+    cp.job = &job;
     cp.layer_end = cfg->num_layers;
     cp.pre = cp.post = 1;
-    cp.micro_batch = b;
     cp.slots = 1;
     cp.be = ops;
     cp.tp = &one;
-    cp.recompute_method = recompute;
-    cp.recompute_num_layers = 1;
     ptdp_gpt_chunk *c = NULL;
     CHECK_OK(ptdp_gpt_chunk_init(&c, &cp));
     if (!c) return -1;
@@ -84,10 +86,10 @@ int main(void) {
                     1e-12, 0);
         CHECK_CLOSE(ptdp_gpt_flops_per_iter(&cfg, b, rec) - attention, gemms, 1e-12, 0);
         ptdp_plan_job j = ptdp_plan_job_default_params();
-        j.layers = cfg.num_layers;
-        j.h = cfg.hidden;
-        j.s = cfg.seq_length;
-        j.global_batch = b;
+        j.job.model.num_layers = cfg.num_layers;
+        j.job.model.hidden = cfg.hidden;
+        j.job.model.seq_length = cfg.seq_length;
+        j.job.global_batch = b;
         CHECK_CLOSE(ptdp_plan_model_flops(&j, cfg.vocab_padded, full) - attention, gemms, 1e-12, 0);
     }
     return test_done("test_flops");

@@ -17,6 +17,7 @@
 
 typedef struct {
     ptdp_gpt_config cfg;
+    ptdp_job job; /* the chunk's: cfg, one sequence */
     ptdp_comm comm;
     ptdp_gpt_chunk *chunk;
 } model;
@@ -46,12 +47,13 @@ static int load(model *m, const char *file) {
     ptdp_st_close(f);
     CHECK_OK(ptdp_gpt_config_finish(&m->cfg, 128, 1));
     ptdp_comm_init_single(&m->comm);
-    ptdp_chunk_params cp = {.cfg = &m->cfg,
+    m->job = ptdp_job_default_params();
+    m->job.model = m->cfg;
+    ptdp_chunk_params cp = {.job = &m->job,
                             .layer_begin = 0,
                             .layer_end = m->cfg.num_layers,
                             .pre = 1,
                             .post = 1,
-                            .micro_batch = 1,
                             .slots = 1,
                             .be = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32),
                             .tp = &m->comm.tensor};

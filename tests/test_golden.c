@@ -18,11 +18,11 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = golden_params(f, path, test_cpu_backend(PTDP_GEMM_ONEDNN, dt), &comm);
-    if (dt == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
+    if (dt == PTDP_DTYPE_FP16) tp.job.loss_scale = 1024.0;
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
     int64_t n;
-    const int64_t s = tp.cfg.seq_length, B = tp.global_batch;
+    const int64_t s = tp.job.model.seq_length, B = tp.job.global_batch;
     int32_t *tokens = malloc(sizeof(int32_t) * 10 * (size_t)(B * (s + 1)));
     CHECK_OK(ptdp_st_read_i32(f, "ref.tokens", tokens, 10 * B * (s + 1)));
     float *ref_losses = read_all(f, "ref.losses", &n),
@@ -30,7 +30,7 @@ static void golden_run_precision(const char *file, ptdp_dtype dt, double rtol) {
     double worst_loss = 0, worst_norm = 0;
     for (int it = 0; tr && it < 10; it++) {
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st);
+        CHECK_OK(ptdp_trainer_step(tr, tokens + it * B * (s + 1), &st));
         CHECK(!st.skipped);
         worst_loss = fmax(worst_loss, fabs(st.loss - ref_losses[it]) / fabs(ref_losses[it]));
         worst_norm = fmax(worst_norm, fabs(st.grad_norm - ref_norms[it]) / fabs(ref_norms[it]));

@@ -26,38 +26,34 @@ static void train20(ptdp_backend *ops, run20 *out) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = ptdp_trainer_default_params();
-    tp.cfg.num_layers = 2;
-    tp.cfg.hidden = 64;
-    tp.cfg.heads = 4;
-    tp.cfg.vocab = 300;
-    tp.cfg.max_positions = 64;
-    tp.cfg.seq_length = 32;
-    tp.cfg.init_std = 0.02f;
-    tp.cfg.seed = 1234;
-    tp.cfg.hidden_dropout = 0.1f;
-    tp.cfg.attention_dropout = 0.1f;
-    CHECK_OK(ptdp_gpt_config_finish(&tp.cfg, 128, 1));
-    tp.micro_batch = 2;
-    tp.global_batch = 4;
-    tp.lr = (ptdp_lr_schedule){.max_lr = 1e-3,
-                               .min_lr = 1e-3,
-                               .warmup_samples = 0,
-                               .decay_samples = 1,
-                               .style = PTDP_LR_CONSTANT};
-    tp.adam.clip_grad = 1.0;
+    ptdp_job *job = &tp.job;
+    job->model.num_layers = 2;
+    job->model.hidden = 64;
+    job->model.heads = 4;
+    job->model.vocab = 300;
+    job->model.max_positions = 64;
+    job->model.seq_length = 32;
+    job->model.hidden_dropout = 0.1f;
+    job->model.attention_dropout = 0.1f;
+    job->micro_batch = 2;
+    job->global_batch = 4;
+    job->train_iters = 20;
+    job->lr = job->min_lr = 1e-3;
+    job->lr_decay_style = PTDP_LR_CONSTANT;
+    job->adam.clip_grad = 1.0;
     tp.be = ops;
     tp.comm = &comm;
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
     if (!tr) return;
     ptdp_batches data;
-    ptdp_batches_mock(&data, tp.cfg.seq_length, tp.cfg.vocab, 7);
-    const int64_t B = tp.global_batch, s = tp.cfg.seq_length;
+    ptdp_batches_mock(&data, job->model.seq_length, job->model.vocab, 7);
+    const int64_t B = job->global_batch, s = job->model.seq_length;
     int32_t *batch = malloc(sizeof(int32_t) * (size_t)(B * (s + 1)));
     for (int it = 0; it < 20; it++) {
         ptdp_batches_get(&data, it * B, B, batch);
         ptdp_step_stats st;
-        ptdp_trainer_step(tr, batch, &st);
+        CHECK_OK(ptdp_trainer_step(tr, batch, &st));
         out->loss[it] = st.loss;
         out->norm[it] = st.grad_norm;
     }

@@ -17,10 +17,10 @@ static void precision_run(ptdp_dtype dt, double rtol) {
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_trainer_params tp = golden_params(f, path, test_cpu_backend(PTDP_GEMM_ONEDNN, dt), &comm);
-    if (dt == PTDP_DTYPE_FP16) tp.scaler = ptdp_loss_scaler_constant(1024.0);
+    if (dt == PTDP_DTYPE_FP16) tp.job.loss_scale = 1024.0;
     ptdp_trainer *tr = NULL;
     CHECK_OK(ptdp_trainer_init(&tr, &tp));
-    const int64_t s = tp.cfg.seq_length, B = tp.global_batch;
+    const int64_t s = tp.job.model.seq_length, B = tp.job.global_batch;
     int64_t n;
     int32_t *tokens = malloc(sizeof(int32_t) * 10 * (size_t)(B * (s + 1)));
     CHECK_OK(ptdp_st_read_i32(f, "ref.tokens", tokens, 10 * B * (s + 1)));

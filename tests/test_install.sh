@@ -31,6 +31,29 @@ cc -std=c11 -O1 -o "$T/embed" "$PTDP_SRC/tests/embed/embed_demo.c" $(pkg-config 
 OMP_NUM_THREADS=1 "$T/embed" >"$T/embed.out" 2>&1 && grep -q "rank 0 runs 16 actions, 3 warm-up forwards" "$T/embed.out" &&
     grep -q "logits: 1024 values" "$T/embed.out" && ok || bad "embedded program: $(cat "$T/embed.out")"
 
+# every installed header compiles on its own, from C and from C++, in a project that has its own
+# data/data.h and model/model.h first on the include path (ptdp's headers include each other by
+# relative path, so they never pick up the project's; extern "C" keeps C++ linking to C names)
+mkdir -p "$T/host/data" "$T/host/model"
+printf '#error "the host project'"'"'s data/data.h was included by a ptdp header"\n' >"$T/host/data/data.h"
+printf '#error "the host project'"'"'s model/model.h was included by a ptdp header"\n' >"$T/host/model/model.h"
+nh=0
+for h in $(cd "$T/prefix/include" && find ptdp -name '*.h' | sort); do
+    nh=$((nh + 1))
+    printf '#include <%s>\nint ptdp_header_test_%d;\n' "$h" "$nh" >"$T/h.c"
+    cc -std=c11 -Wall -Werror -c -o "$T/h.o" -I"$T/host" "$T/h.c" $(pkg-config --cflags ptdp) >"$T/cc.out" 2>&1 ||
+        bad "$h from C: $(head -3 "$T/cc.out")"
+    cp "$T/h.c" "$T/h.cpp"
+    c++ -std=c++17 -Wall -Werror -c -o "$T/h.o" -I"$T/host" "$T/h.cpp" $(pkg-config --cflags ptdp) >"$T/cc.out" 2>&1 ||
+        bad "$h from C++: $(head -3 "$T/cc.out")"
+    grep -q 'extern "C"' "$T/prefix/include/$h" || bad "$h has no extern \"C\" guard"
+done
+[ "$nh" -ge 15 ] && ok || bad "only $nh headers installed"
+# a C++ program calls the library: C linkage of what the headers declare
+printf '#include <ptdp/base/base.h>\n#include <ptdp/pipeline/schedule.h>\nint main() { return ptdp_schedule_kind_name(PTDP_SCHED_1F1B)[0] == 0; }\n' >"$T/prog.cpp"
+c++ -std=c++17 -o "$T/prog" "$T/prog.cpp" $(pkg-config --cflags --libs ptdp) >"$T/cc.out" 2>&1 && "$T/prog" && ok ||
+    bad "a C++ program linked with ptdp: $(head -3 "$T/cc.out")"
+
 # the CUDA backend: not in a program linked with ptdp alone (the message names ptdp-cuda); in
 # one linked with ptdp-cuda where the build has it (here without a GPU: "no-gpu")
 cc -std=c11 -O1 -o "$T/embed_cuda" "$PTDP_SRC/tests/embed/embed_cuda.c" $(pkg-config --cflags --libs ptdp) \

@@ -34,8 +34,15 @@ awk '
         layer = part[1] == "src" ? part[2] : "tests"
         if (!(layer in rule)) { printf "%s: a folder the layering rule does not know\n", FILENAME; bad++ }
     }
-    /^[ \t]*#[ \t]*include[ \t]*"[a-z_]+\// {
-        inc = $0; sub(/^[^"]*"/, "", inc); sub(/".*/, "", inc)
+    # "dir/x.h" (from src/), "../dir/x.h" (public headers: relative to the file), <ptdp/dir/x.h>
+    # (the embedding example, as an installed program writes it); "x.h": a header of its own folder
+    /^[ \t]*#[ \t]*include[ \t]*("[a-z_.]+\/|<ptdp\/)/ {
+        inc = $0; sub(/^[^"<]*["<]/, "", inc); sub(/[">].*/, "", inc); sub(/^ptdp\//, "", inc)
+        if (inc ~ /^\.\.\//) {
+            dir = FILENAME; sub(/^src\//, "", dir); sub(/\/[^\/]*$/, "", dir)
+            while (inc ~ /^\.\.\//) { sub(/^\.\.\//, "", inc); if (!sub(/\/[^\/]*$/, "", dir)) dir = "" }
+            if (dir != "") inc = dir "/" inc
+        }
         m = split(rule[layer], allowed, " ")
         fine = 0
         for (i = 1; i <= m; i++) if (inc == allowed[i] || index(inc, allowed[i] "/") == 1) fine = 1

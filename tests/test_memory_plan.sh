@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The memory plan (issue: one memory plan per rank): for a matrix of layouts,
 # every rank's tensor memory, category by category (weights, gradients,
-# optimizer state, ZeRO-1 gradient shard, activations, workspace, pipeline and
-# evaluation buffers, the compute backend's workspace), equals what src/plan/memory.c predicts from the
+# optimizer state, ZeRO-1 gradient shard, activations, workspace, pipeline
+# buffers, the compute backend's workspace), equals what src/plan/memory.c predicts from the
 # configuration alone, to the byte. Every rank compares and logs "memory plan
 # MISMATCH" on any difference; the ranks with dp = tp = 0 print the table,
 # whose rows are checked here too (bytes == predicted, one table per stage).

@@ -35,14 +35,14 @@ static ptdp_cluster round_cluster(void) {
 
 static ptdp_plan_job small_job(void) {
     ptdp_plan_job j = ptdp_plan_job_default_params();
-    j.layers = 8;
-    j.h = 256;
-    j.a = 8;
-    j.s = 128;
-    j.vocab = 1024;
-    j.global_batch = 64;
-    j.precision = PTDP_PREC_FP16;
-    j.overlap_grad_reduce = 0;
+    j.job.model.num_layers = 8;
+    j.job.model.hidden = 256;
+    j.job.model.heads = 8;
+    j.job.model.seq_length = 128;
+    j.job.model.vocab = 1024;
+    j.job.global_batch = 64;
+    j.job.dtype = PTDP_DTYPE_FP16;
+    j.job.overlap_grad_reduce = 0;
     return j;
 }
 
@@ -112,20 +112,20 @@ static void test_volumes(void) {
      * then an all-gather of (t-1)/t s b h in the tensor group); t d = 16
      * crosses nodes */
     L = (ptdp_plan_layout){.t = 4, .p = 2, .d = 4, .v = 1, .b = 2, .recompute = 0};
-    j.global_batch = 64;
+    j.job.global_batch = 64;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9 + 3.0 / 4 * N * h * w / 1e10, 1e-12, 0);
     /* sequence parallelism: the message is the s/t shard, nothing gathered;
      * the tensor group's all-reduces become reduce-scatter + all-gather pairs
      * of the same ring time; the residual stream's element-wise work shrinks */
     const double tp_fwd = e.layer_tp_fwd_s, ew_fwd = e.layer_elementwise_fwd_s;
-    j.sequence_parallel = 1;
+    j.job.sequence_parallel = 1;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 4 / 1e9, 1e-12, 0);
     CHECK_CLOSE(e.layer_tp_fwd_s, tp_fwd, 1e-12, 0);
     CHECK_CLOSE(e.layer_elementwise_fwd_s, ew_fwd - (w * 10 + 2) * N * h * 3 / 4 / 1e11, 1e-12, 0);
-    j.sequence_parallel = 0;
-    j.scatter_gather = 0;
+    j.job.sequence_parallel = 0;
+    j.job.scatter_gather = 0;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.p2p_s, N * h * w / 1e9, 1e-12, 0);
     /* recomputation adds a forward to every backward */
@@ -153,12 +153,12 @@ static void test_memory(void) {
     CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h * (34 + 5 * a * s / h), 1e-12, 0);
     CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6, 1e-12, 0); /* logits 2 + 4 bytes */
     /* sequence parallelism with t = 4: Korthikanti et al.'s (s b h / t)(34 + 5 a s / h) */
-    j.sequence_parallel = 1;
+    j.job.sequence_parallel = 1;
     L.t = 4;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK_CLOSE(e.memory[PTDP_PMEM_ACTIVATIONS], l * s * b * h / 4 * (34 + 5 * a * s / h), 1e-12,
                 0);
-    j.s = 126; /* not divisible by t: rejected */
+    j.job.model.seq_length = 126; /* not divisible by t: rejected */
     CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &e) == PTDP_ECONFIG);
     CHECK(strstr(ptdp_last_error(), "not divisible by t=4"));
     j = small_job();
@@ -170,9 +170,9 @@ static void test_memory(void) {
     CHECK_CLOSE(e.memory[PTDP_PMEM_BUFFERS], s * b * V * 6 + s * b * h * (34 + 5 * a * s / h),
                 1e-12, 0);
     /* bf16: fp32 gradients, 18 bytes per parameter; ZeRO-1 shards the 12 over d */
-    j.precision = PTDP_PREC_BF16;
-    j.zero = 1;
-    j.global_batch = 64;
+    j.job.dtype = PTDP_DTYPE_BF16;
+    j.job.distributed_optimizer = 1;
+    j.job.global_batch = 64;
     L = (ptdp_plan_layout){.t = 2, .p = 1, .d = 4, .v = 1, .b = 2, .recompute = 1};
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     const double P2 = l * (6 * h * h + 9.5 * h) + V / 2 * h + s * h + 2 * h; /* t = 2 */
@@ -181,7 +181,7 @@ static void test_memory(void) {
     CHECK_CLOSE(e.memory[PTDP_PMEM_OPTIMIZER], 12 * P2 / 4, 1e-12, 0);
     /* fp32 is memory.c's exact plan: weights are 4 bytes per (aligned) parameter */
     j = small_job();
-    j.precision = PTDP_PREC_FP32;
+    j.job.dtype = PTDP_DTYPE_FP32;
     L = (ptdp_plan_layout){.t = 1, .p = 2, .d = 1, .v = 1, .b = 2, .recompute = 1};
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &e));
     CHECK(e.memory[PTDP_PMEM_WEIGHTS] >= 4 * (4 * (12 * h * h + 13 * h) + V * h));
@@ -235,7 +235,7 @@ static void test_search(void) {
     /* bad input: heads that do not divide the hidden size, a device count no
      * layout can use (7: not t (heads 8), not p (8 layers), not d (B 64)) */
     pins = (ptdp_plan_pins){.t = 0, .p = 0, .v = 0, .b = 0, .recompute = -1};
-    j.a = 6;
+    j.job.model.heads = 6;
     CHECK(ptdp_plan_search(&c, &j, 8, &pins, &cand, &count, &nfit) == PTDP_EINVAL);
     CHECK(strstr(ptdp_last_error(), "--num-attention-heads") != NULL);
     j = small_job();
@@ -250,7 +250,7 @@ static void test_shared_node(void) {
     ptdp_cluster c = round_cluster();
     c.shared_node = 2;
     ptdp_plan_job j = small_job();
-    j.precision = PTDP_PREC_FP32;
+    j.job.dtype = PTDP_DTYPE_FP32;
     ptdp_plan_layout one = {.t = 1, .p = 1, .d = 1, .v = 1, .b = 8, .recompute = 0};
     ptdp_plan_estimate e1, e4;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &one, &e1));
@@ -384,7 +384,7 @@ static void test_cluster_file(void) {
 static void test_flash_attention_term(void) {
     ptdp_cluster c = round_cluster();
     ptdp_plan_job j = small_job(); /* s = 128: one tile, nothing skipped */
-    j.precision = PTDP_PREC_FP32;
+    j.job.dtype = PTDP_DTYPE_FP32;
     ptdp_plan_layout L = {.t = 2, .p = 1, .d = 1, .v = 1, .b = 2, .recompute = 0};
     ptdp_plan_estimate gemm, flash;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &gemm));
@@ -399,7 +399,7 @@ static void test_flash_attention_term(void) {
     CHECK_CLOSE(gemm.layer_elementwise_fwd_s - flash.layer_elementwise_fwd_s,
                 (4 * 4 * S + S) / 1e11, 1e-9, 0);
     /* s = 512: 4 tiles a side, 10 of 16 computed */
-    j.s = 512;
+    j.job.model.seq_length = 512;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &flash));
     CHECK_CLOSE(flash.layer_attention_fwd_s, 4 * b * al * 512.0 * 512 * hd * 10 / 16 / 2.5e11, 1e-9,
                 0);
@@ -435,14 +435,14 @@ static const struct {
  * reduction after the backward. */
 static ptdp_plan_job table1_job(size_t i) {
     ptdp_plan_job j = ptdp_plan_job_default_params();
-    j.layers = table1[i].l;
-    j.h = table1[i].h;
-    j.a = table1[i].a;
-    j.s = 2048;
-    j.vocab = 51200;
-    j.global_batch = table1[i].B;
-    j.precision = PTDP_PREC_FP16;
-    j.overlap_grad_reduce = 0;
+    j.job.model.num_layers = table1[i].l;
+    j.job.model.hidden = table1[i].h;
+    j.job.model.heads = table1[i].a;
+    j.job.model.seq_length = 2048;
+    j.job.model.vocab = 51200;
+    j.job.global_batch = table1[i].B;
+    j.job.dtype = PTDP_DTYPE_FP16;
+    j.job.overlap_grad_reduce = 0;
     return j;
 }
 
@@ -535,8 +535,9 @@ static void test_table1(void) {
 static void test_uneven(void) {
     ptdp_cluster c = round_cluster();
     ptdp_plan_job j = small_job();
-    j.layers = 6, j.h = 384, j.a = 6, j.s = 256, j.vocab = 50304, j.global_batch = 16;
-    j.precision = PTDP_PREC_FP32;
+    j.job.model.num_layers = 6, j.job.model.hidden = 384, j.job.model.heads = 6,
+    j.job.model.seq_length = 256, j.job.model.vocab = 50304, j.job.global_batch = 16;
+    j.job.dtype = PTDP_DTYPE_FP32;
     ptdp_plan_pins pins = {.t = 1, .p = 2, .v = 1, .b = 4, .recompute = 0};
     ptdp_plan_candidate *cand;
     int count, nfit;
@@ -587,9 +588,9 @@ static void test_zero_bubble(void) {
     ptdp_plan_job j = small_job(); /* l 8, h 256, a 8, s 128, V 1024, B 64, fp16 */
     ptdp_plan_layout L = {.t = 1, .p = 4, .d = 1, .v = 1, .b = 1, .recompute = 0};
     ptdp_plan_estimate o, z;
-    j.schedule = PTDP_SCHED_1F1B;
+    j.job.schedule = PTDP_SCHED_1F1B;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &o));
-    j.schedule = PTDP_SCHED_ZBH1;
+    j.job.schedule = PTDP_SCHED_ZBH1;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
     CHECK(z.schedule == PTDP_SCHED_ZBH1);
     const double N = 128, h = 256, full = N * h * 34 + N * h * 5 * 8 * 128 / h,
@@ -600,19 +601,19 @@ static void test_zero_bubble(void) {
     L.recompute = 1;
     CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &z) == PTDP_ECONFIG &&
           strstr(ptdp_last_error(), "no full recomputation"));
-    j.recompute_method = PTDP_RECOMPUTE_SELECTIVE;
+    j.job.recompute = PTDP_RECOMPUTE_SELECTIVE;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
-    j.recompute_method = PTDP_RECOMPUTE_UNIFORM;
+    j.job.recompute = PTDP_RECOMPUTE_UNIFORM;
     L.recompute = 0;
     /* zb-v: v = 2 only */
-    j.schedule = PTDP_SCHED_ZBV;
+    j.job.schedule = PTDP_SCHED_ZBV;
     CHECK(ptdp_plan_estimate_layout(&c, &j, &L, &z) == PTDP_ECONFIG &&
           strstr(ptdp_last_error(), "zb-v needs p >= 2 and v = 2"));
     L = (ptdp_plan_layout){.t = 1, .p = 2, .d = 1, .v = 2, .b = 1, .recompute = 0};
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &z));
     CHECK(z.schedule == PTDP_SCHED_ZBV && z.comm_s[PTDP_COMM_EMBEDDING] == 0);
     CHECK(z.bubble_fraction >= 0 && z.bubble_fraction < 0.5);
-    j.schedule = PTDP_SCHED_INTERLEAVED;
+    j.job.schedule = PTDP_SCHED_INTERLEAVED;
     CHECK_OK(ptdp_plan_estimate_layout(&c, &j, &L, &o));
     CHECK(o.comm_s[PTDP_COMM_EMBEDDING] > 0);
 }

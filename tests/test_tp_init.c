@@ -9,12 +9,11 @@
 #include "backend_util.h"
 #include "test.h"
 
-static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
-    ptdp_chunk_params cp = {.cfg = cfg,
-                            .layer_end = cfg->num_layers,
+static ptdp_gpt_chunk *make(const ptdp_job *job, ptdp_group *g) {
+    ptdp_chunk_params cp = {.job = job,
+                            .layer_end = job->model.num_layers,
                             .pre = 1,
                             .post = 1,
-                            .micro_batch = 1,
                             .slots = 1,
                             .be = test_cpu_backend(PTDP_GEMM_ONEDNN, PTDP_DTYPE_FP32),
                             .tp = g};
@@ -26,6 +25,7 @@ static ptdp_gpt_chunk *make(const ptdp_gpt_config *cfg, ptdp_group *g) {
 
 int main(void) {
     for (int t = 2; t <= 4; t++) {
+        ptdp_job job = ptdp_job_default_params();
         ptdp_gpt_config cfg = {.num_layers = 2,
                                .hidden = 48,
                                .heads = 12,
@@ -35,14 +35,15 @@ int main(void) {
                                .seed = 77};
         CHECK_OK(ptdp_gpt_config_finish(&cfg, 128,
                                         t)); /* same padded V for the full model and its shards */
+        job.model = cfg;
         ptdp_group one = {.name = "tensor", .size = 1, .rank = 0};
-        ptdp_gpt_chunk *full = make(&cfg, &one);
+        ptdp_gpt_chunk *full = make(&job, &one);
         int n, nf;
         const ptdp_param_spec *fs = ptdp_gpt_chunk_specs(full, &nf);
         float *fp = ptdp_gpt_chunk_params(full);
         for (int r = 0; r < t; r++) {
             ptdp_group g = {.name = "tensor", .size = t, .rank = r};
-            ptdp_gpt_chunk *shard = make(&cfg, &g);
+            ptdp_gpt_chunk *shard = make(&job, &g);
             const ptdp_param_spec *ss = ptdp_gpt_chunk_specs(shard, &n);
             CHECK(n == nf);
             float *sp = ptdp_gpt_chunk_params(shard);

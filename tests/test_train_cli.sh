@@ -348,6 +348,35 @@ strip() { sed 's/"elapsed_ms".*//' "$1"; }
     grep -q '"train_samples":	12' "$tmp/dump2.json" && ! grep -q '"train_iters"' "$tmp/dump2.json" && ok ||
     bad "--dump-config with --train-samples: $(grep train_ "$tmp/dump2.json")"
 expect_error 1 "--dump-config $tmp/nodir/c.json: cannot write" train $M --mock-data --dump-config "$tmp/nodir/c.json"
+# --data-path in a config file is a JSON list, one word a string: a path with a space in it
+# survives --dump-config then --config; the one-string form still works; a relative path
+# in the file is relative to the working directory (as on the command line), not the file
+mkdir -p "$tmp/my data" "$tmp/cfgdir"
+cp "$PTDP_SRC/tests/fixtures/data/worked.bin" "$tmp/my data/a_text_document.bin"
+cp "$PTDP_SRC/tests/fixtures/data/worked.idx" "$tmp/my data/a_text_document.idx"
+DP="--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 4 --vocab-size 128 --lr 1e-3
+ --train-iters 2 --split 1,0,0 --hidden-dropout 0 --attention-dropout 0"
+"$PTDP" train $DP --data-path 1 "$tmp/my data/a_text_document" --dump-config "$tmp/sp.json" \
+    --log-jsonl "$tmp/sp1.jsonl" >"$tmp/out" 2>&1 && ok || bad "--data-path with a space: $(tail -2 "$tmp/out")"
+tr -d ' \t\n' <"$tmp/sp.json" | grep -qF '"data_path":["1","'"$tmp"'/mydata/a_text_document"]' && ok ||
+    bad "--dump-config: data_path is not a list of the words: $(grep -A3 data_path "$tmp/sp.json")"
+grep -qF '"'"$tmp"'/my data/a_text_document"' "$tmp/sp.json" && ok || bad "--dump-config lost the space"
+"$PTDP" train --config "$tmp/sp.json" --log-jsonl "$tmp/sp2.jsonl" >"$tmp/out" 2>&1 && ok ||
+    bad "--config with a data path holding a space: $(tail -2 "$tmp/out")"
+[ -s "$tmp/sp1.jsonl" ] && [ "$(strip "$tmp/sp1.jsonl")" = "$(strip "$tmp/sp2.jsonl")" ] && ok ||
+    bad "the run from a dumped --data-path differs: $(cat "$tmp/sp1.jsonl" "$tmp/sp2.jsonl")"
+ln -s "$tmp/my data" "$tmp/mydata"
+printf '{"data_path": "1 mydata/a_text_document"}\n' >"$tmp/cfgdir/str.json"
+(cd "$tmp" && "$PTDP" train $DP --config cfgdir/str.json --log-jsonl "$tmp/sp3.jsonl") >"$tmp/out" 2>&1 &&
+    [ "$(strip "$tmp/sp1.jsonl")" = "$(strip "$tmp/sp3.jsonl")" ] && ok ||
+    bad "--config's one-string data_path, relative to the working directory: $(tail -2 "$tmp/out")"
+printf '{"data_path": ["my data/a_text_document"]}\n' >"$tmp/cfgdir/list.json"
+(cd "$tmp" && "$PTDP" train $DP --config cfgdir/list.json) >"$tmp/out" 2>&1 && ok ||
+    bad "--config's list data_path, relative to the working directory: $(tail -2 "$tmp/out")"
+printf '{"data_path": ["1", 2]}\n' >"$tmp/cfgdir/bad.json"
+expect_error 2 "key 'data_path' must be a list of strings" train $DP --config "$tmp/cfgdir/bad.json"
+printf '{"data_path": []}\n' >"$tmp/cfgdir/empty.json"
+expect_error 2 "key 'data_path' is an empty list" train $DP --config "$tmp/cfgdir/empty.json"
 
 # ---- --log-jsonl and the LR schedule ---------------------------------------
 "$PTDP" train $MODEL --mock-data --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style linear \

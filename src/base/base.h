@@ -17,6 +17,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A function that does not return, in the C11 spelling or C++'s (these
+ * headers are C++-clean, for programs that embed ptdp). */
+#ifdef __cplusplus
+#define PTDP_NORETURN [[noreturn]]
+#else
+#define PTDP_NORETURN _Noreturn
+#endif
+
 /* ---- errors ------------------------------------------------------------ */
 #define PTDP_ERRORS(X)                                \
     X(PTDP_OK, 0, "success")                          \
@@ -50,7 +62,7 @@ const char *ptdp_last_error(void);
  * installs one that takes the whole MPI job down. */
 typedef void (*ptdp_abort_fn)(void);
 void ptdp_set_abort_hook(ptdp_abort_fn fn);
-_Noreturn void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
+PTDP_NORETURN void ptdp__assert_fail(const char *expr, const char *file, int line, const char *msg);
 
 #define PTDP_ASSERT(expr)                                                \
     do {                                                                 \
@@ -170,7 +182,6 @@ size_t ptdp_arena_need(size_t bytes);
     X(PTDP_MEM_ACTIVATIONS, "activations")      /* per micro-batch slots */ \
     X(PTDP_MEM_WORKSPACE, "workspace")          /* shared by all slots */   \
     X(PTDP_MEM_PIPELINE, "pipeline buffers")    /* receive + send rings */  \
-    X(PTDP_MEM_EVAL, "evaluation buffers")      /* stage-to-stage, eval */  \
     X(PTDP_MEM_BACKEND, "backend workspace")    /* the compute backend's */
 typedef enum {
 #define PTDP__MEM_ENUM(e, s) e,
@@ -410,11 +421,12 @@ const char *ptdp_fmt_bytes(double bytes, char *buf);
 /* A table-driven parser for Megatron-style flags (--name value, --flag).
  * Each option writes into caller-owned storage. */
 typedef enum {
-    PTDP_OPT_INT,    /* int64_t */
-    PTDP_OPT_FLOAT,  /* double */
-    PTDP_OPT_STR,    /* const char * (points into argv or the JSON config) */
-    PTDP_OPT_BOOL,   /* int; "--name" sets 1 */
-    PTDP_OPT_NEGBOOL /* int; "--name" sets 0 (e.g. --no-overlap-grad-reduce) */
+    PTDP_OPT_INT,     /* int64_t */
+    PTDP_OPT_FLOAT,   /* double */
+    PTDP_OPT_FLOAT32, /* float (checked against min/max as a double, then rounded) */
+    PTDP_OPT_STR,     /* const char * (points into argv or the JSON config) */
+    PTDP_OPT_BOOL,    /* int; "--name" sets 1 */
+    PTDP_OPT_NEGBOOL  /* int; "--name" sets 0 (e.g. --no-overlap-grad-reduce) */
 } ptdp_opt_type;
 
 typedef struct {
@@ -438,5 +450,9 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
 ptdp_opt *ptdp_opt_find(ptdp_opt *opts, int nopts, const char *name);
 /* Prints "  --name VALUE   help (default: ...)" lines. */
 void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -95,14 +95,17 @@ int ptdp_opt_set(ptdp_opt *opts, int nopts, const char *name, const char *value,
             return ptdp_errorf(PTDP_EINVAL, "--%s must be between %.0f and %.0f, got %lld", name,
                                o->min, o->max, v);
         *(int64_t *)o->dst = v;
-    } else if (o->type == PTDP_OPT_FLOAT) {
+    } else if (o->type == PTDP_OPT_FLOAT || o->type == PTDP_OPT_FLOAT32) {
         double v = strtod(value, &end);
         if (errno || end == value || *end || !isfinite(v))
             return ptdp_errorf(PTDP_EINVAL, "--%s expects a number, got '%s'", name, value);
         if (v < o->min || v > o->max)
             return ptdp_errorf(PTDP_EINVAL, "--%s must be between %g and %g, got %g", name, o->min,
                                o->max, v);
-        *(double *)o->dst = v;
+        if (o->type == PTDP_OPT_FLOAT32)
+            *(float *)o->dst = (float)v;
+        else
+            *(double *)o->dst = v;
     } else {
         if (o->choices && !choice_ok(o->choices, value))
             return ptdp_errorf(PTDP_EINVAL, "--%s must be one of %s, got '%s'", name, o->choices,
@@ -149,10 +152,10 @@ void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts) {
     for (int i = 0; i < nopts; i++) {
         const ptdp_opt *o = &opts[i];
         char lhs[96];
-        const char *meta = o->type == PTDP_OPT_INT     ? " N"
-                           : o->type == PTDP_OPT_FLOAT ? " X"
-                           : o->type == PTDP_OPT_STR   ? (o->choices ? " {..}" : " S")
-                                                       : "";
+        const char *meta = o->type == PTDP_OPT_INT                                    ? " N"
+                           : o->type == PTDP_OPT_FLOAT || o->type == PTDP_OPT_FLOAT32 ? " X"
+                           : o->type == PTDP_OPT_STR ? (o->choices ? " {..}" : " S")
+                                                     : "";
         snprintf(lhs, sizeof lhs, "--%s%s", o->name, meta);
         fprintf(f, "  %-40s %s", lhs, o->help ? o->help : "");
         switch (o->type) {
@@ -161,6 +164,9 @@ void ptdp_opts_help(FILE *f, const ptdp_opt *opts, int nopts) {
             break;
         case PTDP_OPT_FLOAT:
             fprintf(f, " (default %g)", *(double *)o->dst);
+            break;
+        case PTDP_OPT_FLOAT32:
+            fprintf(f, " (default %g)", (double)*(float *)o->dst);
             break;
         case PTDP_OPT_STR:
             if (o->choices) fprintf(f, " [%s]", o->choices);

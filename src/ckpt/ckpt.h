@@ -28,9 +28,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm/comm.h"
-#include "model/model.h"
-#include "optim/optim.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
+#include "../optim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PTDP_CKPT_VERSION 1
 
@@ -132,5 +136,9 @@ int ptdp_ckpt_read_has_optimizer(const char *dir, int *has);
  * message names the file and the problem. */
 int ptdp_ckpt_info(const char *dir, FILE *f);
 int ptdp_ckpt_verify(const char *dir, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

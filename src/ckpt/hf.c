@@ -507,10 +507,11 @@ int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_co
 
     ptdp_group one = {.name = "export", .size = 1, .rank = 0};
     /* a parameter holder: s = 1 keeps its (unused) activations tiny */
-    ptdp_gpt_config holder = *cfg;
-    holder.seq_length = 1;
+    ptdp_job holder = ptdp_job_default_params();
+    holder.model = *cfg;
+    holder.model.seq_length = 1;
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = &holder;
+    cp.job = &holder;
     cp.layer_end = cfg->num_layers;
     cp.pre = cp.post = 1;
     cp.tp = &one;

@@ -22,9 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "format/format.h"
-#include "model/model.h"
+#include "../comm/comm.h"
+#include "../format/format.h"
+#include "../model/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Which Hugging Face family holds the model cfg describes: 0 GPT-2
  * (GPT2LMHeadModel: LayerNorm, GeLU, learned positions, multi-head
@@ -58,7 +62,9 @@ void ptdp_hf_from_global_part(const ptdp_param_spec *sp, const ptdp_gpt_config *
 
 /* Loads this rank's shards of every parameter of `chunk` from an HF GPT-2
  * safetensors file. Errors as above; nothing is half-loaded into the chunk
- * when a tensor fails (all tensors are checked before any upload). */
+ * when a tensor fails (all tensors are checked before any upload). Local: no communication; when it
+ * fails on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_hf_load_chunk(ptdp_gpt_chunk *chunk, const ptdp_gpt_config *cfg, int tp, const char *path);
 
 /* Checks an HF GPT-2 safetensors file against the full model `cfg` before
@@ -83,5 +89,9 @@ int ptdp_hf_check(const char *path, const ptdp_gpt_config *cfg, int allow_extra)
 int ptdp_hf_export(ptdp_gpt_chunk *const *chunks, int nchunks, const ptdp_gpt_config *cfg,
                    ptdp_group *model, int tp, int t, const char *path, const char *config_json,
                    ptdp_st_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

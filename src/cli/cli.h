@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "pipeline/schedule.h"
+#include "train/train.h"
 
 int ptdp_cmd_train(int argc, char **argv);
 int ptdp_cmd_export(int argc, char **argv);
@@ -99,83 +100,46 @@ int ptdp__cli_check_init_from(const char *weights, const ptdp_gpt_config *cfg, i
 #define PTDP_ARGS_MAX_INERT 64
 /* The flags shared by `ptdp train`, `ptdp export` and friends:
  * Megatron-LM's names and defaults, one table, `--config FILE.json` with the
- * same keys. Parsing validates everything before any work starts. */
+ * same keys. Most flags set a field of the job description or of the run
+ * directly (the table points into `job` and `run`); the others are the
+ * command line's own or resolve into the job together (ptdp_args_job).
+ * Parsing validates everything before any work starts. */
 typedef struct {
-    /* model */
-    int64_t num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length,
-        max_position_embeddings;
-    int64_t vocab_size, make_vocab_size_divisible_by;
-    double init_method_std, hidden_dropout, attention_dropout, layernorm_epsilon;
-    const char *normalization, *position_embedding_type; /* Megatron's architecture flags */
-    /* the Llama family's (Megatron's names and defaults) */
-    int swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
+    ptdp_job job;        /* the job (base/job.h): model, layout, optimizer, batch */
+    ptdp_run_params run; /* the run (train.h): data, logging, checkpoints; its trainer.job
+                            is `job` once resolved */
+    /* the model's blocks: GPT-2's or the Llama family's (resolved into job.model by
+       ptdp_args_job: --normalization, --position-embedding-type, and
+       --num-query-groups, read only with --group-query-attention) */
+    const char *normalization, *position_embedding_type;
+    int group_query_attention;
     int64_t num_query_groups;
-    double rotary_base, rotary_percent;
-    int64_t seed;
-    /* batch and schedule */
-    int64_t micro_batch_size, global_batch_size, train_iters;
-    int64_t train_samples; /* -1: not given (iteration-based training) */
-    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps,
-        lr_warmup_fraction;
-    int64_t lr_warmup_iters, lr_decay_iters, lr_warmup_samples, lr_decay_samples;
-    const char *lr_decay_style;
-    /* parallelism */
-    int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+    /* resolved into the job by ptdp_args_job */
     int64_t virtual_pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
-    /* uneven stages (Megatron's flags; docs/schedules.md) */
-    int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
-    int account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split;
     const char *pipeline_model_parallel_layout;
-    const char *pipeline_schedule, *trace, *zb_costs;
+    const char *pipeline_schedule, *zb_costs;
     const char *recompute_granularity, *recompute_method;
-    int64_t recompute_num_layers;
+    int recompute_activations; /* Megatron's --recompute-activations (selective) */
     int scatter_gather, no_scatter_gather;
-    int sequence_parallel;
-    int64_t ddp_bucket_size;
-    int overlap_grad_reduce, use_distributed_optimizer, check_dp_replicas;
-    int check_for_nan; /* Megatron's --check-for-nan-in-loss-and-grad, on by default */
-    int eod_mask_loss, log_throughput;
-    /* mixed precision (Megatron's flags) */
     int bf16, fp16;
-    double loss_scale, initial_loss_scale, min_loss_scale;
-    int64_t loss_scale_window, hysteresis;
     int accumulate_allreduce_grads_in_fp32, attention_softmax_in_fp32;
+    const char *lr_decay_style;
+    const char *optimizer; /* --optimizer (adam only: AdamW with --weight-decay) */
     /* data */
     int mock_data;
-    const char *token_file;
     const char *data_path;       /* first value (presence); all values below */
     const char *data_paths[128]; /* "PREFIX" or "W1 P1 W2 P2 ..." */
     int n_data_paths;
-    char data_path_buf[4096]; /* storage when the list came from --config */
-    const char *vocab_file, *merge_file, *tokenizer_type, *split;
-    int64_t eval_interval, eval_iters;
-    /* io and logging */
-    const char *init_from, *save_safetensors, *log_jsonl, *config, *gemm, *device, *out;
+    char data_path_buf[4096]; /* storage when the list came from --config as one string */
+    int data_path_list;       /* --config gave a JSON list (data_paths point into it) */
+    const char *vocab_file, *merge_file, *tokenizer_type;
+    /* the command line's own */
+    const char *config, *gemm, *device, *out;
     const char *export_dtype; /* export: fp32, bf16 or fp16 */
     int allow_extra_tensors;
-    int64_t log_interval;
-    int log_comm;
-    /* TensorBoard (Megatron's flags) */
-    const char *tensorboard_dir;
-    int64_t tensorboard_log_interval, tensorboard_queue_size;
-    int log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_world_size_to_tensorboard,
-        log_loss_scale_to_tensorboard, log_learning_rate_to_tensorboard;
-    const char *dump_config; /* --dump-config FILE */
-    /* checkpoints */
-    const char *save, *load;
-    int64_t save_interval;
-    int64_t exit_interval;
-    double exit_duration_in_mins;
+    int64_t tensorboard_queue_size;
     double distributed_timeout_minutes; /* the watchdog's bound (comm.h) */
-    int exit_signal_handler;
-    int no_load_optim, finetune;
-    int overwrite_checkpoints;
-    int override_scheduler, use_checkpoint_scheduler;
     int use_checkpoint_args; /* fill the model flags not given from --load's checkpoint */
-    /* Megatron's --recompute-activations (selective recomputation) and
-     * --optimizer (adam only: AdamW with --weight-decay) */
-    int recompute_activations;
-    const char *optimizer;
     /* Megatron-LM flags accepted because they change nothing in ptdp
      * (megatron_flags.c): the flag's name without "--", its value (NULL for
      * a switch) and why; `ptdp train` names each once at start-up */
@@ -216,26 +180,17 @@ void ptdp_args_free(void *json_keep);
  * and every key's type and value. Errors and *json_keep as ptdp_args_parse. */
 int ptdp_args_apply_config_text(ptdp_args *a, int which, const char *text, size_t len,
                                 const char *name, void **json_keep);
-/* Checks required flags and cross-flag consistency for `which`, given the
- * world size; fills cfg and the data-parallel size d = world/(t*p) (d_out
- * may be NULL). PTDP_ECONFIG/PTDP_EINVAL naming the flag. */
-int ptdp_args_model_config(const ptdp_args *a, int which, int world_size, ptdp_gpt_config *cfg,
-                           int *d_out);
-/* The pipeline's shape from the flags: v (--virtual-pipeline-model-parallel-
- * size, --num-layers-per-virtual-pipeline-stage or the layout string's stage
- * count) and the stage layout, checked against --num-layers and p (Megatron's
- * rules). PTDP_ECONFIG/PTDP_EINVAL naming the flags. */
-int ptdp_args_pipeline_layout(const ptdp_args *a, int64_t pp, int64_t *v, ptdp_stage_layout *L);
-/* The Llama family's fields of cfg from the flags (--normalization,
- * --swiglu, --position-embedding-type, --rotary-*, --group-query-attention
- * with --num-query-groups, --untie-embeddings-and-output-weights,
- * --disable-bias-linear); ptdp_gpt_config_finish validates them. */
-void ptdp_args_llama(const ptdp_args *a, ptdp_gpt_config *cfg);
-/* Iterations to train: --train-iters, or --train-samples / B rounded down
- * (Megatron's conversion); B is the global batch. */
-int64_t ptdp_args_train_iters(const ptdp_args *a, int64_t B);
-/* The LR schedule (in samples, B per step) and AdamW settings from the flags. */
-void ptdp_args_optim(const ptdp_args *a, int64_t B, ptdp_lr_schedule *lr, ptdp_adamw_params *adam);
+/* For `which` = PTDP_ARGS_TRAIN: resolves the flags that set a field of
+ * the job together (v and the stage layout, the schedule and zb-v's costs,
+ * recomputation, precision, scatter/gather, the LR style) into a->job, sets
+ * its data-parallel size d = world_size / (t p), and checks everything the
+ * way `ptdp train` always has: the command line's own rules (what excludes
+ * what, the data source, the launch), then the job's (ptdp_job_check).
+ * Leaves the job as given otherwise (the derived fields are the trainer's:
+ * ptdp_job_finish). For PTDP_ARGS_EXPORT: the model's shape, finished in
+ * place. PTDP_ECONFIG/PTDP_EINVAL/PTDP_EUNSUPPORTED naming the flag.
+ * Idempotent. */
+int ptdp_args_job(ptdp_args *a, int which, int world_size);
 /* Room for every flag of one command (ptdp_args_table's cap). */
 #define PTDP_ARGS_MAX_FLAGS 128
 

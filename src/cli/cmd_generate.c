@@ -509,13 +509,14 @@ int ptdp_cmd_generate(int argc, char **argv) {
         bp.dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
         rc = ptdp_backend_open(&be, &bp);
     }
+    ptdp_job job = ptdp_job_default_params(); /* one sequence at a time, forward only */
+    job.model = cfg;
     if (rc == PTDP_OK) {
-        ptdp_chunk_params cp = {.cfg = &cfg,
+        ptdp_chunk_params cp = {.job = &job,
                                 .layer_begin = 0,
                                 .layer_end = cfg.num_layers,
                                 .pre = 1,
                                 .post = 1,
-                                .micro_batch = 1,
                                 .slots = 1,
                                 .be = be,
                                 .tp = &comm.tensor,

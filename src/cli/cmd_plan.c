@@ -22,14 +22,16 @@
 #define PTDP_CLUSTER_DIR "clusters"
 #endif
 
+/* The flags of `ptdp plan` that are not the job's: the cluster, the layout
+ * pins, the output. The job's (model, batch, options) go straight into a
+ * ptdp_plan_job. */
 typedef struct {
     const char *cluster, *recompute_granularity, *recompute_method, *schedule, *out;
-    int64_t n, l, h, a, ffn, s, V, div, B, b, t, p, v, rc_layers, bucket, top, threads;
+    int64_t n, b, t, p, v, rc_layers, top, threads;
     int64_t first, last; /* --decoder-first/last-pipeline-num-layers */
     int account_embedding, account_loss, even_only;
     const char *layout; /* --pipeline-model-parallel-layout */
-    int fp16, bf16, no_recompute, sg, no_sg, zero, overlap, json, explain, rejected, calibrate;
-    int seqpar;
+    int fp16, bf16, no_recompute, sg, no_sg, json, explain, rejected, calibrate;
 } plan_flags;
 
 static void cluster_path(const char *name, char *buf, size_t cap);
@@ -100,7 +102,7 @@ static void cluster_path(const char *name, char *buf, size_t cap) {
 /* Megatron's --recompute-granularity ("full": the method is in the flags;
  * "selective") or "none". */
 static const char *recompute_name(const ptdp_plan_job *job, int on) {
-    return !on ? "none" : job->recompute_method == PTDP_RECOMPUTE_SELECTIVE ? "selective" : "full";
+    return !on ? "none" : job->job.recompute == PTDP_RECOMPUTE_SELECTIVE ? "selective" : "full";
 }
 
 /* The classes of rejection, for the summary line. */
@@ -114,11 +116,14 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
                         const ptdp_plan_candidate *k) {
     const ptdp_plan_layout *L = &k->layout;
     fprintf(f, "ptdp train --num-layers %lld --hidden-size %lld --num-attention-heads %lld",
-            (long long)job->layers, (long long)job->h, (long long)job->a);
-    if (job->ffn) fprintf(f, " --ffn-hidden-size %lld", (long long)job->ffn);
+            (long long)job->job.model.num_layers, (long long)job->job.model.hidden,
+            (long long)job->job.model.heads);
+    if (job->job.model.ffn_hidden)
+        fprintf(f, " --ffn-hidden-size %lld", (long long)job->job.model.ffn_hidden);
     fprintf(f,
             " --seq-length %lld --vocab-size %lld --global-batch-size %lld --micro-batch-size %d",
-            (long long)job->s, (long long)job->vocab, (long long)job->global_batch, L->b);
+            (long long)job->job.model.seq_length, (long long)job->job.model.vocab,
+            (long long)job->job.global_batch, L->b);
     fprintf(f, " --tensor-model-parallel-size %d --pipeline-model-parallel-size %d", L->t, L->p);
     if (L->v > 1 && !F->layout) fprintf(f, " --virtual-pipeline-model-parallel-size %d", L->v);
     if (F->layout) fprintf(f, " --pipeline-model-parallel-layout \"%s\"", F->layout);
@@ -128,22 +133,22 @@ static void print_flags(FILE *f, const plan_flags *F, const ptdp_plan_job *job,
         fprintf(f, " --decoder-last-pipeline-num-layers %lld", (long long)L->stages.last);
     if (L->stages.embedding) fprintf(f, " --account-for-embedding-in-pipeline-split");
     if (L->stages.loss) fprintf(f, " --account-for-loss-in-pipeline-split");
-    if (job->schedule >= 0)
-        fprintf(f, " --pipeline-schedule %s", ptdp_schedule_kind_name(job->schedule));
-    if (L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE)
+    if (job->job.schedule >= 0)
+        fprintf(f, " --pipeline-schedule %s", ptdp_schedule_kind_name(job->job.schedule));
+    if (L->recompute && job->job.recompute == PTDP_RECOMPUTE_SELECTIVE)
         fprintf(f, " --recompute-granularity selective");
     else if (L->recompute)
         fprintf(f,
                 " --recompute-granularity full --recompute-method %s --recompute-num-layers %lld",
-                ptdp_recompute_method_name(job->recompute_method),
-                (long long)(job->recompute_num_layers > 0 ? job->recompute_num_layers : 1));
-    if (L->t > 1 && job->sequence_parallel) fprintf(f, " --sequence-parallel");
-    if (L->t > 1 && !job->scatter_gather && !job->sequence_parallel)
+                ptdp_recompute_method_name(job->job.recompute),
+                (long long)(job->job.recompute_num_layers > 0 ? job->job.recompute_num_layers : 1));
+    if (L->t > 1 && job->job.sequence_parallel) fprintf(f, " --sequence-parallel");
+    if (L->t > 1 && !job->job.scatter_gather && !job->job.sequence_parallel)
         fprintf(f, " --no-scatter-gather-tensors-in-pipeline");
-    if (job->zero) fprintf(f, " --use-distributed-optimizer");
-    if (!job->overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
-    if (job->precision != PTDP_PREC_FP32)
-        fprintf(f, " --%s", ptdp_plan_precision_name(job->precision));
+    if (job->job.distributed_optimizer) fprintf(f, " --use-distributed-optimizer");
+    if (!job->job.overlap_grad_reduce) fprintf(f, " --no-overlap-grad-reduce");
+    if (ptdp_plan_precision_of(&job->job) != PTDP_PREC_FP32)
+        fprintf(f, " --%s", ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)));
 }
 
 static void json_layout(FILE *f, const ptdp_plan_job *job, const ptdp_plan_candidate *k) {
@@ -159,7 +164,8 @@ static void json_layout(FILE *f, const ptdp_plan_job *job, const ptdp_plan_candi
             L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
             ptdp_schedule_kind_name(e->schedule), e->iteration_s, e->tflops_per_device,
             e->memory_bytes, e->bubble_fraction, e->pipeline_s, e->optimizer_s,
-            ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf));
+            ptdp_stage_layout_str(&L->stages, job->job.model.num_layers, L->p, L->v, sbuf,
+                                  sizeof sbuf));
     for (int i = 0; i < PTDP_PMEM_COUNT; i++)
         fprintf(f, "%s\"%s\": %.0f", i ? ", " : "", ptdp_plan_mem_name(i), e->memory[i]);
     fprintf(f, "}, \"comm_s\": {");
@@ -188,10 +194,13 @@ static void print_json(const plan_flags *F, const ptdp_cluster *c, const ptdp_pl
             "\"seq_length\": %lld, \"vocab_size\": %lld, \"global_batch_size\": %lld}, "
             "\"device_memory_bytes\": %.0f, \"num_fit\": %d, \"num_rejected\": %d,\n "
             "\"best_flags\": \"",
-            (long long)F->n, ptdp_plan_precision_name(job->precision), (long long)job->layers,
-            (long long)job->h, (long long)job->a, (long long)(job->ffn ? job->ffn : 4 * job->h),
-            (long long)job->s, (long long)job->vocab, (long long)job->global_batch,
-            ptdp_plan_device_memory(c, F->n), nfit, count - nfit);
+            (long long)F->n, ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)),
+            (long long)job->job.model.num_layers, (long long)job->job.model.hidden,
+            (long long)job->job.model.heads,
+            (long long)(job->job.model.ffn_hidden ? job->job.model.ffn_hidden
+                                                  : 4 * job->job.model.hidden),
+            (long long)job->job.model.seq_length, (long long)job->job.model.vocab,
+            (long long)job->job.global_batch, ptdp_plan_device_memory(c, F->n), nfit, count - nfit);
     print_flags(f, F, job, &cand[0]);
     fprintf(f, "\",\n \"layouts\": [");
     for (int i = 0; i < nfit; i++) {
@@ -215,9 +224,10 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
                         const ptdp_plan_candidate *cand, int count, int nfit) {
     char b1[32], b2[32], here[128];
     printf("model: l=%lld h=%lld a=%lld s=%lld V=%lld, global batch %lld, %s; cluster %s: ",
-           (long long)job->layers, (long long)job->h, (long long)job->a, (long long)job->s,
-           (long long)job->vocab, (long long)job->global_batch,
-           ptdp_plan_precision_name(job->precision), c->name);
+           (long long)job->job.model.num_layers, (long long)job->job.model.hidden,
+           (long long)job->job.model.heads, (long long)job->job.model.seq_length,
+           (long long)job->job.model.vocab, (long long)job->job.global_batch,
+           ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)), c->name);
     if (c->shared_node > 0)
         printf("%lld ranks, %lld per node, each with %s (the node's %s over its ranks)\n",
                (long long)F->n, (long long)ptdp_plan_ranks_per_node(c, F->n),
@@ -239,7 +249,7 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
         const ptdp_plan_layout *L = &cand[i].layout;
         const ptdp_plan_estimate *e = &cand[i].est;
         char sbuf[512];
-        ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf);
+        ptdp_stage_layout_str(&L->stages, job->job.model.num_layers, L->p, L->v, sbuf, sizeof sbuf);
         if (strlen(sbuf) > 40) strcpy(sbuf + 36, " ..."); /* long pipelines: the start */
         printf("%4d %3d %4d %5d %3d %3d %5d %-9s %10.4g %9.4g %7.3f %11s %9.3g %9.3g %9.3g  %s\n",
                i + 1, L->t, L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
@@ -259,11 +269,11 @@ static void print_table(const plan_flags *F, const ptdp_cluster *c, const ptdp_p
     if (ptdp_plan_fp32_storage(c, job))
         printf("(this prediction is for ptdp's CPU %s: 16-bit values in fp32 storage, fp32 "
                "gradients and master weights, 2-byte messages)\n",
-               ptdp_plan_precision_name(job->precision));
-    else if (job->precision != PTDP_PREC_FP32)
+               ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)));
+    else if (ptdp_plan_precision_of(&job->job) != PTDP_PREC_FP32)
         printf("(this prediction is for %s storage as in Megatron; ptdp train --bf16/--fp16 "
                "computes in 16 bits but stores fp32 today)\n",
-               ptdp_plan_precision_name(job->precision));
+               ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)));
     if (count > nfit) {
         const char *classes[3] = {"does not fit in memory", "t exceeds or straddles a node",
                                   "divisibility"};
@@ -289,39 +299,42 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
     const ptdp_plan_estimate *e = &k->est;
     const int cpu16 = ptdp_plan_fp32_storage(c, job);
     const double n = (double)L->t * L->p * L->d;
-    const int64_t ffn = job->ffn ? job->ffn : 4 * job->h;
+    const int64_t ffn =
+        job->job.model.ffn_hidden ? job->job.model.ffn_hidden : 4 * job->job.model.hidden;
     char b1[32];
     printf("layout t=%d p=%d d=%d v=%d b=%d m=B/(b d)=%d recompute=%s schedule=%s on %s\n", L->t,
            L->p, L->d, L->v, L->b, e->m, recompute_name(job, L->recompute),
            ptdp_schedule_kind_name(e->schedule), c->name);
     printf("peak %.4g FLOP/s (%s), GEMM efficiency eff_max %.3g x g(M) g(N) g(K), "
            "g(x) = x/(x + %.4g)\n",
-           c->peak_flops[job->precision], ptdp_plan_precision_name(job->precision),
-           c->gemm_efficiency, c->gemm_half_dim);
+           c->peak_flops[ptdp_plan_precision_of(&job->job)],
+           ptdp_plan_precision_name(ptdp_plan_precision_of(&job->job)), c->gemm_efficiency,
+           c->gemm_half_dim);
     printf("\none layer, one micro-batch, one device (N = s b = %lld tokens, w = %.0f bytes "
            "stored, w_m = %.0f in messages%s):\n",
-           (long long)(job->s * L->b), e->act_bytes, e->msg_bytes,
+           (long long)(job->job.model.seq_length * L->b), e->act_bytes, e->msg_bytes,
            cpu16 ? ": ptdp's CPU 16-bit values in fp32 storage" : "");
-    const int flash = c->attention_flops[job->precision] > 0;
+    const int flash = c->attention_flops[ptdp_plan_precision_of(&job->job)] > 0;
     printf("  GEMMs forward       T_gemm = sum 2 M N K / (peak eff) = %.6g s (MLP-in GEMM eff "
            "%.3f)\n",
            e->layer_gemm_fwd_s, e->gemm_efficiency);
     if (flash)
         printf("    of which core attention: ptdp's flash attention, 4 b a/t s^2 (h/a) x causal "
                "tiles / %.4g FLOP/s = %.6g s\n",
-               c->attention_flops[job->precision], e->layer_attention_fwd_s);
+               c->attention_flops[ptdp_plan_precision_of(&job->job)], e->layer_attention_fwd_s);
     else
         printf("    of which core attention: the scores and context GEMMs, %.6g s\n",
                e->layer_attention_fwd_s);
     printf("  memory-bound fwd    T_ew = [w (10 N h + 4 S + 2 N f/t) + S + 2 N h] / (%.4g B/s x "
            "%.3g) = %.6g s  (S = %s, f = %lld)\n",
-           c->mem_bandwidth, c->elementwise_efficiency[job->precision], e->layer_elementwise_fwd_s,
-           flash ? "0: flash attention keeps no scores" : "b a/t s^2", (long long)ffn);
+           c->mem_bandwidth, c->elementwise_efficiency[ptdp_plan_precision_of(&job->job)],
+           e->layer_elementwise_fwd_s, flash ? "0: flash attention keeps no scores" : "b a/t s^2",
+           (long long)ffn);
     printf("  tensor all-reduces  T_tp = 2 x [2 (t-1)/t N h w_m / %.4g + 2 (t-1) %.3g] = %.6g s\n",
            c->intra_bandwidth, c->intra_latency, e->layer_tp_fwd_s);
     printf("  forward  T_f = T_gemm + T_ew + T_tp = %.6g s\n", e->layer_fwd_s);
-    const int selective = L->recompute && job->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
-    const int seqp = job->sequence_parallel && L->t > 1;
+    const int selective = L->recompute && job->job.recompute == PTDP_RECOMPUTE_SELECTIVE;
+    const int seqp = job->job.sequence_parallel && L->t > 1;
     if (seqp)
         printf("  sequence parallelism: each all-reduce is a reduce-scatter + all-gather (same "
                "ring time); T_ew's 10 N h and 2 N h terms on N/t rows; the backward gathers both "
@@ -332,16 +345,17 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
                           : "",
            e->layer_bwd_s);
     char sbuf[512];
-    printf("\nstages: layers per virtual stage %s (ranks, then ' | ' between chunks), %d "
-           "chunk(s) per rank; loss head %.6g s, embedding %.6g s per micro-batch\n",
-           ptdp_stage_layout_str(&L->stages, job->layers, L->p, L->v, sbuf, sizeof sbuf), L->v,
-           e->head_s, e->embedding_s);
+    printf(
+        "\nstages: layers per virtual stage %s (ranks, then ' | ' between chunks), %d "
+        "chunk(s) per rank; loss head %.6g s, embedding %.6g s per micro-batch\n",
+        ptdp_stage_layout_str(&L->stages, job->job.model.num_layers, L->p, L->v, sbuf, sizeof sbuf),
+        L->v, e->head_s, e->embedding_s);
     printf("  one transfer between stages T_p2p = lat + N h w_m%s / bw%s = %.6g s (two per action "
            "inside the pipeline)\n",
-           L->t > 1 && (job->scatter_gather || job->sequence_parallel) ? " / t" : "",
-           L->t > 1 && job->sequence_parallel ? " (the sequence shard)"
-           : L->t > 1 && job->scatter_gather  ? " + all-gather in the tensor group"
-                                              : "",
+           L->t > 1 && (job->job.scatter_gather || job->job.sequence_parallel) ? " / t" : "",
+           L->t > 1 && job->job.sequence_parallel ? " (the sequence shard)"
+           : L->t > 1 && job->job.scatter_gather  ? " + all-gather in the tensor group"
+                                                  : "",
            e->p2p_s);
     printf("  pipeline (simulated, per-stage costs): makespan %.6g s, bubble fraction %.4f "
            "((p-1)/(v m) = %.4f)\n",
@@ -351,7 +365,8 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            "exposed %.6g s%s\n",
            e->params_per_device, e->grad_bytes == 2.0 ? "2-byte" : "4-byte", L->d,
            e->dp_allreduce_s, e->comm_s[PTDP_COMM_DATA],
-           job->overlap_grad_reduce ? " (overlapped with the last micro-batch's backward)" : "");
+           job->job.overlap_grad_reduce ? " (overlapped with the last micro-batch's backward)"
+                                        : "");
     printf("  tied-embedding all-reduce %.6g s, optimizer step %.6g s, fixed overhead %.6g s\n",
            e->comm_s[PTDP_COMM_EMBEDDING], e->optimizer_s, e->overhead_s);
     printf("  T_iter = pipeline + data + embedding + optimizer + overhead = %.6g s\n",
@@ -373,230 +388,236 @@ static void print_explain(const ptdp_cluster *c, const ptdp_plan_job *job,
            e->memory_bytes > have ? " (DOES NOT FIT)" : "");
 }
 
-int ptdp_cmd_plan(int argc, char **argv) {
-    plan_flags F = {.cluster = NULL,
-                    .recompute_granularity = NULL,
-                    .recompute_method = NULL,
-                    .schedule = NULL,
-                    .out = NULL,
-                    .V = 50257,
-                    .div = 128,
-                    .bucket = 40000000,
-                    .top = 20,
-                    .threads = 1,
-                    .overlap = 1};
-    ptdp_opt opts[] = {
-        {"cluster", PTDP_OPT_STR, &F.cluster,
+/* The flag table: F's flags and the job's (fields of pj->job); returns the
+ * count. */
+static int plan_table(plan_flags *F, ptdp_plan_job *pj, ptdp_opt *opts, int cap) {
+    ptdp_job *job = &pj->job;
+    ptdp_gpt_config *model = &job->model;
+    const ptdp_opt table[] = {
+        {"cluster", PTDP_OPT_STR, &F->cluster,
          "cluster description: a100-superpod, h100-dgx, local, or a JSON file (required)", NULL, 0,
          0, 0},
-        {"num-devices", PTDP_OPT_INT, &F.n, "devices (ranks) to plan for (required)", NULL, 1, 1e7,
+        {"num-devices", PTDP_OPT_INT, &F->n, "devices (ranks) to plan for (required)", NULL, 1, 1e7,
          0},
-        {"num-layers", PTDP_OPT_INT, &F.l, "transformer layers l (required)", NULL, 1, 1e5, 0},
-        {"hidden-size", PTDP_OPT_INT, &F.h, "hidden size h (required)", NULL, 1, 1e7, 0},
-        {"num-attention-heads", PTDP_OPT_INT, &F.a, "attention heads a (required)", NULL, 1, 1e5,
-         0},
-        {"ffn-hidden-size", PTDP_OPT_INT, &F.ffn, "MLP width (0: 4h)", NULL, 0, 1e8, 0},
-        {"seq-length", PTDP_OPT_INT, &F.s, "sequence length s (required)", NULL, 1, 1e7, 0},
-        {"vocab-size", PTDP_OPT_INT, &F.V, "vocabulary size V", NULL, 2, 1e9, 0},
-        {"make-vocab-size-divisible-by", PTDP_OPT_INT, &F.div, "pad V to a multiple of this x t",
-         NULL, 1, 1e6, 0},
-        {"global-batch-size", PTDP_OPT_INT, &F.B, "global batch size B (required)", NULL, 1, 1e12,
-         0},
-        {"micro-batch-size", PTDP_OPT_INT, &F.b, "pin the micro-batch size b", NULL, 1, 1e6, 0},
-        {"tensor-model-parallel-size", PTDP_OPT_INT, &F.t, "pin t", NULL, 1, 1e6, 0},
-        {"pipeline-model-parallel-size", PTDP_OPT_INT, &F.p, "pin p", NULL, 1, 1e6, 0},
-        {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &F.v,
+        {"num-layers", PTDP_OPT_INT, &model->num_layers, "transformer layers l (required)", NULL, 1,
+         1e5, 0},
+        {"hidden-size", PTDP_OPT_INT, &model->hidden, "hidden size h (required)", NULL, 1, 1e7, 0},
+        {"num-attention-heads", PTDP_OPT_INT, &model->heads, "attention heads a (required)", NULL,
+         1, 1e5, 0},
+        {"ffn-hidden-size", PTDP_OPT_INT, &model->ffn_hidden, "MLP width (0: 4h)", NULL, 0, 1e8, 0},
+        {"seq-length", PTDP_OPT_INT, &model->seq_length, "sequence length s (required)", NULL, 1,
+         1e7, 0},
+        {"vocab-size", PTDP_OPT_INT, &model->vocab, "vocabulary size V", NULL, 2, 1e9, 0},
+        {"make-vocab-size-divisible-by", PTDP_OPT_INT, &job->vocab_divisible_by,
+         "pad V to a multiple of this x t", NULL, 1, 1e6, 0},
+        {"global-batch-size", PTDP_OPT_INT, &job->global_batch, "global batch size B (required)",
+         NULL, 1, 1e12, 0},
+        {"micro-batch-size", PTDP_OPT_INT, &F->b, "pin the micro-batch size b", NULL, 1, 1e6, 0},
+        {"tensor-model-parallel-size", PTDP_OPT_INT, &F->t, "pin t", NULL, 1, 1e6, 0},
+        {"pipeline-model-parallel-size", PTDP_OPT_INT, &F->p, "pin p", NULL, 1, 1e6, 0},
+        {"virtual-pipeline-model-parallel-size", PTDP_OPT_INT, &F->v,
          "pin v (model chunks per pipeline rank)", NULL, 1, 1e5, 0},
-        {"decoder-first-pipeline-num-layers", PTDP_OPT_INT, &F.first,
+        {"decoder-first-pipeline-num-layers", PTDP_OPT_INT, &F->first,
          "pin an uneven split: layers on the first pipeline rank", NULL, 1, 1e5, 0},
-        {"decoder-last-pipeline-num-layers", PTDP_OPT_INT, &F.last,
+        {"decoder-last-pipeline-num-layers", PTDP_OPT_INT, &F->last,
          "pin an uneven split: layers on the last pipeline rank", NULL, 1, 1e5, 0},
-        {"account-for-embedding-in-pipeline-split", PTDP_OPT_BOOL, &F.account_embedding,
+        {"account-for-embedding-in-pipeline-split", PTDP_OPT_BOOL, &F->account_embedding,
          "pin a split counting the embedding as a layer", NULL, 0, 1, 0},
-        {"account-for-loss-in-pipeline-split", PTDP_OPT_BOOL, &F.account_loss,
+        {"account-for-loss-in-pipeline-split", PTDP_OPT_BOOL, &F->account_loss,
          "pin a split counting the loss as a layer", NULL, 0, 1, 0},
-        {"pipeline-model-parallel-layout", PTDP_OPT_STR, &F.layout,
+        {"pipeline-model-parallel-layout", PTDP_OPT_STR, &F->layout,
          "pin a layout string such as \"E|t*3|t*3|t*2,L\" (sets v)", NULL, 0, 0, 0},
-        {"even-stages-only", PTDP_OPT_BOOL, &F.even_only,
+        {"even-stages-only", PTDP_OPT_BOOL, &F->even_only,
          "search only the even split (default: Megatron's uneven splits too)", NULL, 0, 1, 0},
-        {"pipeline-schedule", PTDP_OPT_STR, &F.schedule,
+        {"pipeline-schedule", PTDP_OPT_STR, &F->schedule,
          "schedule (default: interleaved if v > 1, else 1f1b; zb-h1 and zb-v split the backward "
          "into B and W; zb-v needs v = 2)",
          "gpipe|1f1b|interleaved|zb-h1|zb-v", 0, 0, 0},
-        {"fp16", PTDP_OPT_BOOL, &F.fp16,
+        {"fp16", PTDP_OPT_BOOL, &F->fp16,
          "plan for fp16 weights and activations (fp32 master weights and Adam)", NULL, 0, 1, 0},
-        {"bf16", PTDP_OPT_BOOL, &F.bf16, "plan for bf16 (fp32 gradients, master weights, Adam)",
+        {"bf16", PTDP_OPT_BOOL, &F->bf16, "plan for bf16 (fp32 gradients, master weights, Adam)",
          NULL, 0, 1, 0},
-        {"recompute-granularity", PTDP_OPT_STR, &F.recompute_granularity,
+        {"recompute-granularity", PTDP_OPT_STR, &F->recompute_granularity,
          "pin full or selective activation recomputation (default: search none and full)",
          "full|selective", 0, 0, 0},
-        {"recompute-method", PTDP_OPT_STR, &F.recompute_method,
+        {"recompute-method", PTDP_OPT_STR, &F->recompute_method,
          "uniform (default) or block, when recomputing", "uniform|block", 0, 0, 0},
-        {"recompute-num-layers", PTDP_OPT_INT, &F.rc_layers,
+        {"recompute-num-layers", PTDP_OPT_INT, &F->rc_layers,
          "layers per recompute group (uniform) or per chunk (block); default 1", NULL, 1, 1e5, 0},
-        {"no-recompute", PTDP_OPT_BOOL, &F.no_recompute, "pin no recomputation", NULL, 0, 1, 0},
-        {"scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.sg,
+        {"no-recompute", PTDP_OPT_BOOL, &F->no_recompute, "pin no recomputation", NULL, 0, 1, 0},
+        {"scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F->sg,
          "send 1/t of each activation between stages (the default)", NULL, 0, 1, 0},
-        {"no-scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F.no_sg,
+        {"no-scatter-gather-tensors-in-pipeline", PTDP_OPT_BOOL, &F->no_sg,
          "send whole activations between stages", NULL, 0, 1, 0},
-        {"sequence-parallel", PTDP_OPT_BOOL, &F.seqpar,
+        {"sequence-parallel", PTDP_OPT_BOOL, &job->sequence_parallel,
          "sequence parallelism in every layout with t > 1 (layouts whose t does not divide "
          "--seq-length are rejected)",
          NULL, 0, 1, 0},
-        {"use-distributed-optimizer", PTDP_OPT_BOOL, &F.zero,
+        {"use-distributed-optimizer", PTDP_OPT_BOOL, &job->distributed_optimizer,
          "ZeRO-1: optimizer state sharded over the data-parallel group", NULL, 0, 1, 0},
-        {"overlap-grad-reduce", PTDP_OPT_BOOL, &F.overlap,
+        {"overlap-grad-reduce", PTDP_OPT_BOOL, &job->overlap_grad_reduce,
          "overlap the data-parallel reduction with the last backward (ptdp's default)", NULL, 0, 1,
          0},
-        {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &F.overlap,
+        {"no-overlap-grad-reduce", PTDP_OPT_NEGBOOL, &job->overlap_grad_reduce,
          "reduce gradients after the whole backward (Megatron of the paper)", NULL, 0, 1, 0},
-        {"ddp-bucket-size", PTDP_OPT_INT, &F.bucket, "gradient elements per reduction bucket", NULL,
-         1, 1e15, 0},
-        {"threads", PTDP_OPT_INT, &F.threads,
+        {"ddp-bucket-size", PTDP_OPT_INT, &job->ddp_bucket_size,
+         "gradient elements per reduction bucket", NULL, 1, 1e15, 0},
+        {"threads", PTDP_OPT_INT, &F->threads,
          "fp32: OpenMP threads per rank (attention scratch in the memory plan; ptdp train gives "
          "each rank cores / ranks)",
          NULL, 1, 4096, 0},
-        {"json", PTDP_OPT_BOOL, &F.json, "print one JSON object (layouts best first)", NULL, 0, 1,
+        {"json", PTDP_OPT_BOOL, &F->json, "print one JSON object (layouts best first)", NULL, 0, 1,
          0},
-        {"explain", PTDP_OPT_BOOL, &F.explain,
+        {"explain", PTDP_OPT_BOOL, &F->explain,
          "show the terms of the equations for the best layout of the pinned sizes", NULL, 0, 1, 0},
-        {"show-rejected", PTDP_OPT_BOOL, &F.rejected, "list every rejected layout and why", NULL, 0,
-         1, 0},
-        {"top", PTDP_OPT_INT, &F.top, "layouts in the table (0: all)", NULL, 0, 1e9, 0},
-        {"calibrate", PTDP_OPT_BOOL, &F.calibrate,
+        {"show-rejected", PTDP_OPT_BOOL, &F->rejected, "list every rejected layout and why", NULL,
+         0, 1, 0},
+        {"top", PTDP_OPT_INT, &F->top, "layouts in the table (0: all)", NULL, 0, 1e9, 0},
+        {"calibrate", PTDP_OPT_BOOL, &F->calibrate,
          "measure this machine and write a cluster description (see --out)", NULL, 0, 1, 0},
-        {"out", PTDP_OPT_STR, &F.out, "--calibrate: the file to write (default: stdout)", NULL, 0,
+        {"out", PTDP_OPT_STR, &F->out, "--calibrate: the file to write (default: stdout)", NULL, 0,
          0, 0},
     };
-    const int nopts = (int)(sizeof opts / sizeof opts[0]);
-    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
-    if (parsed >= 0) return parsed;
-    if (F.calibrate) return ptdp__cli_plan_calibrate(F.out);
+    const int n = (int)(sizeof table / sizeof table[0]);
+    PTDP_ASSERT(n <= cap);
+    memcpy(opts, table, sizeof table);
+    return n;
+}
+
+/* Required flags and the ones that exclude each other: 0, or the exit
+ * status after one error line. */
+static int check_flags(const plan_flags *F, const ptdp_plan_job *pj) {
+    const ptdp_gpt_config *m = &pj->job.model;
     const struct {
         int missing;
         const char *flag;
-    } req[] = {{!F.cluster, "--cluster"},       {!F.n, "--num-devices"},
-               {!F.l, "--num-layers"},          {!F.h, "--hidden-size"},
-               {!F.a, "--num-attention-heads"}, {!F.s, "--seq-length"},
-               {!F.B, "--global-batch-size"}};
+    } req[] = {{!F->cluster, "--cluster"},
+               {!F->n, "--num-devices"},
+               {!m->num_layers, "--num-layers"},
+               {!m->hidden, "--hidden-size"},
+               {!m->heads, "--num-attention-heads"},
+               {!m->seq_length, "--seq-length"},
+               {!pj->job.global_batch, "--global-batch-size"}};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].missing) {
             ptdp_log_error("missing required flag %s (see ptdp plan --help)", req[i].flag);
             return 2;
         }
     const char *excl =
-        F.fp16 && F.bf16 ? "--fp16 and --bf16"
-        : F.sg && F.no_sg
+        F->fp16 && F->bf16 ? "--fp16 and --bf16"
+        : F->sg && F->no_sg
             ? "--scatter-gather-tensors-in-pipeline and --no-scatter-gather-tensors-in-pipeline"
-        : F.no_recompute && F.recompute_granularity ? "--no-recompute and --recompute-granularity"
-                                                    : NULL;
+        : F->no_recompute && F->recompute_granularity ? "--no-recompute and --recompute-granularity"
+                                                      : NULL;
     if (excl) {
         ptdp_log_error("%s exclude each other; give one", excl);
         return 2;
     }
-    const int selective = F.recompute_granularity && !strcmp(F.recompute_granularity, "selective");
-    if (selective && (F.recompute_method || F.rc_layers)) {
+    const int selective =
+        F->recompute_granularity && !strcmp(F->recompute_granularity, "selective");
+    if (selective && (F->recompute_method || F->rc_layers)) {
         ptdp_log_error("--recompute-method and --recompute-num-layers go with "
                        "--recompute-granularity full; selective reruns core attention in every "
                        "layer");
         return 2;
     }
-    if (F.no_recompute && (F.recompute_method || F.rc_layers)) {
+    if (F->no_recompute && (F->recompute_method || F->rc_layers)) {
         ptdp_log_error("--recompute-method and --recompute-num-layers need recomputation; drop "
                        "--no-recompute");
         return 2;
     }
-    char path[4096];
-    cluster_path(F.cluster, path, sizeof path);
-    ptdp_cluster c;
-    if (ptdp_cluster_load(path, &c)) {
-        ptdp_log_error("--cluster: %s", ptdp_last_error());
-        return 2;
-    }
-    ptdp_plan_job job = ptdp_plan_job_default_params();
-    job.layers = F.l;
-    job.h = F.h;
-    job.a = F.a;
-    job.ffn = F.ffn;
-    job.s = F.s;
-    job.vocab = F.V;
-    job.vocab_divisible_by = F.div;
-    job.global_batch = F.B;
-    job.precision = F.fp16 ? PTDP_PREC_FP16 : F.bf16 ? PTDP_PREC_BF16 : PTDP_PREC_FP32;
-    job.schedule = F.schedule ? ptdp_schedule_parse_kind(F.schedule) : -1;
-    job.scatter_gather = !F.no_sg;
-    job.sequence_parallel = F.seqpar;
-    job.zero = F.zero;
-    job.overlap_grad_reduce = F.overlap;
-    job.recompute_method = selective            ? PTDP_RECOMPUTE_SELECTIVE
-                           : F.recompute_method ? ptdp_recompute_method_parse(F.recompute_method)
-                                                : PTDP_RECOMPUTE_UNIFORM;
-    job.recompute_num_layers = F.rc_layers ? F.rc_layers : 1;
-    job.bucket_floats = F.bucket;
+    return 0;
+}
+
+/* The flags that resolve into the job (precision, schedule, scatter/gather,
+ * the recomputation a layout that recomputes runs) and the CPU backend's
+ * numbers for ptdp's own memory plan. */
+static void resolve_job(const plan_flags *F, ptdp_plan_job *pj) {
+    ptdp_job *job = &pj->job;
+    job->dtype = F->fp16 ? PTDP_DTYPE_FP16 : F->bf16 ? PTDP_DTYPE_BF16 : PTDP_DTYPE_FP32;
+    job->schedule = F->schedule ? ptdp_schedule_parse_kind(F->schedule) : -1;
+    job->scatter_gather = !F->no_sg;
+    const int selective =
+        F->recompute_granularity && !strcmp(F->recompute_granularity, "selective");
+    job->recompute = selective             ? PTDP_RECOMPUTE_SELECTIVE
+                     : F->recompute_method ? ptdp_recompute_method_parse(F->recompute_method)
+                                           : PTDP_RECOMPUTE_UNIFORM;
+    job->recompute_num_layers = F->rc_layers ? F->rc_layers : 1;
     /* ptdp's CPU backend's attention numbers for its own memory plan, and
      * whether its bf16 backend keeps the MLP's activations in bf16 here */
-    job.attn_saved_floats = ptdp_attention_saved_floats_cpu;
-    job.attn_scratch_floats = ptdp_attention_scratch_floats(F.s, (int)F.threads);
-    {
-        ptdp_backend_params bp = ptdp_backend_default_params();
-        bp.dtype = PTDP_DTYPE_BF16;
-        ptdp_backend *bf16 = NULL;
-        job.bf16_mlp16 =
-            ptdp_backend_open(&bf16, &bp) == PTDP_OK && bf16->mlp_store != PTDP_DTYPE_FP32;
-        ptdp_backend_close(bf16);
-    }
-    job.uneven_splits = !F.even_only;
-    ptdp_stage_layout split = {
-        .first = F.first, .last = F.last, .embedding = F.account_embedding, .loss = F.account_loss};
-    if (F.layout) {
-        int lrc = ptdp_stage_layout_parse(F.layout, &split);
-        if (lrc == PTDP_OK && (!F.p || split.nstages % F.p))
+    pj->attn_saved_floats = ptdp_attention_saved_floats_cpu;
+    pj->attn_scratch_floats = ptdp_attention_scratch_floats(job->model.seq_length, (int)F->threads);
+    ptdp_backend_params bp = ptdp_backend_default_params();
+    bp.dtype = PTDP_DTYPE_BF16;
+    ptdp_backend *bf16 = NULL;
+    pj->bf16_mlp16 = ptdp_backend_open(&bf16, &bp) == PTDP_OK && bf16->mlp_store != PTDP_DTYPE_FP32;
+    ptdp_backend_close(bf16);
+    pj->uneven_splits = !F->even_only;
+}
+
+/* The pins of the search: the sizes given, the stage split of the flags or
+ * of a layout string (which also sets v). 0, or the exit status after one
+ * error line. */
+static int make_pins(plan_flags *F, ptdp_plan_pins *pins, ptdp_stage_layout *split) {
+    *split = (ptdp_stage_layout){.first = F->first,
+                                 .last = F->last,
+                                 .embedding = F->account_embedding,
+                                 .loss = F->account_loss};
+    if (F->layout) {
+        int lrc = ptdp_stage_layout_parse(F->layout, split);
+        if (lrc == PTDP_OK && (!F->p || split->nstages % F->p))
             lrc = ptdp_errorf(PTDP_ECONFIG,
                               "--pipeline-model-parallel-layout needs --pipeline-model-parallel-"
                               "size P, a divisor of its %d stages",
-                              split.nstages);
+                              split->nstages);
         if (lrc != PTDP_OK) {
             ptdp_log_error("%s", ptdp_last_error());
             return 2;
         }
-        split.first = F.first, split.last = F.last;
-        split.embedding = F.account_embedding, split.loss = F.account_loss;
-        if (F.v && F.v != split.nstages / F.p) {
+        split->first = F->first, split->last = F->last;
+        split->embedding = F->account_embedding, split->loss = F->account_loss;
+        if (F->v && F->v != split->nstages / F->p) {
             ptdp_log_error("--virtual-pipeline-model-parallel-size %lld conflicts with "
                            "--pipeline-model-parallel-layout (v = %lld)",
-                           (long long)F.v, (long long)(split.nstages / F.p));
+                           (long long)F->v, (long long)(split->nstages / F->p));
             return 2;
         }
-        F.v = split.nstages / F.p;
+        F->v = split->nstages / F->p;
     }
-    const int pinned_split = !ptdp_stage_layout_is_even(&split);
-    ptdp_plan_pins pins = {.stages = pinned_split ? &split : NULL,
-                           .t = (int)F.t,
-                           .p = (int)F.p,
-                           .v = (int)F.v,
-                           .b = (int)F.b,
-                           .recompute = F.recompute_granularity ? 1
-                                        : F.no_recompute        ? 0
-                                                                : -1};
-    if (F.explain && (!F.t || !F.p)) {
+    *pins = (ptdp_plan_pins){.stages = ptdp_stage_layout_is_even(split) ? NULL : split,
+                             .t = (int)F->t,
+                             .p = (int)F->p,
+                             .v = (int)F->v,
+                             .b = (int)F->b,
+                             .recompute = F->recompute_granularity ? 1
+                                          : F->no_recompute        ? 0
+                                                                   : -1};
+    if (F->explain && (!F->t || !F->p)) {
         ptdp_log_error("--explain shows one layout: pin it with --tensor-model-parallel-size and "
                        "--pipeline-model-parallel-size (and optionally -v, -b, recomputation)");
         return 2;
     }
+    return 0;
+}
+
+/* Searches the layouts and prints the result as asked; returns the exit
+ * status. */
+static int search_and_print(const plan_flags *F, const ptdp_cluster *c, const ptdp_plan_job *pj,
+                            const ptdp_plan_pins *pins, const ptdp_stage_layout *split) {
     ptdp_plan_candidate *cand = NULL;
     int count = 0, nfit = 0;
-    int rc = ptdp_plan_search(&c, &job, (int)F.n, &pins, &cand, &count, &nfit);
-    if (rc && F.explain && rc != PTDP_ENOMEM && F.n % (F.t * F.p) == 0) {
+    int rc = ptdp_plan_search(c, pj, (int)F->n, pins, &cand, &count, &nfit);
+    if (rc && F->explain && rc != PTDP_ENOMEM && F->n % (F->t * F->p) == 0) {
         /* the pinned layout may run but not fit: explain it all the same */
-        ptdp_plan_candidate one = {.layout = {.t = (int)F.t,
-                                              .p = (int)F.p,
-                                              .d = (int)(F.n / (F.t * F.p)),
-                                              .v = F.v ? (int)F.v : 1,
-                                              .b = F.b ? (int)F.b : 1,
-                                              .recompute = pins.recompute != 0,
-                                              .stages = split}};
-        if (ptdp_plan_estimate_layout(&c, &job, &one.layout, &one.est) == PTDP_OK) {
-            print_explain(&c, &job, &one);
+        ptdp_plan_candidate one = {.layout = {.t = (int)F->t,
+                                              .p = (int)F->p,
+                                              .d = (int)(F->n / (F->t * F->p)),
+                                              .v = F->v ? (int)F->v : 1,
+                                              .b = F->b ? (int)F->b : 1,
+                                              .recompute = pins->recompute != 0,
+                                              .stages = *split}};
+        if (ptdp_plan_estimate_layout(c, pj, &one.layout, &one.est) == PTDP_OK) {
+            print_explain(c, pj, &one);
             return 0;
         }
     }
@@ -604,12 +625,42 @@ int ptdp_cmd_plan(int argc, char **argv) {
         ptdp_log_error("%s", ptdp_last_error());
         return rc == PTDP_ENOMEM ? 1 : 2;
     }
-    if (F.explain)
-        print_explain(&c, &job, &cand[0]);
-    else if (F.json)
-        print_json(&F, &c, &job, cand, count, nfit);
+    if (F->explain)
+        print_explain(c, pj, &cand[0]);
+    else if (F->json)
+        print_json(F, c, pj, cand, count, nfit);
     else
-        print_table(&F, &c, &job, cand, count, nfit);
+        print_table(F, c, pj, cand, count, nfit);
     free(cand);
     return 0;
+}
+
+int ptdp_cmd_plan(int argc, char **argv) {
+    plan_flags F = {.cluster = NULL,
+                    .recompute_granularity = NULL,
+                    .recompute_method = NULL,
+                    .schedule = NULL,
+                    .out = NULL,
+                    .top = 20,
+                    .threads = 1};
+    ptdp_plan_job pj = ptdp_plan_job_default_params();
+    ptdp_opt opts[64];
+    const int nopts = plan_table(&F, &pj, opts, 64);
+    int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
+    if (parsed >= 0) return parsed;
+    if (F.calibrate) return ptdp__cli_plan_calibrate(F.out);
+    int status = check_flags(&F, &pj);
+    if (status) return status;
+    char path[4096];
+    cluster_path(F.cluster, path, sizeof path);
+    ptdp_cluster c;
+    if (ptdp_cluster_load(path, &c)) {
+        ptdp_log_error("--cluster: %s", ptdp_last_error());
+        return 2;
+    }
+    resolve_job(&F, &pj);
+    ptdp_plan_pins pins;
+    ptdp_stage_layout split;
+    status = make_pins(&F, &pins, &split);
+    return status ? status : search_and_print(&F, &c, &pj, &pins, &split);
 }

@@ -59,25 +59,26 @@ static void usage(FILE *f, const char *cmd, int which) {
 static int checkpoint_args(ptdp_args *a, char *took, size_t cap) {
     took[0] = 0;
     if (!a->use_checkpoint_args) return PTDP_OK;
-    if (!a->load)
+    if (!a->run.load)
         return ptdp_errorf(PTDP_EINVAL, "--use-checkpoint-args reads the model flags from the "
                                         "checkpoint of --load DIR, and there is no --load");
     ptdp_gpt_config c;
-    int rc = ptdp_ckpt_read_config(a->load, &c);
+    int rc = ptdp_ckpt_read_config(a->run.load, &c);
     if (rc == PTDP_ENOTFOUND) {
-        snprintf(took, cap, "no checkpoint in %s yet: the model flags as given", a->load);
+        snprintf(took, cap, "no checkpoint in %s yet: the model flags as given", a->run.load);
         return PTDP_OK;
     }
     if (rc) return rc;
+    ptdp_gpt_config *model = &a->job.model;
     const struct {
         int64_t *field, value;
         const char *flag;
-    } m[] = {{&a->num_layers, c.num_layers, "--num-layers"},
-             {&a->hidden_size, c.hidden, "--hidden-size"},
-             {&a->num_attention_heads, c.heads, "--num-attention-heads"},
-             {&a->ffn_hidden_size, c.ffn_hidden, "--ffn-hidden-size"},
-             {&a->seq_length, c.seq_length, "--seq-length"},
-             {&a->max_position_embeddings, c.max_positions, "--max-position-embeddings"}};
+    } m[] = {{&model->num_layers, c.num_layers, "--num-layers"},
+             {&model->hidden, c.hidden, "--hidden-size"},
+             {&model->heads, c.heads, "--num-attention-heads"},
+             {&model->ffn_hidden, c.ffn_hidden, "--ffn-hidden-size"},
+             {&model->seq_length, c.seq_length, "--seq-length"},
+             {&model->max_positions, c.max_positions, "--max-position-embeddings"}};
     size_t len = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (*m[i].field == 0 && m[i].value > 0) {
@@ -91,26 +92,25 @@ static int checkpoint_args(ptdp_args *a, char *took, size_t cap) {
         int on;
         const char *flag;
     } bl[] = {{c.rmsnorm && !strcmp(a->normalization, "LayerNorm"), "--normalization RMSNorm"},
-              {c.swiglu && !a->swiglu, "--swiglu"},
+              {c.swiglu && !model->swiglu, "--swiglu"},
               {c.rope && !strcmp(a->position_embedding_type, "learned_absolute"),
                "--position-embedding-type rope"},
               {c.query_groups && !a->group_query_attention, "--group-query-attention"},
-              {c.untie && !a->untie_embeddings_and_output_weights,
-               "--untie-embeddings-and-output-weights"},
-              {c.no_bias && !a->disable_bias_linear, "--disable-bias-linear"}};
+              {c.untie && !model->untie, "--untie-embeddings-and-output-weights"},
+              {c.no_bias && !model->no_bias, "--disable-bias-linear"}};
     for (size_t i = 0; i < sizeof bl / sizeof bl[0]; i++)
         if (bl[i].on && len < cap)
             len += (size_t)snprintf(took + len, cap - len, "%s%s", len ? ", " : "", bl[i].flag);
     if (bl[0].on) a->normalization = "RMSNorm";
-    if (bl[1].on) a->swiglu = 1;
+    if (bl[1].on) model->swiglu = 1;
     if (bl[2].on) {
         a->position_embedding_type = "rope";
-        a->rotary_base = c.rotary_base;
-        a->rotary_percent = c.rotary_percent;
+        model->rotary_base = c.rotary_base;
+        model->rotary_percent = c.rotary_percent;
     }
     if (bl[3].on) a->group_query_attention = 1, a->num_query_groups = c.query_groups;
-    if (bl[4].on) a->untie_embeddings_and_output_weights = 1;
-    if (bl[5].on) a->disable_bias_linear = 1;
+    if (bl[4].on) model->untie = 1;
+    if (bl[5].on) model->no_bias = 1;
     if (!len) snprintf(took, cap, "every model flag was given");
     return PTDP_OK;
 }
@@ -135,6 +135,29 @@ static int parse(ptdp_args *a, int which, const char *cmd, int argc, char **argv
     return 0;
 }
 
+/* Says why a command stops: the recorded message, the status of its code. */
+static int fail(int rc, ptdp_comm *comm, void *keep) {
+    ptdp_log_error("%s", ptdp_last_error());
+    if (comm) ptdp_comm_finalize(comm);
+    ptdp_args_free(keep);
+    return status_of(rc);
+}
+
+/* The vocabulary size and the end-of-document id come from the tokenizer
+ * when there is one; --eod-mask-loss needs an id below the vocabulary. */
+static int tokenizer_job(ptdp_args *a) {
+    ptdp_job *job = &a->job;
+    if (a->vocab_file) {
+        ptdp_tokenizer *tok = NULL;
+        int st = ptdp__cli_open_tokenizer(&tok, a->vocab_file, a->merge_file);
+        if (st) return st; /* an exit status, the message printed */
+        job->model.vocab = ptdp_tokenizer_vocab_size(tok);
+        job->eod_token = ptdp_tokenizer_eod(tok);
+        ptdp_tokenizer_free(tok);
+    }
+    return 0;
+}
+
 int ptdp_cmd_train(int argc, char **argv) {
     ptdp_args a;
     void *keep = NULL;
@@ -144,53 +167,44 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_args_free(keep);
         return status;
     }
-    if (a.exit_signal_handler) ptdp_run_catch_sigterm(); /* before any thread starts */
+    ptdp_run_params *run = &a.run;
+    ptdp_job *job = &a.job;
+    if (run->exit_signal_handler) ptdp_run_catch_sigterm(); /* before any thread starts */
     ptdp_comm comm;
     if (ptdp_comm_init(&comm, &argc, &argv)) {
         ptdp_log_error("%s", ptdp_last_error());
         ptdp_args_free(keep);
         return 1;
     }
-    ptdp_trainer_params tp = ptdp_trainer_default_params();
-    int d = 1;
     char took[512];
     int rc = checkpoint_args(&a, took, sizeof took);
-    tp.eod_token = 50256;                /* GPT-2's <|endoftext|>, the EOD without a tokenizer */
-    if (rc == PTDP_OK && a.vocab_file) { /* the vocabulary size comes from the tokenizer */
-        ptdp_tokenizer *tok = NULL;
-        int st = ptdp__cli_open_tokenizer(&tok, a.vocab_file, a.merge_file);
+    if (rc == PTDP_OK) {
+        const int st = tokenizer_job(&a);
         if (st) {
             ptdp_comm_finalize(&comm);
             ptdp_args_free(keep);
             return st;
         }
-        a.vocab_size = ptdp_tokenizer_vocab_size(tok);
-        tp.eod_token = ptdp_tokenizer_eod(tok);
-        ptdp_tokenizer_free(tok);
     }
-    if (rc == PTDP_OK)
-        rc = ptdp_args_model_config(&a, PTDP_ARGS_TRAIN, comm.world_size, &tp.cfg, &d);
-    tp.eod_mask_loss = a.eod_mask_loss;
-    if (rc == PTDP_OK && a.eod_mask_loss && (tp.eod_token < 0 || tp.eod_token >= a.vocab_size))
+    if (rc == PTDP_OK && job->eod_mask_loss &&
+        (job->eod_token < 0 || job->eod_token >= job->model.vocab))
         rc = ptdp_errorf(PTDP_ECONFIG,
                          a.vocab_file ? "--eod-mask-loss: --vocab-file has no <|endoftext|> token"
                                       : "--eod-mask-loss: the end-of-document id 50256 (GPT-2's) "
                                         "is not below --vocab-size %lld; give --vocab-file and "
                                         "--merge-file to take it from the tokenizer",
-                         (long long)a.vocab_size);
+                         (long long)job->model.vocab);
+    if (rc == PTDP_OK) rc = ptdp_args_job(&a, PTDP_ARGS_TRAIN, comm.world_size);
     ptdp_gemm_lib lib = PTDP_GEMM_ONEDNN;
     if (rc == PTDP_OK) rc = ptdp_gemm_lib_parse(a.gemm, &lib);
-    if (rc == PTDP_OK && a.init_from)
-        rc = ptdp__cli_check_init_from(a.init_from, &tp.cfg, a.allow_extra_tensors);
-    if (rc == PTDP_OK)
-        rc = ptdp_comm_setup(&comm, (int)a.tensor_model_parallel_size,
-                             (int)a.pipeline_model_parallel_size, d);
-    if (rc) {
-        ptdp_log_error("%s", ptdp_last_error());
-        ptdp_comm_finalize(&comm);
-        ptdp_args_free(keep);
-        return status_of(rc);
+    if (rc == PTDP_OK && run->trainer.init_from) {
+        ptdp_gpt_config cfg = job->model; /* the shape the weights must have */
+        rc = ptdp_gpt_config_finish(&cfg, job->vocab_divisible_by, (int)job->t);
+        if (rc == PTDP_OK)
+            rc = ptdp__cli_check_init_from(run->trainer.init_from, &cfg, a.allow_extra_tensors);
     }
+    if (rc == PTDP_OK) rc = ptdp_comm_setup(&comm, (int)job->t, (int)job->p, (int)job->d);
+    if (rc) return fail(rc, &comm, keep);
     ptdp__cli_set_threads(&comm);
     /* Megatron-LM flags that change nothing here: said once, so a pasted
      * script shows what it asked for and ptdp does not do */
@@ -200,32 +214,19 @@ int ptdp_cmd_train(int argc, char **argv) {
                   a.inert[i].why);
     if (a.use_checkpoint_args) ptdp_log0("--use-checkpoint-args: %s", took);
     rc = ptdp_comm_watchdog_start(&comm, 60.0 * a.distributed_timeout_minutes);
-    if (rc) {
-        ptdp_log_error("%s", ptdp_last_error());
-        ptdp_comm_finalize(&comm);
-        ptdp_args_free(keep);
-        return status_of(rc);
-    }
-    tp.micro_batch = a.micro_batch_size;
-    tp.global_batch = a.global_batch_size ? a.global_batch_size : a.micro_batch_size * d;
-    const int64_t train_iters = ptdp_args_train_iters(&a, tp.global_batch);
-    ptdp_args_optim(&a, tp.global_batch, &tp.lr, &tp.adam);
-    if (a.train_samples > 0)
+    if (rc) return fail(rc, &comm, keep);
+    const int64_t B = job->global_batch ? job->global_batch : job->micro_batch * job->d;
+    if (job->train_samples > 0)
         ptdp_log0("--train-samples %lld: %lld iterations of %lld samples%s",
-                  (long long)a.train_samples, (long long)train_iters, (long long)tp.global_batch,
-                  a.train_samples % tp.global_batch ? " (the rest of the samples is not trained, "
-                                                      "as in Megatron)"
-                                                    : "");
+                  (long long)job->train_samples, (long long)(job->train_samples / B), (long long)B,
+                  job->train_samples % B ? " (the rest of the samples is not trained, "
+                                           "as in Megatron)"
+                                         : "");
     /* Megatron's precision: a --bf16 / --fp16 backend rounds what it writes
-     * to the 16-bit grid; fp16 scales the loss (dynamically unless --loss-scale) */
+     * to the 16-bit grid; fp16 scales the loss (ptdp_loss_scaler_of_job) */
     ptdp_backend_params bp = ptdp_backend_default_params();
-    bp.dtype = a.bf16 ? PTDP_DTYPE_BF16 : a.fp16 ? PTDP_DTYPE_FP16 : PTDP_DTYPE_FP32;
+    bp.dtype = job->dtype;
     bp.lib = lib;
-    if (a.loss_scale > 0)
-        tp.scaler = ptdp_loss_scaler_constant(a.loss_scale);
-    else if (a.fp16)
-        tp.scaler = ptdp_loss_scaler_dynamic(a.initial_loss_scale, a.min_loss_scale,
-                                             a.loss_scale_window, (int)a.hysteresis);
     ptdp_backend *be = NULL;
     if (!strcmp(a.device, "cuda")) {
         bp.device = PTDP_DEVICE_CUDA;
@@ -248,96 +249,31 @@ int ptdp_cmd_train(int argc, char **argv) {
         ptdp_args_free(keep);
         return status_of(rc);
     }
-    tp.be = be;
-    tp.comm = &comm;
-    tp.init_from = a.init_from;
-    tp.sched.p = (int)a.pipeline_model_parallel_size;
-    {
-        /* checked by ptdp_args_model_config: cannot fail here */
-        int64_t v = 1;
-        ptdp_args_pipeline_layout(&a, a.pipeline_model_parallel_size, &v, &tp.layout);
-        tp.sched.v = (int)v;
-    }
-    tp.sched.kind = a.pipeline_schedule ? ptdp_schedule_parse_kind(a.pipeline_schedule) : -1;
-    /* zb-v's costs: every rank parses the same command line (checked by
-     * ptdp_args_model_config); without the flag the trainer takes them from
-     * the layer's FLOPs */
-    if (a.zb_costs) ptdp_schedule_parse_costs(a.zb_costs, "--zb-costs", &tp.sched);
-    /* the flags' choices (full|selective, uniform|block) were checked by the parser */
-    tp.recompute_method = a.recompute_method ? ptdp_recompute_method_parse(a.recompute_method)
-                          : a.recompute_granularity && !strcmp(a.recompute_granularity, "selective")
-                              ? PTDP_RECOMPUTE_SELECTIVE
-                              : PTDP_RECOMPUTE_NONE;
-    tp.recompute_num_layers = a.recompute_num_layers ? a.recompute_num_layers : 1;
-    tp.scatter_gather =
-        a.no_scatter_gather ? 0 : (a.scatter_gather || a.tensor_model_parallel_size > 1);
-    tp.sequence_parallel = a.sequence_parallel;
-    tp.ddp_bucket_floats = a.ddp_bucket_size;
-    tp.overlap_grad_reduce = a.overlap_grad_reduce;
-    tp.distributed_optimizer = a.use_distributed_optimizer;
-    {
-        int64_t m = tp.global_batch / (tp.micro_batch * d);
-        /* per (micro-batch, chunk): F, B, W and two receive waits */
-        tp.trace_events = a.trace ? 64 + train_iters * (5 * m * tp.sched.v + 8) : 0;
-    }
-
-    ptdp_run_params rp = ptdp_run_default_params();
-    rp.trainer = tp;
-    rp.train_iters = train_iters;
-    rp.n_data_paths = a.data_path ? a.n_data_paths : 0;
-    rp.data_paths = (const char *const *)a.data_paths;
-    rp.split = a.split;
-    rp.token_file = a.token_file;
-    rp.seed = (uint64_t)a.seed;
-    rp.eval_interval = a.eval_interval;
-    rp.eval_iters = a.eval_iters;
-    rp.log_interval = a.log_interval;
-    rp.log_jsonl = a.log_jsonl;
-    rp.log_comm = a.log_comm;
-    rp.tensorboard_dir = a.tensorboard_dir;
-    rp.tensorboard_log_interval = a.tensorboard_log_interval;
-    rp.log_timers_to_tensorboard = a.log_timers_to_tensorboard;
-    rp.log_validation_ppl_to_tensorboard = a.log_validation_ppl_to_tensorboard;
-    rp.log_loss_scale_to_tensorboard = a.log_loss_scale_to_tensorboard;
-    rp.log_learning_rate_to_tensorboard = a.log_learning_rate_to_tensorboard;
-    rp.log_world_size_to_tensorboard = a.log_world_size_to_tensorboard;
-    rp.gemm_name = strcmp(a.device, "cuda") ? ptdp_gemm_lib_name(lib) : "cublas";
-    rp.check_dp_replicas = a.check_dp_replicas;
-    rp.check_for_nan = a.check_for_nan;
-    rp.log_throughput = a.log_throughput;
-    rp.save = a.save;
-    rp.load = a.load;
-    rp.save_interval = a.save_interval;
-    rp.exit_interval = a.exit_interval;
-    rp.exit_duration_mins = a.exit_duration_in_mins;
-    rp.exit_signal_handler = a.exit_signal_handler;
-    rp.finetune = a.finetune;
-    rp.no_load_optim = a.no_load_optim;
-    rp.overwrite_checkpoints = a.overwrite_checkpoints;
-    rp.override_scheduler = a.override_scheduler;
-    rp.use_checkpoint_scheduler = a.use_checkpoint_scheduler;
-    rp.trace = a.trace;
-    rp.save_safetensors = a.save_safetensors;
+    /* the description the flags filled is the run's */
+    run->trainer.job = a.job;
+    run->trainer.be = be;
+    run->trainer.comm = &comm;
+    run->n_data_paths = a.data_path ? a.n_data_paths : 0;
+    run->data_paths = (const char *const *)a.data_paths;
     char cfgpath[4096];
-    if (a.save_safetensors) {
-        ptdp__cli_config_json_path(a.save_safetensors, cfgpath, sizeof cfgpath);
-        rp.save_safetensors_config = cfgpath;
+    if (run->save_safetensors) {
+        ptdp__cli_config_json_path(run->save_safetensors, cfgpath, sizeof cfgpath);
+        run->save_safetensors_config = cfgpath;
     }
     char *dumped = NULL;
-    if (a.dump_config) { /* every rank renders it; rank 0 writes it (ptdp_run_setup) */
-        rp.dump_config = a.dump_config;
-        rp.dump_config_text = dumped = ptdp_args_config_json(&a, PTDP_ARGS_TRAIN, tp.global_batch);
+    if (run->dump_config) { /* every rank renders it; rank 0 writes it (ptdp_run_setup) */
+        run->dump_config_text = dumped = ptdp_args_config_json(&a, PTDP_ARGS_TRAIN, B);
         PTDP_ASSERT(dumped); /* a few kB; out of memory here means nothing would run */
     }
-    ptdp_run *run = NULL;
-    rc = ptdp_run_setup(&run, &rp);
+    ptdp_run *r = NULL;
+    rc = ptdp_run_setup(&r, run);
     if (rc) {
         ptdp_log_error("%s", ptdp_last_error());
         status = status_of(rc);
     } else {
-        status = ptdp_run_finish(run, ptdp_run_loop(run));
+        status = ptdp_run_finish(r, ptdp_run_loop(r));
     }
-    ptdp_run_free(run);
+    ptdp_run_free(r);
     ptdp_backend_close(be);
     free(dumped);
     ptdp_comm_finalize(&comm);
@@ -354,24 +290,25 @@ int ptdp_cmd_export(int argc, char **argv) {
         ptdp_args_free(keep);
         return status;
     }
-    ptdp_gpt_config cfg;
+    ptdp_gpt_config *model = &a.job.model, cfg;
+    const char *load = a.run.load, *init_from = a.run.trainer.init_from;
     int rc;
-    if (a.load) { /* the model shape comes from the checkpoint */
-        const char *model_flag =
-            a.num_layers                                            ? "--num-layers"
-            : a.hidden_size                                         ? "--hidden-size"
-            : a.num_attention_heads                                 ? "--num-attention-heads"
-            : a.seq_length                                          ? "--seq-length"
-            : a.ffn_hidden_size                                     ? "--ffn-hidden-size"
-            : a.max_position_embeddings                             ? "--max-position-embeddings"
-            : a.init_from                                           ? "--init-from"
-            : a.swiglu                                              ? "--swiglu"
-            : strcmp(a.normalization, "LayerNorm")                  ? "--normalization"
-            : strcmp(a.position_embedding_type, "learned_absolute") ? "--position-embedding-type"
-            : a.group_query_attention                               ? "--group-query-attention"
-            : a.untie_embeddings_and_output_weights ? "--untie-embeddings-and-output-weights"
-            : a.disable_bias_linear                 ? "--disable-bias-linear"
-                                                    : NULL;
+    if (load) { /* the model shape comes from the checkpoint */
+        const char *model_flag = model->num_layers      ? "--num-layers"
+                                 : model->hidden        ? "--hidden-size"
+                                 : model->heads         ? "--num-attention-heads"
+                                 : model->seq_length    ? "--seq-length"
+                                 : model->ffn_hidden    ? "--ffn-hidden-size"
+                                 : model->max_positions ? "--max-position-embeddings"
+                                 : init_from            ? "--init-from"
+                                 : model->swiglu        ? "--swiglu"
+                                 : strcmp(a.normalization, "LayerNorm") ? "--normalization"
+                                 : strcmp(a.position_embedding_type, "learned_absolute")
+                                     ? "--position-embedding-type"
+                                 : a.group_query_attention ? "--group-query-attention"
+                                 : model->untie            ? "--untie-embeddings-and-output-weights"
+                                 : model->no_bias          ? "--disable-bias-linear"
+                                                           : NULL;
         rc =
             !a.out ? ptdp_errorf(PTDP_EINVAL, "missing required flag --out (see --help)")
             : model_flag
@@ -379,30 +316,33 @@ int ptdp_cmd_export(int argc, char **argv) {
                               "export --load takes the model from the checkpoint; drop %s (or drop "
                               "--load to export a new model)",
                               model_flag)
-                : ptdp_ckpt_read_config(a.load, &cfg);
-        if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.make_vocab_size_divisible_by, 1);
+                : ptdp_ckpt_read_config(load, &cfg);
+        if (rc == PTDP_OK) rc = ptdp_gpt_config_finish(&cfg, a.job.vocab_divisible_by, 1);
     } else {
         rc = PTDP_OK;
-        if (a.init_from) { /* the shape flags not given come from the weights, as generate's */
-            if (a.vocab_size == 50257) a.vocab_size = 0; /* the default: the file says */
-            int64_t *const fields[PTDP_HF_NKEYS] = {&a.vocab_size, &a.max_position_embeddings,
-                                                    &a.hidden_size, &a.num_layers,
-                                                    &a.num_attention_heads};
-            rc = ptdp__cli_hf_fill_shape(a.init_from, fields);
-            if (!a.seq_length) a.seq_length = a.max_position_embeddings; /* unused by export */
+        if (init_from) { /* the shape flags not given come from the weights, as generate's */
+            if (model->vocab == 50257) model->vocab = 0; /* the default: the file says */
+            int64_t *const fields[PTDP_HF_NKEYS] = {&model->vocab, &model->max_positions,
+                                                    &model->hidden, &model->num_layers,
+                                                    &model->heads};
+            rc = ptdp__cli_hf_fill_shape(init_from, fields);
+            if (!model->seq_length) model->seq_length = model->max_positions; /* unused */
         }
-        if (rc == PTDP_OK) rc = ptdp_args_model_config(&a, PTDP_ARGS_EXPORT, 1, &cfg, NULL);
+        if (rc == PTDP_OK) rc = ptdp_args_job(&a, PTDP_ARGS_EXPORT, 1);
+        cfg = *model;
     }
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_gpt_chunk *chunk = NULL;
+    /* a parameter holder: s = 1 keeps its (unused) activations tiny */
+    ptdp_job holder = ptdp_job_default_params();
     if (rc == PTDP_OK) {
-        cfg.seq_length = 1; /* a parameter holder: its (unused) activations stay tiny */
-        ptdp_chunk_params cp = {.cfg = &cfg,
+        cfg.seq_length = 1;
+        holder.model = cfg;
+        ptdp_chunk_params cp = {.job = &holder,
                                 .layer_end = cfg.num_layers,
                                 .pre = 1,
                                 .post = 1,
-                                .micro_batch = 1,
                                 .slots = 1,
                                 .tp = &comm.tensor,
                                 .inference = 1};
@@ -410,13 +350,13 @@ int ptdp_cmd_export(int argc, char **argv) {
     }
     if (rc == PTDP_OK) {
         ptdp_ckpt_loaded ld;
-        if (a.load) {
-            rc = ptdp_ckpt_load(a.load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
+        if (load) {
+            rc = ptdp_ckpt_load(load, 0, &cfg, &chunk, NULL, 1, &comm, &ld);
             if (rc == PTDP_OK && !ld.found)
-                rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", a.load);
-        } else if (a.init_from) {
-            rc = ptdp__cli_check_init_from(a.init_from, &cfg, a.allow_extra_tensors);
-            if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, 0, a.init_from);
+                rc = ptdp_errorf(PTDP_ENOTFOUND, "--load %s: no checkpoint there", load);
+        } else if (init_from) {
+            rc = ptdp__cli_check_init_from(init_from, &cfg, a.allow_extra_tensors);
+            if (rc == PTDP_OK) rc = ptdp_hf_load_chunk(chunk, &cfg, 0, init_from);
         } else {
             ptdp_gpt_chunk_init_params(chunk);
         }

@@ -8,7 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The operation in flight, in the record of the group's ptdp_comm (comm.h).
+/* The operation in flight, for the watchdog: one record per ptdp_comm, in
+ * its `inflight` storage (comm.h keeps it opaque: no atomics in a public
+ * header). The fields are written before `seq` turns odd (release) and read
+ * after it is seen odd (acquire); one thread issues every operation. */
+struct ptdp__inflight {
+    atomic_uint_fast64_t seq;
+    int op, peer;
+    const struct ptdp_group *group;
+    double since;
+};
+_Static_assert(sizeof(struct ptdp__inflight) <= PTDP_COMM_INFLIGHT_BYTES,
+               "ptdp__inflight_storage is too small");
+_Static_assert(_Alignof(struct ptdp__inflight) <= _Alignof(ptdp__inflight_storage),
+               "ptdp__inflight_storage is not aligned enough");
+static struct ptdp__inflight *inflight_of(ptdp_comm *c) {
+    return (struct ptdp__inflight *)(void *)c->inflight.bytes;
+}
+
+/* The operation in flight, in the record of the group's ptdp_comm.
  * Both do nothing for a group of one (it never waits for anyone) or a
  * hand-made group. */
 static void inflight_begin(const ptdp_group *g, int op, int peer) {
@@ -27,7 +45,7 @@ static void inflight_end(const ptdp_group *g) {
 
 uint64_t ptdp__comm_inflight(const ptdp_comm *c, int *op, const ptdp_group **group, int *peer,
                              double *since) {
-    const struct ptdp__inflight *f = &c->inflight;
+    const struct ptdp__inflight *f = inflight_of((ptdp_comm *)c);
     uint64_t s = atomic_load_explicit(&f->seq, memory_order_acquire);
     *op = f->op;
     *group = f->group;
@@ -68,7 +86,7 @@ void ptdp_comm_init_single(ptdp_comm *c) {
     c->t = c->p = c->d = 1;
     c->ops = &ptdp_comm_local_ops;
     group_single(&c->world, "world");
-    c->world.inflight = &c->inflight;
+    c->world.inflight = inflight_of(c);
     group_single(&c->tensor, "tensor");
     group_single(&c->pipeline, "pipeline");
     group_single(&c->data, "data");
@@ -115,7 +133,7 @@ static void split(ptdp_comm *c, ptdp_group *g, const char *name, int color, int 
     g->impl = NULL;
     c->ops->split(c, g, color, key);
     g->ops = g->size > 1 ? c->ops : &ptdp_comm_local_ops;
-    g->inflight = &c->inflight;
+    g->inflight = inflight_of(c);
 }
 
 /* World rank of member i of group g, from the layout and the split keys

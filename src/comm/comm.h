@@ -30,10 +30,13 @@
 #ifndef PTDP_COMM_H
 #define PTDP_COMM_H
 
-#include <stdatomic.h>
 #include <stdint.h>
 
-#include "base/base.h"
+#include "../base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PTDP_COMM_OPS(X)                        \
     X(PTDP_OP_ALLREDUCE, "all-reduce")          \
@@ -79,15 +82,18 @@ typedef struct ptdp_comm_ops ptdp_comm_ops;
 struct ptdp_group;
 
 /* The operation this process is blocked in, for the watchdog (watchdog.c):
- * one per ptdp_comm, its groups point at it. The fields are written before
- * `seq` turns odd (release) and read after it is seen odd (acquire); one
- * thread issues every operation. */
-struct ptdp__inflight {
-    atomic_uint_fast64_t seq;
-    int op, peer;
-    const struct ptdp_group *group;
-    double since;
-};
+ * one record per ptdp_comm, its groups point at it. comm.c defines it (an
+ * atomic sequence number, odd while an operation is in flight, and what the
+ * watchdog names); here it is storage only, so that this header needs no
+ * <stdatomic.h> and C++ programs can include it. */
+struct ptdp__inflight;
+#define PTDP_COMM_INFLIGHT_BYTES 64
+typedef union {
+    unsigned char bytes[PTDP_COMM_INFLIGHT_BYTES];
+    void *align_p;
+    int64_t align_i;
+    double align_d;
+} ptdp__inflight_storage;
 
 /* A process group. Built by ptdp_comm_setup; a hand-made group
  * `{.name = "x", .size = 1, .rank = 0}` (ops NULL) is a valid group of one. */
@@ -133,7 +139,7 @@ typedef struct ptdp_comm {
     ptdp_group world, tensor, pipeline, data, model, embedding;
     int in_embedding_group;          /* first or last pipeline stage */
     struct ptdp__watchdog *watchdog; /* ptdp_comm_watchdog_start; NULL if none */
-    struct ptdp__inflight inflight;  /* what this process is blocked in (its groups') */
+    ptdp__inflight_storage inflight; /* what this process is blocked in (its groups'; comm.c) */
 } ptdp_comm;
 
 /* The backend table. comm.c calls an entry only with arguments it has
@@ -225,7 +231,7 @@ int ptdp_comm_setup(ptdp_comm *c, int t, int p, int d);
 void ptdp_comm_finalize(ptdp_comm *c);
 /* Ends the whole job with `status` from any rank (MPI_Abort when running
  * under MPI with more than one rank, exit otherwise). */
-_Noreturn void ptdp_comm_abort(const ptdp_comm *c, int status);
+PTDP_NORETURN void ptdp_comm_abort(const ptdp_comm *c, int status);
 /* Ranks of this job on this node (1 on the local backend or a world of
  * one). Collective over the world under MPI (it splits the world by node):
  * every rank calls it, once, at start-up. */
@@ -341,5 +347,9 @@ uint64_t ptdp__comm_inflight(const ptdp_comm *c, int *op, const ptdp_group **gro
  * and operation: "comm GROUP OP calls N bytes B"). Local, not collective. */
 void ptdp_comm_counters_reset(ptdp_comm *c);
 void ptdp_comm_log_counters(const ptdp_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

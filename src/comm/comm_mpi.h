@@ -31,7 +31,7 @@
 
 #include <mpi.h>
 
-#include "comm/comm.h"
+#include "comm.h"
 
 #ifdef __cplusplus
 extern "C" {

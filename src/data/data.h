@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- growable token buffer ------------------------------------------------ */
 /* Owned by the caller; ptdp_tokens_free releases ids. Zero-initialise to start. */
 typedef struct {
@@ -214,7 +218,10 @@ typedef struct ptdp_gpt_data ptdp_gpt_data;
  * Errors: PTDP_EIO/PTDP_EFORMAT from the files, PTDP_EINVAL (bad split
  * string, weights, seq_length < 1, token >= vocab_size naming file and
  * sequence), PTDP_ECONFIG (samples requested from a split that has no
- * tokens), PTDP_ENOMEM. *out is owned by the caller. */
+ * tokens), PTDP_ENOMEM. *out is owned by the caller. Local: every rank opens
+ * the files itself and gets the same result from the same files; when a
+ * rank cannot (a file missing on one node) the others do not learn it (agree
+ * before the next collective, as ptdp_run_setup does). */
 int ptdp_gpt_data_open(ptdp_gpt_data **out, const ptdp_gpt_data_params *p);
 /* Number of samples in a split (0 if it has none). */
 int64_t ptdp_gpt_data_num_samples(const ptdp_gpt_data *d, int split);
@@ -222,5 +229,9 @@ int64_t ptdp_gpt_data_num_samples(const ptdp_gpt_data *d, int split);
  * Thread-safe (read-only). Errors: PTDP_EINVAL for an empty split. */
 int ptdp_gpt_data_sample(const ptdp_gpt_data *d, int split, int64_t idx, int32_t *tokens);
 void ptdp_gpt_data_free(ptdp_gpt_data *d); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

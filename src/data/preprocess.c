@@ -171,12 +171,25 @@ int ptdp__pp_json_line(const ptdp_tokenizer *tok, ptdp_tok_cache *cache, const c
     char what[300];
     snprintf(what, sizeof what, "%s:%zu", input, lineno);
     int rc = ptdp_json_check(nul ? copy : line, line_n, PTDP__PP_MAX_DEPTH, what);
-    cJSON *obj = rc ? NULL : cJSON_ParseWithLength(nul ? copy : line, line_n);
+    const char *text = nul ? copy : line, *end = text;
+    cJSON *obj = rc ? NULL : cJSON_ParseWithLengthOpts(text, line_n, &end, 0);
+    /* what follows the object must be blank, as Python's json.loads wants it
+     * (cJSON stops after the first value and would ignore the rest) */
+    size_t tail = obj ? (size_t)(end - text) : line_n;
+    while (tail < line_n && (text[tail] == ' ' || text[tail] == '\t' || text[tail] == '\r'))
+        tail++;
     free(copy);
     if (rc) return rc;
     if (!obj || !cJSON_IsObject(obj)) {
         cJSON_Delete(obj);
         return ptdp_errorf(PTDP_EFORMAT, "%s:%zu: not a JSON object", input, lineno);
+    }
+    if (tail < line_n) {
+        cJSON_Delete(obj);
+        return ptdp_errorf(PTDP_EFORMAT,
+                           "%s:%zu: text after the JSON object (byte %zu): one object per line "
+                           "(--json-keys reads JSON lines)",
+                           input, lineno, tail + 1);
     }
     for (int k = 0; k < n_keys && !rc; k++) {
         const char *key = keys[k];

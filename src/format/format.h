@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ==== safetensors ========================================================= */
 /* Safetensors: reading and writing the safetensors format (Hugging Face's
  * checkpoint container), the format ptdp's checkpoints, imports/exports and
@@ -160,5 +164,9 @@ void ptdp_file_fsync_dir(const char *dir);
  * the temporary is removed, an existing file at path is left untouched, and
  * PTDP_EIO is returned with the errno text. */
 int ptdp_file_write_atomic(const char *path, const char *text);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

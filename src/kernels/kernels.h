@@ -23,7 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/base.h"
+#include "../base/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* GEMM library behind the CPU backend's gemm: chosen at open, default
  * oneDNN (measured fastest on the model's shapes; see docs/performance.md). */
@@ -490,7 +494,9 @@ ptdp_backend_params ptdp_backend_default_params(void);
  * CUDA backend: a ptdp build without nvcc, or a program not linked with it;
  * an installed ptdp built with nvcc has it as `pkg-config --libs ptdp-cuda`),
  * PTDP_EBACKEND (no usable GPU, cuBLAS missing), PTDP_ENOMEM. Not
- * thread-safe with itself on CUDA (the device is set per process). */
+ * thread-safe with itself on CUDA (the device is set per process). Local: no communication; when it
+ * fails on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_backend_open(ptdp_backend **out, const ptdp_backend_params *p);
 /* Frees the instance and everything it holds; NULL is a no-op. Memory it
  * handed out (alloc) and a workspace it was given stay the caller's: free
@@ -626,5 +632,9 @@ void ptdp_ref_attention_gqa_bwd(const float *dctx, const float *qkv, float *dqkv
 /* mean token loss of logits [N, V] (real vocabulary V), targets [N] */
 double ptdp_ref_xent(const float *logits, const int32_t *targets, int64_t N, int64_t Vpad,
                      int64_t V);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

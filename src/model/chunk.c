@@ -47,8 +47,8 @@ static void carve_layer(const ptdp_gpt_chunk *c, ptdp_arena *cv, ptdp__layer_act
  * layers of the chunk, each on its own; none and selective: every layer stored
  * (selective drops only core attention's saved state, carve_activations). */
 static void plan_recompute(ptdp_gpt_chunk *c) {
-    const int method = c->p.recompute_method;
-    const int64_t n = c->p.recompute_num_layers < 1 ? 1 : c->p.recompute_num_layers;
+    const int method = c->job->recompute;
+    const int64_t n = c->job->recompute_num_layers < 1 ? 1 : c->job->recompute_num_layers;
     c->max_group = 0;
     for (int64_t i = 0; i < c->nl; i++) {
         int64_t g = -1, e = i + 1;
@@ -71,10 +71,10 @@ static int x_stored(const ptdp_gpt_chunk *c, int64_t i) {
 static void carve_activations(ptdp_gpt_chunk *c, ptdp_arena *act, ptdp_arena *ws) {
     const ptdp_chunk_params *p = &c->p;
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, s = c->cfg->seq_length,
-                  b = p->micro_batch;
+                  b = c->job->micro_batch;
     const int64_t saved = c->be->attention_saved_floats(c->be, s, b, c->al),
                   mf = ptdp_mlp_floats(c->be, N * fl); /* fc, gl, dfc */
-    const int selective = p->recompute_method == PTDP_RECOMPUTE_SELECTIVE;
+    const int selective = c->job->recompute == PTDP_RECOMPUTE_SELECTIVE;
     const int64_t dfc_floats = c->cfg->swiglu ? N * c->fc_cols : mf;
     size_t before = act->used;
     for (int k = 0; k < p->slots; k++) {
@@ -196,14 +196,15 @@ static void carve_chunk(ptdp_gpt_chunk *c, ptdp_mem *m) {
 }
 
 static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
-    const ptdp_gpt_config *cfg = p->cfg;
+    const ptdp_gpt_config *cfg = &p->job->model;
     c->p = *p;
+    c->job = p->job;
     c->cfg = cfg;
     c->be = p->be;
     c->t = p->tp ? p->tp->size : 1;
     c->tp = p->tp ? p->tp->rank : 0;
     c->nl = p->layer_end - p->layer_begin;
-    c->N = cfg->seq_length * p->micro_batch;
+    c->N = cfg->seq_length * p->job->micro_batch;
     c->h = cfg->hidden;
     c->hl = cfg->hidden / c->t;
     c->fl = cfg->ffn_hidden / c->t;
@@ -216,7 +217,7 @@ static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
     c->Vl = cfg->vocab_padded / c->t;
     c->v0 = c->tp * c->Vl;
     /* Megatron turns sequence parallelism off when t = 1: nothing to split */
-    c->sp = p->sequence_parallel && c->t > 1;
+    c->sp = p->job->sequence_parallel && c->t > 1;
     PTDP_ASSERT_MSG(!c->sp || cfg->seq_length % c->t == 0,
                     "sequence parallelism needs s divisible by t (the CLI checks it)");
     c->Ns = c->sp ? c->N / c->t : c->N;
@@ -224,27 +225,58 @@ static void set_dims(ptdp_gpt_chunk *c, const ptdp_chunk_params *p) {
 }
 
 ptdp_chunk_params ptdp_chunk_default_params(void) {
-    ptdp_chunk_params p = {.cfg = NULL,
+    ptdp_chunk_params p = {.job = NULL,
                            .layer_begin = 0,
                            .layer_end = 0,
                            .pre = 0,
                            .post = 0,
-                           .micro_batch = 1,
                            .slots = 1,
                            .be = NULL,
                            .tp = NULL,
-                           .recompute_method = PTDP_RECOMPUTE_NONE,
-                           .recompute_num_layers = 0,
                            .numel_multiple = 0,
                            .inference = 0,
-                           .sequence_parallel = 0,
                            .split_backward = 0,
                            .mem = NULL};
     return p;
 }
 
+/* The model must be whole before anything is sized from it: a job that
+ * skipped ptdp_gpt_config_finish (or ptdp_job_finish) has no padded
+ * vocabulary and would fail deep inside a kernel. */
+static int check_job(const ptdp_chunk_params *p) {
+    if (!p->job)
+        return ptdp_errorf(PTDP_EINVAL, "a model chunk needs its job (ptdp_chunk_params.job)");
+    const ptdp_gpt_config *m = &p->job->model;
+    const int t = p->tp ? p->tp->size : 1;
+    ptdp_gpt_config whole = *m;
+    int rc = ptdp_gpt_config_finish(&whole, 1, t);
+    if (rc) return rc;
+    if (m->vocab_padded < m->vocab || m->vocab_padded % t || m->ffn_hidden != whole.ffn_hidden ||
+        m->max_positions != whole.max_positions)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "the model's derived sizes are not set (vocab_padded %lld for a "
+                           "vocabulary of %lld, ffn_hidden %lld, max_positions %lld): finish the "
+                           "model with ptdp_gpt_config_finish (or the job with ptdp_job_finish) "
+                           "before building a chunk",
+                           (long long)m->vocab_padded, (long long)m->vocab,
+                           (long long)m->ffn_hidden, (long long)m->max_positions);
+    if (p->job->micro_batch < 1)
+        return ptdp_errorf(PTDP_EINVAL, "--micro-batch-size must be at least 1, got %lld",
+                           (long long)p->job->micro_batch);
+    if (p->layer_begin < 0 || p->layer_end < p->layer_begin || p->layer_end > m->num_layers ||
+        p->slots < 1)
+        return ptdp_errorf(PTDP_EINVAL,
+                           "a model chunk of layers [%lld, %lld) of %lld with %d slots: not a "
+                           "range of the model's layers, or no slot",
+                           (long long)p->layer_begin, (long long)p->layer_end,
+                           (long long)m->num_layers, p->slots);
+    return PTDP_OK;
+}
+
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     *out = NULL;
+    const int crc = check_job(p);
+    if (crc) return crc;
     ptdp_gpt_chunk *c = calloc(1, sizeof *c);
     if (!c) return ptdp_errorf(PTDP_ENOMEM, "out of host memory for the model");
     set_dims(c, p);
@@ -265,11 +297,11 @@ int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p) {
     c->training = !p->inference;
     /* W reads the layer's stashed activations after B; a recomputed layer's
      * live in the workspace, which the next micro-batch reuses */
-    PTDP_ASSERT_MSG(!p->split_backward || ((p->recompute_method == PTDP_RECOMPUTE_NONE ||
-                                            p->recompute_method == PTDP_RECOMPUTE_SELECTIVE) &&
+    PTDP_ASSERT_MSG(!p->split_backward || ((p->job->recompute == PTDP_RECOMPUTE_NONE ||
+                                            p->job->recompute == PTDP_RECOMPUTE_SELECTIVE) &&
                                            !p->inference),
                     "a split backward needs stored activations and gradients");
-    ptdp__build_specs(&c->specs, p->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
+    ptdp__build_specs(&c->specs, c->cfg, p->layer_begin, p->layer_end, p->pre, p->post, c->t, c->tp,
                       p->numel_multiple);
     c->lp_storage = calloc((size_t)(2 * c->nl + 2), sizeof(ptdp_layer_ptrs));
     c->slots = calloc((size_t)p->slots, sizeof(ptdp__slot_act));

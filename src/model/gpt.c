@@ -21,7 +21,7 @@ void ptdp_gpt_chunk_logits(ptdp_gpt_chunk *c, const int32_t *tokens, int64_t ld,
     PTDP_ASSERT(c->p.pre && c->p.post);
     ptdp_backend *be = c->be;
     ptdp__slot_act *sa = &c->slots[0];
-    const int64_t N = c->N, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t N = c->N, s = c->cfg->seq_length, b = c->job->micro_batch;
     sa->iteration = sa->microbatch = 0;
     for (int64_t bi = 0; bi < b; bi++)
         be->upload(be, sa->tokens + bi * (s + 1), tokens + bi * ld, sizeof(int32_t) * (size_t)s);
@@ -37,7 +37,7 @@ void ptdp_gpt_chunk_fwd(ptdp_gpt_chunk *c, int slot, const int32_t *tokens, cons
     PTDP_ASSERT(slot >= 0 && slot < c->p.slots);
     ptdp_backend *be = c->be;
     ptdp__slot_act *sa = &c->slots[slot];
-    const int64_t Ns = c->Ns, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t Ns = c->Ns, h = c->h, s = c->cfg->seq_length, b = c->job->micro_batch;
     sa->iteration = iteration;
     sa->microbatch = microbatch;
     if (sa->tokens) {

@@ -15,7 +15,7 @@
  * every replicated parameter's (trainer.c). */
 void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
     ptdp_backend *be = c->be;
-    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t N = c->N, h = c->h, s = c->cfg->seq_length, b = c->job->micro_batch;
     if (c->sp) {
         be->embed_fwd(be, sa->tokens, s + 1, c->P.wte, c->v0, c->Vl, c->tmp, s, b, h);
         ptdp__sp_scatter(c, c->tmp, sa->x[0]);
@@ -29,7 +29,7 @@ void ptdp__gpt_embed_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
 
 void ptdp__gpt_embed_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa) {
     ptdp_backend *be = c->be;
-    const int64_t h = c->h, s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t h = c->h, s = c->cfg->seq_length, b = c->job->micro_batch;
     if (c->G.wpe) be->pos_add_bwd(be, c->dres, c->G.wpe + c->s0 * h, c->Ns / b, b, h);
     const float *dx = c->sp ? ptdp__sp_gather(c, c->dres) : c->dres;
     be->embed_bwd(be, sa->tokens, s + 1, dx, c->G.wte, c->v0, c->Vl, s, b, h);
@@ -55,7 +55,7 @@ void ptdp__head_logits(ptdp_gpt_chunk *c, const float *xL) {
 void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale, double *loss_sum) {
     ptdp_backend *be = c->be;
     const ptdp_gpt_config *cfg = c->cfg;
-    const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->p.micro_batch;
+    const int64_t N = c->N, h = c->h, Vl = c->Vl, s = cfg->seq_length, b = c->job->micro_batch;
     float *xL = sa->x[c->nl];
     const int32_t *targets = sa->tokens + 1;
 
@@ -68,8 +68,8 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
     ptdp_allreduce_sum_f32(c->p.tp, c->tgt, N);
     ptdp_allreduce_sum_f32(c->p.tp, c->sumexp, N);
     be->xent_loss(be, c->sumexp, c->gmax, c->tgt, c->loss, N);
-    const int mask = c->p.eod_mask_loss; /* optional op: only such runs call it */
-    if (mask) be->mask_rows(be, c->loss, 1, sa->tokens, s + 1, s, b, c->p.eod_token);
+    const int mask = c->job->eod_mask_loss; /* optional op: only such runs call it */
+    if (mask) be->mask_rows(be, c->loss, 1, sa->tokens, s + 1, s, b, (int32_t)c->job->eod_token);
     *loss_sum = be->sum(be, c->loss, N);
     if (!c->training) return;
 
@@ -85,7 +85,7 @@ void ptdp__head_fwd_bwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, float loss_scale,
                                cfg->vocab,
                                loss_scale,
                                mask ? sa->tokens : NULL,
-                               c->p.eod_token};
+                               (int32_t)c->job->eod_token};
     be->head_bwd(be, c->logits, &xg, ln, c->P.out_w, h, c->G.out_w, c->sp ? c->tmp : c->dtmp);
     if (c->sp) /* f's backward: reduce-scatter into this rank's rows */
         ptdp__sp_scatter(c, c->tmp, c->dtmp);

@@ -50,8 +50,8 @@ ptdp_dropout ptdp__dropout(const ptdp_gpt_chunk *c, float p, ptdp__dropout_site 
      * layout draws the single process's masks. */
     d.key.seed = ptdp_hash_mix(c->cfg->seed, (uint64_t)sa->iteration);
     d.key.stream = ptdp_hash_mix((uint64_t)site, (uint64_t)(layer + 1));
-    d.b = c->p.micro_batch;
-    d.sample0 = sa->microbatch * c->p.micro_batch;
+    d.b = c->job->micro_batch;
+    d.sample0 = sa->microbatch * c->job->micro_batch;
     d.width = c->h;
     if (site_by_head[site]) {
         d.heads = c->cfg->heads;
@@ -145,7 +145,7 @@ static float *dbias_or_sink(const ptdp_gpt_chunk *c, float *db) { return db ? db
 
 static void attn_fwd(const ptdp_gpt_chunk *c, ptdp__layer_act *A, ptdp_dropout pd) {
     ptdp_backend *be = c->be;
-    const int64_t s = c->cfg->seq_length, b = c->p.micro_batch;
+    const int64_t s = c->cfg->seq_length, b = c->job->micro_batch;
     if (c->kvl != c->al)
         be->attention_gqa_fwd(be, A->qkv, A->ctx, A->attn_saved, c->attn_scratch, s, b, c->al,
                               c->kvl, c->hd, pd);
@@ -159,7 +159,7 @@ void ptdp__layer_fwd(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i, float *y)
     const ptdp_layer_ptrs *W = &c->P.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, ql = c->ql,
-                  s = c->cfg->seq_length, b = c->p.micro_batch;
+                  s = c->cfg->seq_length, b = c->job->micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
 
@@ -200,7 +200,7 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     const ptdp_layer_ptrs *W = &c->P.layers[i], *G = &c->G.layers[i];
     ptdp__layer_act *A = &sa->layer[i];
     const int64_t N = c->N, Ns = c->Ns, h = c->h, hl = c->hl, fl = c->fl, ql = c->ql,
-                  s = c->cfg->seq_length, b = c->p.micro_batch;
+                  s = c->cfg->seq_length, b = c->job->micro_batch;
     const int64_t gl = c->p.layer_begin + i;
     const float *x = sa->x[i];
     float *dres = c->dres, *dtmp = c->dtmp;
@@ -234,7 +234,7 @@ void ptdp__layer_bwd_b(ptdp_gpt_chunk *c, ptdp__slot_act *sa, int64_t i,
     be->gemm(be, 0, 0, N, hl, h, 1.0f, wg->dattn_out, h, W->proj_w, hl, 0.0f, c->dctx, hl);
     const ptdp_dropout pd =
         ptdp__dropout(c, c->cfg->attention_dropout, PTDP__DROPOUT_ATTN_PROBS, gl, sa);
-    if (c->p.recompute_method == PTDP_RECOMPUTE_SELECTIVE)
+    if (c->job->recompute == PTDP_RECOMPUTE_SELECTIVE)
         /* selective recomputation: core attention reruns from the stored QKV
          * to rebuild its saved state in the shared workspace; same inputs,
          * masks and kernel, so the ctx it writes over is the same ctx */

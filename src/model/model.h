@@ -21,51 +21,19 @@
 
 #include <stdint.h>
 
-#include "base/base.h"
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "../base/base.h"
+#include "../base/job.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
 
-typedef struct {
-    int64_t num_layers;      /* l */
-    int64_t hidden;          /* h */
-    int64_t heads;           /* a */
-    int64_t ffn_hidden;      /* 4h by default */
-    int64_t seq_length;      /* s */
-    int64_t max_positions;   /* rows of the position embedding */
-    int64_t vocab;           /* V, the real vocabulary */
-    int64_t vocab_padded;    /* Vp, multiple of make_vocab_divisible_by * t */
-    float init_std;          /* 0.02 */
-    float hidden_dropout;    /* after the attention and MLP output projections */
-    float attention_dropout; /* on the attention probabilities */
-    float ln_eps;            /* 1e-5 (--norm-epsilon, --layernorm-epsilon) */
-    uint64_t seed;
-    /* The Llama family's blocks (Megatron's flags; all zero: the paper's GPT,
-     * GPT-2's blocks). One block so that it moves as one. */
-    int rmsnorm;          /* --normalization RMSNorm: no mean, no bias */
-    int swiglu;           /* --swiglu: silu(x Wg^T) * (x Wu^T), ffn_hidden wide */
-    int rope;             /* --position-embedding-type rope: no position embedding */
-    double rotary_base;   /* --rotary-base theta (10000) */
-    float rotary_percent; /* --rotary-percent: rotated fraction of a head (1) */
-    int64_t query_groups; /* g, --num-query-groups with --group-query-attention (0: a) */
-    int untie;            /* --untie-embeddings-and-output-weights: output_layer.weight */
-    int no_bias;          /* --disable-bias-linear: no linear layer has a bias */
-} ptdp_gpt_config;
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-/* Key/value groups g (heads without grouped-query attention) and the
- * rotary dims of a head. */
-int64_t ptdp_gpt_groups(const ptdp_gpt_config *cfg);
-int64_t ptdp_gpt_rotary_dims(const ptdp_gpt_config *cfg);
-/* Whether cfg uses any block of the Llama family (the checkpoint records them). */
-int ptdp_gpt_is_llama(const ptdp_gpt_config *cfg);
+/* The model's shape, ptdp_gpt_config, and ptdp_gpt_config_finish are part of
+ * the job description (base/job.h). */
 /* PTDP_NEED_* bits of the backend ops cfg needs (ptdp_backend_check). */
 int ptdp_gpt_backend_needs(const ptdp_gpt_config *cfg);
-
-/* Fills the derived fields (vocab_padded from `divisible_by` and t,
- * ffn_hidden = 4h when 0, rotary_base 10000 and rotary_percent 1 when 0) and
- * validates: heads and 4h divisible by t, hidden divisible by heads, s <= max
- * positions; with query groups g: a divisible by g, g by t; the rotary dims
- * even. PTDP_ECONFIG with a message naming the flag otherwise. */
-int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t);
 
 /* Parameter specs (ptdp_param_spec, its role, split and init rules) are
  * declared in base/base.h, where optim/ and ckpt/ see them too. */
@@ -94,25 +62,24 @@ typedef struct {
 } ptdp_model_ptrs;
 
 typedef struct {
-    const ptdp_gpt_config *cfg;
+    const ptdp_job *job;            /* what the chunk computes: the model (job->model, finished:
+                                       ptdp_gpt_config_finish), the micro-batch size b,
+                                       recomputation, sequence parallelism and --eod-mask-loss
+                                       (the chunk keeps the pointer; the caller owns the job).
+                                       A forward-only chunk: ptdp_job_default_params() with
+                                       its model. With job->sequence_parallel and a tensor
+                                       group of t > 1 members (s % t == 0) the residual
+                                       stream, LayerNorms and dropouts hold this rank's 1/t of
+                                       the sequence, rows [tp*s/t*b, (tp+1)*s/t*b) of [s, b,
+                                       h]; the chunk's input, output and their gradients are
+                                       [s/t, b, h] too */
     int64_t layer_begin, layer_end; /* global layers [begin, end) */
     int pre, post;                  /* holds embedding / loss head */
-    int64_t micro_batch;            /* b */
     int slots;                      /* micro-batches whose activations can be stashed */
     ptdp_backend *be;               /* NULL: the chunk opens and closes its own fp32 CPU
                                        backend (oneDNN) */
     ptdp_group *tp;                 /* tensor-parallel group (size 1 allowed) */
-    int recompute_method;           /* PTDP_RECOMPUTE_NONE (0) / _UNIFORM / _BLOCK */
-    int64_t recompute_num_layers;   /* Megatron's --recompute-num-layers */
     int64_t numel_multiple;         /* pad the flat buffers to a multiple of this (0: 16) */
-    int eod_mask_loss;              /* the loss head skips tokens whose input is eod_token */
-    int32_t eod_token;              /* (Megatron's --eod-mask-loss) */
-    int sequence_parallel;          /* Megatron's --sequence-parallel (only when the tensor group
-                                       has t > 1 members; s % t == 0): the residual stream,
-                                       LayerNorms and dropouts hold this rank's 1/t of the
-                                       sequence, rows [tp*s/t*b, (tp+1)*s/t*b) of [s, b, h];
-                                       the chunk's input, output and their gradients are
-                                       [s/t, b, h] too */
     int inference;                  /* no gradient buffer (generation, export): forward only,
                                        call ptdp_gpt_chunk_set_training(c, 0) */
     int split_backward;             /* zero-bubble schedules: every slot also keeps the
@@ -124,25 +91,23 @@ typedef struct {
                                        init carves from these arenas (a plan pass) and
                                        ptdp_gpt_chunk_bind carves again once allocated */
 } ptdp_chunk_params;
-/* Defaults: no configuration (the caller sets cfg and the layer range), no
- * embedding or head, b = 1, one slot, a CPU backend of its own, no tensor group
- * (t = 1), no recomputation, flat buffers padded to 16 floats, training,
- * its own memory. */
+/* Defaults: no job (the caller sets it and the layer range), no embedding
+ * or head, one slot, a CPU backend of its own, no tensor group (t = 1), flat
+ * buffers padded to 16 floats, training, its own memory. */
 ptdp_chunk_params ptdp_chunk_default_params(void);
 
 typedef struct ptdp_gpt_chunk ptdp_gpt_chunk;
 
-/* Most model chunks one rank holds (the virtual pipeline size v). */
-#define PTDP_MAX_CHUNKS 16
-
 /* Plans and allocates the chunk. Returns PTDP_ENOMEM if the backend cannot
- * allocate. The chunk keeps pointers to cfg, be and tp (caller owns them). It
+ * allocate. The chunk keeps pointers to job, be and tp (caller owns them). It
  * registers its parameter buffer with the backend as weights (kernels.h's
  * weights contract) once it has its memory, and forgets it when freed.
  * With p->mem the chunk's tensors are carved from those arenas: over plan
  * arenas it only records its sizes (its pointers are NULL until
  * ptdp_gpt_chunk_bind carves it again, in the same order, from the
- * allocated blocks; the caller owns and frees them, after the chunk). */
+ * allocated blocks; the caller owns and frees them, after the chunk).
+ * Local (no communication: initial weights are drawn by global index, not
+ * sent); a failure on one rank is not seen by the others. */
 int ptdp_gpt_chunk_init(ptdp_gpt_chunk **out, const ptdp_chunk_params *p);
 void ptdp_gpt_chunk_bind(ptdp_gpt_chunk *c, ptdp_mem *m);
 void ptdp_gpt_chunk_free(ptdp_gpt_chunk *c);
@@ -323,5 +288,9 @@ int32_t ptdp_generator_sample(ptdp_generator *g, const float *logits,
 /* The sampler without a generator: idx [V] and prob [V] are caller scratch. */
 int32_t ptdp_sample_logits(const float *logits, int64_t V, const ptdp_sampling_params *sp,
                            uint64_t draw, int32_t *idx, float *prob);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

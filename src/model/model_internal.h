@@ -111,8 +111,9 @@ typedef struct {
 
 struct ptdp_gpt_chunk {
     ptdp_chunk_params p;
-    ptdp_comm solo; /* p.tp points at its tensor group when the caller gave none */
-    const ptdp_gpt_config *cfg;
+    ptdp_comm solo;             /* p.tp points at its tensor group when the caller gave none */
+    const ptdp_job *job;        /* p.job: b, recomputation, --eod-mask-loss */
+    const ptdp_gpt_config *cfg; /* &job->model */
     ptdp_backend *be;
     int own_be; /* be was opened by the chunk (p.be NULL): closed with it */
     int t, tp;

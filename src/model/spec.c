@@ -9,104 +9,10 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
-int64_t ptdp_gpt_groups(const ptdp_gpt_config *cfg) {
-    return cfg->query_groups > 0 ? cfg->query_groups : cfg->heads;
-}
-
-int64_t ptdp_gpt_rotary_dims(const ptdp_gpt_config *cfg) {
-    if (!cfg->rope) return 0;
-    const float pct = cfg->rotary_percent > 0 ? cfg->rotary_percent : 1.0f;
-    /* Megatron: int(kv_channels * rotary_percent) */
-    return (int64_t)((double)(cfg->hidden / cfg->heads) * (double)pct);
-}
-
-int ptdp_gpt_is_llama(const ptdp_gpt_config *cfg) {
-    return cfg->rmsnorm || cfg->swiglu || cfg->rope || cfg->untie || cfg->no_bias ||
-           (cfg->query_groups > 0 && cfg->query_groups != cfg->heads);
-}
-
 int ptdp_gpt_backend_needs(const ptdp_gpt_config *cfg) {
     return (cfg->rmsnorm ? PTDP_NEED_RMSNORM : 0) | (cfg->swiglu ? PTDP_NEED_SWIGLU : 0) |
            (cfg->rope ? PTDP_NEED_ROPE : 0) |
            (ptdp_gpt_groups(cfg) != cfg->heads ? PTDP_NEED_GQA : 0);
-}
-
-/* The Llama family's checks (ptdp_gpt_config_finish). */
-static int finish_llama(ptdp_gpt_config *cfg, int t) {
-    if (cfg->rotary_base == 0) cfg->rotary_base = 10000.0;
-    if (cfg->rotary_percent == 0) cfg->rotary_percent = 1.0f;
-    if (cfg->query_groups < 0) return ptdp_errorf(PTDP_ECONFIG, "--num-query-groups must be >= 1");
-    const int64_t g = ptdp_gpt_groups(cfg);
-    if (cfg->heads % g)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--num-attention-heads %lld is not divisible by --num-query-groups %lld "
-                           "(each key/value group serves the same number of query heads)",
-                           (long long)cfg->heads, (long long)g);
-    if (g % t)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--num-query-groups %lld is not divisible by "
-                           "--tensor-model-parallel-size %d (each tensor-parallel rank holds "
-                           "whole key/value groups, as in Megatron); choose t dividing %lld",
-                           (long long)g, t, (long long)g);
-    if (cfg->rope) {
-        if (!(cfg->rotary_percent > 0 && cfg->rotary_percent <= 1))
-            return ptdp_errorf(PTDP_ECONFIG, "--rotary-percent %g must be in (0, 1]",
-                               (double)cfg->rotary_percent);
-        if (!(cfg->rotary_base > 0))
-            return ptdp_errorf(PTDP_ECONFIG, "--rotary-base %g must be > 0", cfg->rotary_base);
-        const int64_t rd = ptdp_gpt_rotary_dims(cfg);
-        if (rd < 2 || rd % 2 || rd > 1024)
-            return ptdp_errorf(PTDP_ECONFIG,
-                               "--rotary-percent %g of the head size %lld rotates %lld dims; "
-                               "rotary embeddings need an even number from 2 to 1024",
-                               (double)cfg->rotary_percent, (long long)(cfg->hidden / cfg->heads),
-                               (long long)rd);
-    }
-    if (cfg->swiglu && !cfg->no_bias)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--swiglu with biases on the linear layers is not supported; add "
-                           "--disable-bias-linear (as Llama models do)");
-    return PTDP_OK;
-}
-
-int ptdp_gpt_config_finish(ptdp_gpt_config *cfg, int64_t divisible_by, int t) {
-    if (cfg->ffn_hidden == 0) cfg->ffn_hidden = 4 * cfg->hidden;
-    if (cfg->num_layers < 1) return ptdp_errorf(PTDP_ECONFIG, "--num-layers must be >= 1");
-    if (cfg->hidden < 1 || cfg->heads < 1)
-        return ptdp_errorf(PTDP_ECONFIG, "--hidden-size and --num-attention-heads must be >= 1");
-    if (cfg->hidden % cfg->heads)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           "--hidden-size %lld is not divisible by --num-attention-heads %lld",
-                           (long long)cfg->hidden, (long long)cfg->heads);
-    if (cfg->heads % t)
-        return ptdp_errorf(
-            PTDP_ECONFIG,
-            "--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %d "
-            "(each tensor-parallel rank computes a/t whole heads)",
-            (long long)cfg->heads, t);
-    if (cfg->ffn_hidden % t)
-        return ptdp_errorf(PTDP_ECONFIG,
-                           cfg->swiglu ? "--swiglu: --ffn-hidden-size %lld is not divisible by "
-                                         "--tensor-model-parallel-size %d (each rank holds the "
-                                         "gate and up rows of the same ffn/t units)"
-                                       : "the MLP width %lld (--ffn-hidden-size, default 4 x "
-                                         "--hidden-size) is not divisible by "
-                                         "--tensor-model-parallel-size %d",
-                           (long long)cfg->ffn_hidden, t);
-    int lrc = finish_llama(cfg, t);
-    if (lrc) return lrc;
-    if (cfg->max_positions == 0) cfg->max_positions = cfg->seq_length;
-    if (cfg->seq_length < 1) return ptdp_errorf(PTDP_ECONFIG, "--seq-length must be >= 1");
-    if (cfg->seq_length > cfg->max_positions)
-        return ptdp_errorf(PTDP_ECONFIG, "--seq-length %lld exceeds --max-position-embeddings %lld",
-                           (long long)cfg->seq_length, (long long)cfg->max_positions);
-    if (cfg->vocab < 2) return ptdp_errorf(PTDP_ECONFIG, "the vocabulary size must be >= 2");
-    if (divisible_by < 1)
-        return ptdp_errorf(PTDP_ECONFIG, "--make-vocab-size-divisible-by must be >= 1");
-    int64_t mult = divisible_by * t;
-    cfg->vocab_padded = (cfg->vocab + mult - 1) / mult * mult;
-    if (cfg->ln_eps == 0.0f) cfg->ln_eps = 1e-5f;
-    return PTDP_OK;
 }
 
 static ptdp_param_spec *add(ptdp__spec_list *L, const char *name, ptdp_param_role role, int ndim,

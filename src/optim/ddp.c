@@ -172,3 +172,20 @@ float *ptdp_ddp_grad_at(ptdp_ddp *d, int64_t off, int64_t len) {
     }
     return NULL;
 }
+
+int ptdp_ddp_replicas_identical(ptdp_ddp *const *ddp, int n, float *host, int64_t host_floats) {
+    uint64_t h = PTDP_FNV1A_INIT;
+    /* FNV-1a runs byte by byte: hashing piece after piece through the host
+     * buffer gives the hash of the whole */
+    for (int c = 0; c < n; c++) {
+        const ptdp_ddp_params *p = &ddp[c]->p;
+        for (int64_t i = 0; i < p->numel; i += host_floats) {
+            const int64_t k = p->numel - i < host_floats ? p->numel - i : host_floats;
+            p->be->download(p->be, host, p->params + i, sizeof(float) * (size_t)k);
+            h = ptdp_fnv1a(host, sizeof(float) * (size_t)k, h);
+        }
+    }
+    uint64_t mm[2] = {h, ~h}; /* max of h and of ~h: equal iff all equal */
+    ptdp_allreduce_max_u64(ddp[0]->p.data, mm, 2);
+    return mm[0] == h && mm[1] == ~h;
+}

@@ -6,22 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const lr_names[] = {
-#define PTDP__LR_NAME(e, s) s,
-    PTDP_LR_STYLES(PTDP__LR_NAME)
-#undef PTDP__LR_NAME
-};
-
-int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out) {
-    for (int i = 0; i < (int)(sizeof lr_names / sizeof lr_names[0]); i++)
-        if (!strcmp(name, lr_names[i])) {
-            *out = (ptdp_lr_style)i;
-            return PTDP_OK;
-        }
-    return ptdp_errorf(PTDP_EINVAL, "--lr-decay-style must be constant|linear|cosine, got '%s'",
-                       name);
-}
-
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
     const double n = (double)step * (double)(s->samples_per_step > 0 ? s->samples_per_step : 1);
     if (s->warmup_samples > 0 && n <= s->warmup_samples) return s->max_lr * n / s->warmup_samples;
@@ -30,6 +14,24 @@ double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step) {
     double ratio = (n - s->warmup_samples) / (s->decay_samples - s->warmup_samples);
     double coeff = s->style == PTDP_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+
+ptdp_lr_schedule ptdp_lr_schedule_of_job(const ptdp_job *j) {
+    const int by_samples = j->train_samples >= 0;
+    const int64_t B = j->global_batch;
+    ptdp_lr_schedule lr = {.max_lr = j->lr,
+                           .min_lr = j->min_lr,
+                           .samples_per_step = B,
+                           .style = (ptdp_lr_style)j->lr_decay_style};
+    lr.decay_samples =
+        by_samples ? (double)(j->lr_decay_samples ? j->lr_decay_samples : j->train_samples)
+                   : (double)(j->lr_decay_iters ? j->lr_decay_iters : j->train_iters) * (double)B;
+    lr.warmup_samples =
+        by_samples ? (double)j->lr_warmup_samples : (double)j->lr_warmup_iters * (double)B;
+    if (j->lr_warmup_fraction > 0) lr.warmup_samples = j->lr_warmup_fraction * lr.decay_samples;
+    if (lr.decay_samples <= lr.warmup_samples)
+        lr.decay_samples = (floor(lr.warmup_samples / (double)B) + 1) * (double)B;
+    return lr;
 }
 
 ptdp_adamw_params ptdp_adamw_default_params(void) {
@@ -168,6 +170,14 @@ ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int6
                               .window = window,
                               .hysteresis = hysteresis,
                               .hysteresis_tracker = hysteresis};
+}
+
+ptdp_loss_scaler ptdp_loss_scaler_of_job(const ptdp_job *j) {
+    if (j->loss_scale > 0) return ptdp_loss_scaler_constant(j->loss_scale);
+    if (j->dtype == PTDP_DTYPE_FP16)
+        return ptdp_loss_scaler_dynamic(j->initial_loss_scale, j->min_loss_scale,
+                                        j->loss_scale_window, (int)j->hysteresis);
+    return ptdp_loss_scaler_constant(1.0);
 }
 
 /* Megatron's DynamicGradScaler.update */

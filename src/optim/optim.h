@@ -13,19 +13,13 @@
 
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "../base/job.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
 
-#define PTDP_LR_STYLES(X)           \
-    X(PTDP_LR_CONSTANT, "constant") \
-    X(PTDP_LR_LINEAR, "linear")     \
-    X(PTDP_LR_COSINE, "cosine")
-typedef enum {
-#define PTDP__LR_ENUM(e, s) e,
-    PTDP_LR_STYLES(PTDP__LR_ENUM)
-#undef PTDP__LR_ENUM
-} ptdp_lr_style;
-int ptdp_lr_style_parse(const char *name, ptdp_lr_style *out);
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Megatron's OptimizerParamScheduler counts samples: every optimizer step
  * advances it by the global batch, whether the flags gave iterations
@@ -44,9 +38,16 @@ typedef struct {
  * decay_samples, min_lr after. */
 double ptdp_lr_at(const ptdp_lr_schedule *s, int64_t step);
 
-typedef struct {
-    double beta1, beta2, eps, weight_decay, clip_grad;
-} ptdp_adamw_params;
+/* The schedule of a finished job (ptdp_job_finish), as Megatron's
+ * get_optimizer_param_scheduler makes it: decay and warm-up in samples
+ * (iterations x B when the job counts iterations), the decay over the whole
+ * run unless --lr-decay-iters/-samples say otherwise, the warm-up fraction
+ * of the decay unrounded; a decay no longer than the warm-up (constant
+ * style, or a run too short to matter) ends one step after it. */
+ptdp_lr_schedule ptdp_lr_schedule_of_job(const ptdp_job *job);
+
+/* AdamW's settings, ptdp_adamw_params, are part of the job description
+ * (base/job.h). */
 ptdp_adamw_params ptdp_adamw_default_params(void); /* Megatron: 0.9, 0.999, 1e-8, 0.01, 1.0 */
 
 /* ---- data-parallel gradient reduction ------------------------------------ */
@@ -81,7 +82,9 @@ ptdp_ddp_params ptdp_ddp_default_params(void);
 /* Builds the buckets and carves the ZeRO-1 shard from p->mem; over a plan
  * arena that only records its size, and ptdp_ddp_bind carves it again once
  * the block exists and takes the (then allocated) parameter and gradient
- * buffers (the caller owns the memory). PTDP_ENOMEM (host). */
+ * buffers (the caller owns the memory). PTDP_ENOMEM (host). Local: no communication; when it fails
+ * on some ranks only, the others do not learn it (agree before the next collective, as
+ * ptdp_run_setup does). */
 int ptdp_ddp_init(ptdp_ddp **out, const ptdp_ddp_params *p);
 void ptdp_ddp_bind(ptdp_ddp *d, float *params, float *grads, ptdp_mem *m);
 void ptdp_ddp_free(ptdp_ddp *d);
@@ -107,6 +110,12 @@ void ptdp_ddp_gather_params(ptdp_ddp *d);
  * finish when it owns them (ZeRO-1: the shard buffer), else NULL.
  * Plain: always grads + off. */
 float *ptdp_ddp_grad_at(ptdp_ddp *d, int64_t off, int64_t len);
+/* 1 when every data-parallel replica holds bitwise the same parameters
+ * (--check-dp-replicas): an FNV-1a hash of the parameters of ddp[0..n) (a
+ * rank's chunks, in order), downloaded through the caller's host[host_floats]
+ * piece after piece (backend memory may not be host memory), compared over
+ * the data group. Collective over the data group; blocking. */
+int ptdp_ddp_replicas_identical(ptdp_ddp *const *ddp, int n, float *host, int64_t host_floats);
 /* Owned ranges (ZeRO-1: this rank's shard of every bucket; plain: all). */
 int ptdp_ddp_num_owned(const ptdp_ddp *d);
 void ptdp_ddp_owned(const ptdp_ddp *d, int i, int64_t *off, int64_t *len);
@@ -141,7 +150,8 @@ typedef struct {
  * [3, state_len] in all, when be->dtype is 16-bit) are carved from
  * mem->cat[PTDP_MEM_OPTIMIZER]; over a plan arena that only records the
  * size, and ptdp_optim_bind carves again (and points the runs at the
- * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure. */
+ * gradients, `params` and `ddp` then bound too). PTDP_ENOMEM on failure.
+ * Local (no communication). */
 int ptdp_optim_init(ptdp_optimizer *o, ptdp_backend *be, const ptdp_adamw_params *hp,
                     const ptdp_param_spec *specs, int nspecs, float *params, ptdp_ddp *ddp,
                     int tp_rank, int first_stage, ptdp_mem *mem);
@@ -181,7 +191,14 @@ ptdp_loss_scaler ptdp_loss_scaler_constant(double scale);
 ptdp_loss_scaler ptdp_loss_scaler_dynamic(double initial, double min_scale, int64_t window,
                                           int hysteresis);
 void ptdp_loss_scaler_update(ptdp_loss_scaler *s, int found_inf);
+/* A job's scaler: constant --loss-scale when given, dynamic under fp16
+ * (--initial-loss-scale, ...), else none (constant 1). */
+ptdp_loss_scaler ptdp_loss_scaler_of_job(const ptdp_job *job);
 /* Bytes of optimizer state this rank holds. */
 size_t ptdp_optim_state_bytes(const ptdp_optimizer *o);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

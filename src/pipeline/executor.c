@@ -12,16 +12,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A receive of a list: the action, the pipeline rank it receives from, the
+ * tag. */
+typedef struct {
+    int act, peer, tag;
+} exrecv;
+
+/* One of a rank's lists and the receives it makes, in order. */
+typedef struct {
+    ptdp_action *acts;
+    int nacts;
+    exrecv *recvs; /* [nrecv] */
+    int nrecv;
+} exlist;
+
 struct ptdp_executor {
     ptdp_executor_params p;
-    ptdp_action *acts; /* this rank's list */
+    /* lists[0]: the schedule's (training); lists[1]: forward only (evaluation):
+     * F(k, c) for each micro-batch k, this rank's chunks in stage order */
+    exlist lists[2];
+    /* the list being run (one of lists[]) */
+    ptdp_action *acts;
     int nacts;
-    int64_t msg; /* floats per message: b*s*h */
-    int K;       /* send ring slots per direction (ptdp_schedule_send_buffers) */
-    float *bufs; /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
-    struct {
-        int act, peer, tag; /* the action, the pipeline rank it receives from, the tag */
-    } * recvs;              /* [nrecv]: this rank's receives in order, fixed by its list */
+    int64_t msg;   /* floats per message: b*s*h */
+    int K;         /* send ring slots per direction (ptdp_schedule_send_buffers) */
+    float *bufs;   /* [2 + 2K][msg] (p > 1): two receive buffers, then the rings */
+    exrecv *recvs; /* the running list's receives */
     int nrecv;
     int next_recv; /* the receive posted and not yet waited for (nrecv: none) */
     ptdp_comm_req recv_req;
@@ -36,6 +52,7 @@ struct ptdp_executor {
     int last_bwd[PTDP_MAX_CHUNKS]; /* index in acts of chunk c's last backward (split: W) */
     int split;                     /* the schedule splits the backward into B and W */
     double epoch;
+    int untraced; /* evaluation: no events (the trace's capacity is the training's) */
     ptdp_event *events;
     int64_t nevents;
 };
@@ -44,6 +61,58 @@ struct ptdp_executor {
  * activation (identical on every TP rank), the rest comes by all-gather. */
 static int sliced(const ptdp_executor *ex) {
     return ex->p.scatter_gather && ex->p.tensor && ex->p.tensor->size > 1;
+}
+
+/* Evaluation's list: every micro-batch through this rank's chunks in
+ * stage order, one micro-batch after the other, as the forward of one
+ * process would run it (for each k, F(k, c) in increasing virtual stage).
+ * Each link carries its messages in the order the receiver takes them and
+ * every dependency goes to a later stage, so any ring size is free of
+ * deadlock; a hand-off between two stages of this rank (zb-v's turn) is
+ * read by the very next action. */
+static void forward_list(ptdp_executor *ex) {
+    const ptdp_schedule_params *sp = &ex->p.sched;
+    const int v = sp->v;
+    int order[PTDP_MAX_CHUNKS]; /* this rank's chunks by increasing stage */
+    for (int c = 0; c < v; c++) order[c] = c;
+    for (int i = 1; i < v; i++)
+        for (int j = i; j > 0 && ptdp_schedule_stage(sp, ex->p.pp_rank, order[j]) <
+                                     ptdp_schedule_stage(sp, ex->p.pp_rank, order[j - 1]);
+             j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    exlist *l = &ex->lists[1];
+    int n = 0;
+    for (int k = 0; k < sp->m; k++)
+        for (int c = 0; c < v; c++)
+            l->acts[n++] = (ptdp_action){.kind = PTDP_ACT_FWD, .microbatch = k, .chunk = order[c]};
+}
+
+/* The receives of list l in order: each action whose input comes from
+ * another pipeline rank. */
+static void plan_receives(ptdp_executor *ex, exlist *l) {
+    const ptdp_schedule_params *sp = &ex->p.sched;
+    const int r = ex->p.pp_rank;
+    l->nrecv = 0;
+    for (int i = 0; i < l->nacts; i++) {
+        const ptdp_action *a = &l->acts[i];
+        ptdp_p2p in, out;
+        ptdp_action_p2p(sp, r, a, &in, &out);
+        if (a->kind == PTDP_ACT_WGT || in.peer_rank < 0 || in.peer_rank == r) continue;
+        const int stage = ptdp_schedule_stage(sp, r, a->chunk);
+        l->recvs[l->nrecv].act = i;
+        l->recvs[l->nrecv].peer = in.peer_rank;
+        l->recvs[l->nrecv++].tag = ptdp_p2p_tag(sp, a->kind, a->microbatch, stage);
+    }
+}
+
+static void use_list(ptdp_executor *ex, int which) {
+    const exlist *l = &ex->lists[which];
+    ex->acts = l->acts;
+    ex->nacts = l->nacts;
+    ex->recvs = l->recvs;
+    ex->nrecv = l->nrecv;
 }
 
 ptdp_executor_params ptdp_executor_default_params(void) {
@@ -56,7 +125,8 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
     if (!ex) return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
     ex->p = *p;
     const int m = p->sched.m, v = p->sched.v;
-    ex->nacts = ptdp_schedule_len(&p->sched);
+    ex->lists[0].nacts = ptdp_schedule_len(&p->sched);
+    ex->lists[1].nacts = m * v;
     ex->msg = p->tokens_per_mb * p->hidden;
     PTDP_ASSERT(!sliced(ex) || ex->msg % p->tensor->size == 0);
     ex->slots = 0;
@@ -75,33 +145,29 @@ int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p) {
         ex->K = ptdp_schedule_send_buffers(&all);
         ptdp_schedule_free(&all);
     }
-    ex->acts = calloc((size_t)ex->nacts, sizeof(ptdp_action));
-    ex->recvs = calloc((size_t)ex->nacts + 1, sizeof *ex->recvs);
+    for (int l = 0; l < 2; l++) {
+        ex->lists[l].acts = calloc((size_t)ex->lists[l].nacts, sizeof(ptdp_action));
+        ex->lists[l].recvs = calloc((size_t)ex->lists[l].nacts + 1, sizeof *ex->lists[l].recvs);
+    }
     ptdp_executor_bind(ex, p->mem);
     ex->send_reqs = calloc((size_t)(2 * ex->K), sizeof(ptdp_comm_req));
     ex->slot_of = calloc((size_t)(v * m), sizeof(int));
     ex->slot_used = calloc((size_t)(v * ex->slots), sizeof(int));
     ex->local = calloc((size_t)(2 * m), sizeof(float *));
     ex->events = p->max_events ? calloc((size_t)p->max_events, sizeof(ptdp_event)) : NULL;
-    if (!ex->acts || !ex->recvs || !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
+    if (!ex->lists[0].acts || !ex->lists[0].recvs || !ex->lists[1].acts || !ex->lists[1].recvs ||
+        !ex->send_reqs || !ex->slot_of || !ex->slot_used || !ex->local ||
         (p->max_events && !ex->events)) {
         ptdp_executor_free(ex);
         return ptdp_errorf(PTDP_ENOMEM, "out of memory for the pipeline executor");
     }
     int n = 0;
-    int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->acts, ex->nacts, &n);
-    PTDP_ASSERT(rc == PTDP_OK && n == ex->nacts);
+    int rc = ptdp_schedule_build(&p->sched, p->pp_rank, ex->lists[0].acts, ex->lists[0].nacts, &n);
+    PTDP_ASSERT(rc == PTDP_OK && n == ex->lists[0].nacts);
+    forward_list(ex);
     for (int i = 0; i < 2 * ex->K; i++) ex->send_reqs[i] = PTDP_COMM_REQ_NULL;
-    for (int i = 0; i < ex->nacts; i++) {
-        ptdp_p2p in, out;
-        ptdp_action_p2p(&p->sched, p->pp_rank, &ex->acts[i], &in, &out);
-        const ptdp_action *a = &ex->acts[i];
-        if (a->kind == PTDP_ACT_WGT || in.peer_rank < 0 || in.peer_rank == p->pp_rank) continue;
-        const int stage = ptdp_schedule_stage(&p->sched, p->pp_rank, a->chunk);
-        ex->recvs[ex->nrecv].act = i;
-        ex->recvs[ex->nrecv].peer = in.peer_rank;
-        ex->recvs[ex->nrecv++].tag = ptdp_p2p_tag(&p->sched, a->kind, a->microbatch, stage);
-    }
+    for (int l = 0; l < 2; l++) plan_receives(ex, &ex->lists[l]);
+    use_list(ex, 0);
     ex->next_recv = ex->nrecv;
     ex->recv_req = PTDP_COMM_REQ_NULL;
     ex->split = ptdp_schedule_splits_backward(&p->sched);
@@ -120,8 +186,10 @@ void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m) {
 
 void ptdp_executor_free(ptdp_executor *ex) {
     if (!ex) return;
-    free(ex->acts);
-    free(ex->recvs);
+    for (int l = 0; l < 2; l++) {
+        free(ex->lists[l].acts);
+        free(ex->lists[l].recvs);
+    }
     free(ex->send_reqs);
     free(ex->slot_of);
     free(ex->slot_used);
@@ -140,7 +208,7 @@ void ptdp_executor_record(ptdp_executor *ex, int kind, double t0, double t1, int
 }
 
 static void record(ptdp_executor *ex, int kind, double t0, const ptdp_action *a, int64_t it) {
-    if (!ex->events || ex->nevents >= ex->p.max_events) return;
+    if (!ex->events || ex->nevents >= ex->p.max_events || ex->untraced) return;
     ex->events[ex->nevents++] =
         (ptdp_event){t0, ptdp_executor_now(ex) - t0, kind, a->microbatch, a->chunk, (int)it};
 }
@@ -251,12 +319,22 @@ static void progress_sends(ptdp_executor *ex) {
     for (int i = 0; i < 2 * ex->K; i++) ptdp_test(&ex->send_reqs[i]);
 }
 
+/* Every send must be delivered before the buffers are reused. */
+static void flush(ptdp_executor *ex, int64_t iteration, int traced) {
+    ptdp_activity_phase("pipeline flush");
+    double t0 = ptdp_executor_now(ex);
+    for (int i = 0; i < 2 * ex->K; i++) ptdp_wait(&ex->send_reqs[i]);
+    ex->sent[0] = ex->sent[1] = 0;
+    if (traced) ptdp_executor_record(ex, PTDP_EV_SEND_WAIT, t0, ptdp_executor_now(ex), iteration);
+}
+
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
                        const float *loss_scales, int64_t iteration, int64_t mb_base,
                        double *loss_sum) {
     const ptdp_schedule_params *sp = &ex->p.sched;
     const int r = ex->p.pp_rank, m = sp->m;
     *loss_sum = 0.0;
+    use_list(ex, 0);
     post_recv(ex, 0);
     for (int i = 0; i < ex->nacts; i++) {
         const ptdp_action *a = &ex->acts[i];
@@ -318,12 +396,40 @@ void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int6
             if (dx) send_to(ex, dx, &out, PTDP_ACT_BWD, a->microbatch, req);
         }
     }
-    /* flush: every send must be delivered before the buffers are reused */
-    ptdp_activity_phase("pipeline flush");
-    double t0 = ptdp_executor_now(ex);
-    for (int i = 0; i < 2 * ex->K; i++) ptdp_wait(&ex->send_reqs[i]);
-    ex->sent[0] = ex->sent[1] = 0;
-    ptdp_executor_record(ex, PTDP_EV_SEND_WAIT, t0, ptdp_executor_now(ex), iteration);
+    flush(ex, iteration, 1);
+}
+
+void ptdp_executor_run_forward(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
+                               int64_t iteration, double *loss_sum) {
+    const ptdp_schedule_params *sp = &ex->p.sched;
+    const int r = ex->p.pp_rank;
+    *loss_sum = 0.0;
+    use_list(ex, 1);
+    ex->untraced = 1;
+    post_recv(ex, 0);
+    for (int i = 0; i < ex->nacts; i++) {
+        const ptdp_action *a = &ex->acts[i];
+        progress_sends(ex);
+        ptdp_p2p in, out;
+        ptdp_action_p2p(sp, r, a, &in, &out);
+        ptdp_activity_phase("evaluation");
+        const float *x =
+            in.peer_rank >= 0 ? recv_from(ex, &in, PTDP_ACT_FWD, a->microbatch, i, -1) : NULL;
+        const int slot = take_slot(ex, a->chunk); /* free again once the forward is done */
+        ptdp_comm_req *req = NULL;
+        float *y = out.peer_rank >= 0 ? next_send_buf(ex, PTDP_ACT_FWD, &req) : NULL;
+        double ls = 0.0;
+        ptdp_gpt_chunk_fwd(ex->p.chunks[a->chunk], slot,
+                           tokens ? tokens + (int64_t)a->microbatch * b * (s + 1) : NULL, x, y,
+                           0.0f, &ls, iteration, a->microbatch);
+        ex->slot_used[a->chunk * ex->slots + slot] = 0;
+        *loss_sum += ls;
+        if (y) send_to(ex, y, &out, PTDP_ACT_FWD, a->microbatch, req);
+    }
+    flush(ex, iteration, 0);
+    ex->untraced = 0;
+    use_list(ex, 0);
+    ex->next_recv = ex->nrecv;
 }
 
 int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events) {

@@ -6,9 +6,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm/comm.h"
-#include "model/model.h"
-#include "pipeline/schedule.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
+#include "schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The executor runs one pipeline rank's action list (schedule.h) over its
  * model chunks: receives activations and gradients from the neighbouring
@@ -73,7 +77,8 @@ ptdp_executor_params ptdp_executor_default_params(void);
  * [1 + 2K, b*s*h] floats, a receive buffer and a ring of K per direction)
  * from p->mem; over a plan arena that only records the size, and
  * ptdp_executor_bind carves again from the allocated block (the caller owns
- * the memory). PTDP_ENOMEM (host bookkeeping). */
+ * the memory). PTDP_ENOMEM (host bookkeeping). Local: no communication; when it fails on some ranks
+ * only, the others do not learn it (agree before the next collective, as ptdp_run_setup does). */
 int ptdp_executor_init(ptdp_executor **out, const ptdp_executor_params *p);
 void ptdp_executor_bind(ptdp_executor *ex, ptdp_mem *m);
 void ptdp_executor_free(ptdp_executor *ex);
@@ -87,6 +92,16 @@ void ptdp_executor_free(ptdp_executor *ex);
 void ptdp_executor_run(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
                        const float *loss_scales, int64_t iteration, int64_t mb_base,
                        double *loss_sum);
+
+/* Evaluation: every micro-batch forward through this rank's chunks (their
+ * training mode is the caller's to set), stage after stage as one process
+ * would run them, through the same buffers and transfers as
+ * ptdp_executor_run, without gradients (loss scale 0) and without trace
+ * events. tokens as ptdp_executor_run's; *loss_sum: the sum of token losses
+ * on the last stage (0 elsewhere). Blocking; every rank of the pipeline
+ * group calls it. */
+void ptdp_executor_run_forward(ptdp_executor *ex, const int32_t *tokens, int64_t b, int64_t s,
+                               int64_t iteration, double *loss_sum);
 
 /* Most micro-batches chunk `c` held stashed at once in this run, and the
  * slots each chunk needs for this rank's list (computed from the list). */
@@ -104,5 +119,9 @@ int ptdp_executor_write_trace(ptdp_executor *ex, ptdp_group *world, int world_ra
 
 /* Internal (trace.c): the events recorded so far; returns their count. */
 int64_t ptdp__executor_events(const ptdp_executor *ex, const ptdp_event **events);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -63,6 +63,21 @@ void ptdp_schedule_flop_costs(int64_t seq_length, int64_t hidden, int64_t ffn,
     ptdp_schedule_scale_costs(G + A, G + 2.0 * A, G, sp);
 }
 
+ptdp_schedule_params ptdp_schedule_of_job(const ptdp_job *job) {
+    ptdp_schedule_params sp = {.p = (int)job->p,
+                               .m = (int)ptdp_job_micro_batches(job),
+                               .v = (int)job->v,
+                               .kind = job->schedule,
+                               .cost_f = job->zb_costs[0],
+                               .cost_b = job->zb_costs[1],
+                               .cost_w = job->zb_costs[2]};
+    sp.kind = ptdp_schedule_resolve_kind(&sp);
+    if (!sp.cost_f && !sp.cost_b && !sp.cost_w) /* the shape alone: the same on every rank */
+        ptdp_schedule_flop_costs(job->model.seq_length, job->model.hidden, job->model.ffn_hidden,
+                                 &sp);
+    return sp;
+}
+
 void ptdp_schedule_played_costs(const ptdp_schedule_params *sp, int cost[PTDP_ACT_COUNT]) {
     cost[PTDP_ACT_FWD] = sp->cost_f > 0 ? sp->cost_f : 1;
     cost[PTDP_ACT_BWD] = sp->cost_b > 0 ? sp->cost_b : 1;

@@ -30,6 +30,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../base/job.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Action kinds: X(enum, short name used in printed lists, long name).
  * Backward B is the whole backward of the chunk for the schedules that do not
  * split it; under a zero-bubble schedule (ptdp_schedule_splits_backward) B
@@ -47,20 +53,8 @@ typedef enum {
         PTDP_ACT_COUNT
 } ptdp_action_kind;
 
-/* Schedules: X(enum, name accepted by --pipeline-schedule). */
-#define PTDP_SCHEDULE_KINDS(X)               \
-    X(PTDP_SCHED_GPIPE, "gpipe")             \
-    X(PTDP_SCHED_1F1B, "1f1b")               \
-    X(PTDP_SCHED_INTERLEAVED, "interleaved") \
-    X(PTDP_SCHED_ZBH1, "zb-h1")              \
-    X(PTDP_SCHED_ZBV, "zb-v")
-
-typedef enum {
-#define PTDP__SCHED_ENUM(e, s) e,
-    PTDP_SCHEDULE_KINDS(PTDP__SCHED_ENUM)
-#undef PTDP__SCHED_ENUM
-        PTDP_SCHED_COUNT
-} ptdp_schedule_kind;
+/* The schedules' kinds (PTDP_SCHEDULE_KINDS) are named in base/job.h, the
+ * job description that chooses one. */
 
 /* One compute action of one rank. */
 typedef struct {
@@ -85,6 +79,13 @@ typedef struct {
 
 /* p = m = v = 1, kind -1 (automatic), unit costs. */
 ptdp_schedule_params ptdp_schedule_default_params(void);
+
+/* The schedule a finished job (ptdp_job_finish) runs: its p, v and kind, m =
+ * B / (b d) micro-batches, and zb-v's costs: the job's --zb-costs, else
+ * ptdp_schedule_flop_costs of its model (the same on every rank; the trainer
+ * and the planner both ask here, so the planner simulates the lists the run
+ * executes). */
+ptdp_schedule_params ptdp_schedule_of_job(const ptdp_job *job);
 
 /* Largest cost accepted in ptdp_schedule_params (the scheduler's clock is an
  * int and walks m * (F + B + W) per chunk). */
@@ -169,57 +170,9 @@ int ptdp_schedule_max_inflight(const ptdp_schedule_params *sp, int rank);
 int ptdp_schedule_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out, int cap,
                         int *n);
 
-/* ---- stage layouts: which global layers each virtual stage holds ----------- */
-/* Megatron's ways of splitting the l transformer layers over the p*v virtual
- * stages (layout.c). A zeroed struct is the even split, l/(p*v) layers per
- * stage. At most one of the three kinds is set (ptdp_stage_layout_check):
- *  - first/last (--decoder-first/last-pipeline-num-layers): pipeline rank 0
- *    holds `first` layers, rank p-1 `last`, split into v chunks each; the
- *    other ranks share the rest evenly;
- *  - embedding/loss (--account-for-embedding/loss-in-pipeline-split): the
- *    embedding and the loss count as one layer each; the l+e+L "layers" are
- *    split evenly and virtual stage 0 (p*v-1) builds one transformer layer
- *    fewer;
- *  - an explicit list (--pipeline-model-parallel-layout): stage_layers[k]
- *    transformer layers on virtual stage k (k = chunk*p + rank, Megatron's
- *    order of the layout string's stages).
- * Stages hold consecutive global layers in virtual stage order; stage 0
- * also holds the embedding, stage p*v-1 the loss head. */
-#define PTDP_LAYOUT_MAX_STAGES 128
-typedef struct {
-    int64_t first, last; /* layers on pipeline rank 0 / p-1 (0: not given) */
-    int embedding, loss; /* count the embedding / the loss as a layer */
-    int nstages;         /* stages of an explicit layout (0: none) */
-    int32_t stage_layers[PTDP_LAYOUT_MAX_STAGES]; /* [nstages] transformer layers per stage */
-} ptdp_stage_layout;
-
-/* Parses Megatron's layout string ("E|t*3|t*3|t*2,L": stages separated by
- * '|', E the embedding, L the loss, t a transformer layer, x*n and (..)*n
- * repeat, commas are cosmetic) into L (other fields zeroed). Checks what the
- * string alone decides: known characters, E exactly once and first, L
- * exactly once and last, at most PTDP_LAYOUT_MAX_STAGES stages. Returns
- * PTDP_OK or PTDP_EINVAL with a message naming --pipeline-model-parallel-layout. */
-int ptdp_stage_layout_parse(const char *str, ptdp_stage_layout *L);
-
-/* Checks a layout against l layers, p pipeline ranks and v chunks per rank
- * with Megatron's rules (and ptdp's one more: every stage holds a layer, the
- * embedding or the loss). Returns PTDP_OK or PTDP_ECONFIG with a message
- * naming the flags to change. */
-int ptdp_stage_layout_check(const ptdp_stage_layout *L, int64_t l, int p, int v);
-
-/* 1 when L is the even split (a zeroed struct). NULL counts as even. */
-int ptdp_stage_layout_is_even(const ptdp_stage_layout *L);
-
-/* The one function that says which layers virtual stage `stage` (0 .. p*v-1)
- * holds: global layers [*begin, *end). L NULL: the even split. Assumes a
- * checked layout. Pure. */
-void ptdp_stage_layout_range(const ptdp_stage_layout *L, int64_t l, int p, int v, int stage,
-                             int64_t *begin, int64_t *end);
-
-/* Writes "3 3 | 3 2" style text (layers per virtual stage, ranks separated by
- * spaces, chunks by " | ") into buf[cap]; returns buf. */
-char *ptdp_stage_layout_str(const ptdp_stage_layout *L, int64_t l, int p, int v, char *buf,
-                            size_t cap);
+/* ---- stage layouts ------------------------------------------------------------ */
+/* Which global layers each virtual stage holds (ptdp_stage_layout and
+ * ptdp_stage_layout_range) is part of the job description: base/job.h. */
 
 /* ---- the whole pipeline's lists ------------------------------------------ */
 typedef struct {
@@ -340,5 +293,9 @@ int ptdp_schedule_send_buffers(const ptdp_schedule *s);
  * m <= 40 with unit costs, nor for p <= 6, m <= 20 with the costs that
  * test_schedule sweeps). */
 int ptdp__schedule_zbv_build(const ptdp_schedule_params *sp, int rank, ptdp_action *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,10 +10,16 @@
 #ifndef PTDP_PLAN_H
 #define PTDP_PLAN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
-#include "base/base.h"
-#include "pipeline/schedule.h"
+#include "../base/base.h"
+#include "../base/job.h"
+#include "../pipeline/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Costs of one action on one model chunk (any time unit). With a model of
  * l layers split over p ranks and v chunks, a chunk holds l/(p*v) layers:
@@ -102,81 +108,39 @@ int ptdp_chart_write(FILE *f, const char *title, const char *xlabel, const ptdp_
 double ptdp__svg_tick_step(double span, int ticks);
 
 /* ---- memory ----------------------------------------------------------------- */
-#include <stdint.h>
 
-/* The model's blocks where the Llama family differs from GPT-2's (all zero:
- * GPT-2's): what the memory model needs to know of them. */
+/* What only the compute backend knows about a job's memory (the planner
+ * cannot ask the kernels): the trainer hands over its backend's numbers,
+ * the planner's search the CPU backend's for each layout. */
 typedef struct {
-    int64_t groups;      /* key/value groups g (0: a, multi-head attention) */
-    int64_t rotary_dims; /* rotary embeddings: dims of a head rotated (0: learned positions) */
-    int swiglu;          /* gate and up GEMMs of ffn each, no fc1 */
-    int rmsnorm;         /* no norm biases */
-    int untie;           /* an output layer of its own on the last stage */
-    int no_bias;         /* no linear biases (zeros and a sink stand in, h or fl floats) */
-} ptdp_plan_blocks;
-
-/* One model chunk on one rank (fp32 activations). */
-typedef struct {
-    int64_t layers;          /* layers in the chunk */
-    int64_t h, a, ffn, s, b; /* hidden, heads, MLP width, sequence, micro-batch */
-    int64_t t;               /* tensor-parallel size */
-    int64_t vocab_padded;
-    int pre, post; /* first / last pipeline stage */
-    int recompute; /* ptdp_recompute_method (base.h) */
-    int64_t recompute_num_layers;
-    int sequence_parallel; /* t > 1: the residual stream's tensors hold s/t positions */
-    int split_backward;    /* zero-bubble schedule: each slot also keeps its layers'
-                              weight-GEMM output gradients until W */
-    /* the compute backend's numbers (the plan does not know the kernels):
-     * floats attention saves per layer and micro-batch, be->
+    /* floats attention saves per layer and micro-batch, be->
      * attention_saved_floats(s, b, a/t), and floats of its shared scratch,
      * be->attention_scratch_floats(s) */
     int64_t attn_saved_floats, attn_scratch_floats;
     int mlp16; /* the MLP's fc, gl and dfc in 16 bits, N fl / 2 floats each
                   (ptdp_mlp_floats: the native bf16 backend) */
-    ptdp_plan_blocks blocks;
-} ptdp_plan_mem;
-
-/* Bytes one stashed micro-batch holds until its backward, and bytes of
- * workspace shared by all of them, exactly as the model carves them; a
- * rank's activation peak is per_slot x (most micro-batches in flight) +
- * shared. The formula is written out in memory.c and docs/performance.md. */
-void ptdp_plan_activation_bytes(const ptdp_plan_mem *m, double *per_slot, double *shared);
-
-/* One training rank: the model shape, the layout and this rank's place in
- * it, the schedule (kind resolved, m set), ZeRO-1 and recomputation. */
-typedef struct {
-    int64_t layers;          /* l, the whole model */
-    int64_t h, a, ffn, s, b; /* hidden, heads, MLP width, sequence, micro-batch */
-    int64_t vocab_padded, max_positions;
-    int64_t t, d; /* tensor- and data-parallel sizes (p, v: sched) */
-    int pp_rank, dp_rank;
-    ptdp_schedule_params sched;
-    ptdp_stage_layout layout; /* layers per virtual stage (zeroed: even) */
-    int zero;                 /* --use-distributed-optimizer */
-    int64_t bucket_floats;    /* --ddp-bucket-size */
-    int recompute;            /* ptdp_recompute_method (base.h) */
-    int64_t recompute_num_layers;
-    int64_t attn_saved_floats, attn_scratch_floats; /* as in ptdp_plan_mem */
-    int mlp16;                                      /* as in ptdp_plan_mem */
-    /* the compute backend's own memory for this job, its three numbers
+    /* the backend's own memory for this job, its three numbers
      * (ptdp_backend_workspace_size, kernels.h): bytes fixed, per transformer
-     * layer and per loss head this rank holds; 0: none */
-    size_t backend_fixed, backend_per_layer, backend_per_head;
-    int master_weights;    /* --bf16/--fp16: fp32 master weights beside m and v */
-    int sequence_parallel; /* --sequence-parallel with t > 1 (ptdp_plan_mem; messages
-                              between stages carry s/t positions) */
-    ptdp_plan_blocks blocks;
-} ptdp_plan_rank;
-/* No model (the caller sets the shape and the backend's numbers, which
- * default to 0), t = d = 1, rank 0, the default schedule, no ZeRO-1,
- * Megatron's 40,000,000-float buckets, no recomputation. */
-ptdp_plan_rank ptdp_plan_rank_default_params(void);
+     * layer and per loss head the rank holds; 0: none */
+    size_t ws_fixed, ws_per_layer, ws_per_head;
+} ptdp_plan_backend;
 
-/* Bytes of every memory category (PTDP_MEM_*) the rank allocates, as the
- * trainer carves them. Returns PTDP_ENOMEM, or an error of the schedule
- * (p > 1: the send-ring size comes from replaying every rank's list). */
-int ptdp_plan_rank_memory(const ptdp_plan_rank *r, size_t bytes[PTDP_MEM_NCAT]);
+/* Of a finished job (ptdp_job_finish): the bytes one stashed micro-batch of
+ * virtual stage `stage`'s chunk holds until its backward, and the bytes of
+ * workspace all of them share, exactly as the model carves them; a chunk's
+ * activation peak is per_slot x (most micro-batches in flight) + shared.
+ * The formula is written out in memory.c and docs/performance.md. */
+void ptdp_plan_activation_bytes(const ptdp_job *job, int64_t stage, const ptdp_plan_backend *be,
+                                double *per_slot, double *shared);
+
+/* Of a finished job: the bytes of every memory category (PTDP_MEM_*) the
+ * rank at pipeline rank pp_rank and data-parallel rank dp_rank allocates, as
+ * the trainer carves them (the 16-bit jobs of the CPU backends: fp32
+ * storage and fp32 master weights). Returns PTDP_ENOMEM, or an error of the
+ * schedule (p > 1: the send rings' size comes from replaying every rank's
+ * list). */
+int ptdp_plan_rank_memory(const ptdp_job *job, int pp_rank, int dp_rank,
+                          const ptdp_plan_backend *be, size_t bytes[PTDP_MEM_NCAT]);
 
 /* ---- cluster descriptions ------------------------------------------------------ */
 /* Precisions the planner models: X(enum, name, bytes of a weight/activation). */
@@ -254,22 +218,20 @@ int ptdp_cluster_load(const char *path, ptdp_cluster *c);
 int ptdp_cluster_write(FILE *f, const ptdp_cluster *c);
 
 /* ---- the performance model -------------------------------------------------------- */
-/* The job: the model, the batch and the options that change cost. */
+/* What the performance model predicts: a job description (base/job.h) for
+ * every layout of it, and what only the planner needs. The search varies
+ * the job's t, p, d, v, micro_batch, stages and whether to recompute (its
+ * values in `job` are not used); the rest of the job holds for every
+ * layout: the model (vocab unpadded, padded per layout to a multiple of
+ * vocab_divisible_by x t), global_batch B, dtype, schedule (-1: interleaved
+ * if v > 1, else 1f1b), scatter_gather (when t > 1), sequence_parallel (in
+ * layouts with t > 1; needs s % t == 0; replaces scatter/gather),
+ * distributed_optimizer (ZeRO-1), overlap_grad_reduce, ddp_bucket_size
+ * (fp32 memory plan), and recompute / recompute_num_layers: the method a
+ * layout that recomputes uses (0 layers: 1). */
 typedef struct {
-    int64_t layers, h, a, ffn, s, vocab; /* ffn 0: 4h; vocab unpadded */
-    int64_t vocab_divisible_by;          /* padded to a multiple of this x t */
-    int64_t global_batch;                /* B */
-    int precision;                       /* ptdp_plan_precision */
-    int schedule;                        /* ptdp_schedule_kind, or -1: interleaved if v > 1 */
-    int scatter_gather;                  /* 1 on (when t > 1), 0 off */
-    int sequence_parallel;               /* --sequence-parallel (layouts with t > 1; needs
-                                            s % t == 0): replaces scatter/gather */
-    int zero;                            /* distributed optimizer (ZeRO-1) */
-    int overlap_grad_reduce;             /* DP reduction overlaps the last backward */
-    int uneven_splits;            /* the search also tries Megatron's uneven stage splits (p > 1) */
-    int recompute_method;         /* ptdp_recompute_method when recomputing */
-    int64_t recompute_num_layers; /* 0: 1 */
-    int64_t bucket_floats;        /* --ddp-bucket-size (fp32 memory plan) */
+    ptdp_job job;
+    int uneven_splits; /* the search also tries Megatron's uneven stage splits (p > 1) */
     /* fp32 (ptdp's own memory plan): the compute backend's numbers, which
      * the plan cannot ask the kernels for: floats attention saves per layer
      * and micro-batch, the CPU's ptdp_attention_saved_floats_cpu (NULL: the
@@ -283,10 +245,14 @@ typedef struct {
     int bf16_mlp16; /* the CPU's bf16 backend keeps the MLP's activations in bf16
                        (be->mlp_store): --bf16 plans count them so */
 } ptdp_plan_job;
-/* No model (the caller sets the shape and B), fp32, automatic schedule,
- * scatter/gather on, no sequence parallelism, no ZeRO-1, overlap on, uniform recomputation of 1
- * layer, Megatron's buckets, attention saving its probabilities, no scratch. */
+/* The job's defaults (ptdp_job_default_params: no model, fp32, automatic
+ * schedule, scatter/gather on, no sequence parallelism, no ZeRO-1, overlap
+ * on, Megatron's buckets) with uniform recomputation of 1 layer for the
+ * layouts that recompute, the uneven splits searched, attention saving its
+ * probabilities, no scratch. The caller sets the model's shape and B. */
 ptdp_plan_job ptdp_plan_job_default_params(void);
+/* The precision (ptdp_plan_precision) of a job's dtype. */
+int ptdp_plan_precision_of(const ptdp_job *job);
 
 /* One layout: what the search varies. */
 typedef struct {
@@ -400,5 +366,9 @@ typedef struct {
  * at all (the message gives the commonest reason); PTDP_ENOMEM. */
 int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
                      const ptdp_plan_pins *pins, ptdp_plan_candidate **out, int *count, int *nfit);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

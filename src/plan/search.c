@@ -25,21 +25,22 @@ static int cmp_candidate(const void *x, const void *y) {
     return 0;
 }
 
-static int check_job(const ptdp_plan_job *job, int n) {
+static int check_job(const ptdp_plan_job *pj, int n) {
     if (n < 1) return ptdp_errorf(PTDP_EINVAL, "--num-devices must be at least 1");
+    const ptdp_gpt_config *m = &pj->job.model;
     const struct {
         int64_t v;
         const char *flag;
-    } req[] = {{job->layers, "--num-layers"},     {job->h, "--hidden-size"},
-               {job->a, "--num-attention-heads"}, {job->s, "--seq-length"},
-               {job->vocab, "--vocab-size"},      {job->global_batch, "--global-batch-size"}};
+    } req[] = {{m->num_layers, "--num-layers"},     {m->hidden, "--hidden-size"},
+               {m->heads, "--num-attention-heads"}, {m->seq_length, "--seq-length"},
+               {m->vocab, "--vocab-size"},          {pj->job.global_batch, "--global-batch-size"}};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].v < 1) return ptdp_errorf(PTDP_EINVAL, "missing required flag %s", req[i].flag);
-    if (job->h % job->a)
+    if (m->hidden % m->heads)
         return ptdp_errorf(PTDP_EINVAL,
                            "--hidden-size %lld is not divisible by --num-attention-heads %lld "
                            "(every head needs h/a channels)",
-                           (long long)job->h, (long long)job->a);
+                           (long long)m->hidden, (long long)m->heads);
     return PTDP_OK;
 }
 
@@ -60,6 +61,7 @@ static int same_as_even(const ptdp_stage_layout *L, int64_t l, int p, int v) {
  * layers per chunk (the loss head is the heaviest piece of a stage when V is
  * large against l). Returns how many. */
 static int splits(const ptdp_plan_job *job, int p, int v, ptdp_stage_layout out[6]) {
+    const int64_t l = job->job.model.num_layers;
     int n = 0;
     memset(out, 0, sizeof(ptdp_stage_layout) * 6);
     n++; /* even: the estimate rejects it with its reason when l % (p v) */
@@ -67,13 +69,12 @@ static int splits(const ptdp_plan_job *job, int p, int v, ptdp_stage_layout out[
     const int acc[3][2] = {{1, 1}, {0, 1}, {1, 0}};
     for (int i = 0; i < 3; i++) {
         ptdp_stage_layout L = {.embedding = acc[i][0], .loss = acc[i][1]};
-        if (ptdp_stage_layout_check(&L, job->layers, p, v) == PTDP_OK &&
-            !same_as_even(&L, job->layers, p, v))
+        if (ptdp_stage_layout_check(&L, l, p, v) == PTDP_OK && !same_as_even(&L, l, p, v))
             out[n++] = L;
     }
     for (int64_t j = 1; j <= 2; j++) {
-        ptdp_stage_layout L = {.last = (job->layers / p / v - j) * v};
-        if (L.last > 0 && ptdp_stage_layout_check(&L, job->layers, p, v) == PTDP_OK) out[n++] = L;
+        ptdp_stage_layout L = {.last = (l / p / v - j) * v};
+        if (L.last > 0 && ptdp_stage_layout_check(&L, l, p, v) == PTDP_OK) out[n++] = L;
     }
     return n;
 }
@@ -95,6 +96,7 @@ int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
     *count = *nfit = 0;
     int rc = check_job(job, n);
     if (rc) return rc;
+    const int64_t layers = job->job.model.num_layers, B = job->job.global_batch;
     int cap = 256, len = 0;
     ptdp_plan_candidate *cand = malloc(sizeof *cand * (size_t)cap);
     if (!cand) return ptdp_errorf(PTDP_ENOMEM, "planner: out of memory");
@@ -103,11 +105,11 @@ int ptdp_plan_search(const ptdp_cluster *c, const ptdp_plan_job *job, int n,
         for (int p = 1; p <= n / t; p++) {
             if ((n / t) % p || (pins->p && p != pins->p)) continue;
             const int d = n / (t * p);
-            for (int v = 1; v <= job->layers; v++) {
-                if (pins->v ? v != pins->v : (v > 1 && (p == 1 || (job->layers / p) % v))) continue;
-                if (!pins->v && v > 1 && job->layers % p) continue;
+            for (int v = 1; v <= layers; v++) {
+                if (pins->v ? v != pins->v : (v > 1 && (p == 1 || (layers / p) % v))) continue;
+                if (!pins->v && v > 1 && layers % p) continue;
                 for (int b = 1; b <= (pins->b ? pins->b : 64); b++) {
-                    if (pins->b ? b != pins->b : (job->global_batch / d) % b != 0) continue;
+                    if (pins->b ? b != pins->b : (B / d) % b != 0) continue;
                     ptdp_stage_layout split[6];
                     const int nsplit = pins->stages ? 1 : splits(job, p, v, split);
                     if (pins->stages) split[0] = *pins->stages;

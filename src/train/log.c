@@ -1,15 +1,17 @@
 /* log.c - the logging sinks of a training run: Megatron's iteration and
  * validation lines (rank 0), --log-jsonl (rank 0, one JSON object per line,
  * flushed as it goes), --tensorboard-dir (rank 0, Megatron's scalar names;
- * the file format is tensorboard.c's), the start-up memory budget and the
- * end-of-run report (time, activation memory measured vs predicted,
- * --log-comm counters). */
+ * the file format is tensorboard.c's), the start-up lines with the memory
+ * plan (allocated next to predicted, per category) and the end-of-run
+ * report (time, activation memory measured vs predicted, peak resident
+ * memory, --log-comm counters). */
 #define _POSIX_C_SOURCE 200809L /* localtime_r, getline, fsync */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,7 +126,7 @@ static void tb_iteration(ptdp_run *r) {
     const ptdp_step_stats *st = &r->st;
     if (!r->tb || st->iteration % p->tensorboard_log_interval) return;
     if (p->log_learning_rate_to_tensorboard) tb_scalar(r, "learning-rate", st->lr, 1);
-    tb_scalar(r, "batch-size", (double)p->trainer.global_batch, 1);
+    tb_scalar(r, "batch-size", (double)r->job->global_batch, 1);
     tb_scalar(r, "lm loss", st->loss, 1);
     if (p->log_loss_scale_to_tensorboard) tb_scalar(r, "loss-scale", st->loss_scale, 1);
     if (p->log_world_size_to_tensorboard) tb_scalar(r, "world-size", r->comm->world_size, 1);
@@ -135,16 +137,19 @@ static void tb_iteration(ptdp_run *r) {
 
 void ptdp__log_start(ptdp_run *r) {
     const ptdp_trainer_params *tp = &r->p.trainer;
-    const ptdp_gpt_config *cfg = &tp->cfg;
+    const ptdp_job *job = r->job;
+    const ptdp_gpt_config *cfg = &job->model;
     const ptdp_comm *comm = r->comm;
+    ptdp_backend *be = tp->be;
     char be_desc[256];
     ptdp_log0(
         "ptdp train: l=%lld h=%lld a=%lld s=%lld V=%lld (padded %lld), b=%lld B=%lld, %lld iterations; "
         "t=%d p=%d d=%d: %d rank(s) x %d thread(s), GEMM %s",
         (long long)cfg->num_layers, (long long)cfg->hidden, (long long)cfg->heads,
         (long long)cfg->seq_length, (long long)cfg->vocab, (long long)cfg->vocab_padded,
-        (long long)tp->micro_batch, (long long)tp->global_batch, (long long)r->p.train_iters,
-        comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(), r->p.gemm_name);
+        (long long)job->micro_batch, (long long)job->global_batch, (long long)r->train_iters,
+        comm->t, comm->p, comm->d, comm->world_size, omp_get_max_threads(),
+        be->device == PTDP_DEVICE_CUDA ? "cublas" : ptdp_gemm_lib_name(be->lib));
     if (ptdp_gpt_is_llama(cfg)) /* the blocks that differ from GPT-2's */
         ptdp_log0("blocks: %s, %s ffn=%lld, %s, %lld key/value group(s), %s, %s",
                   cfg->rmsnorm ? "RMSNorm" : "LayerNorm", cfg->swiglu ? "SwiGLU" : "GeLU",
@@ -152,12 +157,12 @@ void ptdp__log_start(ptdp_run *r) {
                   cfg->rope ? "rotary embeddings" : "learned absolute positions",
                   (long long)ptdp_gpt_groups(cfg), cfg->untie ? "untied output layer" : "tied",
                   cfg->no_bias ? "no linear biases" : "linear biases");
-    ptdp_log0("compute backend %s", ptdp_backend_describe(tp->be, be_desc, sizeof be_desc));
-    if (!ptdp_stage_layout_is_even(&tp->layout)) {
+    ptdp_log0("compute backend %s", ptdp_backend_describe(be, be_desc, sizeof be_desc));
+    if (!ptdp_stage_layout_is_even(&job->stages)) {
         char buf[512];
-        const int zbv = ptdp_schedule_resolve_kind(&tp->sched) == PTDP_SCHED_ZBV;
+        const int zbv = job->schedule == PTDP_SCHED_ZBV;
         ptdp_log0("pipeline stages: transformer layers per virtual stage %s (%s)",
-                  ptdp_stage_layout_str(&tp->layout, cfg->num_layers, comm->p, tp->sched.v, buf,
+                  ptdp_stage_layout_str(&job->stages, cfg->num_layers, comm->p, (int)job->v, buf,
                                         sizeof buf),
                   zbv ? "zb-v: chunk 0 of ranks 0..p-1 | chunk 1 of ranks p-1..0"
                       : "ranks 0..p-1, then ' | ' between model chunks");
@@ -166,16 +171,15 @@ void ptdp__log_start(ptdp_run *r) {
     if (sp->kind == PTDP_SCHED_ZBV)
         ptdp_log0("zb-v: lists played with costs F,B,W = %d,%d,%d per chunk (%s)", sp->cost_f,
                   sp->cost_b, sp->cost_w,
-                  tp->sched.cost_f ? "--zb-costs" : "from the layer's FLOPs; --zb-costs sets them");
-    ptdp_backend *be = tp->be;
+                  job->zb_costs[0] ? "--zb-costs" : "from the layer's FLOPs; --zb-costs sets them");
     if (be->dtype != PTDP_DTYPE_FP32) {
-        const ptdp_loss_scaler *ls = &tp->scaler;
+        const ptdp_loss_scaler ls = ptdp_loss_scaler_of_job(job);
         char scale[96] = "no loss scaling";
-        if (ls->dynamic)
+        if (ls.dynamic)
             snprintf(scale, sizeof scale, "dynamic loss scale from %g (window %lld, hysteresis %d)",
-                     ls->scale, (long long)ls->window, ls->hysteresis);
-        else if (ls->scale != 1.0)
-            snprintf(scale, sizeof scale, "constant loss scale %g", ls->scale);
+                     ls.scale, (long long)ls.window, ls.hysteresis);
+        else if (ls.scale != 1.0)
+            snprintf(scale, sizeof scale, "constant loss scale %g", ls.scale);
         ptdp_log0("mixed precision: %s activations and working weights, fp32 arithmetic, fp32 "
                   "master weights and AdamW state, %s; %s values in fp32 storage (every op rounds "
                   "its outputs%s), 16-bit messages between ranks; compute backend %s (GEMMs: %s)",
@@ -193,7 +197,7 @@ void ptdp__log_start(ptdp_run *r) {
     if (r->tb)
         ptdp_log0("TensorBoard: writing %s (tensorboard --logdir %s)", ptdp__tb_path(r->tb),
                   r->p.tensorboard_dir);
-    ptdp_trainer_log_memory(r->tr);
+    ptdp__log_memory(r->tr);
 }
 
 /* ,"key":value (printf's fmt), left out when the value is not finite: JSON
@@ -207,10 +211,10 @@ static void json_field(FILE *f, const char *key, const char *fmt, double v) {
 void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     const ptdp_run_params *p = &r->p;
     const ptdp_step_stats *st = &r->st;
-    const int64_t B = p->trainer.global_batch, s = p->trainer.cfg.seq_length;
+    const int64_t B = r->job->global_batch, s = r->job->model.seq_length;
     const int n = r->comm->world_size;
     /* the paper's count: full recomputation reruns the layers' forward */
-    const double flops = ptdp_gpt_flops_per_iter(&p->trainer.cfg, B, p->trainer.recompute_method);
+    const double flops = ptdp_gpt_flops_per_iter(&r->job->model, B, r->job->recompute);
     r->t_interval += dt;
     r->t_total += dt;
     /* Megatron's training_log averages the loss over the iterations that
@@ -225,7 +229,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
     r->skipped_interval += st->skipped;
     r->nan_interval += !isfinite(st->loss) || (!isfinite(st->grad_norm) && !st->loss_scaling);
     /* --log-throughput: Megatron's FLOP count per GPU (here: per process) */
-    const double mflops = ptdp_gpt_megatron_flops(&p->trainer.cfg, B);
+    const double mflops = ptdp_gpt_megatron_flops(&r->job->model, B);
     char thr[64] = "";
     if (r->jsonl) {
         /* a skipped iteration has no gradient norm (Megatron's line has none
@@ -277,7 +281,7 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last) {
             "%sthroughput per process (TFLOP/s): %.3f | tokens per second: %.0f | learning rate: %.6E | "
             "global batch size: %5lld | %sloss scale: %.1f | %s"
             "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-            stamp, (long long)st->iteration, (long long)p->train_iters, (long long)r->consumed, ms,
+            stamp, (long long)st->iteration, (long long)r->train_iters, (long long)r->consumed, ms,
             thr, flops / (ms / 1e3) / n / 1e12, (double)(B * s) / (ms / 1e3), st->lr, (long long)B,
             loss, st->loss_scale, gnorm, (long long)r->skipped_interval,
             (long long)r->nan_interval);
@@ -327,10 +331,10 @@ void ptdp__log_finish(ptdp_run *r) {
         ptdp_log0(
             "done: nothing trained: the checkpoint is at iteration %lld and --train-iters %lld counts from "
             "the start of training (as in Megatron); give --train-iters above %lld to go on",
-            (long long)r->loaded.iteration, (long long)r->p.train_iters,
+            (long long)r->loaded.iteration, (long long)r->train_iters,
             (long long)r->loaded.iteration);
     else if (iters == 0)
-        ptdp_log0("done: nothing trained (--train-iters %lld)", (long long)r->p.train_iters);
+        ptdp_log0("done: nothing trained (--train-iters %lld)", (long long)r->train_iters);
     else if (iters == r->st.iteration)
         ptdp_log0("done: %lld iterations in %.1f s (%.1f ms per iteration), final lm loss %.6f",
                   (long long)iters, r->t_total, r->t_total / (double)iters * 1e3, r->st.loss);
@@ -350,5 +354,73 @@ void ptdp__log_finish(ptdp_run *r) {
             comm->pp, ptdp_fmt_bytes(am.measured, b1), am.measured, am.stashed_microbatches,
             ptdp_fmt_bytes(am.stash, b2), ptdp_fmt_bytes(am.predicted, b3), am.predicted);
     }
-    ptdp_trainer_log_peak_memory(r->tr);
+    ptdp__log_peak_memory(r->tr);
+}
+
+/* ---- the memory plan ------------------------------------------------------ */
+
+void ptdp__log_memory(const ptdp_trainer *tr) {
+    const ptdp_comm *comm = tr->p.comm;
+    size_t carved[PTDP_MEM_NCAT], pred[PTDP_MEM_NCAT], tc = 0, tp = 0;
+    ptdp_trainer_memory(tr, carved, pred);
+    for (int k = 0; k < PTDP_MEM_NCAT; k++) {
+        tc += carved[k];
+        tp += pred[k];
+        if (carved[k] != pred[k])
+            ptdp_log("memory plan MISMATCH: %s carved %zu bytes, predicted %zu",
+                     ptdp_mem_category_name(k), carved[k], pred[k]);
+    }
+    if (comm->dp == 0 && comm->tp == 0) {
+        char tab[2048], b1[32];
+        int n = snprintf(tab, sizeof tab,
+                         "memory plan (pipeline stage %d; one block per category):\n"
+                         "    %-20s %14s %14s %12s",
+                         comm->pp, "category", "bytes", "predicted", "(bytes)");
+        for (int k = 0; k <= PTDP_MEM_NCAT && n > 0 && (size_t)n < sizeof tab; k++) {
+            const size_t c = k < PTDP_MEM_NCAT ? carved[k] : tc,
+                         q = k < PTDP_MEM_NCAT ? pred[k] : tp;
+            n += snprintf(tab + n, sizeof tab - (size_t)n, "\n    %-20s %14zu %14zu %12s",
+                          k < PTDP_MEM_NCAT ? ptdp_mem_category_name(k) : "total", c, q,
+                          ptdp_fmt_bytes((double)c, b1));
+        }
+        ptdp_log("%s", tab);
+    }
+    int64_t n = 0;
+    for (int c = 0; c < tr->v; c++) n += ptdp_gpt_chunk_numel(tr->chunks[c]);
+    const double per = (double)carved[PTDP_MEM_OPTIMIZER] / (double)(n ? n : 1);
+    const ptdp_backend *be = tr->p.be;
+    if (be->dtype == PTDP_DTYPE_FP32)
+        ptdp_log0(
+            "memory per parameter: weights 4 B, gradients 4 B, optimizer state %.2f B (AdamW m and v in fp32 = 8 B; "
+            "the fp32 weights are the master copy; the paper's mixed-precision optimizer keeps 12 B); "
+            "with --use-distributed-optimizer 8/d = %.2f B, without 8 B",
+            per, 8.0 / comm->d);
+    else
+        ptdp_log0(
+            "memory per parameter: weights 4 B (%s values, fp32 storage), gradients 4 B (fp32), "
+            "optimizer state %.2f B (fp32 master weights, AdamW m and v = 12 B, the paper's); with "
+            "--use-distributed-optimizer 12/d = %.2f B, without 12 B%s",
+            ptdp_dtype_name(be->dtype), per, 12.0 / comm->d,
+            be->caps & PTDP_CAP_WEIGHT_COPIES
+                ? "; in the backend workspace, the native GEMMs' bf16 copies of the weights, about "
+                  "4 B (two layouts of 2 B)"
+                : "");
+}
+
+void ptdp__log_peak_memory(const ptdp_trainer *tr) {
+    const ptdp_comm *comm = tr->p.comm;
+    const size_t beyond = ptdp_trainer_backend_unplanned(tr);
+    if (beyond) /* the plan was to hold all of it */
+        ptdp_log("memory plan MISMATCH: the compute backend allocated %zu bytes beyond its planned "
+                 "workspace during the run",
+                 beyond);
+    struct rusage ru;
+    if (comm->dp != 0 || comm->tp != 0 || getrusage(RUSAGE_SELF, &ru) != 0) return;
+    const double rss = (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */
+    const double plan = (double)ptdp_mem_total(&tr->mem);
+    char b1[32], b2[32];
+    ptdp_log(
+        "peak resident memory %s (%.0f bytes); memory plan total %s (%.0f bytes); difference %+.0f bytes "
+        "(code, libraries, host bookkeeping, data, transient host buffers)",
+        ptdp_fmt_bytes(rss, b1), rss, ptdp_fmt_bytes(plan, b2), plan, rss - plan);
 }

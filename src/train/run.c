@@ -21,15 +21,15 @@
 
 ptdp_run_params ptdp_run_default_params(void) {
     return (ptdp_run_params){
-        .train_iters = 0,
+        .trainer = ptdp_trainer_default_params(),
         .log_interval = 100,
         .eval_interval = 1000,
         .eval_iters = 100,
-        .seed = 1234,
         .split = "969,30,1",
         .tensorboard_log_interval = 1,
         .log_loss_scale_to_tensorboard = 1,
         .log_learning_rate_to_tensorboard = 1,
+        .check_for_nan = 1,
     };
 }
 
@@ -37,17 +37,18 @@ ptdp_run_params ptdp_run_default_params(void) {
  * --eval-interval, and once more at the end, as Megatron) and r->has_test. */
 static int open_data(ptdp_run *r) {
     const ptdp_run_params *p = &r->p;
-    const int64_t s = p->trainer.cfg.seq_length, Bg = p->trainer.global_batch;
+    const ptdp_job *job = r->job;
+    const int64_t s = job->model.seq_length, Bg = job->global_batch, V = job->model.vocab;
     int rc = PTDP_OK;
-    r->n_evals = p->eval_iters ? p->train_iters / p->eval_interval + 1 : 0;
+    r->n_evals = p->eval_iters ? r->train_iters / p->eval_interval + 1 : 0;
     if (p->n_data_paths) {
         ptdp_gpt_data_params gp = ptdp_gpt_data_default_params();
         rc = ptdp_gpt_data_parse_paths(&gp, p->n_data_paths, (char **)p->data_paths);
         gp.split = p->split;
         gp.seq_length = s;
-        gp.seed = p->seed;
-        gp.vocab_size = p->trainer.cfg.vocab;
-        gp.num_samples[PTDP_SPLIT_TRAIN] = p->train_iters * Bg;
+        gp.seed = job->model.seed;
+        gp.vocab_size = V;
+        gp.num_samples[PTDP_SPLIT_TRAIN] = r->train_iters * Bg;
         gp.num_samples[PTDP_SPLIT_VALID] = r->n_evals * p->eval_iters * Bg;
         gp.num_samples[PTDP_SPLIT_TEST] = p->eval_iters * Bg;
         if (rc == PTDP_OK) rc = ptdp_gpt_data_open(&r->gpt, &gp);
@@ -68,9 +69,9 @@ static int open_data(ptdp_run *r) {
     } else {
         r->n_evals = 0; /* mock data and token files have no validation split */
         if (p->token_file)
-            rc = ptdp_batches_open_file(&r->data, p->token_file, s, p->trainer.cfg.vocab);
+            rc = ptdp_batches_open_file(&r->data, p->token_file, s, V);
         else
-            ptdp_batches_mock(&r->data, s, p->trainer.cfg.vocab, p->seed);
+            ptdp_batches_mock(&r->data, s, V, job->model.seed);
     }
     return rc;
 }
@@ -186,10 +187,12 @@ static int check_schedule(ptdp_run *r) {
                            p->load);
     int rc = ptdp_ckpt_read_lr(p->load, &ck, &found);
     if (rc || !found || p->no_load_optim || p->override_scheduler) return rc;
-    ptdp_lr_schedule *mine = &r->p.trainer.lr;
+    ptdp_lr_schedule *mine = &r->lr;
+    *mine = p->trainer.lr ? *p->trainer.lr : ptdp_lr_schedule_of_job(r->job);
     if (p->use_checkpoint_scheduler) {
         *mine = ck;
-        mine->samples_per_step = r->p.trainer.global_batch;
+        mine->samples_per_step = r->job->global_batch;
+        r->p.trainer.lr = mine;
         return PTDP_OK;
     }
     if (!lr_differs(mine, &ck)) return PTDP_OK;
@@ -209,12 +212,24 @@ static int check_schedule(ptdp_run *r) {
 
 int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     *out = NULL;
+    if (!p->trainer.comm)
+        return ptdp_errorf(PTDP_EINVAL, "the run needs a communicator (ptdp_run_params.trainer."
+                                        "comm: ptdp_comm_init and ptdp_comm_setup)");
     ptdp_run *r = calloc(1, sizeof *r);
     if (!r) return ptdp_errorf(PTDP_ENOMEM, "out of memory");
     r->p = *p;
+    r->job = &r->p.trainer.job;
     r->comm = p->trainer.comm;
     r->p.trainer.check_nonfinite = p->check_for_nan;
-    int rc = open_data(r);
+    /* every rank holds the same job: all fail alike, before any collective */
+    int rc = ptdp_job_finish(&r->p.trainer.job);
+    if (rc == PTDP_OK) {
+        r->train_iters = ptdp_job_train_iters(r->job);
+        const int64_t m = ptdp_job_micro_batches(r->job);
+        /* --trace: per (micro-batch, chunk) F, B, W and two receive waits */
+        r->p.trainer.trace_events = p->trace ? 64 + r->train_iters * (5 * m * r->job->v + 8) : 0;
+    }
+    if (rc == PTDP_OK) rc = open_data(r);
     if (rc == PTDP_OK) rc = check_outputs(p);
     /* no save may replace or rewind a checkpoint --save holds (before any work) */
     if (rc == PTDP_OK && p->save)
@@ -229,9 +244,9 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
     /* rank 0 rewrites a resumed run's --log-jsonl: every rank learns how it went */
     if (rc == PTDP_OK && p->load && p->log_jsonl) rc = agree(r->comm, ptdp__log_resume(r));
     if (rc == PTDP_OK) {
-        const int64_t Bl =
-            p->trainer.global_batch / r->comm->d; /* this data-parallel rank's share */
-        r->batch = malloc(sizeof(int32_t) * (size_t)(Bl * (p->trainer.cfg.seq_length + 1)));
+        const int64_t Bl = r->job->global_batch / r->comm->d; /* this data-parallel rank's share */
+        /* zeroed: the middle pipeline stages read no data and pass valid ids */
+        r->batch = calloc((size_t)(Bl * (r->job->model.seq_length + 1)), sizeof(int32_t));
         r->nonfinite = calloc((size_t)r->comm->world_size, sizeof(int32_t));
         if (!r->batch || !r->nonfinite)
             rc = ptdp_errorf(PTDP_ENOMEM, "out of memory for the batch");
@@ -249,7 +264,7 @@ int ptdp_run_setup(ptdp_run **out, const ptdp_run_params *p) {
  * the test split at the end), from batch round x eval_iters on. */
 static double evaluate(ptdp_run *r, const ptdp_batches *split, int64_t round) {
     const ptdp_run_params *p = &r->p;
-    const int64_t B = p->trainer.global_batch, Bl = B / r->comm->d;
+    const int64_t B = r->job->global_batch, Bl = B / r->comm->d;
     /* only the first and last pipeline stage read data */
     const int reads_data = r->comm->pp == 0 || r->comm->pp == r->comm->p - 1;
     double vl = 0;
@@ -356,7 +371,7 @@ static int sigterm_received(void) {
 int ptdp_run_loop(ptdp_run *r) {
     const ptdp_run_params *p = &r->p;
     ptdp_comm *comm = r->comm;
-    const int64_t B = p->trainer.global_batch, Bl = B / comm->d;
+    const int64_t B = r->job->global_batch, Bl = B / comm->d;
     /* only the first and last pipeline stage read data */
     const int reads_data = comm->pp == 0 || comm->pp == comm->p - 1;
     const int64_t start_iter = ptdp_trainer_iteration(r->tr);
@@ -371,7 +386,7 @@ int ptdp_run_loop(ptdp_run *r) {
     }
     r->st.iteration = start_iter;
     const double t_start = ptdp_now();
-    for (int64_t it = start_iter; it < p->train_iters; it++) {
+    for (int64_t it = start_iter; it < r->train_iters; it++) {
         if (ptdp_fault_at("die", it + 1)) { /* tests: the other ranks must not hang */
             ptdp_log_error("PTDP_FAULT=die: rank %d dies at iteration %lld (fault injection)",
                            comm->world_rank, (long long)(it + 1));
@@ -380,7 +395,10 @@ int ptdp_run_loop(ptdp_run *r) {
         ptdp_activity_set(it + 1, "training");
         if (reads_data) ptdp_batches_get(&r->data, r->consumed + comm->dp * Bl, Bl, r->batch);
         double t0 = ptdp_now();
-        ptdp_trainer_step(r->tr, r->batch, &r->st);
+        if (ptdp_trainer_step(r->tr, r->batch, &r->st)) { /* a token id outside the vocabulary */
+            ptdp_log_error("%s", ptdp_last_error());
+            ptdp_comm_abort(comm, 1);
+        }
         double dt = ptdp_now() - t0;
         r->consumed += B;
         if (ptdp_fault_at("perturb", r->st.iteration)) /* tests: --check-dp-replicas must fail */
@@ -391,7 +409,7 @@ int ptdp_run_loop(ptdp_run *r) {
                 (long long)r->st.iteration);
             ptdp_comm_abort(comm, 1);
         }
-        ptdp__log_iteration(r, dt, it == p->train_iters - 1);
+        ptdp__log_iteration(r, dt, it == r->train_iters - 1);
         /* Megatron's --check-for-nan-in-loss-and-grad: the loss and the norm are
          * all-reduced, so every rank takes the same decision */
         /* (under loss scaling a non-finite gradient is an overflow the scaler
@@ -416,7 +434,7 @@ int ptdp_run_loop(ptdp_run *r) {
             stop[2] = p->exit_signal_handler && sigterm_received();
             ptdp_allreduce_max_i32(&comm->world, &stop[1], 2);
         }
-        if ((stop[0] || stop[1] || stop[2]) && it + 1 < p->train_iters) {
+        if ((stop[0] || stop[1] || stop[2]) && it + 1 < r->train_iters) {
             ptdp_log0("exiting after iteration %lld (%s)", (long long)r->st.iteration,
                       stop[2]   ? "SIGTERM received: --exit-signal-handler"
                       : stop[0] ? "--exit-interval"
@@ -452,7 +470,7 @@ int ptdp_run_finish(ptdp_run *r, int status) {
         ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
         int nc = ptdp_trainer_num_chunks(r->tr);
         for (int c = 0; c < nc; c++) chunks[c] = ptdp_trainer_chunk_at(r->tr, c);
-        if (ptdp_hf_export(chunks, nc, &p->trainer.cfg, &comm->model, comm->tp, comm->t,
+        if (ptdp_hf_export(chunks, nc, &r->job->model, &comm->model, comm->tp, comm->t,
                            p->save_safetensors, p->save_safetensors_config, PTDP_ST_F32)) {
             ptdp_log_error("%s", ptdp_last_error());
             status = 1;

@@ -12,12 +12,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "comm/comm.h"
-#include "kernels/kernels.h"
-#include "model/model.h"
-#include "optim/optim.h"
-#include "pipeline/pipeline.h"
-#include "data/data.h"
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
+#include "../model/model.h"
+#include "../optim/optim.h"
+#include "../pipeline/pipeline.h"
+#include "../data/data.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* ---- samples ---------------------------------------------------------------- */
 /* Where training samples come from: --mock-data (deterministic
@@ -58,34 +62,20 @@ void ptdp_batches_get(const ptdp_batches *b, int64_t first, int64_t count, int32
 
 /* ---- the trainer --------------------------------------------------------------- */
 
+/* What a trainer runs: the job (model, layout, schedule, optimizer, batch:
+ * base/job.h), and where: the compute backend and the communicator. */
 typedef struct {
-    ptdp_gpt_config cfg;  /* finished (ptdp_gpt_config_finish) */
-    int64_t micro_batch;  /* b */
-    int64_t global_batch; /* B, a multiple of b */
-    ptdp_lr_schedule lr;
-    ptdp_adamw_params adam;
-    ptdp_backend *be; /* the compute backend (the caller opens and closes it) */
-    ptdp_comm *comm;
-    const char *init_from;      /* HF GPT-2 safetensors or NULL for Megatron init */
-    ptdp_schedule_params sched; /* p, v, kind, zb-v costs (m is derived); p 0: p = comm's, v = 1;
-                                 costs 0: from the layer's FLOPs (ptdp_schedule_flop_costs) */
-    ptdp_stage_layout layout;   /* layers per virtual stage (zeroed: the even split) */
+    ptdp_job job;          /* ptdp_trainer_init checks it (ptdp_job_finish) and keeps a finished
+                              copy; start from ptdp_job_default_params() */
+    ptdp_backend *be;      /* the compute backend (the caller opens and closes it) */
+    ptdp_comm *comm;       /* set up for the job's t, p and d (ptdp_comm_setup) */
+    const char *init_from; /* HF GPT-2 safetensors or NULL for Megatron init */
+    const ptdp_lr_schedule *lr; /* NULL: the job's (ptdp_lr_schedule_of_job); a resumed run
+                                   may keep its checkpoint's (copied at init) */
     int64_t trace_events;       /* capacity of the --trace event log (0: off) */
-    int recompute_method;       /* PTDP_RECOMPUTE_* */
-    int64_t recompute_num_layers;
-    int scatter_gather;        /* send 1/t slices between stages (t > 1) */
-    int sequence_parallel;     /* --sequence-parallel (t > 1; s % t == 0): residual stream,
-                                  LayerNorms, dropouts and pipeline messages on 1/t of the
-                                  sequence; subsumes scatter_gather, which is then unused */
-    int64_t ddp_bucket_floats; /* --ddp-bucket-size (0: 40M) */
-    int overlap_grad_reduce;   /* start bucket reductions during the last backward */
-    int distributed_optimizer; /* ZeRO-1 */
-    ptdp_loss_scaler scaler;   /* fp16's loss scaling (default: constant 1, none) */
-    int eod_mask_loss;         /* --eod-mask-loss: no loss where the input token is eod_token */
-    int32_t eod_token;
-    int check_nonfinite; /* --check-for-nan-in-loss-and-grad: note whether this rank's own
-                            loss and gradient (before any reduction) were finite, for
-                            ptdp_trainer_nonfinite_ranks */
+    int check_nonfinite;        /* --check-for-nan-in-loss-and-grad: note whether this rank's own
+                                   loss and gradient (before any reduction) were finite, for
+                                   ptdp_trainer_nonfinite_ranks */
 } ptdp_trainer_params;
 
 typedef struct {
@@ -98,21 +88,30 @@ typedef struct {
     int loss_scaling;  /* a loss scaler decides about non-finite gradients (fp16) */
 } ptdp_step_stats;
 
-/* Megatron's defaults where they exist (AdamW 0.9/0.999/1e-8, weight decay
- * 0.01, clip 1.0; one micro-batch; the layout from the comm). */
+/* The job's defaults (ptdp_job_default_params: `ptdp train`'s), no
+ * backend, no communicator, no trace. */
 ptdp_trainer_params ptdp_trainer_default_params(void);
 
 typedef struct ptdp_trainer ptdp_trainer;
 
-/* Plans memory, allocates, initialises (or loads init_from). Errors:
- * PTDP_ENOMEM, and the loader's PTDP_ENOTFOUND/PTDP_EFORMAT/PTDP_EIO. */
+/* Checks the parameters (the job with ptdp_job_finish; a backend and a
+ * communicator given, laid out as the job says: PTDP_EINVAL / PTDP_ECONFIG
+ * naming the flag or field), plans memory, allocates, initialises (or loads
+ * init_from). Errors: those, PTDP_ENOMEM, and the loader's
+ * PTDP_ENOTFOUND/PTDP_EFORMAT/PTDP_EIO. Local to the rank (no collective):
+ * the ranks of a job given the same parameters all fail alike, except for
+ * memory and files (ptdp_run_setup agrees on the outcome). */
 int ptdp_trainer_init(ptdp_trainer **out, const ptdp_trainer_params *p);
 void ptdp_trainer_free(ptdp_trainer *tr);
 
 /* One iteration over the global batch. tokens [B/d, s+1]: this data-parallel
  * rank's share (samples dp*B/d .. of the batch; sample k in row k). Runs forward/backward per
- * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it. */
-void ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
+ * micro-batch, the gradient norm, clipping and AdamW. Blocking; every rank of the job calls it.
+ * PTDP_EINVAL, before anything is computed or sent and with nothing trained, when a token id
+ * of the batch is outside [0, V) (V = the job's model.vocab, --vocab-size). Only the ranks
+ * given that batch return (the ranks of one data-parallel replica share it): in a job of
+ * several replicas the caller ends the job (ptdp_comm_abort), as `ptdp train` does. */
+int ptdp_trainer_step(ptdp_trainer *tr, const int32_t *batch, ptdp_step_stats *st);
 
 /* Where the last step's non-finite values arose (check_nonfinite): flags[w]
  * receives, for every world rank w, PTDP_NONFINITE_LOSS when its local loss
@@ -154,16 +153,12 @@ int ptdp_trainer_write_trace(ptdp_trainer *tr, const char *path);
  * configuration. Either array may be NULL. */
 void ptdp_trainer_memory(const ptdp_trainer *tr, size_t carved[PTDP_MEM_NCAT],
                          size_t predicted[PTDP_MEM_NCAT]);
-/* Logs the memory plan: every rank whose carved bytes differ from the
- * prediction logs a "memory plan MISMATCH" line; the ranks with dp = tp = 0
- * (one per pipeline stage) log the table category / bytes / predicted; rank
- * 0 the bytes per parameter. Not collective. */
-void ptdp_trainer_log_memory(const ptdp_trainer *tr);
-/* Ranks with dp = tp = 0: the process's peak resident memory (getrusage
- * ru_maxrss) next to the plan's total; every rank whose compute backend
- * allocated memory beyond its planned workspace: a "memory plan MISMATCH"
- * line with the bytes. End of a run. */
-void ptdp_trainer_log_peak_memory(const ptdp_trainer *tr);
+/* Bytes the compute backend allocated for itself since the trainer's
+ * memory was planned (the plan's promise is none: kernels.h's memory
+ * contract). */
+size_t ptdp_trainer_backend_unplanned(const ptdp_trainer *tr);
+/* The job the trainer runs, finished (ptdp_job_finish; borrowed). */
+const ptdp_job *ptdp_trainer_job(const ptdp_trainer *tr);
 
 /* Checkpoints (src/ckpt/ckpt.h): writes every chunk's parameters and
  * AdamW state with the iteration, consumed samples and optimizer step under
@@ -189,17 +184,18 @@ int64_t ptdp_trainer_iteration(const ptdp_trainer *tr);
 void ptdp_trainer_perturb(ptdp_trainer *tr);
 
 /* ---- a whole run ----------------------------------------------------------- */
-/* What `ptdp train` asks for, in library terms. Strings are borrowed (the
- * caller keeps them alive until ptdp_run_free). */
+/* What `ptdp train` asks for, in library terms: its flag table points into
+ * this struct. Strings are borrowed (the caller keeps them alive until
+ * ptdp_run_free). */
 typedef struct {
-    ptdp_trainer_params trainer; /* model, layout, optimizer; trainer.comm set up */
-    int64_t train_iters;
+    ptdp_trainer_params trainer; /* the job (its length: train_iters or train_samples; its
+                                    seed orders the samples and makes mock data), the backend,
+                                    trainer.comm set up */
     /* data: --data-path (n_data_paths > 0), else --token-file, else mock */
     int n_data_paths;
     const char *const *data_paths; /* Megatron's "[weight] prefix ..." list */
     const char *split;             /* "969,30,1" */
     const char *token_file;
-    uint64_t seed; /* sample order, mock data */
     /* evaluation: every eval_interval iterations, eval_iters batches */
     int64_t eval_interval, eval_iters;
     /* logging */
@@ -216,7 +212,6 @@ typedef struct {
     int log_loss_scale_to_tensorboard;     /* loss-scale (on by default) */
     int log_learning_rate_to_tensorboard;  /* learning-rate (on by default) */
     int log_world_size_to_tensorboard;     /* world-size */
-    const char *gemm_name;                 /* for the start-up line */
     int check_dp_replicas;                 /* compare replica hashes after every step */
     int log_throughput;                    /* Megatron's "throughput per GPU (TFLOP/s/GPU)" field */
     int check_for_nan; /* a nan/inf loss or gradient norm stops the run (else: skipped) */
@@ -244,6 +239,10 @@ typedef struct {
     const char *trace; /* Chrome trace */
     const char *save_safetensors, *save_safetensors_config;
 } ptdp_run_params;
+/* `ptdp train`'s defaults: the trainer's (the job's), a log line every 100
+ * iterations, validation every 1000 over 100 batches, --split 969,30,1,
+ * --check-for-nan-in-loss-and-grad on, TensorBoard's loss scale and
+ * learning rate on. */
 ptdp_run_params ptdp_run_default_params(void);
 
 typedef struct ptdp_run ptdp_run;
@@ -266,5 +265,9 @@ void ptdp_run_catch_sigterm(void);
  * returns the run's. Collective. */
 int ptdp_run_finish(ptdp_run *r, int status);
 void ptdp_run_free(ptdp_run *r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

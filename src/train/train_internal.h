@@ -1,5 +1,6 @@
 /* train_internal.h - what the files of src/train share and nobody else
- * sees: the state of a run and the logging sinks (log.c). */
+ * sees: a rank's training state (trainer.c; its checkpoints in
+ * checkpoint.c), the state of a run (run.c) and the logging sinks (log.c). */
 #ifndef PTDP_TRAIN_INTERNAL_H
 #define PTDP_TRAIN_INTERNAL_H
 
@@ -8,8 +9,37 @@
 #include "ckpt/ckpt.h"
 #include "train/train.h"
 
+struct ptdp_trainer {
+    ptdp_trainer_params p;      /* p.job finished (ptdp_job_finish) */
+    const ptdp_job *job;        /* &p.job */
+    ptdp_schedule_params sched; /* the job's (ptdp_schedule_of_job) */
+    ptdp_lr_schedule lr;        /* the job's, or the one p.lr gave */
+    ptdp_loss_scaler scaler;    /* the job's (ptdp_loss_scaler_of_job), as it evolves */
+    int v;
+    ptdp_gpt_chunk *chunks[PTDP_MAX_CHUNKS];
+    ptdp_optimizer opts[PTDP_MAX_CHUNKS];
+    ptdp_ddp *ddp[PTDP_MAX_CHUNKS];
+    ptdp_executor *ex;
+    ptdp_backend_job bjob;           /* what the backend plans its own memory for */
+    ptdp_backend_workspace bws;      /* its answer */
+    void *bws_block;                 /* its workspace, from the backend category (NULL: none) */
+    size_t ondemand0;                /* the backend's own allocations before the first step */
+    ptdp_mem mem;                    /* every tensor of the rank: one block per category */
+    size_t predicted[PTDP_MEM_NCAT]; /* the planner's bytes per category */
+    int64_t iteration;
+    float *loss_scales; /* [m] host: each micro-batch's loss-gradient scale */
+    float *hash_buf;    /* [PTDP__HASH_FLOATS] host floats: --check-dp-replicas downloads
+                           the parameters through it (backend memory may not be host
+                           memory) */
+    int nonfinite;      /* check_nonfinite: PTDP_NONFINITE_* of the last step, this rank */
+};
+#define PTDP__HASH_FLOATS ((int64_t)1 << 18) /* floats (1 MiB) per download */
+
 struct ptdp_run {
-    ptdp_run_params p;
+    ptdp_run_params p;   /* p.trainer.job finished (ptdp_job_finish) */
+    const ptdp_job *job; /* &p.trainer.job */
+    int64_t train_iters; /* the job's (--train-iters, or --train-samples / B) */
+    ptdp_lr_schedule lr; /* --use-checkpoint-opt-param-scheduler: the checkpoint's */
     ptdp_comm *comm;
     ptdp_trainer *tr;
     ptdp_batches data, valid, test;
@@ -49,6 +79,16 @@ void ptdp__log_iteration(ptdp_run *r, double dt, int last);
  * training: Megatron's "iteration N on validation set" lines). */
 void ptdp__log_validation(ptdp_run *r, double loss, const char *set);
 void ptdp__log_finish(ptdp_run *r);
+/* The memory plan of this rank's trainer: a "memory plan MISMATCH" line on
+ * every rank whose carved bytes differ from the prediction, the table
+ * category / bytes / predicted on the ranks with dp = tp = 0 (one per
+ * pipeline stage), the bytes per parameter on rank 0. Not collective. */
+void ptdp__log_memory(const ptdp_trainer *tr);
+/* End of a run: on the ranks with dp = tp = 0 the process's peak resident
+ * memory (getrusage ru_maxrss) next to the plan's total; on every rank
+ * whose compute backend allocated memory beyond its planned workspace a
+ * "memory plan MISMATCH" line with the bytes. */
+void ptdp__log_peak_memory(const ptdp_trainer *tr);
 void ptdp__log_close(ptdp_run *r);
 
 /* TensorBoard event files (tensorboard.c; the byte layout is documented

@@ -6,7 +6,7 @@
  * none). Prints "cuda: <status> <message>". */
 #include <stdio.h>
 
-#include "kernels/kernels.h"
+#include <ptdp/kernels/kernels.h>
 
 int main(void) {
     ptdp_backend_params p = ptdp_backend_default_params();

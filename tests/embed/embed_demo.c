@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/model.h"
-#include "pipeline/schedule.h"
+#include <ptdp/model/model.h>
+#include <ptdp/pipeline/schedule.h>
 
 int main(void) {
     ptdp_gpt_config cfg = {.num_layers = 2,
@@ -20,8 +20,10 @@ int main(void) {
                            .ln_eps = 1e-5f,
                            .seed = 1};
     if (ptdp_gpt_config_finish(&cfg, 128, 1) != PTDP_OK) return 1;
+    ptdp_job job = ptdp_job_default_params(); /* forward only: its model, one sequence */
+    job.model = cfg;
     ptdp_chunk_params p = ptdp_chunk_default_params();
-    p.cfg = &cfg;
+    p.job = &job;
     p.layer_end = cfg.num_layers;
     p.pre = p.post = 1;
     p.inference = 1;

@@ -389,12 +389,13 @@ int ptdp_megatron_export(const char *src, const char *dst, const ptdp_megatron_e
     const int64_t Vp = (cfg.vocab + mult - 1) / mult * mult;
 
     /* the whole model in one process, loaded (resharded) from any layout */
-    ptdp_gpt_config holder = cfg;
-    holder.seq_length = 1;
+    ptdp_job holder = ptdp_job_default_params();
+    holder.model = cfg;
+    holder.model.seq_length = 1;
     ptdp_comm comm;
     ptdp_comm_init_single(&comm);
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = &holder, cp.layer_end = cfg.num_layers, cp.pre = cp.post = 1;
+    cp.job = &holder, cp.layer_end = cfg.num_layers, cp.pre = cp.post = 1;
     cp.tp = &comm.tensor, cp.inference = 1;
     ptdp_gpt_chunk *full = NULL;
     ptdp_ckpt_loaded ld = {0};

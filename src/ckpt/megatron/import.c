@@ -254,8 +254,8 @@ static const ptdp__pk_node *model_dict(const ptdp__pk_node *root, int v, int c) 
 }
 
 typedef struct {
-    const char *path;       /* current file */
-    ptdp_gpt_config holder; /* the full chunk's configuration and group (it keeps pointers) */
+    const char *path; /* current file */
+    ptdp_job holder;  /* the full chunk's job (its model) and group (it keeps pointers) */
     ptdp_group one;
     ptdp_gpt_chunk *full;
     const ptdp_param_spec *specs;
@@ -626,11 +626,12 @@ static int importer_init(importer *im, const source *S) {
     *im = (importer){.T = S->g.T,
                      .P = S->g.P,
                      .cfg = &S->cfg,
-                     .holder = S->cfg,
+                     .holder = ptdp_job_default_params(),
                      .one = {.name = "import", .size = 1, .rank = 0}};
-    im->holder.seq_length = 1;
+    im->holder.model = S->cfg;
+    im->holder.model.seq_length = 1;
     ptdp_chunk_params cp = ptdp_chunk_default_params();
-    cp.cfg = &im->holder, cp.layer_end = S->cfg.num_layers, cp.pre = cp.post = 1;
+    cp.job = &im->holder, cp.layer_end = S->cfg.num_layers, cp.pre = cp.post = 1;
     cp.tp = &im->one;
     cp.inference = 1;
     int rc = ptdp_gpt_chunk_init(&im->full, &cp);

@@ -12,6 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     /* > 0: override (or supply) the checkpoint's args; the tensor shapes are
      * checked against the result */
@@ -51,5 +55,9 @@ ptdp_megatron_export_params ptdp_megatron_export_default_params(void);
  * model. */
 int ptdp_megatron_export(const char *src, const char *dst, const ptdp_megatron_export_params *p,
                          FILE *log);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

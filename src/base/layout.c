@@ -3,17 +3,16 @@
  * embedding and loss counted as layers, and the explicit layout string
  * (--pipeline-model-parallel-layout). ptdp_stage_layout_range is the one
  * place that turns a layout into layer ranges; the trainer, the memory
- * model, the planner and the tests all ask it.
+ * model, the planner and the tests all ask it. A layout is part of the
+ * job description (base/job.h).
  *
  * Deliberately not here: deriving v from the flags (cli/args.c), and MTP
  * ('m' in a layout string: ptdp has no multi-token prediction). Pure: no
  * MPI, no tensors; parsing allocates one temporary string. */
-#include "pipeline/schedule.h"
-
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
+#include "base/job.h"
 
 #define FLAG "--pipeline-model-parallel-layout"
 #define MAX_EXPANDED ((size_t)1 << 20) /* characters after unrolling repetitions */
