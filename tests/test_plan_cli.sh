@@ -31,6 +31,9 @@ expect_error "exceeds a node" --cluster a100-superpod --num-devices 32 "${model[
 expect_error "exclude each other" --cluster a100-superpod --num-devices 32 "${model[@]}" --bf16
 expect_error --explain --cluster a100-superpod --num-devices 32 "${model[@]}" --explain
 expect_error --recompute-method --cluster a100-superpod --num-devices 32 "${model[@]}" --recompute-method sideways
+# the Llama family's flags are `ptdp train`'s: the planner names the one it does not model
+expect_error "--swiglu: ptdp plan models GPT's blocks" --cluster a100-superpod --num-devices 32 "${model[@]}" --swiglu
+expect_error "--num-query-groups: ptdp plan models GPT's blocks" --cluster a100-superpod --num-devices 32 "${model[@]}" --num-query-groups=4
 
 # The table and the best layout's flags.
 "$PTDP" plan --cluster a100-superpod --num-devices 32 "${model[@]}" >"$tmp/table" 2>&1

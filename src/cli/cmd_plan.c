@@ -635,6 +635,33 @@ static int search_and_print(const plan_flags *F, const ptdp_cluster *c, const pt
     return 0;
 }
 
+/* The Llama family's flags (docs/llama.md): `ptdp train` takes them, the
+ * planner's cost model does not know their blocks yet. One message naming
+ * the flag instead of "unknown flag". */
+static int refuse_llama_flags(int argc, char **argv) {
+    static const char *const llama[] = {
+        "normalization",           "swiglu",
+        "position-embedding-type", "rotary-base",
+        "rotary-percent",          "group-query-attention",
+        "num-query-groups",        "untie-embeddings-and-output-weights",
+        "disable-bias-linear",     "norm-epsilon"};
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2)) continue;
+        const char *name = argv[i] + 2;
+        size_t n = strcspn(name, "=");
+        for (size_t k = 0; k < sizeof llama / sizeof llama[0]; k++)
+            if (strlen(llama[k]) == n && !strncmp(name, llama[k], n)) {
+                ptdp_log_error("--%s: ptdp plan models GPT's blocks (LayerNorm, GeLU MLP, "
+                               "multi-head attention, learned positions) and not yet the Llama "
+                               "family's; plan the GPT of the same FLOPs (docs/llama.md) or "
+                               "measure the layouts with ptdp train",
+                               llama[k]);
+                return 2;
+            }
+    }
+    return 0;
+}
+
 int ptdp_cmd_plan(int argc, char **argv) {
     plan_flags F = {.cluster = NULL,
                     .recompute_granularity = NULL,
@@ -646,6 +673,7 @@ int ptdp_cmd_plan(int argc, char **argv) {
     ptdp_plan_job pj = ptdp_plan_job_default_params();
     ptdp_opt opts[64];
     const int nopts = plan_table(&F, &pj, opts, 64);
+    if (refuse_llama_flags(argc, argv)) return 2;
     int parsed = ptdp__cli_parse(opts, nopts, argc, argv, usage);
     if (parsed >= 0) return parsed;
     if (F.calibrate) return ptdp__cli_plan_calibrate(F.out);
