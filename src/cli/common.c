@@ -53,6 +53,20 @@ int ptdp__cli_config_json_find(const char *weights, char *buf, size_t cap) {
     return 0;
 }
 
+/* The config.json beside `weights` (ptdp__cli_config_json_find), parsed;
+ * NULL when there is none or it cannot be read or parsed (callers treat a
+ * config they cannot read as absent). src[cap] receives its path. The caller
+ * frees the tree. */
+static cJSON *config_json_beside(const char *weights, char *src, size_t cap) {
+    if (!ptdp__cli_config_json_find(weights, src, cap)) return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
+    free(text);
+    return root;
+}
+
 const char *const ptdp__cli_hf_keys[PTDP_HF_NKEYS] = {"vocab_size", "n_positions", "n_embd",
                                                       "n_layer", "n_head"};
 const char *const ptdp__cli_hf_flags[PTDP_HF_NKEYS] = {"--vocab-size", "--max-position-embeddings",
@@ -91,12 +105,7 @@ int ptdp__cli_hf_shape(const char *weights, int from_metadata, int64_t said[PTDP
         ptdp_st_close(f);
         return rc;
     }
-    if (!ptdp__cli_config_json_find(weights, src, cap)) return PTDP_OK;
-    char *text = NULL;
-    size_t len = 0;
-    cJSON *root = NULL;
-    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = config_json_beside(weights, src, cap);
     *found = root != NULL;
     for (int k = 0; k < PTDP_HF_NKEYS && root && rc == PTDP_OK; k++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, ptdp__cli_hf_keys[k]);
@@ -173,12 +182,7 @@ void ptdp__cli_copy_blocks(const ptdp_gpt_config *from, ptdp_gpt_config *to) {
 
 int ptdp__cli_hf_blocks(const char *weights, ptdp_gpt_config *cfg) {
     char src[4096];
-    if (!ptdp__cli_config_json_find(weights, src, sizeof src)) return PTDP_OK;
-    char *text = NULL;
-    size_t len = 0;
-    cJSON *root = NULL;
-    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = config_json_beside(weights, src, sizeof src);
     const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
     if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama")) {
         cJSON_Delete(root);
@@ -208,12 +212,7 @@ int ptdp__cli_hf_blocks(const char *weights, ptdp_gpt_config *cfg) {
  * tying it cannot). */
 static int check_llama_config(const char *weights, const ptdp_gpt_config *cfg) {
     char src[4096];
-    if (!ptdp__cli_config_json_find(weights, src, sizeof src)) return PTDP_OK;
-    char *text = NULL;
-    size_t len = 0;
-    cJSON *root = NULL;
-    if (ptdp_read_file(src, "config.json", &text, &len) == PTDP_OK) root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = config_json_beside(weights, src, sizeof src);
     if (!root) return PTDP_OK;
     int rc = PTDP_OK;
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads"),

@@ -284,6 +284,18 @@ static void shape_str(char *b, size_t cap, int nd, const int64_t *s) {
         snprintf(b + strlen(b), cap - strlen(b), "%s%lld", i ? ", " : "", (long long)s[i]);
 }
 
+/* Reads tensor t (its values as fp32) into im->tmp, grown to fit. */
+static int read_tensor(importer *im, const ptdp__torch_file *tf, const ptdp__pk_node *t,
+                       const char *mname) {
+    if (t->numel > im->tmp_cap) {
+        float *b = realloc(im->tmp, sizeof(float) * (size_t)t->numel);
+        if (!b) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", im->path);
+        im->tmp = b, im->tmp_cap = t->numel;
+    }
+    int rc = ptdp__torch_read_f32(tf, t, im->tmp, t->numel);
+    return rc ? ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname) : PTDP_OK;
+}
+
 /* One tensor of tensor rank tp into the global image. */
 static int place(importer *im, const ptdp__torch_file *tf, const char *mname, const char *pname,
                  int kind, const ptdp__pk_node *t, int tp) {
@@ -323,13 +335,8 @@ static int place(importer *im, const ptdp__torch_file *tf, const char *mname, co
                            "needs [%s] on each of %d tensor ranks",
                            im->path, mname, got, exp, T);
     }
-    if (t->numel > im->tmp_cap) {
-        float *b = realloc(im->tmp, sizeof(float) * (size_t)t->numel);
-        if (!b) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", im->path);
-        im->tmp = b, im->tmp_cap = t->numel;
-    }
-    int rc = ptdp__torch_read_f32(tf, t, im->tmp, t->numel);
-    if (rc) return ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname);
+    int rc = read_tensor(im, tf, t, mname);
+    if (rc) return rc;
     float *g = im->host + sp->offset;
     const int64_t C = sp->ndim == 2 ? sp->gshape[1] : 1;
     if (kind == PTDP__MEG_HEAD && !im->cfg->untie) { /* the tied copy must equal the embedding */
@@ -391,13 +398,8 @@ static int place_glu(importer *im, const ptdp__torch_file *tf, const char *mname
     if (im->have[gi * im->T + tp])
         return ptdp_errorf(PTDP_EFORMAT, "%s: tensor '%s' appears twice", im->path, mname);
     im->have[gi * im->T + tp] = im->have[ui * im->T + tp] = 1;
-    if (t->numel > im->tmp_cap) {
-        float *b = realloc(im->tmp, sizeof(float) * (size_t)t->numel);
-        if (!b) return ptdp_errorf(PTDP_ENOMEM, "out of memory reading %s", im->path);
-        im->tmp = b, im->tmp_cap = t->numel;
-    }
-    int rc = ptdp__torch_read_f32(tf, t, im->tmp, t->numel);
-    if (rc) return ptdp_errorf(rc, "%s (tensor '%s')", ptdp_last_error(), mname);
+    int rc = read_tensor(im, tf, t, mname);
+    if (rc) return rc;
     memcpy(im->host + gs->offset + tp * fl * C, im->tmp, sizeof(float) * (size_t)(fl * C));
     memcpy(im->host + us->offset + tp * fl * C, im->tmp + fl * C, sizeof(float) * (size_t)(fl * C));
     return PTDP_OK;
