@@ -8,6 +8,7 @@
 #define PTDP_TEST_BACKEND_UTIL_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
@@ -32,6 +33,22 @@ static inline ptdp_backend *test_cpu_backend(ptdp_gemm_lib lib, ptdp_dtype dtype
         PTDP_ASSERT_MSG(ptdp_backend_open(be, &p) == PTDP_OK, ptdp_last_error());
     }
     return *be;
+}
+
+/* How many of x[n] are off dt's 16-bit grid (rounding them to it changes
+ * their bits): 0 for what a 16-bit op wrote as an activation. */
+static inline int64_t test_off_grid(const float *x, int64_t n, ptdp_dtype dt) {
+    float *y = malloc(sizeof(float) * (size_t)n);
+    if (!y) abort();
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    if (dt == PTDP_DTYPE_BF16)
+        ptdp_round_bf16_n(y, n);
+    else
+        ptdp_round_f16_n(y, n);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(&x[i], &y[i], 4) != 0;
+    free(y);
+    return k;
 }
 
 #endif

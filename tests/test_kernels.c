@@ -31,20 +31,8 @@
  * u = 2^-8 (bf16, 8 significant bits) or 2^-11 (fp16, 11 bits), for normal
  * values; plus an absolute 2^-24 for fp16 results in its subnormal range.
  * Outputs must lie on the grid (rounding again changes nothing), and
- * weight-gradient accumulations (beta = 1) must stay fp32. */
-static int64_t off_grid(const float *x, int64_t n, ptdp_dtype dt) {
-    float *y = fmalloc(n);
-    memcpy(y, x, sizeof(float) * (size_t)n);
-    if (dt == PTDP_DTYPE_BF16)
-        ptdp_round_bf16_n(y, n);
-    else
-        ptdp_round_f16_n(y, n);
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) k += memcmp(&x[i], &y[i], 4) != 0;
-    free(y);
-    return k;
-}
-
+ * weight-gradient accumulations (beta = 1) must stay fp32 (test_off_grid,
+ * backend_util.h, counts what is off the grid). */
 static void test_precision_tables(void) {
     const ptdp_dtype dts[2] = {PTDP_DTYPE_BF16, PTDP_DTYPE_FP16};
     const ptdp_gemm_lib libs[2] = {PTDP_GEMM_ONEDNN, PTDP_GEMM_OPENBLAS};
@@ -69,7 +57,7 @@ static void test_precision_tables(void) {
         h->gemm(h, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C16, N);
         f->gemm(f, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N);
         check_arr("16-bit gemm", C16, C32, M * N, u, atol);
-        CHECK(off_grid(C16, M * N, dt) == 0);
+        CHECK(test_off_grid(C16, M * N, dt) == 0);
         /* beta = 1: a weight gradient, accumulated in fp32 (not rounded): the
          * fp32 GEMM's result up to summation order (the GEMM tolerance) */
         fill_const(C16, M * N, 0.1f);
@@ -80,7 +68,7 @@ static void test_precision_tables(void) {
                 f->gemm(f, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C32, N);
             }
         check_arr("16-bit gemm, beta = 1", C16, C32, M * N, 2e-5, 1e-5);
-        CHECK(off_grid(C16, M * N, dt) > 0);
+        CHECK(test_off_grid(C16, M * N, dt) > 0);
         /* LayerNorm: fp32 statistics, output on the grid */
         float *w = fmalloc(N), *bb = fmalloc(N), *o16 = fmalloc(M * N), *o32 = fmalloc(M * N);
         float mean[24], rstd[24], mean2[24], rstd2[24];
@@ -90,13 +78,13 @@ static void test_precision_tables(void) {
         f->layernorm_fwd(f, A, w, bb, o32, mean2, rstd2, M, N < K ? N : K, 1e-5f);
         const int64_t nl = M * (N < K ? N : K);
         check_arr("16-bit layernorm", o16, o32, nl, u, atol);
-        CHECK(off_grid(o16, nl, dt) == 0);
+        CHECK(test_off_grid(o16, nl, dt) == 0);
         CHECK(memcmp(mean, mean2, sizeof mean) == 0 && memcmp(rstd, rstd2, sizeof rstd) == 0);
         /* bias + GeLU */
         h->bias_gelu_fwd(h, C32, bb, o16, M, N);
         f->bias_gelu_fwd(f, C32, bb, o32, M, N);
         check_arr("16-bit bias_gelu", o16, o32, M * N, u, atol);
-        CHECK(off_grid(o16, M * N, dt) == 0);
+        CHECK(test_off_grid(o16, M * N, dt) == 0);
         /* attention: ctx on the grid; the saved logsumexp stays fp32 */
         float *qkv = fmalloc(s * b * al * 3 * hd), *c16 = fmalloc(s * b * al * hd),
               *c32 = fmalloc(s * b * al * hd), *sv16 = fmalloc(b * al * s),
@@ -116,7 +104,7 @@ static void test_precision_tables(void) {
         for (int64_t e = 0; e < s * b * al; e++)
             for (int64_t d = 0; d < hd; d++) vmax = fmax(vmax, fabs(qkv[e * 3 * hd + 2 * hd + d]));
         check_arr("16-bit attention ctx", c16, c32, s * b * al * hd, u, atol + tiles * u * vmax);
-        CHECK(off_grid(c16, s * b * al * hd, dt) == 0);
+        CHECK(test_off_grid(c16, s * b * al * hd, dt) == 0);
         if (tiles)
             check_arr("16-bit attention logsumexp", sv16, sv32, b * al * s, 1e-6, 1e-6);
         else

@@ -38,19 +38,6 @@
 
 static ptdp_backend *F; /* fp32 over oneDNN */
 
-static int64_t off_grid(const float *x, int64_t n, ptdp_dtype dt) {
-    float *y = fmalloc(n);
-    memcpy(y, x, sizeof(float) * (size_t)n);
-    if (dt == PTDP_DTYPE_BF16)
-        ptdp_round_bf16_n(y, n);
-    else
-        ptdp_round_f16_n(y, n);
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) k += memcmp(&x[i], &y[i], 4) != 0;
-    free(y);
-    return k;
-}
-
 static int same(const float *a, const float *b, int64_t n) {
     return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
 }
@@ -95,14 +82,14 @@ static void test_rmsnorm(int64_t N, int64_t h) {
         H->rmsnorm_fwd(H, x16, w, o16, r16, N, h, eps);
         F->rmsnorm_fwd(F, x16, w, o32, r32, N, h, eps);
         check_arr("16-bit rmsnorm_fwd", o16, o32, N * h, u, atol);
-        CHECK(off_grid(o16, N * h, dts[k]) == 0 && same(r16, r32, N));
+        CHECK(test_off_grid(o16, N * h, dts[k]) == 0 && same(r16, r32, N));
         fill_const(o16, N * h, 0.0f), fill_const(o32, N * h, 0.0f);
         fill_const(dw, h, 0.0f), fill_const(dwr, h, 0.0f);
         H->quantize(H, g, N * h);
         H->rmsnorm_bwd(H, g, x16, w, r16, o16, dw, N, h);
         F->rmsnorm_bwd(F, g, x16, w, r32, o32, dwr, N, h);
         check_arr("16-bit rmsnorm_bwd dx", o16, o32, N * h, u, atol);
-        CHECK(off_grid(o16, N * h, dts[k]) == 0 && same(dw, dwr, h)); /* dw: fp32 */
+        CHECK(test_off_grid(o16, N * h, dts[k]) == 0 && same(dw, dwr, h)); /* dw: fp32 */
         free(x16), free(o16), free(o32), free(r16), free(r32);
     }
     free(x), free(w), free(out), free(ref), free(rstd), free(rref);
@@ -154,12 +141,12 @@ static void test_swiglu(int64_t N, int64_t fl, int with_bias) {
         H->swiglu_fwd(H, x16, NULL, o16, N, fl);
         F->swiglu_fwd(F, x16, NULL, o32, N, fl);
         check_arr("16-bit swiglu_fwd", o16, o32, N * fl, u, atol);
-        CHECK(off_grid(o16, N * fl, dts[k]) == 0);
+        CHECK(test_off_grid(o16, N * fl, dts[k]) == 0);
         H->quantize(H, g, N * fl);
         H->swiglu_bwd(H, g, x16, NULL, o16, NULL, N, fl);
         F->swiglu_bwd(F, g, x16, NULL, o32, NULL, N, fl);
         check_arr("16-bit swiglu_bwd", o16, o32, N * 2 * fl, u, atol);
-        CHECK(off_grid(o16, N * 2 * fl, dts[k]) == 0);
+        CHECK(test_off_grid(o16, N * 2 * fl, dts[k]) == 0);
         free(x16), free(o16), free(o32);
     }
     free(x), free(bias), free(out), free(ref), free(g), free(dx), free(dxr), free(db), free(dbr);
@@ -211,7 +198,7 @@ static void test_rope(ptdp_backend *o, int64_t s, int64_t b, int64_t al, int64_t
     const double u = o->dtype == PTDP_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048;
     /* fp32: the table's rounding (2^-24 of cos, sin) and three roundings per value */
     check_arr(what, y, ref, n, fp32 ? 1e-6 : u, fp32 ? 1e-6 : 2e-6);
-    if (!fp32) CHECK(off_grid(y, n, o->dtype) == 0);
+    if (!fp32) CHECK(test_off_grid(y, n, o->dtype) == 0);
     int64_t moved = 0;
     for (int64_t r = 0; r < s * b; r++)
         for (int64_t gi = 0; gi < gl; gi++)
@@ -420,10 +407,10 @@ static void test_gqa_16(ptdp_backend *h) {
         vmax = fmax(vmax, fabsf(x.qkv[i]));
     printf("%s: attention_gqa against fp32\n", h->name);
     check_arr("16-bit attention_gqa ctx", x.ctx, y.ctx, nc, u, atol + tiles * u * vmax);
-    CHECK(off_grid(x.ctx, nc, h->dtype) == 0);
+    CHECK(test_off_grid(x.ctx, nc, h->dtype) == 0);
     h->attention_gqa_bwd(h, x.dctx, x.qkv, x.ctx, x.saved, x.dqkv, x.scratch, s, b, al, gl, hd,
                          none);
-    CHECK(off_grid(x.dqkv, s * ptdp__attn_ld3(b, al, gl, hd), h->dtype) == 0);
+    CHECK(test_off_grid(x.dqkv, s * ptdp__attn_ld3(b, al, gl, hd), h->dtype) == 0);
     attn_free(&x), attn_free(&y);
 }
 
