@@ -1,6 +1,7 @@
 /* golden.h - the golden test against PyTorch (scripts/reference/gpt_reference.py),
  * and the Llama reference (llama_reference.py), shared by test_golden.c (the
- * CPU backends), test_golden_llama.c and test_golden_cuda.c (the CUDA table): logits, loss, the losses, gradient norms and every parameter's
+ * CPU backends), test_golden_llama.c and test_golden_cuda.c (the CUDA
+ * table): logits, loss, the losses, gradient norms and every parameter's
  * gradient at each of 10 AdamW iterations and (config A) the final weights,
  * for two configurations, one with awkward sizes (h=48, 3 heads, V=201
  * padded to 256).
